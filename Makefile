@@ -1,0 +1,141 @@
+# luarig — plain GNU make.
+#
+#   make          build build/luarig
+#   make deps     install the Debian packages the project needs (as root)
+#   make demo     deps, build, run scripts/hello.lua
+#   make test     build and run every suite; last line "N passed, N failed"
+#   make check    the tests again under ASan + UBSan with -Werror, plus lint
+#   make bench    the benchmarks in tests/bench/ (ratios against peers)
+#   make fuzz     the libFuzzer targets (clang) in build/fuzz/
+
+BUILD ?= build
+CC ?= cc
+PKG_CONFIG ?= pkg-config
+
+# Linked: what every run needs. Headers only: libraries opened on first use
+# (util/lazy.c), so start-up does not pay for them.
+PKGS := lua5.4 libevent jansson libedit
+LAZY_PKGS := libcurl libarchive libcrypto
+
+WARN := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
+	-Wmissing-prototypes -Wold-style-definition -Wvla -Wformat=2 -fno-common
+OPT ?= -O2 -g
+BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) \
+	$(shell $(PKG_CONFIG) --cflags $(PKGS) $(LAZY_PKGS) 2>/dev/null)
+LDLIBS := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -llua5.4-cjson -ldl -lpthread -lm
+
+ifeq ($(SAN),1)
+BASE_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+WERROR := 1
+endif
+ifeq ($(WERROR),1)
+BASE_CFLAGS += -Werror
+endif
+CFLAGS_ALL = $(BASE_CFLAGS) $(CFLAGS)
+
+# Every .c under these folders is part of the library; lua/main.c is the executable.
+LIB_SRC := $(wildcard util/*.c host/*.c lua/*.c)
+LIB_SRC := $(filter-out lua/main.c,$(LIB_SRC))
+LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(BUILD)/gen/stdlib.o
+STDLIB := $(sort $(wildcard stdlib/*.lua stdlib/*/*.lua stdlib/*/*/*.lua))
+HEADERS := $(wildcard util/*.h host/*.h lua/*.h)
+
+UNIT_SRC := $(wildcard tests/unit/*_test.c)
+UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
+FUZZ_SRC := $(wildcard tests/fuzz/*_fuzz.c)
+FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/%_replay,$(FUZZ_SRC))
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
+
+.PHONY: all deps demo test check bench fuzz clean lint layering symbols
+.DELETE_ON_ERROR:
+
+all: $(BUILD)/luarig
+
+$(BUILD)/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/embed: tools/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -O1 -o $@ $<
+
+$(BUILD)/gen/stdlib.c: $(BUILD)/embed $(STDLIB)
+	@mkdir -p $(dir $@)
+	$(BUILD)/embed $@ $(STDLIB)
+
+$(BUILD)/gen/stdlib.o: $(BUILD)/gen/stdlib.c
+	$(CC) $(filter-out -Wmissing-prototypes,$(CFLAGS_ALL)) -Wno-missing-variable-declarations -c $< -o $@
+
+$(BUILD)/libluarig.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/luarig: $(BUILD)/lua/main.o $(BUILD)/libluarig.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/unit/%: tests/unit/%.c tests/unit/test.h $(BUILD)/libluarig.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libluarig.a $(LDFLAGS) $(LDLIBS)
+
+# The fuzz targets, replayed over their corpora by an ordinary main().
+$(BUILD)/tests/fuzz/%_replay: tests/fuzz/%.c tests/fuzz/replay.c $(BUILD)/libluarig.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< tests/fuzz/replay.c $(BUILD)/libluarig.a $(LDFLAGS) $(LDLIBS)
+
+test-build: $(BUILD)/luarig $(UNIT_BIN) $(FUZZ_REPLAY)
+
+test: test-build
+	@BUILD=$(BUILD) sh tests/run.sh
+
+# Sanitized build in its own folder, the same suites, then lint.
+check:
+	$(MAKE) --no-print-directory SAN=1 BUILD=build/san test-build
+	@BUILD=build/san ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 sh tests/run.sh
+	$(MAKE) --no-print-directory lint
+
+lint: layering symbols
+	@cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
+		--suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE \
+		util host lua && echo "lint: cppcheck clean"
+
+# Layering is one way: util -> host -> lua. Only lua/ may include lua.h.
+layering:
+	@bad=$$(grep -lE '#include <(lua|lauxlib|lualib)\.h>' util/*.[ch] host/*.[ch] 2>/dev/null); \
+	if [ -n "$$bad" ]; then echo "layering: lua.h included below lua/: $$bad"; exit 1; fi; \
+	bad=$$(grep -lE '#include "\.\./lua/' util/*.[ch] host/*.[ch] 2>/dev/null); \
+	if [ -n "$$bad" ]; then echo "layering: includes from lua/: $$bad"; exit 1; fi; \
+	bad=$$(grep -lE '#include "\.\./host/' util/*.[ch] 2>/dev/null); \
+	if [ -n "$$bad" ]; then echo "layering: util includes host: $$bad"; exit 1; fi; \
+	echo "layering: ok"
+
+# Every global symbol of the library is lr_/lr__/luaopen_ (SQLite's exported-symbol check).
+symbols: $(BUILD)/libluarig.a
+	@bad=$$(nm -g --defined-only $(BUILD)/libluarig.a | awk 'NF==3 {print $$3}' | \
+		grep -vE '^(lr_|lr__|luaopen_)' | sort -u); \
+	if [ -n "$$bad" ]; then echo "symbols: unprefixed globals:"; echo "$$bad"; exit 1; fi; \
+	echo "symbols: ok"
+
+bench: $(BUILD)/luarig
+	@BUILD=$(BUILD) sh tests/bench/run.sh
+
+fuzz: $(FUZZ_BIN)
+
+build/fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(HEADERS) build/gen/stdlib.c
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
+		$(shell $(PKG_CONFIG) --cflags $(PKGS) $(LAZY_PKGS)) -o $@ $< \
+		$(LIB_SRC) build/gen/stdlib.c $(LDLIBS)
+
+build/gen/stdlib.c: build/embed $(STDLIB)
+
+deps:
+	@sh tools/deps.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@$(BUILD)/luarig scripts/hello.lua
+
+clean:
+	rm -rf build

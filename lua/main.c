@@ -1,0 +1,342 @@
+/*
+ * main.c — the luarig executable: argument parsing, the main task, exit
+ * codes (0 ok, 1 the script or the work failed, 2 usage) and signals.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct lr_state *g_state;
+
+static void usage(FILE *f)
+{
+	fputs("usage: luarig [OPTIONS] SCRIPT [ARGS...]   run a Lua script\n"
+	      "       luarig [OPTIONS] -e CHUNK [ARGS...]  run a chunk of Lua\n"
+	      "       luarig [OPTIONS] run SCRIPT|BUNDLE [ARGS...]\n"
+	      "       luarig [OPTIONS] repl [SCRIPT]       the interactive prompt\n"
+	      "       luarig pack DIR [-o FILE.rig]        package a directory as a bundle\n"
+	      "       luarig inspect FILE.rig              print and verify a bundle's manifest\n"
+	      "       luarig version | help\n"
+	      "\n"
+	      "With no arguments, luarig starts the REPL on a terminal and runs\n"
+	      "standard input as a script otherwise.\n"
+	      "\n"
+	      "options:\n"
+	      "  --max-memory SIZE        cap Lua memory (bytes; K, M, G suffixes)\n"
+	      "  --max-instructions N     cap executed Lua instructions\n"
+	      "\n"
+	      "environment:\n"
+	      "  LUARIG_PATH              load the rig library from this directory\n"
+	      "                           (stdlib/ of a checkout) instead of the binary\n",
+	      f);
+}
+
+__attribute__((format(printf, 1, 2)))
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("luarig: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nluarig: try 'luarig help'\n", stderr);
+	return 2;
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *s == '-')
+		return -1;
+	unsigned long long mul = 1;
+	switch (*end) {
+	case 'k': case 'K': mul = 1ull << 10; end++; break;
+	case 'm': case 'M': mul = 1ull << 20; end++; break;
+	case 'g': case 'G': mul = 1ull << 30; end++; break;
+	}
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || v == 0 || v > (unsigned long long)SIZE_MAX / mul)
+		return -1;
+	*out = (size_t)(v * mul);
+	return 0;
+}
+
+static int state_init(lua_State *L)
+{
+	luaL_openlibs(L);
+	lr_searchers_install(L);
+	lua_getglobal(L, "require");
+	lua_pushliteral(L, "rig");
+	lua_call(L, 1, 1);
+	lua_setglobal(L, "rig");
+	return 0;
+}
+
+int lr_state_prepare(struct lr_state *S)
+{
+	lua_State *L = S->L;
+	lua_pushcfunction(L, lr_traceback);
+	lua_pushcfunction(L, state_init);
+	if (lua_pcall(L, 0, 0, -2) != LUA_OK) {
+		fprintf(stderr, "luarig: %s\n", lua_tostring(L, -1));
+		lua_pop(L, 2);
+		return -1;
+	}
+	lua_pop(L, 1);
+	return 0;
+}
+
+void lr_set_arg(lua_State *L, const char *script, int argc, char **argv)
+{
+	lua_createtable(L, argc, 1);
+	lua_pushstring(L, script);
+	lua_rawseti(L, -2, 0);
+	for (int i = 0; i < argc; i++) {
+		lua_pushstring(L, argv[i]);
+		lua_rawseti(L, -2, i + 1);
+	}
+	lua_setglobal(L, "arg");
+}
+
+static void on_shutdown_signal(int signo, void *arg)
+{
+	struct lr_state *S = arg;
+	if (S->exit_signal)
+		_exit(128 + signo); /* a second signal: stop now */
+	S->exit_signal = signo;
+	lr_state_shutdown(S);
+}
+
+static void async_signal_hook(int signo)
+{
+	(void)signo;
+	struct lr_state *S = g_state;
+	if (S && !S->repl) {
+		S->pending_signal = signo;
+		lr_state_interrupt(S);
+	}
+}
+
+int lr_main_task(struct lr_state *S, int nargs)
+{
+	lua_State *L = S->L;
+	g_state = S;
+	lr_loop_set_async_signal_hook(async_signal_hook);
+	lr_loop_on_signal(S->loop, SIGINT, on_shutdown_signal, S);
+	lr_loop_on_signal(S->loop, SIGTERM, on_shutdown_signal, S);
+
+	struct lr_task *t = lr_sched_spawn(L, nargs);
+	/* stack: task (kept on the main stack, so it stays reachable) */
+	int rc = lr_loop_run(S->loop);
+	int code = 0;
+	if (S->killed) {
+		fprintf(stderr, "luarig: %s\n", S->kill_msg);
+		if (lr_task_done(t)) {
+			lr_task_push_error(L, t); /* reported just above */
+			lua_pop(L, 1);
+		}
+		code = 1;
+	} else if (rc == -EDEADLK) {
+		fprintf(stderr, "luarig: tasks are waiting but nothing can wake them\n");
+		code = 1;
+	} else {
+		switch (lr_task_outcome(t)) {
+		case 0:
+			break;
+		case 1:
+			lr_task_push_error(L, t);
+			fprintf(stderr, "luarig: %s\n", lua_tostring(L, -1));
+			lua_pop(L, 1);
+			code = 1;
+			break;
+		default:
+			lr_task_push_error(L, t);
+			lua_pop(L, 1);
+			if (!S->exit_signal)
+				fprintf(stderr, "luarig: the main task was cancelled\n");
+			code = 1;
+			break;
+		}
+	}
+	lua_pop(L, 1);
+	if (!S->exit_signal)
+		S->exit_signal = S->pending_signal;
+	if (S->exit_signal)
+		code = 128 + S->exit_signal;
+	if (!S->killed) {
+		/* Unretrieved task errors are reported when their task is collected. */
+		lua_gc(L, LUA_GCCOLLECT);
+	}
+	if (S->unhandled && code == 0)
+		code = 1;
+	return code;
+}
+
+/* Runs a script file, "-" for standard input, or a chunk string. */
+static int run_script(struct lr_state *S, const char *script, const char *chunk,
+		      int argc, char **argv)
+{
+	lua_State *L = S->L;
+	int rc;
+	if (chunk) {
+		rc = luaL_loadbufferx(L, chunk, strlen(chunk), "=(command line)", "t");
+		lr_set_arg(L, "-e", argc, argv);
+	} else {
+		rc = lr_load_file(L, script);
+		lr_set_arg(L, script, argc, argv);
+	}
+	if (rc != LUA_OK) {
+		fprintf(stderr, "luarig: %s\n", lua_tostring(L, -1));
+		lua_pop(L, 1);
+		return 1;
+	}
+	luaL_checkstack(L, argc + 1, "too many arguments");
+	for (int i = 0; i < argc; i++)
+		lua_pushstring(L, argv[i]);
+	return lr_main_task(S, argc);
+}
+
+static int is_bundle(const char *path)
+{
+	size_t n = strlen(path);
+	return n > 4 && strcmp(path + n - 4, ".rig") == 0;
+}
+
+int main(int argc, char **argv)
+{
+	size_t max_mem = 0;
+	uint64_t max_instr = 0;
+	int i = 1;
+
+	/* Options come first. */
+	for (; i < argc; i++) {
+		const char *a = argv[i];
+		const char *val = NULL;
+		if (strncmp(a, "--max-memory", 12) == 0) {
+			if (a[12] == '=')
+				val = a + 13;
+			else if (a[12] == '\0' && i + 1 < argc)
+				val = argv[++i];
+			else if (a[12] == '\0')
+				return usage_error("'%s' needs a value", a);
+			else
+				return usage_error("unknown option '%s'", a);
+			if (parse_size(val, &max_mem) < 0)
+				return usage_error("invalid size '%s' for --max-memory", val);
+		} else if (strncmp(a, "--max-instructions", 18) == 0) {
+			if (a[18] == '=')
+				val = a + 19;
+			else if (a[18] == '\0' && i + 1 < argc)
+				val = argv[++i];
+			else if (a[18] == '\0')
+				return usage_error("'%s' needs a value", a);
+			else
+				return usage_error("unknown option '%s'", a);
+			size_t n;
+			if (parse_size(val, &n) < 0)
+				return usage_error("invalid count '%s' for --max-instructions", val);
+			max_instr = n;
+		} else if (strcmp(a, "--") == 0) {
+			i++;
+			break;
+		} else if (a[0] == '-' && a[1] == '-' && strcmp(a, "--help") && strcmp(a, "--version")) {
+			return usage_error("unknown option '%s'", a);
+		} else {
+			break;
+		}
+	}
+
+	const char *cmd = i < argc ? argv[i] : NULL;
+	if (cmd && (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)) {
+		usage(stdout);
+		return 0;
+	}
+	if (cmd && (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)) {
+		printf("luarig %s (%s)\n", LR_VERSION, LUA_RELEASE);
+		return 0;
+	}
+	if (cmd && strcmp(cmd, "pack") == 0) {
+		const char *dir = NULL, *out = NULL;
+		for (int j = i + 1; j < argc; j++) {
+			if (strcmp(argv[j], "-o") == 0 && j + 1 < argc)
+				out = argv[++j];
+			else if (strcmp(argv[j], "-o") == 0)
+				return usage_error("'%s' needs a file name", "-o");
+			else if (!dir && argv[j][0] != '-')
+				dir = argv[j];
+			else
+				return usage_error("unexpected argument '%s'", argv[j]);
+		}
+		if (!dir)
+			return usage_error("%s", "pack needs a directory");
+		return lr_bundle_pack(dir, out);
+	}
+	if (cmd && strcmp(cmd, "inspect") == 0) {
+		if (i + 2 != argc)
+			return usage_error("%s", "inspect needs exactly one bundle");
+		return lr_bundle_inspect(argv[i + 1]);
+	}
+
+	const char *chunk = NULL, *script = NULL;
+	int repl = 0, run = 0;
+	if (cmd && strcmp(cmd, "-e") == 0) {
+		if (i + 1 >= argc)
+			return usage_error("'%s' needs a chunk", "-e");
+		chunk = argv[i + 1];
+		i += 2;
+	} else if (cmd && strcmp(cmd, "repl") == 0) {
+		repl = 1;
+		if (i + 1 < argc)
+			script = argv[i + 1];
+		if (i + 2 < argc)
+			return usage_error("unexpected argument '%s'", argv[i + 2]);
+		i = argc;
+	} else if (cmd && strcmp(cmd, "run") == 0) {
+		if (i + 1 >= argc)
+			return usage_error("%s", "run needs a script or a bundle");
+		run = 1;
+		script = argv[i + 1];
+		i += 2;
+	} else if (cmd && cmd[0] == '-' && cmd[1] != '\0') {
+		return usage_error("unknown option '%s'", cmd);
+	} else if (cmd) {
+		script = cmd;
+		i++;
+	} else if (isatty(0)) {
+		repl = 1;
+	} else {
+		script = "-";
+	}
+
+	struct lr_state S;
+	memset(&S, 0, sizeof S);
+	if (lr_state_open(&S, max_mem, max_instr) != 0) {
+		fprintf(stderr, "luarig: cannot create the Lua state\n");
+		return 1;
+	}
+	int code;
+	if (lr_state_prepare(&S) != 0) {
+		code = 1;
+	} else if (repl) {
+		S.repl = 1;
+		code = lr_repl_run(&S, script);
+	} else if (run && is_bundle(script)) {
+		code = lr_bundle_run(&S, script, argc - i, argv + i);
+	} else {
+		code = run_script(&S, script, chunk, argc - i, argv + i);
+	}
+	int unhandled = S.unhandled;
+	lr_state_close(&S);
+	if (S.unhandled > unhandled && code == 0)
+		code = 1;
+	return code;
+}

@@ -1,0 +1,290 @@
+/*
+ * state.c — the lua_State: a capped allocator, the instruction budget and
+ * interrupt hook, the traceback handler, module searchers for the embedded
+ * standard library, and the one status-to-Lua conversion.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lua-cjson.h>
+extern int luaopen_cjson_safe(lua_State *L);
+
+/* Headroom granted once a kill latched, so that unwinding and reporting can allocate. */
+#define KILL_SLACK (1u << 20)
+#define HOOK_COUNT 1000
+
+/*
+ * The allocator. With a cap, a request that would pass it fails and
+ * latches a kill: Lua raises "not enough memory" at once, and the hook
+ * re-raises at every later instruction so that pcall cannot swallow it.
+ */
+static void *state_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+	struct lr_state *S = ud;
+	if (!ptr)
+		osize = 0;
+	if (nsize == 0) {
+		free(ptr);
+		S->mem_used -= osize;
+		return NULL;
+	}
+	if (S->mem_max && nsize > osize) {
+		size_t limit = S->killed ? S->mem_max + KILL_SLACK : S->mem_max;
+		if (S->mem_used + (nsize - osize) > limit) {
+			if (!S->killed)
+				lr_state_kill(S, "memory cap exceeded");
+			return NULL;
+		}
+	}
+	void *p = realloc(ptr, nsize);
+	if (!p)
+		return NULL;
+	S->mem_used = S->mem_used - osize + nsize;
+	return p;
+}
+
+static void state_hook(lua_State *L, lua_Debug *ar)
+{
+	(void)ar;
+	struct lr_state *S = lr_state_of(L);
+	if (S->killed) {
+		lua_sethook(L, state_hook, LUA_MASKCOUNT, 1);
+		luaL_error(L, "%s", S->kill_msg);
+	}
+	if (S->interrupt) {
+		S->interrupt = 0;
+		S->interrupt_armed = 0;
+		lua_sethook(L, S->instr_max ? state_hook : NULL,
+			    S->instr_max ? LUA_MASKCOUNT : 0, S->hook_count);
+		luaL_error(L, "interrupted");
+	}
+	if (S->instr_max) {
+		S->instr_used += (uint64_t)S->hook_count;
+		if (S->instr_used > S->instr_max) {
+			lr_state_kill(S, "instruction budget exceeded");
+			lua_sethook(L, state_hook, LUA_MASKCOUNT, 1);
+			luaL_error(L, "%s", S->kill_msg);
+		}
+	}
+}
+
+void lr_state_kill(struct lr_state *S, const char *msg)
+{
+	if (S->killed)
+		return;
+	S->kill_msg = msg;
+	S->killed = 1;
+	lua_State *run = S->running;
+	if (run)
+		lua_sethook(run, state_hook, LUA_MASKCOUNT, 1);
+	lua_sethook(S->L, state_hook, LUA_MASKCOUNT, 1);
+	if (S->loop)
+		lr_loop_stop(S->loop);
+}
+
+/* Safe inside a signal handler: lua_sethook is documented as such. */
+void lr_state_interrupt(struct lr_state *S)
+{
+	lua_State *run = S->running;
+	if (!run)
+		return;
+	S->interrupt = 1;
+	S->interrupt_armed = 1;
+	lua_sethook(run, state_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
+}
+
+void lr_closer_add(struct lr_state *S, struct lr_closer *c)
+{
+	c->prev = NULL;
+	c->next = S->closers;
+	if (S->closers)
+		S->closers->prev = c;
+	S->closers = c;
+}
+
+void lr_closer_remove(struct lr_state *S, struct lr_closer *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else if (S->closers == c)
+		S->closers = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->next = c->prev = NULL;
+}
+
+void lr_state_shutdown(struct lr_state *S)
+{
+	lr_sched_cancel_all(S);
+	while (S->closers) {
+		struct lr_closer *c = S->closers;
+		lr_closer_remove(S, c);
+		c->close(c);
+	}
+}
+
+int lr_traceback(lua_State *L)
+{
+	const char *msg = lua_tostring(L, 1);
+	if (!msg) {
+		if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+			return 1;
+		msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+	}
+	struct lr_state *S = lr_state_of(L);
+	if (S->killed && S->kill_msg)
+		msg = S->kill_msg;
+	luaL_traceback(L, L, msg, 1);
+	return 1;
+}
+
+int lr_pushfail(lua_State *L, int rc, const char *fmt, ...)
+{
+	luaL_pushfail(L);
+	if (fmt) {
+		va_list ap;
+		va_start(ap, fmt);
+		lua_pushvfstring(L, fmt, ap);
+		va_end(ap);
+	} else {
+		lua_pushstring(L, lr_strerror(rc));
+	}
+	lua_pushstring(L, lr_errcode(rc));
+	return 3;
+}
+
+void *lr_checkhandle(lua_State *L, int idx, const char *tname)
+{
+	void **p = luaL_checkudata(L, idx, tname);
+	if (!*p)
+		luaL_error(L, "attempt to use a closed %s", tname);
+	return *p;
+}
+
+int lr_load_file(lua_State *L, const char *path)
+{
+	if (strcmp(path, "-") == 0)
+		path = NULL;
+	int rc = luaL_loadfilex(L, path, "t");
+	if (rc != LUA_OK)
+		return rc;
+	return LUA_OK;
+}
+
+/*
+ * The embedded standard library. With LUARIG_PATH set, modules come from
+ * that directory instead (stdlib/ of a checkout), so the library can be
+ * edited without rebuilding.
+ */
+static const struct lr_embedded *embedded_find(const char *name)
+{
+	for (size_t i = 0; i < lr_stdlib_count; i++)
+		if (strcmp(lr_stdlib[i].name, name) == 0)
+			return &lr_stdlib[i];
+	return NULL;
+}
+
+static int searcher_stdlib(lua_State *L)
+{
+	const char *name = luaL_checkstring(L, 1);
+	const struct lr_embedded *e = embedded_find(name);
+	if (!e) {
+		lua_pushfstring(L, "no embedded module '%s'", name);
+		return 1;
+	}
+	const char *dir = getenv("LUARIG_PATH");
+	if (dir && *dir) {
+		/* e->path is "stdlib/rig/x.lua": the part after "stdlib/" is relative to LUARIG_PATH. */
+		const char *rel = strchr(e->path, '/');
+		lua_pushfstring(L, "%s/%s", dir, rel ? rel + 1 : e->path);
+		const char *file = lua_tostring(L, -1);
+		if (luaL_loadfilex(L, file, "t") != LUA_OK)
+			return luaL_error(L, "error loading module '%s' from '%s':\n\t%s", name,
+					  file, lua_tostring(L, -1));
+		lua_insert(L, -2); /* stack: loader, file */
+		return 2;
+	}
+	lua_pushfstring(L, "@%s", e->path);
+	if (luaL_loadbufferx(L, (const char *)e->data, e->len, lua_tostring(L, -1), "t") != LUA_OK)
+		return luaL_error(L, "error loading embedded module '%s':\n\t%s", name,
+				  lua_tostring(L, -1));
+	lua_pushstring(L, e->path);
+	return 2;
+}
+
+void lr_searchers_install(lua_State *L)
+{
+	/* stack: */
+	lua_getglobal(L, "package");
+	lua_getfield(L, -1, "searchers");
+	/* Insert at position 2, after the preload searcher. */
+	int n = (int)lua_rawlen(L, -1);
+	for (int i = n; i >= 2; i--) {
+		lua_rawgeti(L, -1, i);
+		lua_rawseti(L, -2, i + 1);
+	}
+	lua_pushcfunction(L, searcher_stdlib);
+	lua_rawseti(L, -2, 2);
+	lua_pop(L, 1);
+
+	lua_getfield(L, -1, "preload"); /* stack: package preload */
+	lua_pushcfunction(L, luaopen_rig_core);
+	lua_setfield(L, -2, "rig.core");
+	lua_pushcfunction(L, luaopen_cjson);
+	lua_setfield(L, -2, "cjson");
+	lua_pushcfunction(L, luaopen_cjson_safe);
+	lua_setfield(L, -2, "cjson.safe");
+	lua_pop(L, 2);
+}
+
+static void state_warn(void *ud, const char *msg, int tocont)
+{
+	(void)ud;
+	static int cont;
+	if (!cont && msg[0] == '@')
+		return; /* control messages */
+	fprintf(stderr, "%s%s", cont ? "" : "luarig: warning: ", msg);
+	cont = tocont;
+	if (!tocont)
+		fputc('\n', stderr);
+}
+
+int lr_state_open(struct lr_state *S, size_t mem_max, uint64_t instr_max)
+{
+	int rc = lr_loop_new(&S->loop);
+	if (rc)
+		return rc;
+	S->mem_max = mem_max;
+	S->instr_max = instr_max;
+	S->hook_count = HOOK_COUNT;
+	S->L = lua_newstate(state_alloc, S);
+	if (!S->L) {
+		lr_loop_free(S->loop);
+		S->loop = NULL;
+		return -ENOMEM;
+	}
+	*(struct lr_state **)lua_getextraspace(S->L) = S;
+	lua_setwarnf(S->L, state_warn, S);
+	if (instr_max)
+		lua_sethook(S->L, state_hook, LUA_MASKCOUNT, S->hook_count);
+	rc = lr_sched_open(S);
+	if (rc)
+		return rc;
+	return 0;
+}
+
+void lr_state_close(struct lr_state *S)
+{
+	if (S->L) {
+		lua_close(S->L);
+		S->L = NULL;
+	}
+	lr_sched_close(S);
+	lr_loop_free(S->loop);
+	S->loop = NULL;
+}

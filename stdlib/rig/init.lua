@@ -1,0 +1,65 @@
+-- rig: the luarig standard library.
+--
+-- Everything a rig author touches. The C runtime is reached only through
+-- rig.core; areas load on first use (rig.http, rig.process, ...) so that a
+-- script that never needs them never pays for them.
+
+local core = require "rig.core"
+
+local rig = {
+  core = core,
+  version = core.version,
+  spawn = core.spawn,   -- rig.spawn(fn, ...) -> task with :wait([timeout]), :cancel(), :status()
+  sleep = core.sleep,   -- rig.sleep(seconds): waits without blocking other tasks
+  now = core.now,       -- monotonic seconds
+  time = core.time,     -- wall-clock seconds since the epoch
+  current = core.current,
+}
+
+-- Waiting inside a user coroutine: the waiting call yields the scheduler
+-- marker; these wrappers pass it outward to the task and pass the
+-- resumption back in, so coroutines and waiting nest (as in OpenResty).
+do
+  local marker = core.yield_marker()
+  local create, resume, yield, close = coroutine.create, coroutine.resume, coroutine.yield, coroutine.close
+
+  local function pass(co, ok, first, ...)
+    if ok and first == marker and select("#", ...) == 0 then
+      return pass(co, resume(co, yield(marker)))
+    end
+    return ok, first, ...
+  end
+
+  coroutine.resume = function(co, ...)
+    return pass(co, resume(co, ...))
+  end
+
+  local function unwrap(co, ok, ...)
+    if ok then return ... end
+    close(co)
+    error((...), 0)
+  end
+
+  coroutine.wrap = function(f)
+    local co = create(f)
+    return function(...)
+      return unwrap(co, pass(co, resume(co, ...)))
+    end
+  end
+end
+
+local areas = {
+  http = "rig.http",
+  process = "rig.process",
+  json = "rig.json",
+}
+
+return setmetatable(rig, {
+  __index = function(t, k)
+    local name = areas[k]
+    if not name then return nil end
+    local m = require(name)
+    rawset(t, k, m)
+    return m
+  end,
+})

@@ -1,0 +1,1 @@
+"$LUARIG" -e 'os.exit(7)'

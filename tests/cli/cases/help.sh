@@ -1,0 +1,1 @@
+"$LUARIG" help | head -3

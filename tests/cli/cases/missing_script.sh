@@ -1,0 +1,1 @@
+"$LUARIG" does-not-exist.lua

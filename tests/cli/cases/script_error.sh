@@ -1,0 +1,2 @@
+printf 'local function f() error("it broke") end\nf()\n' > s.lua
+"$LUARIG" s.lua

@@ -1,0 +1,2 @@
+printf 'local x = \n' > s.lua
+"$LUARIG" s.lua

@@ -1,0 +1,1 @@
+"$LUARIG" --max-memory lots -e 'print(1)'

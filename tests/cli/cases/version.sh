@@ -1,0 +1,1 @@
+"$LUARIG" version | sed 's/luarig [0-9.]*/luarig X/'

@@ -1,0 +1,48 @@
+#!/bin/sh
+# Runs every suite and prints one summary line: "N passed, N failed".
+# Each suite prints TAP-style lines, "ok - name" or "not ok - name"; this
+# script counts them. BUILD names the build folder (build, build/san).
+BUILD=${BUILD:-build}
+export LUARIG="$PWD/$BUILD/luarig"
+export LUARIG_ROOT="$PWD"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+suite() { # name command...
+	name=$1
+	shift
+	printf '== %s\n' "$name"
+	"$@" >"$out/$name.log" 2>&1
+	rc=$?
+	grep -E '^(not )?ok - ' "$out/$name.log" >"$out/$name.tap"
+	if [ ! -s "$out/$name.tap" ] || [ $rc -ne 0 ] && ! grep -q '^not ok - ' "$out/$name.tap"; then
+		echo "not ok - $name: the suite exited $rc without reporting a failure" >>"$out/$name.tap"
+	fi
+	if grep -q '^not ok - ' "$out/$name.tap"; then
+		sed 's/^/   | /' "$out/$name.log" | tail -n 60
+	fi
+	grep -c '^ok - ' "$out/$name.tap" | xargs printf '   %s passed'
+	grep -c '^not ok - ' "$out/$name.tap" | xargs printf ', %s failed\n'
+	cat "$out/$name.tap" >>"$out/all.tap"
+}
+
+: >"$out/all.tap"
+for t in "$BUILD"/tests/unit/*_test; do
+	[ -x "$t" ] && suite "unit-$(basename "$t")" "$t"
+done
+for f in tests/lua/*_spec.lua; do
+	[ -f "$f" ] && suite "lua-$(basename "$f" .lua)" "$LUARIG" tests/lua/runner.lua "$f"
+done
+suite cli sh tests/cli/run.sh
+[ -f tests/repl/run.sh ] && suite repl sh tests/repl/run.sh
+for r in "$BUILD"/tests/fuzz/*_replay; do
+	[ -x "$r" ] || continue
+	n=$(basename "$r" _fuzz_replay)
+	suite "fuzz-$n" "$r" tests/fuzz/corpus/"$n"
+done
+
+grep '^not ok - ' "$out/all.tap" | sed 's/^/FAILED: /'
+passed=$(grep -c '^ok - ' "$out/all.tap")
+failed=$(grep -c '^not ok - ' "$out/all.tap")
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,26 @@
+#!/bin/sh
+# Installs the Debian 12 packages luarig needs to build, test and benchmark.
+# Idempotent: prints nothing when everything is already installed.
+set -e
+pkgs="build-essential pkg-config clang libclang-rt-14-dev cppcheck
+liblua5.4-dev lua5.4 lua-cjson lua-cjson-dev
+libevent-dev libcurl4-openssl-dev libarchive-dev libjansson-dev libedit-dev
+libssl-dev liblmdb-dev libseccomp-dev libnats-dev
+tmux curl python3 nats-server hyperfine nodejs"
+missing=""
+for p in $pkgs; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+	echo "deps: missing packages:$missing" >&2
+	echo "deps: run 'make deps' as root (or: sudo apt-get install$missing)" >&2
+	exit 1
+fi
+echo "deps: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# nodejs may come from another repository with its own package name; it is only a benchmark peer.
+apt-get install -y -qq --no-install-recommends $missing >/dev/null || {
+	apt-get install -y -qq --no-install-recommends $(echo "$missing" | sed 's/ nodejs//') >/dev/null
+}

@@ -1,0 +1,111 @@
+/*
+ * util.h — the bottom layer every C folder may include: status codes and
+ * their messages, bounded growable buffers, lazily loaded shared libraries
+ * and SHA-256.
+ *
+ * Nothing here includes lua.h or any header above it. Heavy libraries
+ * (libcurl, libarchive, libcrypto) are not linked into the binary: they are
+ * opened with dlopen on first use, so `luarig -e ''` pays neither their
+ * relocation cost nor their memory.
+ */
+#ifndef LR_UTIL_H
+#define LR_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Status codes. Functions return 0 on success, a negative errno value
+ * (-ENOMEM, -ETIMEDOUT, ...) or one of the LR_E* codes below, which live in
+ * a reserved range far from errno values.
+ */
+enum {
+	LR_EBASE = -30900,
+	LR_ECANCELLED = LR_EBASE, /* the operation was cancelled */
+	LR_ETOOBIG,               /* a size cap was hit */
+	LR_EPARSE,                /* malformed input from outside */
+	LR_ECORRUPT,              /* stored or packaged bytes fail verification */
+	LR_ECONFLICT,             /* compare-and-swap or expected-tip mismatch */
+	LR_EAMBIGUOUS,            /* outcome unknown (networked backends) */
+	LR_ELEASEHELD,            /* a lease is held by someone else */
+	LR_ELEASELOST,            /* our lease was taken or expired */
+	LR_ENOTFOUND,             /* no such record, key, blob, route */
+	LR_EBLOBCONFLICT,         /* different bytes under an existing blob key */
+	LR_ENETWORK,              /* transport failure (connect, reset, TLS) */
+	LR_ETIMEOUT,              /* a deadline passed */
+	LR_EHTTPSTATUS,           /* an HTTP response with a non-success status */
+	LR_ECLOSED,               /* the peer or handle is closed */
+	LR_EREFUSED,              /* refused by policy (bundles, sandbox) */
+	LR_EUNAVAILABLE,          /* a library or facility is missing */
+	LR_ELAST
+};
+
+/*
+ * lr_strerror returns a static description of rc (an errno value negated or
+ * an LR_E* code). lr_errcode returns the short stable code string that Lua
+ * sees as the third return value ("timeout", "cancelled", "ENOENT", ...).
+ */
+const char *lr_strerror(int rc);
+const char *lr_errcode(int rc);
+
+/*
+ * A growable byte buffer with a hard cap given at init (curl's dynbuf).
+ * The bytes are always NUL-terminated so text can be used in place.
+ */
+struct lr_buf {
+	char *data;
+	size_t len;
+	size_t alloc;
+	size_t cap; /* appends that would exceed this fail with LR_ETOOBIG */
+};
+
+void lr_buf_init(struct lr_buf *b, size_t cap);
+void lr_buf_release(struct lr_buf *b);       /* frees data; b may be reused after init */
+void lr_buf_reset(struct lr_buf *b);         /* len = 0, keeps the allocation */
+int lr_buf_add(struct lr_buf *b, const void *p, size_t n);
+int lr_buf_addstr(struct lr_buf *b, const char *s);
+int lr_buf_printf(struct lr_buf *b, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Drops the first n bytes (n <= len). */
+void lr_buf_consume(struct lr_buf *b, size_t n);
+/* Hands the bytes to the caller (free() them); b is left empty. */
+char *lr_buf_take(struct lr_buf *b, size_t *len);
+
+/*
+ * Lazily opened libraries. lr_lazy_open dlopens the first soname that loads
+ * and resolves every name in names (NULL-terminated) into slots[i]. The
+ * result is cached: later calls return the first outcome. On failure err
+ * (at least 256 bytes) says which library or symbol is missing and the
+ * return value is LR_EUNAVAILABLE.
+ */
+struct lr_lazy {
+	const char *const *sonames; /* NULL-terminated, tried in order */
+	const char *const *names;   /* NULL-terminated symbol names */
+	void **slots;               /* one per name */
+	int state;                  /* 0 untried, 1 loaded, -1 failed */
+	char err[256];
+};
+int lr_lazy_open(struct lr_lazy *lz);
+
+/*
+ * SHA-256 through libcrypto, opened on first use. lr_sha256 writes the
+ * 32-byte digest; lr_sha256_hex writes 64 lower-case hex digits and a NUL.
+ * The incremental form hashes streams without holding them whole.
+ */
+#define LR_SHA256_LEN 32
+struct lr_sha256 {
+	void *ctx;
+};
+int lr_sha256_begin(struct lr_sha256 *h);
+int lr_sha256_update(struct lr_sha256 *h, const void *p, size_t n);
+int lr_sha256_end(struct lr_sha256 *h, unsigned char out[LR_SHA256_LEN]);
+void lr_sha256_abort(struct lr_sha256 *h);
+int lr_sha256(const void *p, size_t n, unsigned char out[LR_SHA256_LEN]);
+int lr_sha256_hex(const void *p, size_t n, char out[2 * LR_SHA256_LEN + 1]);
+void lr_hex(const unsigned char *in, size_t n, char *out);
+
+/* Monotonic and wall clocks. */
+uint64_t lr_now_ns(void);     /* CLOCK_MONOTONIC */
+double lr_wall_seconds(void); /* CLOCK_REALTIME, seconds since the epoch */
+
+#endif
