@@ -108,4 +108,19 @@ struct lr_work {
 };
 int lr_pool_submit(struct lr_loop *loop, struct lr_work *w);
 
+/* ---- SSE framing (host/sse.c) ---- */
+
+
+/* ---- HTTP client (host/http_client.c) ---- */
+
+
+/* ---- HTTP server (host/http_server.c) ---- */
+
+
+/* ---- processes (host/proc.c) ---- */
+
+
+/* ---- bundles (host/bundle.c) ---- */
+
+
 #endif
