@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""luarig benchmarks: every figure is measured against a named peer in the
+same run and printed as one line
+
+  BENCH name=<n> value=<v> unit=<u> peer=<p> peer_value=<pv> ratio=<value/peer_value>
+
+Values are costs (time or bytes): a ratio below 1 means luarig is better.
+Nothing here passes or fails; the goals live in the issue and the notes.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+LUARIG = os.environ.get("LUARIG", "build/luarig")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def bench_line(name, value, unit, peer, peer_value):
+    ratio = value / peer_value if peer_value else float("inf")
+    print(f"BENCH name={name} value={value:.6g} unit={unit} peer={peer} "
+          f"peer_value={peer_value:.6g} ratio={ratio:.3f}", flush=True)
+
+
+def run_quiet(argv, **kw):
+    return subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+
+
+def startup_seconds(argv, runs=200, warmup=20):
+    """Mean wall time of a whole process start and exit, interleaving is
+    left to the caller; hyperfine would do the same, this avoids needing it."""
+    for _ in range(warmup):
+        run_quiet(argv)
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        run_quiet(argv)
+        samples.append(time.perf_counter() - t0)
+    samples.sort()
+    # the median is robust against the other core's noise
+    return samples[len(samples) // 2]
+
+
+# The process reports its own high-water mark just before exiting: rusage
+# from the parent would count the forked launcher's pages before exec.
+HWM_CHUNK = ('local f = io.open("/proc/self/status") local s = f:read("a") f:close() '
+             'io.write(s:match("VmHWM:%s*(%d+)"))')
+
+
+def peak_rss_bytes(interp):
+    out = subprocess.run([interp, "-e", HWM_CHUNK], capture_output=True, text=True, check=True)
+    return int(out.stdout) * 1024
+
+
+def main():
+    which = set(sys.argv[1:]) or {"startup", "rss", "sse"}
+    lua = shutil.which("lua5.4")
+    node = shutil.which("node")
+    if "startup" in which:
+        ours = startup_seconds([LUARIG, "-e", ""])
+        if lua:
+            bench_line("startup", ours * 1e3, "ms", "lua5.4", startup_seconds([lua, "-e", ""]) * 1e3)
+        if node:
+            bench_line("startup", ours * 1e3, "ms", "node",
+                       startup_seconds([node, "-e", ""], runs=30, warmup=3) * 1e3)
+    if "rss" in which and lua:
+        ours = min(peak_rss_bytes(LUARIG) for _ in range(5))
+        peer = min(peak_rss_bytes(lua) for _ in range(5))
+        bench_line("peak_rss", ours / 1024, "KiB", "lua5.4", peer / 1024)
+    if "sse" in which:
+        sse = os.path.join(ROOT, "tests", "bench", "sse.py")
+        if os.path.exists(sse):
+            subprocess.run([sys.executable, sse], check=False)
+
+
+if __name__ == "__main__":
+    main()
