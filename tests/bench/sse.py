@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""SSE framing benchmark: a 100 MB text/event-stream built from a recorded
+provider stream (shared fixture openai_chat_parallel_tool_calls.sse, ~300
+bytes an event, repeated) is served on loopback by a sendfile() server, so
+the server is never the bottleneck. luarig reads it with rig.http.stream and
+touches every event in Lua; the peer is `curl -N` writing the same stream to
+/dev/null. Both are timed as whole processes in the same run, alternating.
+"""
+import http.server
+import os
+import socket
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+LUARIG = os.environ.get("LUARIG", "build/luarig")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SIZE = int(os.environ.get("SSE_BENCH_BYTES", 100 * 1000 * 1000))
+ROUNDS = int(os.environ.get("SSE_BENCH_ROUNDS", 3))
+
+
+def fixture():
+    for base in (os.path.join(ROOT, "tests", "fixtures"),):
+        p = os.path.join(base, "openai_chat_parallel_tool_calls.sse")
+        if os.path.exists(p):
+            with open(p, "rb") as f:
+                return f.read()
+    # A synthetic stream of the same shape if the fixture is not beside us.
+    ev = b'data: {"id":"chatcmpl-x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hello"}}]}\n\n'
+    return ev * 20
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    path_file = None
+
+    def do_GET(self):
+        size = os.path.getsize(self.path_file)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        with open(self.path_file, "rb") as f:
+            self.wfile.flush()
+            self.connection.sendfile(f)
+
+    def log_message(self, *a):
+        pass
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+
+
+def timed(argv):
+    t0 = time.perf_counter()
+    out = subprocess.run(argv, capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    if out.returncode != 0:
+        sys.stderr.write(f"sse bench: {argv[0]} failed: {out.stderr}\n")
+        return None, out.stdout
+    return dt, out.stdout
+
+
+def main():
+    block = fixture()
+    if not block.endswith(b"\n\n"):
+        block += b"\n\n" if not block.endswith(b"\n") else b"\n"
+    events_per_block = block.count(b"\n\ndata:") + 1
+    reps = max(1, SIZE // len(block))
+    with tempfile.NamedTemporaryFile(suffix=".sse", delete=False) as f:
+        for _ in range(reps):
+            f.write(block)
+        path = f.name
+    total = reps * len(block)
+    nevents = reps * events_per_block
+    Handler.path_file = path
+    srv = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/stream"
+    chunk = ("local st = assert(rig.http.stream{ url = arg[1], idle_timeout = 30 }) "
+             "local n, bytes = 0, 0 "
+             "for ev in st:events() do n = n + 1 bytes = bytes + #ev.data end "
+             "assert(st:result()) print(n)")
+    ours, peer = [], []
+    try:
+        for _ in range(ROUNDS):
+            dt, out = timed([LUARIG, "-e", chunk, url])
+            if dt is None:
+                return
+            if int(out.strip()) != nevents:
+                sys.stderr.write(f"sse bench: luarig saw {out.strip()} events, expected {nevents}\n")
+                return
+            ours.append(dt)
+            dt, _ = timed(["curl", "-sS", "-N", "-o", "/dev/null", url])
+            if dt is None:
+                return
+            peer.append(dt)
+    finally:
+        srv.shutdown()
+        os.unlink(path)
+    o, p = min(ours), min(peer)
+    print(f"BENCH name=sse_100mb value={o:.4g} unit=s peer=curl-N peer_value={p:.4g} "
+          f"ratio={o / p:.3f}", flush=True)
+    print(f"BENCH name=sse_per_event value={o / nevents * 1e9:.4g} unit=ns peer=curl-N "
+          f"peer_value={p / nevents * 1e9:.4g} ratio={o / p:.3f}", flush=True)
+    print(f"# {total / 1e6:.0f} MB, {nevents} events of ~{total // nevents} bytes; "
+          f"luarig {total / o / 1e6:.0f} MB/s, curl {total / p / 1e6:.0f} MB/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
