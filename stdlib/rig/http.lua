@@ -1,5 +1,5 @@
--- rig.http: an HTTP client with server-sent events, and (from lua/server.c)
--- an HTTP server.
+-- rig.http: an HTTP client with server-sent events, and the HTTP server
+-- (rig.http.server, from stdlib/rig/http_server.lua).
 --
 --   local resp, err, code = rig.http.request{ url = "http://…", method =, headers =, body =,
 --     timeout = 30, connect_timeout = 10, header_timeout =, idle_timeout =,
@@ -20,7 +20,7 @@ local core = require "rig.core"
 local http = {
   request = core.http_request,
   stream = core.http_stream,
-  server = core.http_server,
 }
+http.server = require "rig.http_server"
 
 return http
