@@ -353,7 +353,8 @@ static void req_done(struct lr_http_req *r, CURLcode res)
 	} else if (res == CURLE_COULDNT_RESOLVE_HOST) {
 		req_seterr(r, LR_ENETWORK, "http: cannot resolve '%s': %s", r->host, detail);
 	} else if (res == CURLE_FILESIZE_EXCEEDED) {
-		req_seterr(r, LR_ETOOBIG, "http: response body from '%s' is too large", r->host);
+		req_seterr(r, LR_ETOOBIG, "http: response body from '%s' exceeds %zu bytes", r->host,
+			   r->resp.body.cap);
 	} else {
 		req_seterr(r, LR_ENETWORK, "http: request to '%s' failed: %s", r->host, detail);
 	}

@@ -18,15 +18,16 @@ local function sse_headers()
   return { ["content-type"] = "text/event-stream", ["cache-control"] = "no-store" }
 end
 
--- Handlers that write until the peer is gone record it here.
+-- Handlers that write until the peer is gone record it here. The server
+-- notices a disconnect either as a failed write or by cancelling the
+-- handler's task (which raises "cancelled" at its next wait).
 local gone = {}
 
 local function keep_writing(key, res)
-  while true do
-    local ok = res:write(": keep-alive\n")
-    if not ok then gone[key] = true; return end
-    rig.sleep(0.05)
-  end
+  pcall(function()
+    while res:write(": keep-alive\n") do rig.sleep(0.05) end
+  end)
+  gone[key] = true
 end
 
 -- Odd chunk sizes, so that lines and CRLFs split everywhere.
@@ -375,8 +376,8 @@ describe("recorded provider streams", function()
   end
 
   for _, case in ipairs{
-    { "anthropic_thinking_signature.jsonl", 21 },
-    { "openai_responses_function_call.jsonl", 11 },
+    { "anthropic_thinking_signature.jsonl", 22 },
+    { "openai_responses_function_call.jsonl", 12 },
   } do
     local name, count = case[1], case[2]
     it("parses " .. name .. " framed as data: lines", function()
