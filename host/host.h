@@ -180,9 +180,10 @@ int lr_sse_finish(struct lr_sse *p, lr_sse_cb cb, void *arg);
  * final header block is complete) and idle_timeout (between received bytes;
  * stopped while the transfer is paused for backpressure).
  *
- * A request notifies its owner (notify(arg), on the loop, never inside a
- * call the owner made into this module... except lr_http_pop, see there)
- * when the final headers arrive, when events are queued and when it ends.
+ * A request calls notify(arg) on the loop when the final headers arrive,
+ * when events are queued and when it ends; the owner reads lr_http_resp and
+ * pops events. notify runs inside libcurl's callbacks (and possibly inside
+ * lr_http_pop): it must only record or wake, never free the request.
  * Errors: LR_ENETWORK, LR_ETIMEOUT, LR_ETOOBIG, LR_EUNAVAILABLE (no
  * libcurl), with a message naming the URL's host in resp->err.
  */
@@ -211,7 +212,7 @@ struct lr_http_opts {
 	size_t max_headers;          /* bytes of the header block */
 	int stream;                  /* 2xx bodies go through the SSE framer */
 	size_t max_line, max_event;  /* the framer's caps */
-	size_t max_queue;            /* events queued unread before the transfer pauses */
+	size_t max_queue;            /* events queued unread before the transfer pauses (or 1 MiB) */
 	size_t max_error_body;       /* stream mode, non-2xx: body kept up to this, then stop */
 };
 

@@ -19,6 +19,8 @@
 #include <string.h>
 
 #define MAX_REDIRECTS 5L
+/* Queued event bytes above which the transfer pauses, whatever the count. */
+#define QUEUE_BYTES ((size_t)1 << 20)
 
 static const char *const curl_sonames[] = { "libcurl.so.4", "libcurl.so", NULL };
 static const char *const curl_names[] = {
@@ -91,6 +93,7 @@ struct lr_http_req {
 	struct lr_sse sse;
 	struct lr_http_event *q_head, *q_tail;
 	size_t queued, max_queue;
+	size_t queued_bytes;
 	struct lr_http_req *next, *prev;
 };
 
@@ -398,6 +401,7 @@ static int queue_event(void *arg, const struct lr_sse_event *ev)
 		r->q_head = e;
 	r->q_tail = e;
 	r->queued++;
+	r->queued_bytes += n;
 	return 0;
 }
 
@@ -418,7 +422,7 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *arg)
 	if (r->own_rc)
 		return 0;
 	if (r->sse_on) {
-		if (r->queued >= r->max_queue) {
+		if (r->queued >= r->max_queue || r->queued_bytes >= QUEUE_BYTES) {
 			r->paused = 1;
 			lr_timer_stop(&r->idle_timer);
 			return CURL_WRITEFUNC_PAUSE;
@@ -701,10 +705,12 @@ struct lr_http_event *lr_http_pop(struct lr_http_req *r)
 		if (!r->q_head)
 			r->q_tail = NULL;
 		r->queued--;
+		r->queued_bytes -= e->type_len + e->data_len + e->id_len + 3;
 		e->next = NULL;
 	}
 	/* Drained below half: let the transfer go on. */
-	if (r->paused && r->easy && r->queued <= r->max_queue / 2) {
+	if (r->paused && r->easy && r->queued <= r->max_queue / 2 &&
+	    r->queued_bytes <= QUEUE_BYTES / 2) {
 		r->paused = 0;
 		idle_rearm(r);
 		cu.easy_pause(r->easy, CURLPAUSE_CONT);

@@ -24,7 +24,7 @@
 #define MAX_LINE ((size_t)1 << 20)
 #define MAX_EVENT ((size_t)16 << 20)
 #define MAX_ERROR_BODY ((size_t)64 << 10)
-#define MAX_QUEUE 64
+#define MAX_QUEUE 1024
 /* http_stream's stack: opts, header lines, header array, the stream. */
 #define STREAM_IDX 4
 
@@ -493,7 +493,7 @@ static int stream_result(lua_State *L)
 	return 1;
 }
 
-/* Fields (status, headers, reused) live in the uservalue; methods in the upvalue. */
+/* Fields (status, headers) live in the uservalue; methods in the upvalue. */
 static int stream_index(lua_State *L)
 {
 	lua_pushvalue(L, 2);
@@ -557,8 +557,6 @@ static int stream_open_step(lua_State *L, struct stream *s)
 	lua_setfield(L, -2, "status");
 	push_headers(L, resp);
 	lua_setfield(L, -2, "headers");
-	lua_pushboolean(L, resp->connects == 0 && resp->done);
-	lua_setfield(L, -2, "reused");
 	lua_pop(L, 1);
 	return 1; /* the stream, on top */
 }
