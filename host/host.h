@@ -110,11 +110,243 @@ int lr_pool_submit(struct lr_loop *loop, struct lr_work *w);
 
 /* ---- SSE framing (host/sse.c) ---- */
 
+/*
+ * A push parser for text/event-stream bodies following the WHATWG
+ * EventSource rules: feed it chunks split anywhere (even between CR and
+ * LF); it calls back once per dispatched event. No Lua, no libcurl.
+ *
+ * Lines end in LF, CRLF or CR. "data:" lines join with "\n"; one space
+ * after the colon is dropped; lines starting with ':' are comments; a line
+ * without a colon is a field with an empty value; unknown fields are
+ * ignored; a BOM at the very start is dropped. A blank line dispatches the
+ * event if any data line was seen, otherwise it only resets the event name.
+ * "id:" sets the last event id, which persists across events (an id holding
+ * NUL is ignored; an empty id clears it); "retry:" with digits only is
+ * reported with the next dispatched event. lr_sse_finish, at the end of the
+ * stream, dispatches a last event that lacked its blank line (recorded
+ * provider streams end that way).
+ *
+ * Caps: a line longer than max_line bytes or an event with more than
+ * max_event data bytes stops the parser with LR_ETOOBIG. Errors stick: every
+ * later call returns the same status without calling back.
+ */
+struct lr_sse_event {
+	const char *type; /* "message" unless an event: line named it */
+	size_t type_len;
+	const char *data; /* not NUL-safe text: data may hold NUL bytes */
+	size_t data_len;
+	const char *id;   /* the last event id, NULL when none */
+	size_t id_len;
+	long retry;       /* a retry: value seen since the last dispatch, or -1 */
+};
+
+/*
+ * Called per event; the pointers are borrowed until the callback returns.
+ * A non-zero return stops the parser and becomes its sticky status.
+ */
+typedef int (*lr_sse_cb)(void *arg, const struct lr_sse_event *ev);
+
+struct lr_sse {
+	struct lr_buf line;  /* a line split across chunks */
+	struct lr_buf data;
+	struct lr_buf type;
+	struct lr_buf id;
+	size_t max_line, max_event;
+	long retry;
+	int has_data;
+	int after_cr;  /* the last byte fed was CR: skip one LF */
+	int bom;       /* bytes of a BOM matched at the start; 3 when settled */
+	int status;
+};
+
+void lr_sse_init(struct lr_sse *p, size_t max_line, size_t max_event);
+void lr_sse_release(struct lr_sse *p);
+/* Returns 0, LR_ETOOBIG, -ENOMEM or a callback's non-zero status. */
+int lr_sse_feed(struct lr_sse *p, const void *buf, size_t len, lr_sse_cb cb, void *arg);
+/* End of stream: processes a final unterminated line and dispatches a pending event. */
+int lr_sse_finish(struct lr_sse *p, lr_sse_cb cb, void *arg);
+
 
 /* ---- HTTP client (host/http_client.c) ---- */
 
+/*
+ * HTTP(S) requests over one libcurl multi handle per loop, driven by the
+ * loop's sockets and timers, so connections are reused across requests.
+ * libcurl is opened on first use (lr_lazy_open), never linked.
+ *
+ * Policy fixed here: only http and https (also for redirects), TLS
+ * verification always on, no redirects unless follow_redirects (then at
+ * most 5). Two timers of our own: header_timeout (from the start until the
+ * final header block is complete) and idle_timeout (between received bytes;
+ * stopped while the transfer is paused for backpressure).
+ *
+ * A request calls notify(arg) on the loop when the final headers arrive,
+ * when events are queued and when it ends; the owner reads lr_http_resp and
+ * pops events. notify runs inside libcurl's callbacks (and possibly inside
+ * lr_http_pop): it must only record or wake, never free the request.
+ * Errors: LR_ENETWORK, LR_ETIMEOUT, LR_ETOOBIG, LR_EUNAVAILABLE (no
+ * libcurl), with a message naming the URL's host in resp->err.
+ */
+struct lr_http;
+struct lr_http_req;
+
+/* One client per loop. Creating it does not load libcurl. */
+int lr_http_new(struct lr_loop *loop, struct lr_http **out);
+/* Aborts every request in flight (their notify is never called again); accepts NULL. */
+void lr_http_free(struct lr_http *c);
+
+struct lr_http_opts {
+	const char *method;          /* NULL: GET, or POST when has_body */
+	const char *url;             /* http:// or https:// */
+	const char *const *headers;  /* "Name: value" lines, borrowed for the call */
+	size_t nheaders;
+	const void *body;            /* copied */
+	size_t body_len;
+	int has_body;
+	double timeout;              /* seconds; <= 0 means none (all four) */
+	double connect_timeout;
+	double header_timeout;
+	double idle_timeout;
+	int follow_redirects;
+	size_t max_body;             /* buffered mode: a longer body is LR_ETOOBIG */
+	size_t max_headers;          /* bytes of the header block */
+	int stream;                  /* 2xx bodies go through the SSE framer */
+	size_t max_line, max_event;  /* the framer's caps */
+	size_t max_queue;            /* events queued unread before the transfer pauses (or 1 MiB) */
+	size_t max_error_body;       /* stream mode, non-2xx: body kept up to this, then stop */
+};
+
+/* What a request has produced so far; read it after notify. */
+struct lr_http_resp {
+	int headers_done;        /* the final header block arrived */
+	int done;                /* the transfer ended; rc is final */
+	int rc;                  /* 0 or a status code */
+	char err[320];           /* the message for rc */
+	long status;
+	struct lr_buf headers;   /* "name\0value\0" pairs in order, names lower-case */
+	struct lr_buf body;      /* buffered mode, or a stream's non-2xx body */
+	long connects;           /* new connections this transfer opened (0: reused) */
+};
+
+/* A decoded event, owned by the caller after lr_http_pop: free() it. */
+struct lr_http_event {
+	struct lr_http_event *next;
+	const char *type;
+	size_t type_len;
+	const char *data;
+	size_t data_len;
+	const char *id;          /* NULL when none */
+	size_t id_len;
+	long retry;              /* -1 when none */
+	char mem[];
+};
+
+/*
+ * Starts a request. On success *out is owned by the caller, who must end it
+ * with lr_http_req_free (which aborts it if it still runs). On failure
+ * notify is never called and err (>= 320 bytes) says why: -EINVAL for a bad
+ * option, LR_EUNAVAILABLE when libcurl cannot be loaded.
+ */
+int lr_http_start(struct lr_http *c, const struct lr_http_opts *o,
+		  void (*notify)(void *arg), void *arg, struct lr_http_req **out, char *err);
+const struct lr_http_resp *lr_http_resp(const struct lr_http_req *r);
+/*
+ * Takes the oldest queued event (stream mode), or NULL. Resuming a paused
+ * transfer may deliver more bytes at once, so notify may run inside this call.
+ */
+struct lr_http_event *lr_http_pop(struct lr_http_req *r);
+/* Aborts at once (the connection is closed) and frees; accepts NULL. */
+void lr_http_req_free(struct lr_http_req *r);
+
 
 /* ---- HTTP server (host/http_server.c) ---- */
+
+/*
+ * An HTTP/1.1 server over evhttp. The server hands each request, body
+ * complete, to on_request; the callee owns the lr_httpd_req from then on
+ * and must lr_httpd_req_free it. A request is answered either whole
+ * (lr_httpd_req_reply) or streamed (start, write..., finish; chunked for
+ * HTTP/1.1 clients). While a request is in hand the server watches its
+ * connection: when the client goes away, on_close runs once and every later
+ * write fails with LR_ECLOSED. Bodies above max_body get evhttp's 413 and
+ * malformed requests its 400, without reaching on_request.
+ */
+struct lr_httpd;
+struct lr_httpd_req;
+
+struct lr_httpd_config {
+	const char *host;   /* numeric address or name; IPv6 without brackets */
+	int port;           /* 0 picks a free port */
+	size_t max_body;    /* request body cap (Content-Length and real size) */
+	size_t max_headers; /* request line + headers cap */
+	void (*on_request)(struct lr_httpd_req *r, void *arg);
+	void *arg;
+};
+
+/*
+ * Binds and listens. Returns 0 and the server in *out, -errno from
+ * socket/bind/listen (-EADDRINUSE), or LR_EPARSE when host does not
+ * resolve. Ignores SIGPIPE for the process (writes to a vanished client
+ * must fail with EPIPE, not kill us): children should reset it.
+ */
+int lr_httpd_open(struct lr_loop *loop, const struct lr_httpd_config *cfg,
+		  struct lr_httpd **out);
+int lr_httpd_port(const struct lr_httpd *h);
+/*
+ * Stops listening and drops every connection: requests in hand get their
+ * on_close (synchronously, inside this call) and stay valid until freed.
+ */
+void lr_httpd_close(struct lr_httpd *h);
+
+/* The request. Strings are borrowed until lr_httpd_req_free. */
+const char *lr_httpd_req_method(const struct lr_httpd_req *r); /* "GET", ... */
+const char *lr_httpd_req_path(const struct lr_httpd_req *r);   /* raw, undecoded */
+const char *lr_httpd_req_query(const struct lr_httpd_req *r);  /* raw, or NULL */
+const char *lr_httpd_req_remote(const struct lr_httpd_req *r); /* "ip:port", "[v6]:port" */
+const char *lr_httpd_req_body(const struct lr_httpd_req *r, size_t *len);
+/*
+ * Iterates the request headers: pass NULL first, then the returned cursor;
+ * returns NULL at the end. Names are as the client sent them.
+ */
+const void *lr_httpd_req_header_next(const struct lr_httpd_req *r, const void *cursor,
+				     const char **name, const char **value);
+
+/*
+ * The response. add_header refuses (-EINVAL) names that are not tokens and
+ * values holding CR, LF or NUL. reply sends a whole response; start begins
+ * a streamed one, write appends a chunk (one copy of p), finish ends it.
+ * All return LR_ECLOSED once the client is gone or the response was
+ * aborted, and -EINVAL when called out of order.
+ */
+int lr_httpd_req_add_header(struct lr_httpd_req *r, const char *name, const char *value);
+int lr_httpd_req_reply(struct lr_httpd_req *r, int status, const void *body, size_t len);
+int lr_httpd_req_start(struct lr_httpd_req *r, int status);
+int lr_httpd_req_write(struct lr_httpd_req *r, const void *p, size_t n);
+/* Stages bytes for the next write (one chunk from several pieces, one copy). */
+int lr_httpd_req_append(struct lr_httpd_req *r, const void *p, size_t n);
+int lr_httpd_req_finish(struct lr_httpd_req *r);
+/* Drops the connection at once (no on_close: the caller knows). */
+void lr_httpd_req_abort(struct lr_httpd_req *r);
+/* 1 once the connection is gone or aborted. */
+int lr_httpd_req_closed(const struct lr_httpd_req *r);
+/* Bytes queued on the connection and not yet written to the socket. */
+size_t lr_httpd_req_buffered(const struct lr_httpd_req *r);
+
+/*
+ * Notifications, run on the loop. on_close: the client went away or the
+ * server closed (once). on_drain: armed by lr_httpd_req_notify_drain, runs
+ * once when the queued bytes fall to low or below (or at close).
+ */
+void lr_httpd_req_set_callbacks(struct lr_httpd_req *r,
+				void (*on_close)(struct lr_httpd_req *r, void *arg),
+				void (*on_drain)(struct lr_httpd_req *r, void *arg), void *arg);
+int lr_httpd_req_notify_drain(struct lr_httpd_req *r, size_t low);
+void lr_httpd_req_cancel_drain(struct lr_httpd_req *r);
+/*
+ * Releases the request. An unanswered request is aborted; a finished one
+ * keeps sending in the background and is freed when done. NULL is fine.
+ */
+void lr_httpd_req_free(struct lr_httpd_req *r);
 
 
 /* ---- processes (host/proc.c) ---- */

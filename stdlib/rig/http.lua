@@ -1,0 +1,26 @@
+-- rig.http: an HTTP client with server-sent events, and the HTTP server
+-- (rig.http.server, from stdlib/rig/http_server.lua).
+--
+--   local resp, err, code = rig.http.request{ url = "http://…", method =, headers =, body =,
+--     timeout = 30, connect_timeout = 10, header_timeout =, idle_timeout =,
+--     follow_redirects = false, max_body = 64 << 20 }
+--   resp = { status =, headers = { lower-case names; repeats joined with ", " }, body =, reused = }
+--   Any HTTP status is a response; transport failures, timeouts, cancellation and caps give
+--   nil, message, code ("network", "timeout", "cancelled", "too_large").
+--
+--   local st, err, code, resp = rig.http.stream{ same fields, plus max_line = 1 << 20,
+--     max_event = 16 << 20 }   -- timeout none, idle_timeout 300 s by default
+--   Returns once the headers arrived; a non-2xx status gives nil, "http: status N from 'host'",
+--   "status", resp (body up to 64 KiB).
+--   st.status, st.headers; st:next() -> { event =, data =, id =, retry = } | nil | nil, msg, code
+--   for ev in st:events() do … end; st:result() -> true | nil, msg, code; st:close()
+
+local core = require "rig.core"
+
+local http = {
+  request = core.http_request,
+  stream = core.http_stream,
+}
+http.server = require "rig.http_server"
+
+return http
