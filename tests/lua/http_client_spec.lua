@@ -5,7 +5,7 @@
 local cjson = require "cjson"
 local http = rig.http
 
-local FIXTURES = os.getenv("LUARIG_FIXTURES") or "/work/shared/fixtures"
+local FIXTURES = os.getenv("LUARIG_FIXTURES") or ((os.getenv("LUARIG_ROOT") or ".") .. "/tests/fixtures")
 
 local function read_fixture(name)
   local f = assert(io.open(FIXTURES .. "/" .. name, "rb"))

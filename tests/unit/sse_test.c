@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#define FIXTURES "/work/shared/fixtures/"
+#define FIXTURES "tests/fixtures/"
 
 /* Events rendered as text: "type|id|retry|data" per event, one a line. */
 struct rec {
