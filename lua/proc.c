@@ -69,9 +69,9 @@ static char **build_env(lua_State *L, int idx, int clear, const char *fname)
 	/* Validate and count the overrides first. */
 	lua_pushnil(L);
 	while (lua_next(L, idx)) {
-		size_t kl;
-		if (lua_type(L, -2) != LUA_TSTRING ||
-		    !valid_env_name(lua_tolstring(L, -2, &kl), kl))
+		size_t kl = 0;
+		const char *kname = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &kl) : NULL;
+		if (!kname || !valid_env_name(kname, kl))
 			luaL_error(L, "%s: 'env' keys must be variable names (non-empty, no '=')", fname);
 		const char *k = lua_tostring(L, -2);
 		int t = lua_type(L, -1);
@@ -385,6 +385,7 @@ struct handle {
 	struct lr_proc *p; /* first, for lr_checkhandle; NULL once closed */
 	pid_t pid;
 	int stdio[3];
+	int stdin_data;          /* stdin was given as a string: not writable */
 	struct lr_wait *waiters; /* ops waiting for any change */
 };
 
@@ -517,7 +518,7 @@ static int hop_step(lua_State *L, struct hop *op)
 		break;
 	}
 	case OP_WAIT:
-		if (lr_proc_status(p, NULL, NULL) || lr_proc_timed_out(p)) {
+		if (lr_proc_status(p, NULL, NULL)) {
 			lua_createtable(L, 0, 3);
 			push_status_fields(L, p);
 			return hop_done(L, op, 1);
@@ -589,7 +590,7 @@ static int h_write(lua_State *L)
 	struct handle *h = check_handle(L);
 	size_t len;
 	const char *data = luaL_checklstring(L, 2, &len);
-	if (h->stdio[0] != LR_PROC_PIPE)
+	if (h->stdio[0] != LR_PROC_PIPE || h->stdin_data)
 		luaL_error(L, "rig.process: stdin is not a pipe");
 	int rc = lr_proc_write(h->p, data, len);
 	if (rc == LR_ECLOSED)
@@ -620,7 +621,7 @@ static int h_wait(lua_State *L)
 		timeout = luaL_checknumber(L, 2);
 		luaL_argcheck(L, timeout >= 0, 2, "must be a non-negative number");
 	}
-	if (lr_proc_status(h->p, NULL, NULL) || lr_proc_timed_out(h->p)) {
+	if (lr_proc_status(h->p, NULL, NULL)) {
 		lua_createtable(L, 0, 3);
 		push_status_fields(L, h->p);
 		return 1;
@@ -705,6 +706,7 @@ static int proc_spawn(lua_State *L)
 	r.o.on_event = handle_event;
 	r.o.arg = h;
 	memcpy(h->stdio, r.o.stdio, sizeof h->stdio);
+	h->stdin_data = r.stdin_data != NULL;
 	int n = do_spawn(L, &r, &h->p);
 	if (n)
 		return n;
