@@ -417,7 +417,13 @@ int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
 	/* Own process group; empty mask; default dispositions (the host handles INT/TERM, ignores nothing). */
 	sigset_t none, all;
 	sigemptyset(&none);
-	sigfillset(&all);
+	/*
+	 * Every bit, not sigfillset: glibc's set leaves out its two internal
+	 * signals (32, 33), and its spawn child would then hand them to the
+	 * program as SIG_IGN. The child is single-threaded and execs at once,
+	 * so their default disposition is safe there.
+	 */
+	memset(&all, 0xff, sizeof all);
 	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
 					       POSIX_SPAWN_SETSIGDEF);
 	posix_spawnattr_setpgroup(&attr, 0);
