@@ -199,9 +199,9 @@ int lr_proc_kill(struct lr_proc *p, int signo);
  * stdin (LR_PROC_PIPE only). lr_proc_write copies n bytes into the queue
  * and writes them as the pipe accepts them; LR_PROC_EV_INPUT fires when the
  * queue is empty again or writing failed. lr_proc_input_status says: 0 open,
- * LR_ECLOSED when the child closed its end (or after lr_proc_close_stdin),
- * another -errno on failure. lr_proc_close_stdin closes after the queue
- * drains.
+ * LR_ECLOSED after lr_proc_close_stdin (or when stdin is not a pipe),
+ * -EPIPE when the child closed its end (the queue is then dropped), another
+ * -errno on failure. lr_proc_close_stdin closes after the queue drains.
  */
 int lr_proc_write(struct lr_proc *p, const void *data, size_t n);
 size_t lr_proc_input_pending(const struct lr_proc *p);

@@ -137,7 +137,7 @@ static int input_flush(struct lr_proc *p)
 			lr_watch_start(&p->inw, LR_WRITE);
 			return 0;
 		}
-		input_shut(p, n < 0 && errno != EPIPE ? -errno : LR_ECLOSED);
+		input_shut(p, n < 0 ? -errno : -EIO);
 		return 1;
 	}
 	if (p->in_fd >= 0)
@@ -573,7 +573,7 @@ int lr_proc_write(struct lr_proc *p, const void *data, size_t n)
 			continue;
 		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			break;
-		input_shut(p, w < 0 && errno != EPIPE ? -errno : LR_ECLOSED);
+		input_shut(p, w < 0 ? -errno : -EIO);
 		return p->in_status;
 	}
 	if (!n)

@@ -266,7 +266,7 @@ static int do_spawn(lua_State *L, struct spawn_req *r, struct lr_proc **out)
 		return lr_pushfail(L, rc, "process: %s", err);
 	if (r->stdin_data) {
 		rc = lr_proc_write(*out, r->stdin_data, r->stdin_len);
-		if (rc && rc != LR_ECLOSED) {
+		if (rc && rc != -EPIPE) { /* a child that ignores its stdin is fine */
 			lr_proc_close(*out);
 			*out = NULL;
 			return lr_pushfail(L, rc, "process: cannot queue stdin: %s", lr_strerror(rc));
@@ -470,6 +470,16 @@ static int hop_gc(lua_State *L)
 
 static int hop_k(lua_State *L, int status, lua_KContext ctx);
 
+/* stdin failures: both ways of being closed are code "closed". */
+static int push_stdin_fail(lua_State *L, int rc)
+{
+	if (rc == -EPIPE)
+		return lr_pushfail(L, LR_ECLOSED, "process: the child closed its stdin");
+	if (rc == LR_ECLOSED)
+		return lr_pushfail(L, LR_ECLOSED, "process: stdin is closed");
+	return lr_pushfail(L, rc, "process: cannot write stdin: %s", lr_strerror(rc));
+}
+
 static int hop_done(lua_State *L, struct hop *op, int n)
 {
 	(void)L;
@@ -506,15 +516,13 @@ static int hop_step(lua_State *L, struct hop *op)
 	}
 	case OP_WRITE: {
 		int st = lr_proc_input_status(p);
-		if (lr_proc_input_pending(p) == 0 && st == 0) {
+		/* Written in full, even if another task closed stdin after it. */
+		if (lr_proc_input_pending(p) == 0 && (st == 0 || st == LR_ECLOSED)) {
 			lua_pushboolean(L, 1);
 			return hop_done(L, op, 1);
 		}
-		if (st == LR_ECLOSED)
-			return hop_done(L, op, lr_pushfail(L, st, "process: stdin is closed"));
 		if (st)
-			return hop_done(L, op, lr_pushfail(L, st, "process: cannot write stdin: %s",
-							  lr_strerror(st)));
+			return hop_done(L, op, push_stdin_fail(L, st));
 		break;
 	}
 	case OP_WAIT:
@@ -593,10 +601,8 @@ static int h_write(lua_State *L)
 	if (h->stdio[0] != LR_PROC_PIPE || h->stdin_data)
 		luaL_error(L, "rig.process: stdin is not a pipe");
 	int rc = lr_proc_write(h->p, data, len);
-	if (rc == LR_ECLOSED)
-		return lr_pushfail(L, rc, "process: stdin is closed");
 	if (rc)
-		return lr_pushfail(L, rc, "process: cannot write stdin: %s", lr_strerror(rc));
+		return push_stdin_fail(L, rc);
 	if (lr_proc_input_pending(h->p) == 0) {
 		lua_pushboolean(L, 1);
 		return 1;
