@@ -340,8 +340,12 @@ static int run_k(lua_State *L, int status, lua_KContext ctx)
 {
 	(void)status;
 	struct runop *op = (struct runop *)ctx;
-	lr_sched_resumed(L, &op->wait);
 	struct lr_proc *p = op->p;
+	if (!p) { /* cancelled while waiting: run_cancel closed it */
+		lr_sched_resumed(L, &op->wait);
+		return luaL_error(L, "cancelled");
+	}
+	/* The result is built and the child closed before a late cancellation raises. */
 	lua_createtable(L, 0, 8);
 	push_status_fields(L, p);
 	static const char *const names[] = { NULL, "stdout", "stderr" };
@@ -358,6 +362,7 @@ static int run_k(lua_State *L, int status, lua_KContext ctx)
 	/* Ends what the command left in its group and reaps it. */
 	op->p = NULL;
 	lr_proc_close(p);
+	lr_sched_resumed(L, &op->wait);
 	return 1;
 }
 

@@ -20,7 +20,9 @@
 -- until the script reads: a child that writes a lot blocks, as with any
 -- pipe, so read its output (or pass stdout = "null") before p:wait().
 -- An exited child stays a zombie until p:close() (or collection), so its
--- process-group id cannot be reused while the handle exists.
+-- process-group id cannot be reused while the handle exists. A handle does
+-- not keep the script running: when the script ends, open handles are
+-- collected and their process groups killed.
 local core = require "rig.core"
 
 local M = {

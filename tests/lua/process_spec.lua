@@ -238,7 +238,7 @@ end)
 
 describe("rig.process.spawn", function()
   it("streams lines while the process still runs", function()
-    local p = assert(process.spawn{ argv = { "sh", "-c", "for i in 1 2 3; do echo $i; sleep 0.1; done" } })
+    local p = assert(process.spawn{ argv = { "sh", "-c", "for i in 1 2 3; do echo $i; sleep 0.3; done" } })
     expect(math.type(p.pid)).to_be("integer")
     local lines, running_at_first = {}, nil
     for line in p:lines("stdout") do
