@@ -1,0 +1,675 @@
+/*
+ * proc.c — process supervision: posix_spawn, a pidfd per child watched on
+ * the loop, non-blocking pipes, process-group kill, deferred reaping.
+ *
+ * Why posix_spawn: the host runs worker threads, and a forked copy of a
+ * multi-threaded process may only call async-signal-safe functions. glibc's
+ * posix_spawn clones with CLONE_VM | CLONE_VFORK, runs only its own file
+ * actions in the child, and reports a failed exec (or chdir, or dup2) as
+ * its return value, so "no such program" is an ordinary error here.
+ *
+ * Why the zombie is kept: the exit status is read with WNOWAIT and the
+ * child is reaped only in lr_proc_close. Until then the zombie leader pins
+ * its pid, which is also the process-group id, so kill(-pgid) can never
+ * reach a stranger's group, even after the leader exited and left
+ * background children behind.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define DEFAULT_PAUSE_CAP (64u << 10)
+#define READ_CHUNK (64u << 10)
+#define READS_PER_ROUND 4
+
+extern char **environ;
+
+struct proc_out {
+	int fd;            /* -1 when not piped or closed */
+	struct lr_watch w;
+	struct lr_buf buf;
+	int eof;           /* 1 EOF, -errno read error, 0 open */
+	int truncated;
+	int paused;
+};
+
+struct lr_proc {
+	struct lr_loop *loop;
+	pid_t pid;
+	int pidfd;
+	struct lr_watch pidw;
+	int exited, code, signo;
+	int timed_out;
+	struct lr_timer timer;
+	int has_timer;
+
+	int in_fd;
+	struct lr_watch inw;
+	struct lr_buf inq;
+	int in_status;
+	int in_close_pending;
+
+	struct proc_out out[3]; /* [1] stdout, [2] stderr; [0] unused */
+	int out_drop;
+
+	void (*on_event)(struct lr_proc *p, int events, void *arg);
+	void *arg;
+
+	/* Closed but not yet reaped: on the orphan list until the pidfd fires. */
+	struct lr_proc *onext, *oprev;
+};
+
+/* Every proc lives on the loop thread, so one list serves all loops. */
+static struct lr_proc *orphans;
+
+static void maybe_stop_timer(struct lr_proc *p)
+{
+	if (p->has_timer && lr_proc_done(p))
+		lr_timer_stop(&p->timer);
+}
+
+static void emit(struct lr_proc *p, int events)
+{
+	maybe_stop_timer(p);
+	if (p->on_event)
+		p->on_event(p, events, p->arg);
+}
+
+/*
+ * A write that cannot raise SIGPIPE in the host: SIGPIPE is blocked on this
+ * thread for the call and a SIGPIPE it caused is consumed. The process-wide
+ * disposition stays as it is (a script piped into `head` still ends the
+ * usual way).
+ */
+static ssize_t write_nosigpipe(int fd, const void *buf, size_t n)
+{
+	sigset_t set, old, pending;
+	sigemptyset(&set);
+	sigaddset(&set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &set, &old);
+	int was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+	ssize_t r = write(fd, buf, n);
+	int e = errno;
+	if (r < 0 && e == EPIPE && !was_pending) {
+		static const struct timespec zero = { 0, 0 };
+		while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR) {
+		}
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = e;
+	return r;
+}
+
+static void input_shut(struct lr_proc *p, int status)
+{
+	if (p->in_fd >= 0) {
+		lr_watch_release(&p->inw);
+		close(p->in_fd);
+		p->in_fd = -1;
+	}
+	lr_buf_release(&p->inq);
+	if (!p->in_status)
+		p->in_status = status;
+}
+
+/* Writes queued stdin until the pipe is full; 1 when something changed for the owner. */
+static int input_flush(struct lr_proc *p)
+{
+	while (p->inq.len) {
+		ssize_t n = write_nosigpipe(p->in_fd, p->inq.data, p->inq.len);
+		if (n > 0) {
+			lr_buf_consume(&p->inq, (size_t)n);
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			lr_watch_start(&p->inw, LR_WRITE);
+			return 0;
+		}
+		input_shut(p, n < 0 ? -errno : -EIO);
+		return 1;
+	}
+	if (p->in_fd >= 0)
+		lr_watch_stop(&p->inw);
+	if (p->in_close_pending)
+		input_shut(p, LR_ECLOSED);
+	return 1;
+}
+
+static void on_input(struct lr_watch *w, int events, void *arg)
+{
+	(void)w;
+	(void)events;
+	struct lr_proc *p = arg;
+	if (input_flush(p))
+		emit(p, LR_PROC_EV_INPUT);
+}
+
+static void output_shut(struct proc_out *o, int eof)
+{
+	if (o->fd >= 0) {
+		lr_watch_release(&o->w);
+		close(o->fd);
+		o->fd = -1;
+	}
+	o->eof = eof;
+}
+
+/*
+ * Reads a few chunks per round (fairness between children). In drop mode
+ * everything is read and what passes the cap is discarded; in pause mode
+ * reading stops when the buffer is full, so the child feels backpressure.
+ */
+static void on_output(struct lr_proc *p, struct proc_out *o)
+{
+	char tmp[READ_CHUNK];
+	for (int i = 0; i < READS_PER_ROUND && o->fd >= 0; i++) {
+		size_t room = o->buf.cap - o->buf.len;
+		size_t want = sizeof tmp;
+		if (!p->out_drop) {
+			if (room == 0) {
+				lr_watch_stop(&o->w);
+				o->paused = 1;
+				break;
+			}
+			if (want > room)
+				want = room;
+		}
+		ssize_t n = read(o->fd, tmp, want);
+		if (n > 0) {
+			size_t keep = (size_t)n < room ? (size_t)n : room;
+			if (keep < (size_t)n)
+				o->truncated = 1;
+			if (keep && lr_buf_add(&o->buf, tmp, keep) < 0)
+				o->truncated = 1; /* out of memory: the bytes are lost, say so */
+			continue;
+		}
+		if (n == 0) {
+			output_shut(o, 1);
+			break;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			output_shut(o, -errno);
+		break;
+	}
+	emit(p, LR_PROC_EV_OUTPUT);
+}
+
+static void on_stdout(struct lr_watch *w, int events, void *arg)
+{
+	(void)w;
+	(void)events;
+	struct lr_proc *p = arg;
+	on_output(p, &p->out[1]);
+}
+
+static void on_stderr(struct lr_watch *w, int events, void *arg)
+{
+	(void)w;
+	(void)events;
+	struct lr_proc *p = arg;
+	on_output(p, &p->out[2]);
+}
+
+static void orphan_free(struct lr_proc *p)
+{
+	if (p->oprev)
+		p->oprev->onext = p->onext;
+	else if (orphans == p)
+		orphans = p->onext;
+	if (p->onext)
+		p->onext->oprev = p->oprev;
+	lr_watch_release(&p->pidw);
+	if (p->pidfd >= 0)
+		close(p->pidfd);
+	free(p);
+}
+
+/* Reaps the child; 1 when it was reaped (or is gone), 0 while it still runs. */
+static int reap(struct lr_proc *p, int block)
+{
+	for (;;) {
+		siginfo_t si;
+		memset(&si, 0, sizeof si);
+		if (waitid(P_PIDFD, (id_t)p->pidfd, &si, WEXITED | (block ? 0 : WNOHANG)) < 0) {
+			if (errno == EINTR)
+				continue;
+			return 1; /* ECHILD: someone else reaped it; nothing to wait for */
+		}
+		return si.si_pid != 0;
+	}
+}
+
+static void on_pidfd(struct lr_watch *w, int events, void *arg)
+{
+	(void)w;
+	(void)events;
+	struct lr_proc *p = arg;
+	if (p->exited) {
+		/* An orphan: closed by its owner, now dead. */
+		if (reap(p, 0))
+			orphan_free(p);
+		return;
+	}
+	siginfo_t si;
+	memset(&si, 0, sizeof si);
+	if (waitid(P_PIDFD, (id_t)p->pidfd, &si, WEXITED | WNOHANG | WNOWAIT) < 0) {
+		if (errno == EINTR)
+			return;
+		/* Cannot happen for our own unreaped child; treat it as gone. */
+		p->exited = 1;
+		p->code = -1;
+		p->signo = 0;
+	} else if (si.si_pid == 0) {
+		return;
+	} else {
+		p->exited = 1;
+		if (si.si_code == CLD_EXITED) {
+			p->code = si.si_status;
+			p->signo = 0;
+		} else {
+			p->code = -1;
+			p->signo = si.si_status;
+		}
+	}
+	/* The pidfd stays readable until the reap: stop watching it. */
+	lr_watch_stop(&p->pidw);
+	emit(p, LR_PROC_EV_EXIT);
+}
+
+static void on_timeout(struct lr_timer *t, void *arg)
+{
+	(void)t;
+	struct lr_proc *p = arg;
+	if (lr_proc_done(p))
+		return;
+	p->timed_out = 1;
+	kill(-p->pid, SIGKILL);
+	emit(p, LR_PROC_EV_EXIT);
+}
+
+/*
+ * Copies fd to a number at or above min, so that the dup2 file actions into
+ * 0, 1, 2, 3... can never overwrite a source that is still to be used.
+ */
+static int dup_high(int fd, int min, int *tmp, int *ntmp)
+{
+	int d = fcntl(fd, F_DUPFD_CLOEXEC, min);
+	if (d < 0)
+		return -errno;
+	tmp[(*ntmp)++] = d;
+	return d;
+}
+
+int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
+		  struct lr_proc **out, char err[LR_PROC_ERRLEN])
+{
+	*out = NULL;
+	err[0] = '\0';
+	if (!o->argv || !o->argv[0] || o->n_extra < 0 || o->n_extra > 64) {
+		snprintf(err, LR_PROC_ERRLEN, "invalid arguments");
+		return -EINVAL;
+	}
+	const char *file = o->file ? o->file : o->argv[0];
+	int rc = 0, cwdfd = -1;
+	int pipes[3][2] = { { -1, -1 }, { -1, -1 }, { -1, -1 } };
+	int tmp[3 + 64], ntmp = 0;
+	int min = 3 + o->n_extra;
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	int fa_ok = 0, attr_ok = 0;
+	pid_t pid = -1;
+
+	struct lr_proc *p = calloc(1, sizeof *p);
+	if (!p) {
+		snprintf(err, LR_PROC_ERRLEN, "out of memory");
+		return -ENOMEM;
+	}
+	p->loop = loop;
+	p->pidfd = p->in_fd = p->out[1].fd = p->out[2].fd = p->out[0].fd = -1;
+	p->out_drop = o->out_drop;
+	lr_buf_init(&p->inq, SIZE_MAX);
+	for (int i = 1; i <= 2; i++) {
+		size_t cap = o->out_cap[i];
+		if (!cap && !o->out_drop)
+			cap = DEFAULT_PAUSE_CAP;
+		lr_buf_init(&p->out[i].buf, cap);
+	}
+
+	/* The working directory is checked here, so its failure is told apart from exec's. */
+	if (o->cwd) {
+		cwdfd = open(o->cwd, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		if (cwdfd < 0 || faccessat(cwdfd, ".", X_OK, 0) < 0) {
+			rc = -errno;
+			snprintf(err, LR_PROC_ERRLEN, "cannot change to directory '%s': %s",
+				 o->cwd, strerror(-rc));
+			goto out;
+		}
+	}
+
+	if ((rc = posix_spawn_file_actions_init(&fa)) != 0) {
+		rc = -rc;
+		goto fail_sys;
+	}
+	fa_ok = 1;
+	for (int i = 0; i < 3; i++) {
+		int src = -1;
+		switch (o->stdio[i]) {
+		case LR_PROC_NULL:
+			rc = -posix_spawn_file_actions_addopen(&fa, i, "/dev/null",
+							       i == 0 ? O_RDONLY : O_WRONLY, 0);
+			break;
+		case LR_PROC_PIPE:
+			if (pipe2(pipes[i], O_CLOEXEC) < 0) {
+				rc = -errno;
+				break;
+			}
+			src = pipes[i][i == 0 ? 0 : 1];
+			break;
+		case LR_PROC_INHERIT:
+			break;
+		case LR_PROC_FD:
+			src = o->stdio_fd[i];
+			break;
+		default:
+			rc = -EINVAL;
+		}
+		if (rc)
+			goto fail_sys;
+		if (src >= 0) {
+			int d = dup_high(src, min, tmp, &ntmp);
+			if (d < 0) {
+				rc = d;
+				goto fail_sys;
+			}
+			if ((rc = -posix_spawn_file_actions_adddup2(&fa, d, i)) != 0)
+				goto fail_sys;
+		}
+	}
+	for (int i = 0; i < o->n_extra; i++) {
+		int d = dup_high(o->extra_fds[i], min, tmp, &ntmp);
+		if (d < 0) {
+			rc = d;
+			goto fail_sys;
+		}
+		if ((rc = -posix_spawn_file_actions_adddup2(&fa, d, 3 + i)) != 0)
+			goto fail_sys;
+	}
+	if (cwdfd >= 0 && (rc = -posix_spawn_file_actions_addfchdir_np(&fa, cwdfd)) != 0)
+		goto fail_sys;
+
+	if ((rc = -posix_spawnattr_init(&attr)) != 0)
+		goto fail_sys;
+	attr_ok = 1;
+	/* Own process group; empty mask; default dispositions (the host handles INT/TERM, ignores nothing). */
+	sigset_t none, all;
+	sigemptyset(&none);
+	/*
+	 * Every bit, not sigfillset: glibc's set leaves out its two internal
+	 * signals (32, 33), and its spawn child would then hand them to the
+	 * program as SIG_IGN. The child is single-threaded and execs at once,
+	 * so their default disposition is safe there.
+	 */
+	memset(&all, 0xff, sizeof all);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+					       POSIX_SPAWN_SETSIGDEF);
+	posix_spawnattr_setpgroup(&attr, 0);
+	posix_spawnattr_setsigmask(&attr, &none);
+	posix_spawnattr_setsigdefault(&attr, &all);
+
+	char *const *envp = o->envp ? o->envp : environ;
+	if (strchr(file, '/'))
+		rc = posix_spawn(&pid, file, &fa, &attr, o->argv, envp);
+	else
+		rc = posix_spawnp(&pid, file, &fa, &attr, o->argv, envp);
+	if (rc != 0) {
+		rc = -rc;
+		snprintf(err, LR_PROC_ERRLEN, "cannot run '%s': %s", file, strerror(-rc));
+		goto out;
+	}
+	p->pid = pid;
+
+	p->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (p->pidfd < 0) {
+		rc = -errno;
+		kill(-pid, SIGKILL);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+		}
+		goto fail_sys;
+	}
+	if ((rc = lr_watch_init(loop, &p->pidw, p->pidfd, on_pidfd, p)) != 0)
+		goto fail_kill;
+	if (o->stdio[0] == LR_PROC_PIPE) {
+		p->in_fd = pipes[0][1];
+		pipes[0][1] = -1;
+		fcntl(p->in_fd, F_SETFL, O_NONBLOCK);
+		if ((rc = lr_watch_init(loop, &p->inw, p->in_fd, on_input, p)) != 0)
+			goto fail_kill;
+	} else {
+		p->in_status = LR_ECLOSED;
+	}
+	for (int i = 1; i <= 2; i++) {
+		if (o->stdio[i] != LR_PROC_PIPE) {
+			p->out[i].eof = 1;
+			continue;
+		}
+		p->out[i].fd = pipes[i][0];
+		pipes[i][0] = -1;
+		fcntl(p->out[i].fd, F_SETFL, O_NONBLOCK);
+		rc = lr_watch_init(loop, &p->out[i].w, p->out[i].fd,
+				   i == 1 ? on_stdout : on_stderr, p);
+		if (rc || (rc = lr_watch_start(&p->out[i].w, LR_READ)) != 0)
+			goto fail_kill;
+	}
+	if ((rc = lr_watch_start(&p->pidw, LR_READ)) != 0)
+		goto fail_kill;
+	if (o->timeout > 0) {
+		if ((rc = lr_timer_init(loop, &p->timer, on_timeout, p)) != 0)
+			goto fail_kill;
+		p->has_timer = 1;
+		lr_timer_start(&p->timer, o->timeout);
+	}
+	p->on_event = o->on_event;
+	p->arg = o->arg;
+	*out = p;
+	p = NULL;
+	rc = 0;
+	goto out;
+
+fail_kill:
+	snprintf(err, LR_PROC_ERRLEN, "cannot watch process %d: %s", (int)pid, lr_strerror(rc));
+	lr_proc_close(p);
+	lr_proc_reap_all(loop);
+	p = NULL;
+	goto out;
+fail_sys:
+	snprintf(err, LR_PROC_ERRLEN, "cannot start '%s': %s", file, lr_strerror(rc));
+out:
+	if (p) {
+		lr_buf_release(&p->inq);
+		lr_buf_release(&p->out[1].buf);
+		lr_buf_release(&p->out[2].buf);
+		free(p);
+	}
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < 2; j++)
+			if (pipes[i][j] >= 0)
+				close(pipes[i][j]);
+	for (int i = 0; i < ntmp; i++)
+		close(tmp[i]);
+	if (cwdfd >= 0)
+		close(cwdfd);
+	if (fa_ok)
+		posix_spawn_file_actions_destroy(&fa);
+	if (attr_ok)
+		posix_spawnattr_destroy(&attr);
+	return rc;
+}
+
+pid_t lr_proc_pid(const struct lr_proc *p)
+{
+	return p->pid;
+}
+
+int lr_proc_status(const struct lr_proc *p, int *code, int *signo)
+{
+	if (!p->exited)
+		return 0;
+	if (code)
+		*code = p->code;
+	if (signo)
+		*signo = p->signo;
+	return 1;
+}
+
+int lr_proc_timed_out(const struct lr_proc *p)
+{
+	return p->timed_out;
+}
+
+int lr_proc_done(const struct lr_proc *p)
+{
+	if (!p->exited)
+		return 0;
+	return p->timed_out || (p->out[1].eof != 0 && p->out[2].eof != 0);
+}
+
+int lr_proc_kill(struct lr_proc *p, int signo)
+{
+	if (kill(-p->pid, signo) < 0)
+		return -errno;
+	return 0;
+}
+
+int lr_proc_write(struct lr_proc *p, const void *data, size_t n)
+{
+	if (p->in_status)
+		return p->in_status;
+	if (p->in_close_pending)
+		return LR_ECLOSED;
+	const char *s = data;
+	/* Straight into the pipe while it takes bytes; queue only the rest. */
+	while (!p->inq.len && n) {
+		ssize_t w = write_nosigpipe(p->in_fd, s, n);
+		if (w > 0) {
+			s += w;
+			n -= (size_t)w;
+			continue;
+		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		input_shut(p, w < 0 ? -errno : -EIO);
+		return p->in_status;
+	}
+	if (!n)
+		return 0;
+	int rc = lr_buf_add(&p->inq, s, n);
+	if (rc)
+		return rc;
+	return lr_watch_start(&p->inw, LR_WRITE);
+}
+
+size_t lr_proc_input_pending(const struct lr_proc *p)
+{
+	return p->inq.len;
+}
+
+int lr_proc_input_status(const struct lr_proc *p)
+{
+	return p->in_status;
+}
+
+void lr_proc_close_stdin(struct lr_proc *p)
+{
+	if (p->in_fd < 0)
+		return;
+	if (p->inq.len)
+		p->in_close_pending = 1;
+	else
+		input_shut(p, LR_ECLOSED);
+}
+
+const struct lr_buf *lr_proc_output(const struct lr_proc *p, int stream)
+{
+	return &p->out[stream == LR_PROC_STDERR ? 2 : 1].buf;
+}
+
+int lr_proc_output_eof(const struct lr_proc *p, int stream)
+{
+	return p->out[stream == LR_PROC_STDERR ? 2 : 1].eof;
+}
+
+int lr_proc_truncated(const struct lr_proc *p, int stream)
+{
+	return p->out[stream == LR_PROC_STDERR ? 2 : 1].truncated;
+}
+
+void lr_proc_consume(struct lr_proc *p, int stream, size_t n)
+{
+	struct proc_out *o = &p->out[stream == LR_PROC_STDERR ? 2 : 1];
+	if (n > o->buf.len)
+		n = o->buf.len;
+	lr_buf_consume(&o->buf, n);
+	if (o->paused && o->fd >= 0 && o->buf.len < o->buf.cap) {
+		o->paused = 0;
+		lr_watch_start(&o->w, LR_READ);
+	}
+}
+
+void lr_proc_close(struct lr_proc *p)
+{
+	if (!p)
+		return;
+	p->on_event = NULL;
+	/* The leader is not reaped yet, so -pid is still our group. */
+	kill(-p->pid, SIGKILL);
+	if (p->has_timer)
+		lr_timer_release(&p->timer);
+	p->has_timer = 0;
+	input_shut(p, LR_ECLOSED);
+	for (int i = 1; i <= 2; i++) {
+		output_shut(&p->out[i], 1);
+		lr_buf_release(&p->out[i].buf);
+	}
+	p->exited = 1; /* from now on on_pidfd reaps */
+	if (p->pidfd < 0 || reap(p, 0)) {
+		lr_watch_release(&p->pidw);
+		if (p->pidfd >= 0)
+			close(p->pidfd);
+		free(p);
+		return;
+	}
+	/* SIGKILL is not instant: reap from the loop once the pidfd fires. */
+	p->oprev = NULL;
+	p->onext = orphans;
+	if (orphans)
+		orphans->oprev = p;
+	orphans = p;
+	lr_watch_start(&p->pidw, LR_READ);
+}
+
+void lr_proc_reap_all(struct lr_loop *loop)
+{
+	for (struct lr_proc *p = orphans, *next; p; p = next) {
+		next = p->onext;
+		if (p->loop != loop)
+			continue;
+		reap(p, 1);
+		orphan_free(p);
+	}
+}
