@@ -366,6 +366,10 @@ static int write_k(lua_State *L, int status, lua_KContext ctx)
 /* Sends what was staged plus p as one chunk, then waits while the output is over the mark. */
 static int send_chunk(lua_State *L, struct res *x, const char *p, size_t n)
 {
+	if (lr_httpd_req_closed(x->r)) {
+		lr_httpd_req_write(x->r, NULL, 0); /* drops what was staged */
+		return push_closed(L);
+	}
 	if (!x->started || x->finished) {
 		lr_httpd_req_write(x->r, NULL, 0); /* drops what was staged */
 		return luaL_error(L, x->finished ? "rig.http: response already finished"
