@@ -455,3 +455,34 @@ describe("rig.http.server", function()
     expect(function() rig.http.server{ listen = "127.0.0.1:0", max_body = -1 } end).to_fail("max_body")
   end)
 end)
+
+describe("rig.http.server connections", function()
+  it("serves several requests on one keep-alive connection, streamed and whole", function()
+    local n = 0
+    local srv <close> = assert(rig.http.server{
+      listen = "127.0.0.1:0",
+      routes = {
+        ["GET /n"] = function() n = n + 1 return { body = tostring(n) .. "\n" } end,
+        ["GET /s"] = function(req, res)
+          res:start(200)
+          res:write("s\n")
+        end,
+      },
+    })
+    local out, rc, err = curl("-v '" .. srv.url .. "/n' '" .. srv.url .. "/s' '" .. srv.url .. "/n'")
+    expect(rc).to_be(0)
+    expect(out).to_be("1\ns\n2\n")
+    expect(err).to_match("Re%-using existing connection")
+  end)
+
+  it("can be closed from inside its own handler", function()
+    local srv
+    srv = assert(rig.http.server{
+      listen = "127.0.0.1:0",
+      routes = { ["GET /stop"] = function() srv:close() return { body = "bye" } end },
+    })
+    local _, rc = curl("'" .. srv.url .. "/stop'")
+    expect(rc ~= 0).to_be(true) -- the connection went down with the server
+    expect(tostring(srv)).to_match("closed")
+  end)
+end)
