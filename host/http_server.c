@@ -46,6 +46,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* Seconds a connection may make no progress reading a request or writing a response. */
+#define IO_TIMEOUT 60
+
 struct lr_httpd {
 	struct lr_loop *loop;
 	struct evhttp *http;
@@ -298,6 +301,8 @@ int lr_httpd_open(struct lr_loop *loop, const struct lr_httpd_config *cfg,
 				   EVHTTP_REQ_PATCH);
 	/* Drain an oversized body before the 413, so the client reads it instead of a reset. */
 	evhttp_set_flags(http, EVHTTP_SERVER_LINGERING_CLOSE);
+	/* Without a timeout an idle or slow-loris connection would stay forever. */
+	evhttp_set_timeout(http, IO_TIMEOUT);
 	evhttp_set_gencb(http, on_http_request, h);
 
 	struct sigaction sa;
@@ -441,6 +446,12 @@ int lr_httpd_req_start(struct lr_httpd_req *r, int status)
 	peek_stop(r);
 	r->started = 1;
 	evhttp_send_reply_start(r->req, status, NULL);
+	/*
+	 * A stream may be quiet for long and its client sends nothing: keep
+	 * only the write timeout (a reader that stops reading is dropped).
+	 */
+	const struct timeval wtv = { IO_TIMEOUT, 0 };
+	bufferevent_set_timeouts(evhttp_connection_get_bufferevent(r->evcon), NULL, &wtv);
 	return 0;
 }
 

@@ -366,6 +366,10 @@ static int write_k(lua_State *L, int status, lua_KContext ctx)
 /* Sends what was staged plus p as one chunk, then waits while the output is over the mark. */
 static int send_chunk(lua_State *L, struct res *x, const char *p, size_t n)
 {
+	if (lr_httpd_req_closed(x->r)) {
+		lr_httpd_req_write(x->r, NULL, 0); /* drops what was staged */
+		return push_closed(L);
+	}
 	if (!x->started || x->finished) {
 		lr_httpd_req_write(x->r, NULL, 0); /* drops what was staged */
 		return luaL_error(L, x->finished ? "rig.http: response already finished"
@@ -404,14 +408,41 @@ static int res_write(lua_State *L)
 	return send_chunk(L, x, p, n);
 }
 
-static void stage(lua_State *L, struct res *x, const char *p, size_t n)
+/*
+ * Stages the pieces of one SSE event: small pieces gather in a stack
+ * buffer, so an event costs one append to the connection's chunk, not one
+ * per field and line.
+ */
+struct stager {
+	lua_State *L;
+	struct res *x;
+	size_t n;
+	char buf[4096];
+};
+
+static void stage_flush(struct stager *g)
 {
-	if (lr_httpd_req_append(x->r, p, n))
-		luaL_error(L, "out of memory");
+	if (g->n && lr_httpd_req_append(g->x->r, g->buf, g->n))
+		luaL_error(g->L, "out of memory");
+	g->n = 0;
+}
+
+static void stage(struct stager *g, const char *p, size_t n)
+{
+	if (n > sizeof g->buf - g->n) {
+		stage_flush(g);
+		if (n > sizeof g->buf) {
+			if (lr_httpd_req_append(g->x->r, p, n))
+				luaL_error(g->L, "out of memory");
+			return;
+		}
+	}
+	memcpy(g->buf + g->n, p, n);
+	g->n += n;
 }
 
 /* Stages each line of s (split at CRLF, LF or CR) as prefix + line + "\n". */
-static void stage_lines(lua_State *L, struct res *x, const char *prefix, const char *s, size_t n)
+static void stage_lines(struct stager *g, const char *prefix, const char *s, size_t n)
 {
 	size_t plen = strlen(prefix);
 	size_t i = 0;
@@ -419,9 +450,9 @@ static void stage_lines(lua_State *L, struct res *x, const char *prefix, const c
 		size_t j = i;
 		while (j < n && s[j] != '\n' && s[j] != '\r')
 			j++;
-		stage(L, x, prefix, plen);
-		stage(L, x, s + i, j - i);
-		stage(L, x, "\n", 1);
+		stage(g, prefix, plen);
+		stage(g, s + i, j - i);
+		stage(g, "\n", 1);
 		if (j >= n)
 			break;
 		if (s[j] == '\r' && j + 1 < n && s[j + 1] == '\n')
@@ -474,24 +505,27 @@ static int res_event(lua_State *L)
 	if (has_retry && retry < 0)
 		return luaL_error(L, "rig.http: res:event: 'retry' must not be negative");
 
+	struct stager g = { .L = L, .x = x, .n = 0 };
 	if (ev) {
-		stage(L, x, "event: ", 7);
-		stage(L, x, ev, elen);
-		stage(L, x, "\n", 1);
+		stage(&g, "event: ", 7);
+		stage(&g, ev, elen);
+		stage(&g, "\n", 1);
 	}
 	if (id) {
-		stage(L, x, "id: ", 4);
-		stage(L, x, id, ilen);
-		stage(L, x, "\n", 1);
+		stage(&g, "id: ", 4);
+		stage(&g, id, ilen);
+		stage(&g, "\n", 1);
 	}
 	if (has_retry) {
 		char buf[40];
 		int n = snprintf(buf, sizeof buf, "retry: %lld\n", (long long)retry);
-		stage(L, x, buf, (size_t)n);
+		stage(&g, buf, (size_t)n);
 	}
 	if (data)
-		stage_lines(L, x, "data: ", data, dlen);
-	return send_chunk(L, x, "\n", 1);
+		stage_lines(&g, "data: ", data, dlen);
+	stage(&g, "\n", 1);
+	stage_flush(&g);
+	return send_chunk(L, x, NULL, 0);
 }
 
 /* res:comment(text) -> ": text\n\n" */
@@ -500,9 +534,13 @@ static int res_comment(lua_State *L)
 	struct res *x = check_res(L);
 	size_t n;
 	const char *s = luaL_optlstring(L, 2, "", &n);
-	if (x->started && !x->finished && !lr_httpd_req_closed(x->r))
-		stage_lines(L, x, ": ", s, n);
-	return send_chunk(L, x, "\n", 1);
+	if (x->started && !x->finished && !lr_httpd_req_closed(x->r)) {
+		struct stager g = { .L = L, .x = x, .n = 0 };
+		stage_lines(&g, ": ", s, n);
+		stage(&g, "\n", 1);
+		stage_flush(&g);
+	}
+	return send_chunk(L, x, NULL, 0);
 }
 
 /* res:finish() -> true | nil, "closed", "closed" */
