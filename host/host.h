@@ -228,9 +228,11 @@ struct lr_http_resp {
 	long connects;           /* new connections this transfer opened (0: reused) */
 };
 
-/* A decoded event, owned by the caller after lr_http_pop: free() it. */
+/*
+ * A decoded event as lr_http_peek shows it: the pointers borrow the
+ * request's queue and stay valid until lr_http_consume or lr_http_req_free.
+ */
 struct lr_http_event {
-	struct lr_http_event *next;
 	const char *type;
 	size_t type_len;
 	const char *data;
@@ -238,7 +240,6 @@ struct lr_http_event {
 	const char *id;          /* NULL when none */
 	size_t id_len;
 	long retry;              /* -1 when none */
-	char mem[];
 };
 
 /*
@@ -251,10 +252,14 @@ int lr_http_start(struct lr_http *c, const struct lr_http_opts *o,
 		  void (*notify)(void *arg), void *arg, struct lr_http_req **out, char *err);
 const struct lr_http_resp *lr_http_resp(const struct lr_http_req *r);
 /*
- * Takes the oldest queued event (stream mode), or NULL. Resuming a paused
- * transfer may deliver more bytes at once, so notify may run inside this call.
+ * Events queue in one contiguous buffer (no allocation per event). peek
+ * fills *ev with the oldest queued event and returns 1, or returns 0 when
+ * none is queued; consume drops that event. Resuming a paused transfer may
+ * deliver more bytes at once, so notify may run inside lr_http_consume:
+ * copy what you need out of *ev before calling it.
  */
-struct lr_http_event *lr_http_pop(struct lr_http_req *r);
+int lr_http_peek(struct lr_http_req *r, struct lr_http_event *ev);
+void lr_http_consume(struct lr_http_req *r);
 /* Aborts at once (the connection is closed) and frees; accepts NULL. */
 void lr_http_req_free(struct lr_http_req *r);
 

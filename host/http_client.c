@@ -91,7 +91,8 @@ struct lr_http_req {
 	int saw_location;
 	size_t max_error_body;
 	struct lr_sse sse;
-	struct lr_http_event *q_head, *q_tail;
+	struct lr_buf q;         /* queued events: struct qrec then type, data, id bytes */
+	size_t q_off;            /* read offset into q */
 	size_t queued, max_queue;
 	size_t queued_bytes;
 	struct lr_http_req *next, *prev;
@@ -329,7 +330,39 @@ static void idle_rearm(struct lr_http_req *r)
 		lr_timer_start(&r->idle_timer, r->idle_timeout);
 }
 
-static int queue_event(void *arg, const struct lr_sse_event *ev);
+/* The header of one queued event; its bytes follow (type, data, id; no NULs). */
+struct qrec {
+	size_t type_len, data_len, id_len;
+	long retry;
+	int has_id;
+};
+
+static int queue_event(void *arg, const struct lr_sse_event *ev)
+{
+	struct lr_http_req *r = arg;
+	struct qrec h = { ev->type_len, ev->data_len, ev->id ? ev->id_len : 0, ev->retry,
+			  ev->id != NULL };
+	size_t n = sizeof h + h.type_len + h.data_len + h.id_len;
+	/* The queue's own cap is enforced by pausing; the buffer cap only guards size_t. */
+	if (r->q.alloc < r->q.len + n + 1 && r->q_off > 0) {
+		memmove(r->q.data, r->q.data + r->q_off, r->q.len - r->q_off);
+		r->q.len -= r->q_off;
+		r->q_off = 0;
+	}
+	int rc = lr_buf_add(&r->q, &h, sizeof h);
+	if (!rc)
+		rc = lr_buf_add(&r->q, ev->type, h.type_len);
+	if (!rc)
+		rc = lr_buf_add(&r->q, ev->data, h.data_len);
+	if (!rc && h.id_len)
+		rc = lr_buf_add(&r->q, ev->id, h.id_len);
+	if (rc)
+		return rc;
+	r->queued++;
+	r->queued_bytes += n;
+	return 0;
+}
+
 static void sse_error(struct lr_http_req *r, int rc);
 
 static void req_done(struct lr_http_req *r, CURLcode res)
@@ -365,44 +398,6 @@ static void req_done(struct lr_http_req *r, CURLcode res)
 	r->resp.rc = r->own_rc;
 	r->resp.done = 1;
 	req_notify(r);
-}
-
-static int queue_event(void *arg, const struct lr_sse_event *ev)
-{
-	struct lr_http_req *r = arg;
-	size_t n = ev->type_len + ev->data_len + ev->id_len + 3;
-	struct lr_http_event *e = malloc(sizeof *e + n);
-	if (!e)
-		return -ENOMEM;
-	char *p = e->mem;
-	memcpy(p, ev->type, ev->type_len);
-	p[ev->type_len] = '\0';
-	e->type = p;
-	e->type_len = ev->type_len;
-	p += ev->type_len + 1;
-	memcpy(p, ev->data, ev->data_len);
-	p[ev->data_len] = '\0';
-	e->data = p;
-	e->data_len = ev->data_len;
-	p += ev->data_len + 1;
-	e->id = NULL;
-	e->id_len = 0;
-	if (ev->id) {
-		memcpy(p, ev->id, ev->id_len);
-		p[ev->id_len] = '\0';
-		e->id = p;
-		e->id_len = ev->id_len;
-	}
-	e->retry = ev->retry;
-	e->next = NULL;
-	if (r->q_tail)
-		r->q_tail->next = e;
-	else
-		r->q_head = e;
-	r->q_tail = e;
-	r->queued++;
-	r->queued_bytes += n;
-	return 0;
 }
 
 static void sse_error(struct lr_http_req *r, int rc)
@@ -612,6 +607,7 @@ int lr_http_start(struct lr_http *c, const struct lr_http_opts *o,
 	r->idle_timeout = o->idle_timeout;
 	r->max_queue = o->max_queue ? o->max_queue : 64;
 	r->max_error_body = o->max_error_body ? o->max_error_body : 65536;
+	lr_buf_init(&r->q, SIZE_MAX / 2);
 	lr_buf_init(&r->resp.headers, o->max_headers ? o->max_headers : 256 * 1024);
 	lr_buf_init(&r->resp.body, o->stream ? r->max_error_body : o->max_body);
 	lr_sse_init(&r->sse, o->max_line, o->max_event);
@@ -697,16 +693,37 @@ const struct lr_http_resp *lr_http_resp(const struct lr_http_req *r)
 	return &r->resp;
 }
 
-struct lr_http_event *lr_http_pop(struct lr_http_req *r)
+int lr_http_peek(struct lr_http_req *r, struct lr_http_event *ev)
 {
-	struct lr_http_event *e = r->q_head;
-	if (e) {
-		r->q_head = e->next;
-		if (!r->q_head)
-			r->q_tail = NULL;
+	if (!r->queued)
+		return 0;
+	struct qrec h;
+	const char *p = r->q.data + r->q_off;
+	memcpy(&h, p, sizeof h);
+	p += sizeof h;
+	ev->type = p;
+	ev->type_len = h.type_len;
+	ev->data = p + h.type_len;
+	ev->data_len = h.data_len;
+	ev->id = h.has_id ? p + h.type_len + h.data_len : NULL;
+	ev->id_len = h.id_len;
+	ev->retry = h.retry;
+	return 1;
+}
+
+void lr_http_consume(struct lr_http_req *r)
+{
+	if (r->queued) {
+		struct qrec h;
+		memcpy(&h, r->q.data + r->q_off, sizeof h);
+		size_t n = sizeof h + h.type_len + h.data_len + h.id_len;
+		r->q_off += n;
 		r->queued--;
-		r->queued_bytes -= e->type_len + e->data_len + e->id_len + 3;
-		e->next = NULL;
+		r->queued_bytes -= n;
+		if (!r->queued) {
+			r->q.len = 0;
+			r->q_off = 0;
+		}
 	}
 	/* Drained below half: let the transfer go on. */
 	if (r->paused && r->easy && r->queued <= r->max_queue / 2 &&
@@ -715,7 +732,6 @@ struct lr_http_event *lr_http_pop(struct lr_http_req *r)
 		idle_rearm(r);
 		cu.easy_pause(r->easy, CURLPAUSE_CONT);
 	}
-	return e;
 }
 
 void lr_http_req_free(struct lr_http_req *r)
@@ -728,11 +744,7 @@ void lr_http_req_free(struct lr_http_req *r)
 	if (r->hdrs)
 		cu.slist_free_all(r->hdrs);
 	free(r->body);
-	while (r->q_head) {
-		struct lr_http_event *e = r->q_head;
-		r->q_head = e->next;
-		free(e);
-	}
+	lr_buf_release(&r->q);
 	lr_sse_release(&r->sse);
 	lr_buf_release(&r->resp.headers);
 	lr_buf_release(&r->resp.body);

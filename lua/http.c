@@ -327,7 +327,6 @@ static int http_request(lua_State *L)
 struct stream {
 	struct lr_wait wait;
 	struct lr_http_req *req;
-	struct lr_http_event *ev; /* being converted; freed by gc on an error */
 	int waiting;              /* a task waits in wait */
 	int closed;               /* closed by the owner */
 	int cancelled;            /* aborted under a waiting task */
@@ -349,8 +348,6 @@ static void stream_abort(struct stream *s)
 {
 	lr_http_req_free(s->req);
 	s->req = NULL;
-	free(s->ev);
-	s->ev = NULL;
 }
 
 static void stream_cancel(struct lr_wait *w)
@@ -415,24 +412,23 @@ static int stream_step(lua_State *L, struct stream *s)
 		s->ended = 1;
 		return lr_pushfail(L, s->rc, "%s", s->err);
 	}
-	s->ev = lr_http_pop(s->req);
-	if (s->ev) {
-		struct lr_http_event *e = s->ev;
-		lua_createtable(L, 0, 4);
-		lua_pushlstring(L, e->type, e->type_len);
+	struct lr_http_event e;
+	if (lr_http_peek(s->req, &e)) {
+		/* Copy out before consuming: consuming may resume the transfer. */
+		lua_createtable(L, 0, 2 + (e.id != NULL) + (e.retry >= 0));
+		lua_pushlstring(L, e.type, e.type_len);
 		lua_setfield(L, -2, "event");
-		lua_pushlstring(L, e->data, e->data_len);
+		lua_pushlstring(L, e.data, e.data_len);
 		lua_setfield(L, -2, "data");
-		if (e->id) {
-			lua_pushlstring(L, e->id, e->id_len);
+		if (e.id) {
+			lua_pushlstring(L, e.id, e.id_len);
 			lua_setfield(L, -2, "id");
 		}
-		if (e->retry >= 0) {
-			lua_pushinteger(L, e->retry);
+		if (e.retry >= 0) {
+			lua_pushinteger(L, e.retry);
 			lua_setfield(L, -2, "retry");
 		}
-		free(s->ev);
-		s->ev = NULL;
+		lr_http_consume(s->req);
 		return 1;
 	}
 	const struct lr_http_resp *resp = lr_http_resp(s->req);
