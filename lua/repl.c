@@ -815,6 +815,10 @@ int lr_repl_run(struct lr_state *S, const char *script)
 			break;
 	}
 
+	if (r->prompt_on) {
+		fputs("\n", stdout); /* leave the shell a clean line */
+		fflush(stdout);
+	}
 	prompt_hide(r);
 	if (S->killed) {
 		fprintf(stderr, "luarig: %s\n", S->kill_msg);
