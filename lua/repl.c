@@ -18,6 +18,12 @@
  *    it is acted on after rl_callback_read_char has returned.
  *  - rl_forced_update_display redraws prompt and line from scratch at the
  *    cursor (EL_REFRESH), which is what redrawing after output needs.
+ *  - In callback mode rl_point and rl_end are never updated (only around
+ *    functions bound with rl_add_defun, and in readline()). To wipe a line
+ *    that wraps, the cursor row is needed: a private key bound to a no-op
+ *    is fed through rl_getc_function, which refreshes them.
+ *  - The terminal's ISIG stays on in libedit's raw mode: Ctrl-C at the
+ *    prompt arrives as SIGINT, through the loop's signal pipe.
  *  - Signals stay ours (rl_catch_signals = 0): libedit's own handlers
  *    would re-raise SIGINT to the whole process group.
  *
@@ -46,6 +52,7 @@ struct repl {
 	struct lr_state *S;
 	int tty;
 	int prompt_on; /* the libedit handler is installed: a prompt is showing */
+	int in_editor; /* inside rl_callback_read_char (completion runs Lua there) */
 	const char *prompt;
 	int quit;
 	int code;
@@ -115,11 +122,18 @@ static int sync_key(int count, int key)
 	return 0;
 }
 
+static void editor_read(void)
+{
+	g_repl->in_editor = 1;
+	rl_callback_read_char();
+	g_repl->in_editor = 0;
+}
+
 /* Runs one key through libedit as if typed (the prompt is showing). */
 static void feed_key(int key)
 {
 	g_pushed = key;
-	rl_callback_read_char();
+	editor_read();
 	g_pushed = -1;
 }
 
@@ -146,7 +160,7 @@ static void hide_line(struct repl *r)
 static void repl_output(const char *s, size_t n)
 {
 	struct repl *r = g_repl;
-	if (r && r->prompt_on) {
+	if (r && r->prompt_on && !r->in_editor) {
 		hide_line(r);
 		fwrite(s, 1, n, stdout);
 		if (n && s[n - 1] != '\n')
@@ -622,7 +636,7 @@ static void on_stdin(struct lr_watch *w, int events, void *arg)
 	}
 	if (!r->prompt_on)
 		return;
-	rl_callback_read_char();
+	editor_read();
 	if (!r->line_ready)
 		return;
 	r->line_ready = 0;
@@ -825,6 +839,10 @@ int lr_repl_run(struct lr_state *S, const char *script)
 		r->code = 1;
 	}
 	if (r->task) {
+		if (lr_task_outcome(r->task) == 1) {
+			lr_task_push_error(S->L, r->task); /* a kill, reported just above */
+			lua_pop(S->L, 1);
+		}
 		lr_task_cancel(r->task);
 		luaL_unref(S->L, LUA_REGISTRYINDEX, r->task_ref);
 		r->task = NULL;
