@@ -1,0 +1,248 @@
+-- rig.repl: the Lua half of the interactive prompt (lua/repl.c drives the
+-- terminal): compiling what was typed, running it and printing its values,
+-- the pretty-printer, and tab-completion candidates.
+--
+-- Nothing here calls a function of the user's while printing or
+-- completing: fields are read with rawget/next, and only an __index that
+-- is itself a table is followed.
+
+local M = {}
+
+local MAX_DEPTH = 4     -- deeper tables print as { … }
+local MAX_ENTRIES = 50  -- per table, then "… N more"
+local WIDTH = 72        -- a table longer than this on one line is split
+
+local keywords = {
+  "and", "break", "do", "else", "elseif", "end", "false", "for", "function",
+  "goto", "if", "in", "local", "nil", "not", "or", "repeat", "return", "then",
+  "true", "until", "while",
+}
+local is_keyword = {}
+for _, k in ipairs(keywords) do is_keyword[k] = true end
+
+local function is_ident(s)
+  return type(s) == "string" and s:match("^[%a_][%w_]*$") ~= nil and not is_keyword[s]
+end
+
+local escapes = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
+
+local function quote(s)
+  return '"' .. s:gsub('[%c"\\]', function(c)
+    return escapes[c] or string.format("\\%03d", c:byte())
+  end) .. '"'
+end
+
+-- Keys sort numbers first (by value), then strings, then everything else
+-- by type name and tostring, so the output is stable between runs.
+local type_rank = { number = 1, string = 2, boolean = 3 }
+local function key_less(a, b)
+  local ta, tb = type(a), type(b)
+  local ra, rb = type_rank[ta] or 4, type_rank[tb] or 4
+  if ra ~= rb then return ra < rb end
+  if ta == "number" or ta == "string" then return a < b end
+  if ta == "boolean" then return (not a) and b end
+  if ta ~= tb then return ta < tb end
+  return tostring(a) < tostring(b)
+end
+
+local function has_tostring(v)
+  local mt = debug.getmetatable(v)
+  return mt ~= nil and rawget(mt, "__tostring") ~= nil
+end
+
+local function scalar(v)
+  local t = type(v)
+  if t == "string" then return quote(v) end
+  -- tostring may call a __tostring: the only user function the printer runs,
+  -- and the same one print() would run; a failure prints the raw address.
+  local ok, s = pcall(tostring, v)
+  if ok and type(s) == "string" then return s end
+  return t .. ": ?"
+end
+
+local format_value
+
+-- The identity of a table, even when its metatable has __tostring or __name.
+local function address(v)
+  return string.format("%s: %p", type(v), v)
+end
+
+local function format_table(t, depth, path, indent)
+  if path[t] then return "<cycle: " .. address(t) .. ">" end
+  if has_tostring(t) then return scalar(t) end
+  if next(t) == nil then return "{}" end
+  if depth >= MAX_DEPTH then return "{ … }" end
+  path[t] = true
+
+  local items, n = {}, 0
+  -- The sequence part first, without keys.
+  local seq = 0
+  while rawget(t, seq + 1) ~= nil do seq = seq + 1 end
+  local keys = {}
+  for k in next, t do
+    if not (math.type(k) == "integer" and k >= 1 and k <= seq) then keys[#keys + 1] = k end
+  end
+  table.sort(keys, key_less)
+  local total = seq + #keys
+  local sub_indent = indent .. "  "
+  for i = 1, seq do
+    if n >= MAX_ENTRIES then break end
+    n = n + 1
+    items[n] = format_value(rawget(t, i), depth + 1, path, sub_indent)
+  end
+  for _, k in ipairs(keys) do
+    if n >= MAX_ENTRIES then break end
+    n = n + 1
+    local ks = is_ident(k) and k or "[" .. format_value(k, MAX_DEPTH, path, sub_indent) .. "]"
+    items[n] = ks .. " = " .. format_value(rawget(t, k), depth + 1, path, sub_indent)
+  end
+  if total > n then items[n + 1] = "… " .. (total - n) .. " more" end
+  path[t] = nil
+
+  local one = "{ " .. table.concat(items, ", ") .. " }"
+  if #one <= WIDTH and not one:find("\n", 1, true) then return one end
+  -- Short items (numbers, short strings) share lines; others get one each.
+  local lines, cur, short = {}, nil, true
+  for i = 1, #items do
+    if #items[i] > 16 or items[i]:find("\n", 1, true) then short = false break end
+  end
+  for i = 1, #items do
+    local item = items[i] .. (i < #items and "," or "")
+    if short and cur and #cur + 1 + #item <= WIDTH then
+      cur = cur .. " " .. item
+    else
+      if cur then lines[#lines + 1] = cur end
+      cur = item
+    end
+  end
+  lines[#lines + 1] = cur
+  return "{\n" .. sub_indent .. table.concat(lines, "\n" .. sub_indent) .. "\n" .. indent .. "}"
+end
+
+format_value = function(v, depth, path, indent)
+  if type(v) == "table" then return format_table(v, depth, path, indent) end
+  return scalar(v)
+end
+
+-- M.pretty(v) -> string: how the REPL shows one value.
+function M.pretty(v)
+  return format_value(v, 0, {}, "")
+end
+
+-- Compiles what was typed: first as an expression ("return " .. src, as
+-- lua.c does), then as a statement. Returns the function; or nil when the
+-- input is incomplete (more lines may finish it); or nil, message.
+function M.compile(src)
+  local fn = load("return " .. src, "=stdin", "t")
+  if fn then return fn end
+  local err
+  fn, err = load(src, "=stdin", "t")
+  if fn then return fn end
+  if err:sub(-5) == "<eof>" then return nil end
+  return nil, err
+end
+
+-- The traceback without the REPL's own frames.
+local function handler(e)
+  if type(e) ~= "string" then
+    if has_tostring(e) then
+      local ok, s = pcall(tostring, e)
+      e = ok and s or "(error object is a " .. type(e) .. " value)"
+    else
+      e = "(error object is a " .. type(e) .. " value)"
+    end
+  end
+  local tb = debug.traceback(e, 2)
+  local out = {}
+  for line in tb:gmatch("[^\n]+") do
+    if line:find("in function 'xpcall'", 1, true) or line:find("rig/repl.lua", 1, true) then break end
+    out[#out + 1] = line
+  end
+  if out[#out] == "stack traceback:" then out[#out] = nil end
+  return table.concat(out, "\n")
+end
+
+-- Replaced by lua/repl.c: true while Ctrl-C cancels the running chunk, so
+-- the error that unwinds it is expected and the prompt says "interrupted".
+function M.interrupting() return false end
+
+-- M.run(fn [, quiet]): runs one chunk inside its task and prints its values
+-- (unless quiet) or its error. Never raises.
+function M.run(fn, quiet)
+  local r = table.pack(xpcall(fn, handler))
+  if r[1] then
+    if not quiet and r.n > 1 then
+      local parts = {}
+      for i = 2, r.n do parts[#parts + 1] = M.pretty(r[i]) end
+      print(table.concat(parts, "\t"))
+    end
+  elseif not M.interrupting() then
+    print("error: " .. tostring(r[2]))
+  end
+end
+
+-- Completion. The text is the word before the cursor: a plain path of
+-- identifiers with "." and at most one final ":". The prefix path is
+-- resolved with rawget and table-valued __index only.
+local function field(v, k)
+  for _ = 1, 8 do -- a bounded walk down __index tables
+    if type(v) == "table" then
+      local x = rawget(v, k)
+      if x ~= nil then return x end
+    end
+    local mt = debug.getmetatable(v)
+    local idx = mt and rawget(mt, "__index")
+    if type(idx) ~= "table" then return nil end
+    v = idx
+  end
+  return nil
+end
+
+local function add_keys(v, prefix, want_fn, seen, out)
+  for _ = 1, 8 do
+    if type(v) == "table" then
+      for k, x in next, v do
+        if type(k) == "string" and k:sub(1, #prefix) == prefix and is_ident(k) and not seen[k]
+          and (not want_fn or type(x) == "function" or (type(x) == "table" and getmetatable(x) and rawget(getmetatable(x), "__call"))) then
+          seen[k] = true
+          out[#out + 1] = k
+        end
+      end
+    end
+    local mt = debug.getmetatable(v)
+    local idx = mt and rawget(mt, "__index")
+    if type(idx) ~= "table" then return end
+    v = idx
+  end
+end
+
+-- M.complete(word) -> sorted list of full replacements for word.
+function M.complete(word)
+  local out, seen = {}, {}
+  local head, sep, last = word:match("^(.*)([.:])([%w_]*)$")
+  if not head then
+    if not word:match("^[%a_]?[%w_]*$") then return out end
+    add_keys(_G, word, false, seen, out)
+    for _, k in ipairs(keywords) do
+      if k:sub(1, #word) == word and not seen[k] then seen[k] = true; out[#out + 1] = k end
+    end
+    table.sort(out)
+    return out
+  end
+  if not head:match("^[%a_][%w_]*$") and not head:match("^[%a_][%w_]*[.%w_]*[%w_]$") then return out end
+  if head:find("..", 1, true) then return out end
+  local v = _G
+  for name in head:gmatch("[^.]+") do
+    v = field(v, name)
+    if v == nil then return out end
+  end
+  if type(v) ~= "table" and type(v) ~= "userdata" and type(v) ~= "string" then return out end
+  if type(v) == "string" then v = string; sep = ":" end
+  local names = {}
+  add_keys(v, last, sep == ":", seen, names)
+  table.sort(names)
+  for i, k in ipairs(names) do out[i] = head .. (word:sub(#head + 1, #head + 1)) .. k end
+  return out
+end
+
+return M

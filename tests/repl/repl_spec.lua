@@ -1,0 +1,95 @@
+-- rig.repl without a terminal: the pretty-printer, compiling, completion.
+local repl = require "rig.repl"
+local pretty = repl.pretty
+local G = debug.getregistry()[2] -- the real globals (specs run in their own environment)
+
+describe("rig.repl.pretty", function()
+  it("prints scalars like Lua source", function()
+    expect(pretty(42)).to_be("42")
+    expect(pretty(1.5)).to_be("1.5")
+    expect(pretty(nil)).to_be("nil")
+    expect(pretty(true)).to_be("true")
+    expect(pretty('say "hi"\n\t\\')).to_be('"say \\"hi\\"\\n\\t\\\\"')
+    expect(pretty("\0\27")).to_be('"\\000\\027"')
+  end)
+
+  it("prints the sequence part first, then keys sorted", function()
+    expect(pretty({ 3, 2, 1 })).to_be("{ 3, 2, 1 }")
+    expect(pretty({ b = 1, a = 2, [2] = "x" })).to_be('{ [2] = "x", a = 2, b = 1 }')
+    expect(pretty({ ["not id"] = 1, ["end"] = 2, [true] = 3 })).to_be('{ ["end"] = 2, ["not id"] = 1, [true] = 3 }')
+    expect(pretty({})).to_be("{}")
+  end)
+
+  it("caps depth, entries per table, and marks cycles", function()
+    expect(pretty({ { { { { 1 } } } } })).to_be("{ { { { { … } } } } }")
+    local big = {}
+    for i = 1, 120 do big[i] = i end
+    local s = pretty(big)
+    expect(s).to_match("… 70 more\n}$")
+    expect(s).to_match("^{\n  1, 2, 3,")
+    local t = { name = "loop" }
+    t.me = t
+    expect(pretty(t)).to_match("^{ me = <cycle: table: 0x%x+>, name = \"loop\" }$")
+    local shared = { 1 }
+    expect(pretty({ a = shared, b = shared })).to_be("{ a = { 1 }, b = { 1 } }")
+  end)
+
+  it("splits long tables over lines, one entry per line", function()
+    local s = pretty({ alpha = string.rep("a", 40), beta = string.rep("b", 40) })
+    expect(s).to_be('{\n  alpha = "' .. string.rep("a", 40) .. '",\n  beta = "' .. string.rep("b", 40) .. '"\n}')
+  end)
+
+  it("never runs __index or __pairs; uses __tostring", function()
+    local called = false
+    local t = setmetatable({ x = 1 }, {
+      __index = function() called = true end,
+      __pairs = function() called = true; return next, {}, nil end,
+    })
+    expect(pretty(t)).to_be("{ x = 1 }")
+    expect(called).to_be(false)
+    local obj = setmetatable({}, { __tostring = function() return "<obj>" end })
+    expect(pretty({ obj })).to_be("{ <obj> }")
+  end)
+end)
+
+describe("rig.repl.compile", function()
+  it("tries an expression first, then a statement", function()
+    expect(repl.compile("1 + 1")()).to_be(2)
+    expect(repl.compile("local x = 3 return x")()).to_be(3)
+  end)
+
+  it("tells incomplete input from a syntax error", function()
+    local fn, err = repl.compile("function f()")
+    expect(fn).to_be_nil(); expect(err).to_be_nil()
+    fn, err = repl.compile("x = = 1")
+    expect(fn).to_be_nil(); expect(err).to_match("^stdin:1:")
+  end)
+end)
+
+describe("rig.repl.complete", function()
+  it("completes globals and keywords", function()
+    G.repl_spec_global = 1
+    expect(repl.complete("repl_spec_gl")).to_equal({ "repl_spec_global" })
+    expect(repl.complete("functio")).to_equal({ "function" })
+  end)
+
+  it("completes fields after '.' and methods after ':'", function()
+    expect(repl.complete("string.for")).to_equal({ "string.format" })
+    expect(repl.complete("rig.sle")).to_equal({ "rig.sleep" })
+    local t = rig.spawn(function() end)
+    G.repl_spec_task = t
+    expect(repl.complete("repl_spec_task:wa")).to_equal({ "repl_spec_task:wait" })
+    t:wait()
+    G.repl_spec_text = "abc"
+    expect(repl.complete("repl_spec_text:upp")).to_equal({ "repl_spec_text:upper" })
+  end)
+
+  it("never calls a function to resolve the prefix", function()
+    local called = false
+    G.repl_spec_lazy = setmetatable({}, { __index = function() called = true; return { x = 1 } end })
+    expect(repl.complete("repl_spec_lazy.a.")).to_equal({})
+    expect(called).to_be(false)
+    expect(repl.complete("f().")).to_equal({})
+    expect(repl.complete("a..b")).to_equal({})
+  end)
+end)

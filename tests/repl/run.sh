@@ -1,0 +1,201 @@
+#!/bin/sh
+# The REPL on a real terminal: luarig runs inside a private tmux server
+# (fixed window size, TERM set inside), keys go in with send-keys and the
+# screen comes back with capture-pane. Every wait polls with a deadline.
+# Prints TAP lines "ok - repl ..." / "not ok - repl ...".
+cd "$(dirname "$0")/../.." || exit 1
+LUARIG=${LUARIG:-$PWD/build/luarig}
+if ! command -v tmux >/dev/null 2>&1; then
+	echo "not ok - repl tmux is not installed"
+	exit 1
+fi
+tmp=$(mktemp -d)
+sock="luarig-test-$$"
+n_start=0
+export XDG_STATE_HOME="$tmp/state"
+T() { tmux -L "$sock-$n_start" -f /dev/null "$@"; }
+trap 'T kill-server >/dev/null 2>&1; rm -rf "$tmp"' EXIT
+
+now_ms() { date +%s%3N; }
+screen() { T capture-pane -p -J -S -300 2>/dev/null; }
+
+# wait_for PATTERN [SECONDS]: the screen (with scrollback) matches in time.
+wait_for() {
+	deadline=$(($(now_ms) + ${2:-5} * 1000))
+	while :; do
+		screen | grep -qE -- "$1" && return 0
+		[ "$(now_ms)" -ge "$deadline" ] && return 1
+		sleep 0.05
+	done
+}
+
+# wait_count PATTERN N [SECONDS]: at least N screen lines match in time.
+wait_count() {
+	deadline=$(($(now_ms) + ${3:-5} * 1000))
+	while :; do
+		[ "$(screen | grep -cE -- "$1")" -ge "$2" ] && return 0
+		[ "$(now_ms)" -ge "$deadline" ] && return 1
+		sleep 0.05
+	done
+}
+
+not_on_screen() { ! screen | grep -qE -- "$1"; }
+type_line() { T send-keys -l -- "$1" && T send-keys Enter; }
+type_text() { T send-keys -l -- "$1"; }
+
+pass() { echo "ok - repl $1"; }
+fail() {
+	echo "not ok - repl $1"
+	screen | sed 's/^/#   /'
+}
+check() { # name command...
+	name=$1
+	shift
+	if "$@"; then pass "$name"; else fail "$name"; fi
+}
+
+# start [ARGS]: a fresh REPL in a fresh window; waits for the first prompt.
+start() {
+	T kill-server >/dev/null 2>&1
+	n_start=$((n_start + 1)) # a new server each time: no race with the old one going away
+	T new-session -d -x 100 -y 40 \
+		"env TERM=screen XDG_STATE_HOME='$XDG_STATE_HOME' '$LUARIG' repl $*; echo \"EXIT=\$?\"; sleep 600"
+	wait_for '^> ' 10
+}
+
+luarig_pid() {
+	shell=$(T display-message -p '#{pane_pid}')
+	pgrep -P "$shell" -f luarig | head -n 1
+}
+
+# The printer, compiling and completion, without a terminal.
+"$LUARIG" tests/lua/runner.lua tests/repl/repl_spec.lua | sed -n 's/^\(not \)\{0,1\}ok - /&repl /p'
+
+# --- one session for most cases ---
+check "starts and shows a prompt" start
+
+type_line '1+1'
+check "an expression prints its value" wait_for '^2$'
+
+type_line 'function twice(a)'
+wait_for '^>> ' >/dev/null
+type_line '  return a * 2'
+type_line 'end'
+type_line 'twice(21)'
+check "an incomplete statement continues with a '>> ' prompt" wait_for '^>>   return a \* 2$'
+check "the function defined across lines can be called" wait_for '^42$'
+
+type_line 't = { name = "n", list = { 1, 2 }, deep = { a = { b = { c = { d = {} } } } } }; t.self = t'
+type_line 't'
+check "a table prints with sorted keys and nested tables" \
+	wait_for '^  list = \{ 1, 2 \},$'
+check "a table prints with a depth cap" wait_for '^  deep = \{ a = \{ b = \{ c = \{ … \} \} \} \},$'
+check "a table prints with a cycle mark" wait_for '^  self = <cycle: table: 0x[0-9a-f]+>$'
+type_line '{ "x", "y", z = true }'
+check "a short table prints on one line" wait_for '^\{ "x", "y", z = true \}$'
+
+type_line 'error("boom_marker")'
+check "an error prints 'error:' with the message" wait_for '^error: stdin:1: boom_marker$'
+type_line '"after_error"'
+check "the prompt returns after an error" wait_for '^"after_error"$'
+
+type_text 'string.fo'
+T send-keys Tab
+check "tab completes a field after '.'" wait_for '^> string\.format$'
+type_line '("%d", 7)'
+check "the completed line runs" wait_for '^"7"$'
+
+type_text 'twi'
+T send-keys Tab
+check "tab completes a global" wait_for '^> twice$'
+T send-keys C-u
+type_line 's = "abc"'
+type_text 's:up'
+T send-keys Tab
+check "tab completes a method after ':' (through the metatable)" wait_for '^> s:upper$'
+type_line '()'
+check "the completed method call runs" wait_for '^"ABC"$'
+type_text 'rig.sle'
+T send-keys Tab
+check "tab completes a field of rig" wait_for '^> rig\.sleep$'
+T send-keys C-u
+
+type_text 'garbage_text_here'
+T send-keys C-c
+type_line '"fresh_line"'
+check "Ctrl-C at the prompt clears the line" wait_for '^"fresh_line"$'
+
+type_line 'rig.spawn(function() rig.sleep(0.6) print("bg_marker") end)'
+wait_for '^task [0-9]+ ' >/dev/null
+type_text 'partial_line = 5'
+check "a background task prints while the prompt waits" wait_for '^bg_marker$'
+check "the partly typed line is drawn again below the output" wait_for '^> partial_line = 5$'
+T send-keys Enter
+type_line 'partial_line + 1'
+check "the partly typed line stayed intact" wait_for '^6$'
+
+# Ctrl-C during a waiting chunk, which also started a task of its own.
+type_line 'rig.spawn(function() rig.sleep(1.5) print("child_" .. "survived") end); rig.sleep(60)'
+sleep 0.3
+t0=$(now_ms)
+T send-keys C-c
+if wait_count '^(\^C)?interrupted$' 1 5; then
+	dt=$(($(now_ms) - t0))
+	if [ "$dt" -le 1500 ]; then pass "Ctrl-C cancels rig.sleep(60) in ${dt} ms"; else fail "Ctrl-C cancels rig.sleep(60) in ${dt} ms (over 1.5 s)"; fi
+else
+	fail "Ctrl-C cancels rig.sleep(60)"
+fi
+type_line '"alive_after_sleep"'
+check "the prompt works after cancelling a waiting chunk" wait_for '^"alive_after_sleep"$'
+
+# A busy loop never returns to the loop: the signal hook interrupts it.
+type_line 'while true do end'
+sleep 0.3
+t0=$(now_ms)
+T send-keys C-c
+if wait_count '^(\^C)?interrupted$' 2 5; then
+	dt=$(($(now_ms) - t0))
+	if [ "$dt" -le 1500 ]; then pass "Ctrl-C interrupts 'while true do end' in ${dt} ms"; else fail "Ctrl-C interrupts 'while true do end' in ${dt} ms (over 1.5 s)"; fi
+else
+	fail "Ctrl-C interrupts 'while true do end'"
+fi
+type_line '"alive_after_busy"'
+check "the prompt works after interrupting a busy loop" wait_for '^"alive_after_busy"$'
+sleep 1.5
+check "Ctrl-C cancelled the task the chunk had started" not_on_screen "^child_survived$"
+
+type_line 'x_marker = 42'
+type_line '"before_exit"'
+wait_for '^"before_exit"$' >/dev/null
+T send-keys C-d
+check "Ctrl-D on an empty line exits with status 0" wait_for '^EXIT=0$'
+
+# --- history across runs ---
+check "the history file exists" test -s "$XDG_STATE_HOME/luarig/history"
+check "the history directory is private (0700)" \
+	test "$(stat -c %a "$XDG_STATE_HOME/luarig")" = 700
+start
+T send-keys Up
+T send-keys Up
+check "history is kept across runs (Up recalls an earlier line)" wait_for '^> x_marker = 42$'
+T send-keys C-u
+T send-keys C-d
+wait_for '^EXIT=' >/dev/null
+
+# --- SIGTERM ---
+start
+pid=$(luarig_pid)
+if [ -n "$pid" ]; then kill -TERM "$pid"; fi
+check "SIGTERM ends the REPL (exit 143)" wait_for '^EXIT=143$'
+
+# --- a script first, then the prompt with its globals ---
+cat >"$tmp/script.lua" <<'EOF'
+from_script = "yes"
+print("script ran")
+EOF
+start "'$tmp/script.lua'"
+check "repl SCRIPT runs the script first" wait_for '^script ran$'
+type_line 'from_script'
+check "the script's globals are available at the prompt" wait_for '^"yes"$'
+T send-keys C-d
+check "exit after a script session is 0" wait_for '^EXIT=0$'
