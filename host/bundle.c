@@ -144,6 +144,18 @@ static const char *show(const char *s, char buf[SHOW_LEN])
 	return buf;
 }
 
+/* A cap for messages: "16 MiB", "64 KiB" or "1000 bytes". buf holds 32 bytes. */
+static const char *show_size(size_t n, char buf[32])
+{
+	if (n && n % MIB == 0)
+		snprintf(buf, 32, "%zu MiB", n / MIB);
+	else if (n && n % 1024 == 0)
+		snprintf(buf, 32, "%zu KiB", n / 1024);
+	else
+		snprintf(buf, 32, "%zu-byte", n);
+	return buf;
+}
+
 /* Why path cannot name a file in a bundle, or NULL when it can. */
 static const char *path_problem(const char *p)
 {
@@ -362,6 +374,7 @@ static int parse_manifest(struct lr_bundle *b, const struct lr_bundle_limits *li
 			  char *err, size_t errlen)
 {
 	char q[SHOW_LEN];
+	char sz[32];
 	json_error_t jerr;
 	json_t *root = json_loadb(b->manifest, b->manifest_len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root)
@@ -426,7 +439,7 @@ static int parse_manifest(struct lr_bundle *b, const struct lr_bundle_limits *li
 	}
 	int ok;
 	if (lim->version && lr_bundle_vercmp(b->luarig, lim->version, &ok) > 0) {
-		rc = refuse(err, errlen, "bundle needs luarig %s or newer, this is %s",
+		rc = refuse(err, errlen, "manifest 'rig.json' needs luarig %s or newer, this is %s",
 			    b->luarig, lim->version);
 		goto out;
 	}
@@ -452,10 +465,10 @@ static int parse_manifest(struct lr_bundle *b, const struct lr_bundle_limits *li
 	}
 	for (size_t i = 0; i < n; i++) {
 		json_t *f = json_array_get(files, i);
-		json_t *p = json_object_get(f, "path"), *sz = json_object_get(f, "size"),
+		json_t *p = json_object_get(f, "path"), *jsz = json_object_get(f, "size"),
 		       *h = json_object_get(f, "sha256");
 		if (!json_is_object(f) || json_object_size(f) != 3 || !json_is_string(p) ||
-		    !json_is_integer(sz) || !json_is_string(h) ||
+		    !json_is_integer(jsz) || !json_is_string(h) ||
 		    strlen(json_string_value(p)) != json_string_length(p)) {
 			rc = refuse(err, errlen, "manifest 'rig.json': files[%zu] is not {path, size, sha256}",
 				    i + 1);
@@ -471,9 +484,9 @@ static int parse_manifest(struct lr_bundle *b, const struct lr_bundle_limits *li
 			rc = refuse(err, errlen, "entry 'rig.json' is listed in its own manifest");
 			goto out;
 		}
-		if (json_integer_value(sz) < 0 || (uint64_t)json_integer_value(sz) > lim->max_entry) {
-			rc = refuse(err, errlen, "entry '%s' in the manifest is over the %zu-byte entry cap",
-				    show(path, q), lim->max_entry);
+		if (json_integer_value(jsz) < 0 || (uint64_t)json_integer_value(jsz) > lim->max_entry) {
+			rc = refuse(err, errlen, "entry '%s' in the manifest is over the %s entry cap",
+				    show(path, q), show_size(lim->max_entry, sz));
 			goto out;
 		}
 		if (!is_hex64(json_string_value(h))) {
@@ -487,7 +500,7 @@ static int parse_manifest(struct lr_bundle *b, const struct lr_bundle_limits *li
 			goto out;
 		}
 		b->nfiles = i + 1;
-		b->files[i].size = (size_t)json_integer_value(sz);
+		b->files[i].size = (size_t)json_integer_value(jsz);
 		memcpy(b->files[i].sha256, json_string_value(h), 65);
 	}
 	qsort(b->files, b->nfiles, sizeof *b->files, file_cmp);
@@ -557,6 +570,7 @@ static int check_ratio(struct reading *r, const char *name, size_t produced)
 static int read_body(struct reading *r, const char *name, struct lr_buf *body)
 {
 	char q[SHOW_LEN];
+	char sz[32];
 	char chunk[65536];
 	for (;;) {
 		la_ssize_t n = la.read_data(r->a, chunk, sizeof chunk);
@@ -566,20 +580,20 @@ static int read_body(struct reading *r, const char *name, struct lr_buf *body)
 		if (n == 0)
 			return 0;
 		if (body->len + (size_t)n > r->lim->max_entry)
-			return refuse(r->err, r->errlen, "entry '%s' is over the %zu-byte entry cap",
-				      show(name, q), r->lim->max_entry);
+			return refuse(r->err, r->errlen, "entry '%s' is over the %s entry cap",
+				      show(name, q), show_size(r->lim->max_entry, sz));
 		r->total += (size_t)n;
 		if (r->total > r->lim->max_total)
 			return refuse(r->err, r->errlen,
-				      "entry '%s' takes the bundle over the %zu-byte total cap",
-				      show(name, q), r->lim->max_total);
+				      "entry '%s' takes the bundle over the %s total cap",
+				      show(name, q), show_size(r->lim->max_total, sz));
 		int rc = check_ratio(r, name, r->total);
 		if (rc)
 			return rc;
 		if ((rc = lr_buf_add(body, chunk, (size_t)n)))
 			return rc == LR_ETOOBIG ? refuse(r->err, r->errlen,
-				"entry '%s' is over the %zu-byte entry cap", show(name, q),
-				r->lim->max_entry) : rc;
+				"entry '%s' is over the %s entry cap", show(name, q),
+				show_size(r->lim->max_entry, sz)) : rc;
 	}
 }
 
@@ -608,6 +622,7 @@ static const char *type_problem(struct archive_entry *ae)
 static int read_entries(struct reading *r, struct lr_bundle *b, char *err, size_t errlen)
 {
 	char q[SHOW_LEN];
+	char sz[32];
 	char name[PATH_CAP + 2];
 	unsigned char *seen = NULL;
 	struct lr_buf body;
@@ -659,8 +674,8 @@ static int read_entries(struct reading *r, struct lr_bundle *b, char *err, size_
 			goto out;
 		}
 		if (la.e_size_is_set(ae) && la.e_size(ae) > (la_int64_t)r->lim->max_entry) {
-			rc = refuse(err, errlen, "entry '%s' is over the %zu-byte entry cap",
-				    show(name, q), r->lim->max_entry);
+			rc = refuse(err, errlen, "entry '%s' is over the %s entry cap",
+				    show(name, q), show_size(r->lim->max_entry, sz));
 			goto out;
 		}
 		lr_buf_reset(&body);
@@ -1074,6 +1089,7 @@ static int packfile_cmp(const void *a, const void *b)
 static int pack_read(struct packing *p, struct packfile *f)
 {
 	char q[SHOW_LEN];
+	char sz[32];
 	int fd = openat(p->rootfd, f->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		int rc = -errno;
@@ -1084,8 +1100,8 @@ static int pack_read(struct packing *p, struct packfile *f)
 	int rc = slurp_fd(fd, p->lim.max_entry, &f->data, &f->size);
 	close(fd);
 	if (rc == LR_ETOOBIG)
-		return refuse(p->err, p->errlen, "'%s/%s' is over the %zu-byte entry cap", p->dir,
-			      show(f->path, q), p->lim.max_entry);
+		return refuse(p->err, p->errlen, "'%s/%s' is over the %s entry cap", p->dir,
+			      show(f->path, q), show_size(p->lim.max_entry, sz));
 	if (rc) {
 		snprintf(p->err, p->errlen, "cannot read '%s/%s': %s", p->dir, show(f->path, q),
 			 lr_strerror(rc));
@@ -1093,8 +1109,8 @@ static int pack_read(struct packing *p, struct packfile *f)
 	}
 	p->total += f->size;
 	if (p->total > p->lim.max_total)
-		return refuse(p->err, p->errlen, "'%s/%s' takes the bundle over the %zu-byte total cap",
-			      p->dir, show(f->path, q), p->lim.max_total);
+		return refuse(p->err, p->errlen, "'%s/%s' takes the bundle over the %s total cap",
+			      p->dir, show(f->path, q), show_size(p->lim.max_total, sz));
 	if (f->size >= 4 && memcmp(f->data, "\x1bLua", 4) == 0)
 		return refuse(p->err, p->errlen, "'%s/%s' is precompiled Lua bytecode", p->dir,
 			      show(f->path, q));
