@@ -122,7 +122,7 @@ def kinds():
     k["big_entry"] = lambda: _big_entry()
     k["total"] = lambda: _total()
     k["bomb"] = lambda: _bomb(15 << 20)
-    k["small_bomb"] = lambda: _bomb(300 << 10)
+    k["small_bomb"] = lambda: _bomb(200 << 10)
     return k
 
 
