@@ -122,11 +122,21 @@ bench: $(BUILD)/luarig
 
 fuzz: $(FUZZ_BIN)
 
-build/fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(HEADERS) build/gen/stdlib.c
+# The library is archived, so a target links only the objects it uses (a
+# lua/ file may call into lua/main.c, which a fuzz binary does not have).
+FUZZ_CC = clang -std=c11 -D_GNU_SOURCE -g -O1 $(shell $(PKG_CONFIG) --cflags $(PKGS) $(LAZY_PKGS))
+
+build/fuzz/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
-		$(shell $(PKG_CONFIG) --cflags $(PKGS) $(LAZY_PKGS)) -o $@ $< \
-		$(LIB_SRC) build/gen/stdlib.c $(LDLIBS)
+	$(FUZZ_CC) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+
+build/fuzz/libluarig.a: $(patsubst %.c,build/fuzz/obj/%.o,$(LIB_SRC) build/gen/stdlib.c)
+	@rm -f $@
+	ar rcs $@ $^
+
+build/fuzz/%: tests/fuzz/%.c build/fuzz/libluarig.a
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -o $@ $< build/fuzz/libluarig.a $(LDLIBS)
 
 build/gen/stdlib.c: build/embed $(STDLIB)
 
