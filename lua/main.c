@@ -310,6 +310,7 @@ int main(int argc, char **argv)
 		return usage_error("unknown option '%s'", cmd);
 	} else if (cmd) {
 		script = cmd;
+		run = 1; /* a .rig path runs as a bundle, like `luarig run` */
 		i++;
 	} else if (isatty(0)) {
 		repl = 1;

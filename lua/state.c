@@ -176,11 +176,6 @@ int lr_load_file(lua_State *L, const char *path)
 	return LUA_OK;
 }
 
-/*
- * The embedded standard library. With LUARIG_PATH set, modules come from
- * that directory instead (stdlib/ of a checkout), so the library can be
- * edited without rebuilding.
- */
 static const struct lr_embedded *embedded_find(const char *name)
 {
 	for (size_t i = 0; i < lr_stdlib_count; i++)
@@ -189,25 +184,57 @@ static const struct lr_embedded *embedded_find(const char *name)
 	return NULL;
 }
 
+/* With LUARIG_PATH set, rig and rig.* come from that directory first. */
+static int search_disk(lua_State *L, const char *dir, const char *name)
+{
+	if (strcmp(name, "rig") != 0 && strncmp(name, "rig.", 4) != 0)
+		return 0;
+	luaL_Buffer b;
+	luaL_buffinit(L, &b);
+	luaL_addstring(&b, dir);
+	luaL_addchar(&b, '/');
+	for (const char *c = name; *c; c++)
+		luaL_addchar(&b, *c == '.' ? '/' : *c);
+	luaL_pushresult(&b); /* stack: base */
+	const char *base = lua_tostring(L, -1);
+	const char *file = lua_pushfstring(L, strcmp(name, "rig") == 0 ? "%s/init.lua" : "%s.lua", base);
+	FILE *f = fopen(file, "r");
+	if (!f) {
+		lua_pop(L, 1);
+		file = lua_pushfstring(L, "%s/init.lua", base);
+		f = fopen(file, "r");
+	}
+	if (!f) {
+		lua_pop(L, 2);
+		return 0;
+	}
+	fclose(f);
+	lua_remove(L, -2); /* stack: file */
+	if (luaL_loadfilex(L, file, "t") != LUA_OK)
+		return luaL_error(L, "error loading module '%s' from '%s':\n\t%s", name, file,
+				  lua_tostring(L, -1));
+	lua_insert(L, -2); /* stack: loader, file */
+	return 2;
+}
+
+/*
+ * The embedded standard library. With LUARIG_PATH set (the stdlib/ folder
+ * of a checkout), modules are read from there first, so the library can be
+ * edited without rebuilding.
+ */
 static int searcher_stdlib(lua_State *L)
 {
 	const char *name = luaL_checkstring(L, 1);
+	const char *dir = getenv("LUARIG_PATH");
+	if (dir && *dir) {
+		int n = search_disk(L, dir, name);
+		if (n)
+			return n;
+	}
 	const struct lr_embedded *e = embedded_find(name);
 	if (!e) {
 		lua_pushfstring(L, "no embedded module '%s'", name);
 		return 1;
-	}
-	const char *dir = getenv("LUARIG_PATH");
-	if (dir && *dir) {
-		/* e->path is "stdlib/rig/x.lua": the part after "stdlib/" is relative to LUARIG_PATH. */
-		const char *rel = strchr(e->path, '/');
-		lua_pushfstring(L, "%s/%s", dir, rel ? rel + 1 : e->path);
-		const char *file = lua_tostring(L, -1);
-		if (luaL_loadfilex(L, file, "t") != LUA_OK)
-			return luaL_error(L, "error loading module '%s' from '%s':\n\t%s", name,
-					  file, lua_tostring(L, -1));
-		lua_insert(L, -2); /* stack: loader, file */
-		return 2;
 	}
 	lua_pushfstring(L, "@%s", e->path);
 	if (luaL_loadbufferx(L, (const char *)e->data, e->len, lua_tostring(L, -1), "t") != LUA_OK)
