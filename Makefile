@@ -14,8 +14,8 @@ PKG_CONFIG ?= pkg-config
 
 # Linked: what every run needs. Headers only: libraries opened on first use
 # (util/lazy.c), so start-up does not pay for them.
-PKGS := lua5.4 libevent jansson libedit
-LAZY_PKGS := libcurl libarchive libcrypto
+PKGS := lua5.4 libevent jansson
+LAZY_PKGS := libcurl libarchive libcrypto libedit
 
 WARN := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
 	-Wmissing-prototypes -Wold-style-definition -Wvla -Wformat=2 -fno-common
@@ -47,7 +47,7 @@ FUZZ_SRC := $(wildcard tests/fuzz/*_fuzz.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/%_replay,$(FUZZ_SRC))
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
 
-.PHONY: all deps demo test check bench fuzz clean lint layering symbols
+.PHONY: all deps demo test check bench fuzz fuzz-run clean lint layering symbols
 .DELETE_ON_ERROR:
 
 all: $(BUILD)/luarig
@@ -149,3 +149,12 @@ demo: deps
 
 clean:
 	rm -rf build
+
+# Runs each fuzz target for FUZZ_SECONDS on a scratch corpus under build/
+# (seeded from tests/fuzz/corpus/NAME, which stays small and hand-made).
+FUZZ_SECONDS ?= 60
+fuzz-run: fuzz
+	@for t in $(FUZZ_BIN); do \
+		n=$$(basename $$t _fuzz); mkdir -p build/fuzz/corpus-$$n; \
+		echo "== $$n"; $$t -max_total_time=$(FUZZ_SECONDS) build/fuzz/corpus-$$n tests/fuzz/corpus/$$n 2>&1 | tail -n 2; \
+	done

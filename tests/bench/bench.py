@@ -7,10 +7,13 @@ same run and printed as one line
 Values are costs (time or bytes): a ratio below 1 means luarig is better.
 Nothing here passes or fails; the goals live in the issue and the notes.
 """
+import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 LUARIG = os.environ.get("LUARIG", "build/luarig")
@@ -27,9 +30,18 @@ def run_quiet(argv, **kw):
     return subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
 
 
-def startup_seconds(argv, runs=200, warmup=20):
-    """Mean wall time of a whole process start and exit, interleaving is
-    left to the caller; hyperfine would do the same, this avoids needing it."""
+def startup_seconds(argv, runs=300, warmup=30):
+    """Median wall time of a whole process start and exit. hyperfine (-N,
+    no shell) when installed: spawning from Python adds ~1 ms of noise."""
+    hf = shutil.which("hyperfine")
+    if hf:
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            cmd = " ".join(shlex.quote(a) for a in argv)
+            subprocess.run([hf, "-N", "-w", str(warmup), "-r", str(runs), "--export-json",
+                            out.name, cmd], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, check=True)
+            with open(out.name) as f:
+                return json.load(f)["results"][0]["median"]
     for _ in range(warmup):
         run_quiet(argv)
     samples = []
