@@ -127,6 +127,15 @@ int lr_loop_new(struct lr_loop **out)
 	pthread_cond_init(&loop->cv, NULL);
 	loop->jobs_tail = &loop->jobs;
 	loop->dones_tail = &loop->dones;
+	/* The completion eventfd exists from the start, so any thread may post to it. */
+	loop->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (loop->efd >= 0)
+		loop->efdev = event_new(loop->base, loop->efd, EV_READ | EV_PERSIST,
+					on_pool_done, loop);
+	if (!loop->efdev || event_add(loop->efdev, NULL) < 0) {
+		lr_loop_free(loop);
+		return -ENOMEM;
+	}
 	*out = loop;
 	return 0;
 }
@@ -329,6 +338,17 @@ void lr_defer_release(struct lr_defer *d)
 }
 
 /* The worker pool. */
+static void post_locked(struct lr_loop *loop, struct lr_work *w)
+{
+	w->next = NULL;
+	*loop->dones_tail = w;
+	loop->dones_tail = &w->next;
+	uint64_t one = 1;
+	if (write(loop->efd, &one, sizeof one) < 0) {
+		/* the counter saturated: the loop is already woken */
+	}
+}
+
 static void *pool_main(void *arg)
 {
 	struct lr_loop *loop = arg;
@@ -347,16 +367,17 @@ static void *pool_main(void *arg)
 		w->work(w);
 
 		pthread_mutex_lock(&loop->mu);
-		w->next = NULL;
-		*loop->dones_tail = w;
-		loop->dones_tail = &w->next;
-		uint64_t one = 1;
-		if (write(loop->efd, &one, sizeof one) < 0) {
-			/* the counter saturated: the loop is already woken */
-		}
+		post_locked(loop, w);
 	}
 	pthread_mutex_unlock(&loop->mu);
 	return NULL;
+}
+
+void lr_loop_post(struct lr_loop *loop, struct lr_work *w)
+{
+	pthread_mutex_lock(&loop->mu);
+	post_locked(loop, w);
+	pthread_mutex_unlock(&loop->mu);
 }
 
 static void on_pool_done(evutil_socket_t fd, short what, void *arg)
@@ -384,13 +405,6 @@ int lr_pool_submit(struct lr_loop *loop, struct lr_work *w)
 {
 	if (!loop->nthreads) {
 		/* Threads start on first use: a script that never needs them pays nothing. */
-		loop->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		if (loop->efd < 0)
-			return -errno;
-		loop->efdev = event_new(loop->base, loop->efd, EV_READ | EV_PERSIST,
-					on_pool_done, loop);
-		if (!loop->efdev || event_add(loop->efdev, NULL) < 0)
-			return -ENOMEM;
 		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 		int n = ncpu < 2 ? 2 : ncpu > POOL_THREADS ? POOL_THREADS : (int)ncpu;
 		/* Workers block every signal: handlers and the Lua hook run on the loop thread. */

@@ -188,6 +188,42 @@ TEST(pool_runs_work_off_the_loop_thread)
 	free(jobs);
 }
 
+/* lr_loop_post: completions from a thread the loop does not own. */
+struct posted {
+	struct lr_work w;
+	struct lr_loop *loop;
+	int on_main;
+};
+
+static void posted_done(struct lr_work *w)
+{
+	struct posted *p = (struct posted *)w;
+	p->on_main = pthread_equal(pthread_self(), main_thread);
+}
+
+static void *poster(void *arg)
+{
+	struct posted *p = arg;
+	usleep(10000);
+	lr_loop_post(p->loop, &p->w);
+	return NULL;
+}
+
+TEST(post_from_a_foreign_thread)
+{
+	new_loop();
+	main_thread = pthread_self();
+	struct posted p = { .w.done = posted_done, .loop = loop, .on_main = -1 };
+	lr_loop_ref(loop); /* taken when the work starts, dropped after done() */
+	pthread_t th;
+	CHECK(pthread_create(&th, NULL, poster, &p) == 0);
+	CHECK(lr_loop_run(loop) == 0);
+	pthread_join(th, NULL);
+	CHECK_EQ_INT(p.on_main, 1);
+	CHECK_EQ_INT(lr_loop_refs(loop), 0);
+	lr_loop_free(loop);
+}
+
 /* Signals: the async hook runs in the handler, the callback on the loop. */
 static atomic_int hook_calls;
 static int sig_seen;
@@ -286,6 +322,7 @@ int main(void)
 	RUN(defer_runs_later_and_once);
 	RUN(watch_reads_a_pipe);
 	RUN(pool_runs_work_off_the_loop_thread);
+	RUN(post_from_a_foreign_thread);
 	RUN(signals_reach_the_loop);
 	RUN(stop_ends_the_run);
 	RUN(buffers_respect_their_cap);

@@ -1,0 +1,260 @@
+/*
+ * store.c — the contract's front door: argument and name checks, messages,
+ * and the append-definitely helper. Backends live in their own files.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void lr_err_set(struct lr_err *e, const char *fmt, ...)
+{
+	if (!e)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+	va_end(ap);
+}
+
+void lr_bytes_release(struct lr_bytes *b)
+{
+	if (!b)
+		return;
+	free(b->data);
+	b->data = NULL;
+	b->len = 0;
+}
+
+static int seg_first(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+static int seg_rest(unsigned char c)
+{
+	return seg_first(c) || c == '_' || c == '.' || c == '-';
+}
+
+int lr_store_name_check(const char *name, struct lr_err *e)
+{
+	if (!name || !*name) {
+		lr_err_set(e, "storage: empty name");
+		return -EINVAL;
+	}
+	size_t n = strnlen(name, LR_STORE_NAME_MAX + 1);
+	if (n > LR_STORE_NAME_MAX) {
+		lr_err_set(e, "storage: name '%.40s…' is longer than %d bytes", name,
+			   LR_STORE_NAME_MAX);
+		return -EINVAL;
+	}
+	int start = 1;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)name[i];
+		if (c == '/') {
+			if (start)
+				goto bad;
+			start = 1;
+			continue;
+		}
+		if (start ? !seg_first(c) : !seg_rest(c))
+			goto bad;
+		start = 0;
+	}
+	if (start)
+		goto bad;
+	return 0;
+bad:
+	lr_err_set(e, "storage: invalid name '%.*s' (lower-case segments [a-z0-9][a-z0-9_.-]* "
+		      "joined by '/')", (int)(n > 200 ? 200 : n), name);
+	return -EINVAL;
+}
+
+#define CHECK_NAME(name)                                        \
+	do {                                                    \
+		int rc_ = lr_store_name_check((name), e);       \
+		if (rc_)                                        \
+			return rc_;                             \
+	} while (0)
+
+int lr_store_append(struct lr_store *s, const char *name, uint64_t expected_tip,
+		    const void *rec, size_t len, struct lr_err *e)
+{
+	CHECK_NAME(name);
+	return s->ops->append(s, name, expected_tip, rec, len, e);
+}
+
+void lr_store_append_async(struct lr_store *s, const char *name, uint64_t expected_tip,
+			   const void *rec, size_t len, lr_append_cb cb, void *arg)
+{
+	struct lr_err e;
+	int rc = lr_store_name_check(name, &e);
+	if (rc) {
+		cb(arg, rc, 0, &e);
+		return;
+	}
+	s->ops->append_async(s, name, expected_tip, rec, len, cb, arg);
+}
+
+struct same_ctx {
+	const void *rec;
+	size_t len;
+	int found, equal;
+};
+
+static int same_cb(void *arg, const struct lr_record *r)
+{
+	struct same_ctx *c = arg;
+	c->found = 1;
+	c->equal = r->len == c->len && (c->len == 0 || memcmp(r->data, c->rec, c->len) == 0);
+	return 1;
+}
+
+int lr_store_append_definitely(struct lr_store *s, const char *name, uint64_t expected_tip,
+			       const void *rec, size_t len, struct lr_err *e)
+{
+	CHECK_NAME(name);
+	int rc = s->ops->append(s, name, expected_tip, rec, len, e);
+	struct lr_err first;
+	if (rc == LR_EAMBIGUOUS) {
+		first = *e;
+		rc = s->ops->append(s, name, expected_tip, rec, len, e);
+		if (rc == LR_EAMBIGUOUS) {
+			*e = first;
+			return rc;
+		}
+	}
+	if (rc != LR_ECONFLICT)
+		return rc;
+	/* Did our bytes land at expected_tip + 1 (an ambiguous first try that succeeded)? */
+	struct same_ctx c = { rec, len, 0, 0 };
+	struct lr_err re;
+	int r2 = s->ops->read(s, name, expected_tip + 1, 1, same_cb, &c, &re);
+	if (r2 < 0) {
+		lr_err_set(e, "storage: append to '%s' at %llu: cannot verify: %s", name,
+			   (unsigned long long)expected_tip + 1, re.msg);
+		return r2;
+	}
+	if (c.found && c.equal)
+		return 0;
+	lr_err_set(e, "storage: append to '%s' conflicts at expected tip %llu", name,
+		   (unsigned long long)expected_tip);
+	return LR_ECONFLICT;
+}
+
+int lr_store_read(struct lr_store *s, const char *name, uint64_t from, uint64_t limit,
+		  lr_record_cb cb, void *arg, struct lr_err *e)
+{
+	CHECK_NAME(name);
+	return s->ops->read(s, name, from ? from : 1, limit, cb, arg, e);
+}
+
+int lr_store_tip(struct lr_store *s, const char *name, uint64_t *tip, struct lr_err *e)
+{
+	CHECK_NAME(name);
+	return s->ops->tip(s, name, tip, e);
+}
+
+int lr_store_ledger_delete(struct lr_store *s, const char *name, struct lr_err *e)
+{
+	CHECK_NAME(name);
+	return s->ops->ledger_delete(s, name, e);
+}
+
+int lr_store_acquire(struct lr_store *s, const char *name, struct lr_lease **out,
+		     struct lr_err *e)
+{
+	*out = NULL;
+	CHECK_NAME(name);
+	return s->ops->acquire(s, name, out, e);
+}
+
+int lr_store_release(struct lr_lease *l, struct lr_err *e)
+{
+	if (!l)
+		return 0;
+	return l->store->ops->release(l, e);
+}
+
+int lr_store_kv_get(struct lr_store *s, const char *key, struct lr_bytes *val, uint64_t *rev,
+		    struct lr_err *e)
+{
+	CHECK_NAME(key);
+	return s->ops->kv_get(s, key, val, rev, e);
+}
+
+int lr_store_kv_put(struct lr_store *s, const char *key, uint64_t expected_rev,
+		    const void *val, size_t len, uint64_t *new_rev, struct lr_err *e)
+{
+	CHECK_NAME(key);
+	return s->ops->kv_put(s, key, expected_rev, val, len, new_rev, e);
+}
+
+int lr_store_kv_keys(struct lr_store *s, const char *prefix, lr_name_cb cb, void *arg,
+		     struct lr_err *e)
+{
+	return s->ops->kv_keys(s, prefix ? prefix : "", cb, arg, e);
+}
+
+int lr_store_kv_delete(struct lr_store *s, const char *key, struct lr_err *e)
+{
+	CHECK_NAME(key);
+	return s->ops->kv_delete(s, key, e);
+}
+
+int lr_store_blob_put(struct lr_store *s, const char *key, const void *data, size_t len,
+		      struct lr_err *e)
+{
+	CHECK_NAME(key);
+	return s->ops->blob_put(s, key, data, len, e);
+}
+
+int lr_store_blob_put_fd(struct lr_store *s, const char *key, int fd, uint64_t len,
+			 struct lr_err *e)
+{
+	CHECK_NAME(key);
+	return s->ops->blob_put_fd(s, key, fd, len, e);
+}
+
+int lr_store_blob_get(struct lr_store *s, const char *key, struct lr_bytes *out,
+		      struct lr_err *e)
+{
+	out->data = NULL;
+	out->len = 0;
+	CHECK_NAME(key);
+	return s->ops->blob_get(s, key, out, e);
+}
+
+int lr_store_blob_get_fd(struct lr_store *s, const char *key, int fd, uint64_t *len,
+			 struct lr_err *e)
+{
+	CHECK_NAME(key);
+	return s->ops->blob_get_fd(s, key, fd, len, e);
+}
+
+int lr_store_blob_stat(struct lr_store *s, const char *key, uint64_t *len, struct lr_err *e)
+{
+	CHECK_NAME(key);
+	return s->ops->blob_stat(s, key, len, e);
+}
+
+int lr_store_blob_delete(struct lr_store *s, const char *key, struct lr_err *e)
+{
+	CHECK_NAME(key);
+	return s->ops->blob_delete(s, key, e);
+}
+
+int lr_store_blob_list(struct lr_store *s, const char *prefix, lr_name_cb cb, void *arg,
+		       struct lr_err *e)
+{
+	return s->ops->blob_list(s, prefix ? prefix : "", cb, arg, e);
+}
+
+void lr_store_close(struct lr_store *s)
+{
+	if (s)
+		s->ops->close(s);
+}
