@@ -53,6 +53,7 @@
 #include <fcntl.h>
 #include <lmdb.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +210,67 @@ static size_t name_hdr_check(const unsigned char *p, size_t len, const char *nam
 	return 2 + n;
 }
 
+/*
+ * LMDB has no page checksums; on a damaged page it may trip one of its
+ * internal assertions, which would abort the process. The assert hook
+ * jumps back to the innermost guarded call on this thread, which reports
+ * MDB_CORRUPTED (the transaction is then only aborted, never used again).
+ */
+static _Thread_local sigjmp_buf *guard_jb;
+static _Thread_local char guard_msg[200];
+
+static void on_assert(MDB_env *env, const char *msg)
+{
+	(void)env;
+	if (guard_jb) {
+		snprintf(guard_msg, sizeof guard_msg, "%s", msg);
+		siglongjmp(*guard_jb, 1);
+	}
+}
+
+#define GUARDED(call)                                          \
+	do {                                                   \
+		sigjmp_buf jb_, *prev_ = guard_jb;             \
+		if (sigsetjmp(jb_, 0)) {                       \
+			guard_jb = prev_;                      \
+			return MDB_CORRUPTED;                  \
+		}                                              \
+		guard_jb = &jb_;                               \
+		int rc_ = (call);                              \
+		guard_jb = prev_;                              \
+		return rc_;                                    \
+	} while (0)
+
+static int g_get(MDB_txn *t, MDB_dbi d, MDB_val *k, MDB_val *v)
+{
+	GUARDED(mdb_get(t, d, k, v));
+}
+
+static int g_put(MDB_txn *t, MDB_dbi d, MDB_val *k, MDB_val *v, unsigned flags)
+{
+	GUARDED(mdb_put(t, d, k, v, flags));
+}
+
+static int g_del(MDB_txn *t, MDB_dbi d, MDB_val *k)
+{
+	GUARDED(mdb_del(t, d, k, NULL));
+}
+
+static int g_cget(MDB_cursor *c, MDB_val *k, MDB_val *v, MDB_cursor_op op)
+{
+	GUARDED(mdb_cursor_get(c, k, v, op));
+}
+
+static int g_cdel(MDB_cursor *c)
+{
+	GUARDED(mdb_cursor_del(c, 0));
+}
+
+static int g_commit(MDB_txn *t)
+{
+	GUARDED(mdb_txn_commit(t));
+}
+
 /* LMDB's codes: corruption of any sort is LR_ECORRUPT, with LMDB's message. */
 static int lm_fail(int rc, struct lr_err *e, const char *what, const char *name)
 {
@@ -241,7 +303,12 @@ static int lm_fail(int rc, struct lr_err *e, const char *what, const char *name)
 	default:
 		out = rc > 0 ? -rc : -EIO;
 	}
-	lr_err_set(e, "storage: %s '%s': %s", what, name, mdb_strerror(rc));
+	if (rc == MDB_CORRUPTED && guard_msg[0]) {
+		lr_err_set(e, "storage: %s '%s': %s (%s)", what, name, mdb_strerror(rc), guard_msg);
+		guard_msg[0] = 0;
+	} else {
+		lr_err_set(e, "storage: %s '%s': %s", what, name, mdb_strerror(rc));
+	}
 	return out;
 }
 
@@ -325,7 +392,7 @@ static int get_tip(struct core *c, MDB_txn *t, const struct key *k, const char *
 		   uint64_t *tip, struct lr_err *e)
 {
 	MDB_val kv = { k->len, (void *)k->b }, v;
-	int rc = mdb_get(t, c->dbi[DB_TIP], &kv, &v);
+	int rc = g_get(t, c->dbi[DB_TIP], &kv, &v);
 	if (rc == MDB_NOTFOUND) {
 		*tip = 0;
 		return 0;
@@ -342,7 +409,7 @@ static int get_u64(struct core *c, MDB_txn *t, int db, const struct key *k, cons
 		   uint64_t *out, struct lr_err *e)
 {
 	MDB_val kv = { k->len, (void *)k->b }, v;
-	int rc = mdb_get(t, c->dbi[db], &kv, &v);
+	int rc = g_get(t, c->dbi[db], &kv, &v);
 	if (rc == MDB_NOTFOUND) {
 		*out = 0;
 		return 0;
@@ -381,7 +448,7 @@ static int apply_append(struct core *c, MDB_txn *t, struct job *j)
 	size_t n = rec_prefix(&j->key, kb);
 	be64_put(kb + n, tip + 1);
 	MDB_val k = { n + 8, kb }, v = { j->len, (void *)j->data };
-	rc = mdb_put(t, c->dbi[DB_REC], &k, &v, MDB_NOOVERWRITE);
+	rc = g_put(t, c->dbi[DB_REC], &k, &v, MDB_NOOVERWRITE);
 	if (rc == MDB_KEYEXIST) {
 		lr_err_set(&j->err, "storage: ledger '%s' is corrupt: record %llu exists beyond "
 				    "its tip", j->name, (unsigned long long)tip + 1);
@@ -393,7 +460,7 @@ static int apply_append(struct core *c, MDB_txn *t, struct job *j)
 	unsigned char tb[8];
 	be64_put(tb, tip + 1);
 	MDB_val tk = { j->key.len, j->key.b }, tv = { 8, tb };
-	if ((rc = mdb_put(t, c->dbi[DB_TIP], &tk, &tv, 0)) != 0)
+	if ((rc = g_put(t, c->dbi[DB_TIP], &tk, &tv, 0)) != 0)
 		return rc;
 	j->out = tip + 1;
 	j->rc = 0;
@@ -409,19 +476,19 @@ static int apply_ldelete(struct core *c, MDB_txn *t, struct job *j)
 	if (rc)
 		return rc;
 	MDB_val k = { n, kb }, v;
-	rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	rc = g_cget(cur, &k, &v, MDB_SET_RANGE);
 	while (rc == 0 && k.mv_size == n + 8 && memcmp(k.mv_data, kb, n) == 0) {
-		if ((rc = mdb_cursor_del(cur, 0)) != 0)
+		if ((rc = g_cdel(cur)) != 0)
 			break;
-		rc = mdb_cursor_get(cur, &k, &v, MDB_GET_CURRENT);
+		rc = g_cget(cur, &k, &v, MDB_GET_CURRENT);
 		if (rc == MDB_NOTFOUND || rc == EINVAL)
-			rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+			rc = g_cget(cur, &k, &v, MDB_NEXT);
 	}
 	mdb_cursor_close(cur);
 	if (rc && rc != MDB_NOTFOUND)
 		return rc;
 	MDB_val tk = { j->key.len, j->key.b };
-	rc = mdb_del(t, c->dbi[DB_TIP], &tk, NULL);
+	rc = g_del(t, c->dbi[DB_TIP], &tk);
 	if (rc && rc != MDB_NOTFOUND)
 		return rc;
 	j->rc = 0;
@@ -433,7 +500,7 @@ static int apply_kvput(struct core *c, MDB_txn *t, struct job *j)
 	MDB_val k = { j->key.len, j->key.b }, v;
 	size_t hl = name_hdr_len(&j->key, j->name);
 	uint64_t cur = 0;
-	int rc = mdb_get(t, c->dbi[DB_KV], &k, &v);
+	int rc = g_get(t, c->dbi[DB_KV], &k, &v);
 	if (rc == 0) {
 		if (v.mv_size < 8 + hl || (hl && !name_hdr_check((unsigned char *)v.mv_data + 8,
 								  v.mv_size - 8, j->name))) {
@@ -452,7 +519,7 @@ static int apply_kvput(struct core *c, MDB_txn *t, struct job *j)
 		return 0;
 	}
 	v.mv_size = 8 + hl + j->len;
-	if ((rc = mdb_put(t, c->dbi[DB_KV], &k, &v, MDB_RESERVE)) != 0)
+	if ((rc = g_put(t, c->dbi[DB_KV], &k, &v, MDB_RESERVE)) != 0)
 		return rc;
 	unsigned char *p = v.mv_data;
 	be64_put(p, cur + 1);
@@ -468,7 +535,7 @@ static int apply_kvput(struct core *c, MDB_txn *t, struct job *j)
 static int apply_del(struct core *c, MDB_txn *t, struct job *j, int db)
 {
 	MDB_val k = { j->key.len, j->key.b };
-	int rc = mdb_del(t, c->dbi[db], &k, NULL);
+	int rc = g_del(t, c->dbi[db], &k);
 	if (rc && rc != MDB_NOTFOUND)
 		return rc;
 	j->rc = 0;
@@ -486,7 +553,7 @@ static int apply_epoch(struct core *c, MDB_txn *t, struct job *j)
 	unsigned char b[8];
 	be64_put(b, ep + 1);
 	MDB_val k = { j->key.len, j->key.b }, v = { 8, b };
-	if ((rc = mdb_put(t, c->dbi[DB_EPOCH], &k, &v, 0)) != 0)
+	if ((rc = g_put(t, c->dbi[DB_EPOCH], &k, &v, 0)) != 0)
 		return rc;
 	j->out = ep + 1;
 	j->rc = 0;
@@ -533,7 +600,7 @@ static int apply_blobput(struct core *c, MDB_txn *t, struct job *j)
 	MDB_val k = { j->key.len, j->key.b }, v;
 	size_t hl = name_hdr_len(&j->key, j->name);
 	size_t len = j->len;
-	int rc = mdb_get(t, c->dbi[DB_BLOB], &k, &v);
+	int rc = g_get(t, c->dbi[DB_BLOB], &k, &v);
 	if (rc == 0) {
 		if (v.mv_size < hl || (hl && !name_hdr_check(v.mv_data, v.mv_size, j->name))) {
 			j->rc = corrupt(&j->err, "the blob", j->name, v.mv_size);
@@ -574,7 +641,7 @@ static int apply_blobput(struct core *c, MDB_txn *t, struct job *j)
 		}
 	}
 	v.mv_size = hl + len;
-	if ((rc = mdb_put(t, c->dbi[DB_BLOB], &k, &v, MDB_RESERVE)) != 0)
+	if ((rc = g_put(t, c->dbi[DB_BLOB], &k, &v, MDB_RESERVE)) != 0)
 		return rc;
 	unsigned char *p = v.mv_data;
 	if (hl)
@@ -590,7 +657,7 @@ static int apply_blobput(struct core *c, MDB_txn *t, struct job *j)
 			lr_err_set(&j->err, "storage: blob '%s': reading its source failed after "
 					    "%zu of %zu bytes", j->name, got, (size_t)len);
 			j->rc = r;
-			if ((rc = mdb_del(t, c->dbi[DB_BLOB], &k, NULL)) != 0)
+			if ((rc = g_del(t, c->dbi[DB_BLOB], &k)) != 0)
 				return rc;
 			return 0;
 		}
@@ -658,7 +725,7 @@ static size_t run_batch(struct core *c, struct job **jobs, size_t n)
 		for (i = 0; i < n && rc == 0; i++)
 			rc = apply(c, t, jobs[i]);
 		if (rc == 0)
-			rc = mdb_txn_commit(t);
+			rc = g_commit(t);
 		else
 			mdb_txn_abort(t);
 		pthread_rwlock_unlock(&c->resize);
@@ -892,7 +959,7 @@ static int read_chunk(struct core *c, const char *name, const struct key *k, uin
 	MDB_val kv = { pn + 8, kb }, v;
 	int op = MDB_SET_KEY;
 	while (seq <= last && ch->n < READ_CHUNK_RECS && (ch->n == 0 || ch->len < READ_CHUNK_BYTES)) {
-		rc = mdb_cursor_get(cur, &kv, &v, op);
+		rc = g_cget(cur, &kv, &v, op);
 		op = MDB_NEXT;
 		if (rc == 0 && (kv.mv_size != pn + 8 || memcmp(kv.mv_data, kb, pn) != 0 ||
 				be64_get((unsigned char *)kv.mv_data + pn) != seq))
@@ -1091,7 +1158,7 @@ static int lm_kv_get(struct lr_store *s, const char *key, struct lr_bytes *val, 
 		return rc;
 	MDB_val kv = { k.len, k.b }, v;
 	size_t hl = name_hdr_len(&k, key);
-	rc = mdb_get(t, c->dbi[DB_KV], &kv, &v);
+	rc = g_get(t, c->dbi[DB_KV], &kv, &v);
 	if (rc == MDB_NOTFOUND) {
 		lr_err_set(e, "storage: key '%s' not found", key);
 		rc = LR_ENOTFOUND;
@@ -1189,24 +1256,24 @@ static int list_db(struct core *c, int db, size_t hdr_at, const char *prefix, lr
 		return lm_fail(rc, e, "listing", prefix);
 	}
 	MDB_val k = { plen, (void *)prefix }, v;
-	rc = mdb_cursor_get(cur, &k, &v, plen ? MDB_SET_RANGE : MDB_FIRST);
+	rc = g_cget(cur, &k, &v, plen ? MDB_SET_RANGE : MDB_FIRST);
 	if (rc == 0 && !plen && k.mv_size && *(unsigned char *)k.mv_data == LONG_TAG) {
 		unsigned char tag2 = LONG_TAG + 1;
 		k.mv_size = 1;
 		k.mv_data = &tag2;
-		rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+		rc = g_cget(cur, &k, &v, MDB_SET_RANGE);
 	}
 	while (rc == 0 && k.mv_size >= plen && memcmp(k.mv_data, prefix, plen) == 0 &&
 	       *(unsigned char *)k.mv_data != LONG_TAG) {
 		if ((rc = names_add(&ns, k.mv_data, k.mv_size)) != 0)
 			break;
-		rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+		rc = g_cget(cur, &k, &v, MDB_NEXT);
 	}
 	unsigned char tag = LONG_TAG;
 	k.mv_size = 1;
 	k.mv_data = &tag;
 	if (rc == MDB_NOTFOUND || rc == 0)
-		rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+		rc = g_cget(cur, &k, &v, MDB_SET_RANGE);
 	while (rc == 0 && *(unsigned char *)k.mv_data == LONG_TAG) {
 		size_t h = v.mv_size >= hdr_at ? name_hdr_check((unsigned char *)v.mv_data + hdr_at,
 								  v.mv_size - hdr_at, NULL) : 0;
@@ -1218,7 +1285,7 @@ static int list_db(struct core *c, int db, size_t hdr_at, const char *prefix, lr
 		if (h - 2 >= plen && memcmp(nm, prefix, plen) == 0 &&
 		    (rc = names_add(&ns, nm, h - 2)) != 0)
 			break;
-		rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+		rc = g_cget(cur, &k, &v, MDB_NEXT);
 	}
 	mdb_cursor_close(cur);
 	rtxn_end(c, t);
@@ -1282,7 +1349,7 @@ static int blob_find(struct core *c, MDB_txn *t, const struct key *k, const char
 		     MDB_val *v, struct lr_err *e)
 {
 	MDB_val kv = { k->len, (void *)k->b };
-	int rc = mdb_get(t, c->dbi[DB_BLOB], &kv, v);
+	int rc = g_get(t, c->dbi[DB_BLOB], &kv, v);
 	if (rc == MDB_NOTFOUND) {
 		lr_err_set(e, "storage: blob '%s' not found", key);
 		return LR_ENOTFOUND;
@@ -1475,6 +1542,7 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 	}
 	if ((rc = mdb_env_create(&c->env)) != 0)
 		goto lmfail;
+	mdb_env_set_assert(c->env, on_assert);
 	if ((rc = mdb_env_set_maxdbs(c->env, DB_N + 2)) != 0 ||
 	    (rc = mdb_env_set_maxreaders(c->env, 1024)) != 0 ||
 	    (rc = mdb_env_set_mapsize(c->env, map)) != 0)

@@ -426,7 +426,7 @@ int main(int argc, char **argv)
 	RUN(close_flushes_queue);
 	RUN(corrupt_tip_entry_is_named);
 	RUN(garbage_data_file);
-	/* RUN(zeroed_pages_are_detected); being hardened */
+	RUN(zeroed_pages_are_detected);
 	rm_rf(base);
 	return test_summary();
 }
