@@ -1295,7 +1295,7 @@ static int list_db(struct core *c, int db, size_t hdr_at, const char *prefix, lr
 		lr_err_set(e, "storage: listing '%s': out of memory", prefix);
 	else if (rc > 0 || (rc < 0 && rc >= MDB_KEYEXIST && rc <= MDB_LAST_ERRCODE))
 		rc = lm_fail(rc, e, "listing", prefix);
-	if (rc == 0)
+	if (rc == 0 && ns.n)
 		qsort(ns.v, ns.n, sizeof *ns.v, names_cmp);
 	for (size_t i = 0; i < ns.n; i++) {
 		if (rc == 0)
