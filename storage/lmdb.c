@@ -1246,6 +1246,7 @@ static int list_db(struct core *c, int db, size_t hdr_at, const char *prefix, lr
 {
 	struct names ns = { 0 };
 	size_t plen = strlen(prefix);
+	unsigned char tag2 = LONG_TAG + 1;
 	MDB_txn *t;
 	int rc = rtxn_begin(c, &t, prefix, e);
 	if (rc)
@@ -1258,7 +1259,6 @@ static int list_db(struct core *c, int db, size_t hdr_at, const char *prefix, lr
 	MDB_val k = { plen, (void *)prefix }, v;
 	rc = g_cget(cur, &k, &v, plen ? MDB_SET_RANGE : MDB_FIRST);
 	if (rc == 0 && !plen && k.mv_size && *(unsigned char *)k.mv_data == LONG_TAG) {
-		unsigned char tag2 = LONG_TAG + 1;
 		k.mv_size = 1;
 		k.mv_data = &tag2;
 		rc = g_cget(cur, &k, &v, MDB_SET_RANGE);
