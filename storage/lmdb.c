@@ -1549,6 +1549,9 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 		goto lmfail;
 	if ((rc = mdb_env_open(c->env, o->root, flags, 0600)) != 0)
 		goto lmfail;
+	/* Reader slots of processes that died inside a read pin old pages. */
+	int dead;
+	mdb_reader_check(c->env, &dead);
 	/* Another process may have grown the map past our initial size. */
 	int fd;
 	struct stat fst;

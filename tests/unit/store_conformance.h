@@ -227,6 +227,13 @@ static void conf_ledger_read_bounds(struct lr_store *s, const struct conformance
 	CHECK_EQ_INT(lr_store_read(s, "l/rb", 10, 1, conf_collect, &r, &e), 0);
 	CHECK_EQ_INT(r.n, 1);
 	CHECK_EQ_STR(r.data[0], "r10");
+	/* the largest limit is no limit (no wrap-around) */
+	memset(&r, 0, sizeof r);
+	CHECK_EQ_INT(lr_store_read(s, "l/rb", 2, UINT64_MAX, conf_collect, &r, &e), 0);
+	CHECK_EQ_INT(r.n, 9);
+	memset(&r, 0, sizeof r);
+	CHECK_EQ_INT(lr_store_read(s, "l/rb", UINT64_MAX, UINT64_MAX, conf_collect, &r, &e), 0);
+	CHECK_EQ_INT(r.n, 0);
 	/* a callback's non-zero value stops the read and is returned */
 	memset(&r, 0, sizeof r);
 	r.stop_at = 2;
