@@ -182,7 +182,7 @@ int lr_store_ledger_delete(struct lr_store *s, const char *name, struct lr_err *
 
 int lr_store_acquire(struct lr_store *s, const char *name, struct lr_lease **out,
 		     struct lr_err *e);
-/* Idempotent; frees the lease. Accepts NULL. */
+/* Releases and frees the lease: call it once per lease (NULL is accepted). */
 int lr_store_release(struct lr_lease *l, struct lr_err *e);
 
 int lr_store_kv_get(struct lr_store *s, const char *key, struct lr_bytes *val, uint64_t *rev,
