@@ -107,7 +107,7 @@ static int entry_decode(const void *data, size_t len, const char *key,
 		goto out;
 	}
 	json_t *usage = json_object_get(o, "usage");
-	if (json_object_size(o) != 12 || !json_is_object(usage) || json_object_size(usage) != 4) {
+	if (json_object_size(o) != 11 || !json_is_object(usage) || json_object_size(usage) != 4) {
 		bad = "has missing or unknown members";
 		goto out;
 	}
