@@ -66,7 +66,7 @@ def peak_rss_bytes(interp):
 
 
 def main():
-    which = set(sys.argv[1:]) or {"startup", "rss", "sse"}
+    which = set(sys.argv[1:]) or {"startup", "rss", "sse", "journal"}
     lua = shutil.which("lua5.4")
     node = shutil.which("node")
     if "startup" in which:
@@ -84,6 +84,11 @@ def main():
         sse = os.path.join(ROOT, "tests", "bench", "sse.py")
         if os.path.exists(sse):
             subprocess.run([sys.executable, sse], check=False)
+    if "journal" in which:
+        # Replay of a 100k-record journal against SQLite SELECTing the same rows.
+        jb = os.path.join(ROOT, os.environ.get("BUILD", "build"), "tests", "bench", "journal_bench")
+        if os.path.exists(jb):
+            subprocess.run([jb], check=False)
 
 
 if __name__ == "__main__":
