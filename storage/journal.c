@@ -37,7 +37,8 @@ static void crc_init(void)
 			crc_tab[t][i] = (crc_tab[t - 1][i] >> 8) ^ crc_tab[0][crc_tab[t - 1][i] & 0xff];
 }
 
-uint32_t lr_crc32c(uint32_t crc, const void *p, size_t n)
+/* The portable path: slice-by-8 tables. */
+uint32_t lr__crc32c_sw(uint32_t crc, const void *p, size_t n)
 {
 	pthread_once(&crc_once, crc_init);
 	const unsigned char *b = p;
@@ -61,6 +62,48 @@ uint32_t lr_crc32c(uint32_t crc, const void *p, size_t n)
 		crc = crc_tab[0][(crc ^ *b++) & 0xff] ^ (crc >> 8);
 	return ~crc;
 }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* SSE4.2 has a CRC32C instruction: about eight times the tables' speed. */
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const void *p,
+							      size_t n)
+{
+	const unsigned char *b = p;
+	uint64_t c = ~crc & 0xffffffffu;
+	while (n && ((uintptr_t)b & 7)) {
+		c = __builtin_ia32_crc32qi((uint32_t)c, *b++);
+		n--;
+	}
+	while (n >= 8) {
+		uint64_t w;
+		memcpy(&w, b, 8);
+		c = __builtin_ia32_crc32di(c, w);
+		b += 8;
+		n -= 8;
+	}
+	while (n--)
+		c = __builtin_ia32_crc32qi((uint32_t)c, *b++);
+	return ~(uint32_t)c;
+}
+
+static int crc_hw = -1;
+
+uint32_t lr_crc32c(uint32_t crc, const void *p, size_t n)
+{
+	int hw = __atomic_load_n(&crc_hw, __ATOMIC_RELAXED);
+	if (hw < 0) {
+		__builtin_cpu_init();
+		hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+		__atomic_store_n(&crc_hw, hw, __ATOMIC_RELAXED);
+	}
+	return hw ? crc32c_hw(crc, p, n) : lr__crc32c_sw(crc, p, n);
+}
+#else
+uint32_t lr_crc32c(uint32_t crc, const void *p, size_t n)
+{
+	return lr__crc32c_sw(crc, p, n);
+}
+#endif
 
 /* ---- little-endian helpers ---- */
 

@@ -286,8 +286,10 @@ int lr_journal_new_id(char out[37]);
 /* 0 if sid is a lower-case hyphenated uuid, else -EINVAL with a message. */
 int lr_journal_id_check(const char *sid, struct lr_err *e);
 
-/* CRC32C (Castagnoli, reflected, as in iSCSI/ext4), slice-by-8. */
+/* CRC32C (Castagnoli, reflected, as in iSCSI/ext4). */
 uint32_t lr_crc32c(uint32_t crc, const void *p, size_t n);
+/* The same through slice-by-8 tables only (lr_crc32c uses SSE4.2 when the CPU has it). */
+uint32_t lr__crc32c_sw(uint32_t crc, const void *p, size_t n);
 
 /*
  * Frames one record into out (reset first; the caller owns it). kind is
