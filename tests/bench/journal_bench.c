@@ -1,7 +1,6 @@
 /*
  * journal_bench.c — replay of a 100k-record journal (JSON bodies of
- * ~200–500 bytes), in ns per record, from the memory backend and from LMDB
- * when this build has it; peer: SELECT of the same 100k rows (seq, kind,
+ * ~200–500 bytes), in ns per record, from the memory backend and from LMDB; peer: SELECT of the same 100k rows (seq, kind,
  * id, body) from SQLite in the same run.
  *
  * usage: journal_bench [records]
@@ -16,10 +15,6 @@
 #include <unistd.h>
 
 #define SID "4f2a9c1e-7b3d-4e8f-9a0b-1c2d3e4f5a6b"
-
-/* Storage backends this binary can open: LMDB only when the library has it. */
-int lr_store_lmdb_open(const struct lr_lmdb_opts *o, struct lr_store **out, struct lr_err *e)
-	__attribute__((weak));
 
 static unsigned rng = 12345;
 static unsigned rnd(void)
@@ -189,7 +184,7 @@ int main(int argc, char **argv)
 	line("journal_replay_memory", replay_ns(s, n), peer);
 	lr_store_close(s);
 
-	if (lr_store_lmdb_open) {
+	{
 		char root[300];
 		snprintf(root, sizeof root, "%s/lmdb", dir);
 		struct lr_lmdb_opts o = { .root = root, .no_sync = 1 };
@@ -198,8 +193,6 @@ int main(int argc, char **argv)
 		fill(s, n, NULL);
 		line("journal_replay_lmdb", replay_ns(s, n), sqlite_ns(db, n));
 		lr_store_close(s);
-	} else {
-		fprintf(stderr, "journal_bench: no LMDB backend in this build\n");
 	}
 	sqlite3_close(db);
 	char cmd[400];
