@@ -86,7 +86,7 @@ def main():
             subprocess.run([sys.executable, sse], check=False)
     if "journal" in which:
         # Replay of a 100k-record journal against SQLite SELECTing the same rows.
-        jb = os.path.join(ROOT, os.environ.get("BUILD", "build"), "tests", "bench", "journal_bench")
+        jb = os.path.join(ROOT, os.environ.get("BUILD") or "build", "tests", "bench", "journal_bench")
         if os.path.exists(jb):
             subprocess.run([jb], check=False)
 
