@@ -480,9 +480,8 @@ static int apply_ldelete(struct core *c, MDB_txn *t, struct job *j)
 	while (rc == 0 && k.mv_size == n + 8 && memcmp(k.mv_data, kb, n) == 0) {
 		if ((rc = g_cdel(cur)) != 0)
 			break;
-		rc = g_cget(cur, &k, &v, MDB_GET_CURRENT);
-		if (rc == MDB_NOTFOUND || rc == EINVAL)
-			rc = g_cget(cur, &k, &v, MDB_NEXT);
+		/* after a delete, NEXT yields the entry that took its place */
+		rc = g_cget(cur, &k, &v, MDB_NEXT);
 	}
 	mdb_cursor_close(cur);
 	if (rc && rc != MDB_NOTFOUND)
@@ -600,6 +599,16 @@ static int apply_blobput(struct core *c, MDB_txn *t, struct job *j)
 	MDB_val k = { j->key.len, j->key.b }, v;
 	size_t hl = name_hdr_len(&j->key, j->name);
 	size_t len = j->len;
+	if (j->kind == J_BLOBFD && j->fd_used) {
+		/* A retry of the batch (the map grew): the source is read again. */
+		if (j->fd_start < 0 || lseek(j->fd, j->fd_start, SEEK_SET) < 0) {
+			lr_err_set(&j->err, "storage: blob '%s': its source cannot be re-read "
+					    "after the store grew", j->name);
+			j->rc = -ESPIPE;
+			return 0;
+		}
+		j->fd_used = 0;
+	}
 	int rc = g_get(t, c->dbi[DB_BLOB], &k, &v);
 	if (rc == 0) {
 		if (v.mv_size < hl || (hl && !name_hdr_check(v.mv_data, v.mv_size, j->name))) {
@@ -631,15 +640,6 @@ static int apply_blobput(struct core *c, MDB_txn *t, struct job *j)
 	}
 	if (rc != MDB_NOTFOUND)
 		return rc;
-	if (j->kind == J_BLOBFD && j->fd_used) {
-		/* A retry after the map grew: the source must be read again. */
-		if (j->fd_start < 0 || lseek(j->fd, j->fd_start, SEEK_SET) < 0) {
-			lr_err_set(&j->err, "storage: blob '%s': its source cannot be re-read "
-					    "after the store grew", j->name);
-			j->rc = -ESPIPE;
-			return 0;
-		}
-	}
 	v.mv_size = hl + len;
 	if ((rc = g_put(t, c->dbi[DB_BLOB], &k, &v, MDB_RESERVE)) != 0)
 		return rc;
@@ -1549,6 +1549,9 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 		goto lmfail;
 	if ((rc = mdb_env_open(c->env, o->root, flags, 0600)) != 0)
 		goto lmfail;
+	/* Reader slots of processes that died inside a read pin old pages. */
+	int dead;
+	mdb_reader_check(c->env, &dead);
 	/* Another process may have grown the map past our initial size. */
 	int fd;
 	struct stat fst;

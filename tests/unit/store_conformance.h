@@ -227,6 +227,13 @@ static void conf_ledger_read_bounds(struct lr_store *s, const struct conformance
 	CHECK_EQ_INT(lr_store_read(s, "l/rb", 10, 1, conf_collect, &r, &e), 0);
 	CHECK_EQ_INT(r.n, 1);
 	CHECK_EQ_STR(r.data[0], "r10");
+	/* the largest limit is no limit (no wrap-around) */
+	memset(&r, 0, sizeof r);
+	CHECK_EQ_INT(lr_store_read(s, "l/rb", 2, UINT64_MAX, conf_collect, &r, &e), 0);
+	CHECK_EQ_INT(r.n, 9);
+	memset(&r, 0, sizeof r);
+	CHECK_EQ_INT(lr_store_read(s, "l/rb", UINT64_MAX, UINT64_MAX, conf_collect, &r, &e), 0);
+	CHECK_EQ_INT(r.n, 0);
 	/* a callback's non-zero value stops the read and is returned */
 	memset(&r, 0, sizeof r);
 	r.stop_at = 2;
@@ -240,7 +247,6 @@ static void conf_ledger_read_bounds(struct lr_store *s, const struct conformance
 
 static void conf_ledger_delete(struct lr_store *s, const struct conformance *h)
 {
-	(void)h;
 	struct lr_err e;
 	conf_append_str(s, "l/d", 0, "a");
 	conf_append_str(s, "l/d", 1, "b");
@@ -257,6 +263,27 @@ static void conf_ledger_delete(struct lr_store *s, const struct conformance *h)
 	CHECK_EQ_INT(lr_store_read(s, "l/d2", 1, 0, conf_collect, &r, &e), 0);
 	CHECK_EQ_INT(r.n, 1);
 	CHECK_EQ_STR(r.data[0], "keep");
+	/* a ledger spanning many pages, between neighbours sharing its prefix */
+	char big[600];
+	memset(big, 'd', sizeof big);
+	int n = h->small ? 300 : 1500;
+	CHECK_EQ_INT(conf_append_str(s, "l/dbi", 0, "left"), 0);
+	CHECK_EQ_INT(conf_append_str(s, "l/dbig0", 0, "right"), 0);
+	for (int i = 0; i < n; i++)
+		if (lr_store_append(s, "l/dbig", (uint64_t)i, big, sizeof big, &e))
+			break;
+	CHECK_EQ_INT(conf_tip(s, "l/dbig"), n);
+	CHECK_EQ_INT(lr_store_ledger_delete(s, "l/dbig", &e), 0);
+	CHECK_EQ_INT(conf_tip(s, "l/dbig"), 0);
+	memset(&r, 0, sizeof r);
+	CHECK_EQ_INT(lr_store_read(s, "l/dbig", 1, 0, conf_collect, &r, &e), 0);
+	CHECK_EQ_INT(r.n, 0);
+	CHECK_EQ_INT(conf_tip(s, "l/dbi"), 1);
+	CHECK_EQ_INT(conf_tip(s, "l/dbig0"), 1);
+	CHECK_EQ_INT(conf_append_str(s, "l/dbig", 0, "fresh"), 0);
+	memset(&r, 0, sizeof r);
+	CHECK_EQ_INT(lr_store_read(s, "l/dbig", 1, 0, conf_collect, &r, &e), 0);
+	CHECK_EQ_INT(r.n, 1);
 	/* deleted == never written: records start at 1 again */
 	CHECK_EQ_INT(conf_append_str(s, "l/d", 0, "again"), 0);
 	memset(&r, 0, sizeof r);

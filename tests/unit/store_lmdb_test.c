@@ -111,6 +111,27 @@ static int appender_main(const char *root, const char *name, int n)
 	return 0;
 }
 
+/* Child: grows the map of a root another process has open (3 × 8 MiB records). */
+static int grower_main(const char *root)
+{
+	struct lr_store *s;
+	struct lr_err e;
+	if (lm_open_root(root, 1, 0, &s, &e))
+		return 1;
+	size_t big = (size_t)8 << 20;
+	unsigned char *p = malloc(big);
+	conf_fill(p, big, 12);
+	for (int i = 0; i < 3; i++) {
+		if (lr_store_append(s, "grown", (uint64_t)i, p, big, &e)) {
+			fprintf(stderr, "grower: %s\n", e.msg);
+			return 1;
+		}
+	}
+	free(p);
+	lr_store_close(s);
+	return 0;
+}
+
 static void new_root(char *out, size_t cap)
 {
 	snprintf(out, cap, "%s/x%d", base, roots++);
@@ -233,6 +254,35 @@ TEST(map_grows_64mib_record)
 	CHECK_EQ_INT(lr_store_read(s, "big", 2, 0, big_cb, p, &e), 0);
 	lr_store_close(s);
 	free(p);
+}
+
+/* Another process grows the map while we have it open: we adopt it. */
+TEST(map_resized_by_another_process)
+{
+	char root[512];
+	new_root(root, sizeof root);
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(lm_open_root(root, 1, (size_t)1 << 20, &s, &e), 0);
+	CHECK_EQ_INT(conf_append_str(s, "mine", 0, "a"), 0);
+	int pid;
+	const char *argv[] = { "store_lmdb_test", "grower", root, NULL };
+	int fd = spawn_self(argv, &pid);
+	int status = 0;
+	waitpid(pid, &status, 0);
+	close(fd);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK_EQ_INT(conf_tip(s, "grown"), 3);
+	size_t big = (size_t)8 << 20;
+	unsigned char *p = malloc(big);
+	conf_fill(p, big, 12);
+	CHECK_EQ_INT(conf_append_str(s, "mine", 1, "b"), 0);
+	CHECK_EQ_INT(lr_store_append(s, "mine", 2, p, big, &e), 0);
+	struct conf_recs r = { 0 };
+	CHECK_EQ_INT(lr_store_read(s, "grown", 3, 0, conf_collect, &r, &e), 0);
+	CHECK(r.n == 1 && r.lens[0] == big);
+	free(p);
+	lr_store_close(s);
 }
 
 /* close() flushes what is queued: every async append is acknowledged and kept. */
@@ -411,6 +461,8 @@ int main(int argc, char **argv)
 		return holder_main(argv[2], argv[3]);
 	if (argc == 5 && strcmp(argv[1], "appender") == 0)
 		return appender_main(argv[2], argv[3], atoi(argv[4]));
+	if (argc == 3 && strcmp(argv[1], "grower") == 0)
+		return grower_main(argv[2]);
 	small = getenv("ASAN_OPTIONS") != NULL;
 	const char *tmp = getenv("TMPDIR");
 	snprintf(base, sizeof base, "%s/lr-lmdb-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -423,6 +475,7 @@ int main(int argc, char **argv)
 	RUN(durable_group_commit_and_reopen);
 	RUN(two_processes_one_root);
 	RUN(map_grows_64mib_record);
+	RUN(map_resized_by_another_process);
 	RUN(close_flushes_queue);
 	RUN(corrupt_tip_entry_is_named);
 	RUN(garbage_data_file);
