@@ -78,6 +78,11 @@ $(BUILD)/tests/unit/%: tests/unit/%.c tests/unit/test.h $(BUILD)/libluarig.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libluarig.a $(LDFLAGS) $(LDLIBS)
 
+# Benchmark programs (tests/bench/*.c); SQLite is their peer, linked here only.
+$(BUILD)/tests/bench/%: tests/bench/%.c $(BUILD)/libluarig.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libluarig.a $(LDFLAGS) $(LDLIBS) -lsqlite3
+
 # The fuzz targets, replayed over their corpora by an ordinary main().
 $(BUILD)/tests/fuzz/%_replay: tests/fuzz/%.c tests/fuzz/replay.c $(BUILD)/libluarig.a
 	@mkdir -p $(dir $@)
@@ -119,7 +124,7 @@ symbols: $(BUILD)/libluarig.a
 	if [ -n "$$bad" ]; then echo "symbols: unprefixed globals:"; echo "$$bad"; exit 1; fi; \
 	echo "symbols: ok"
 
-bench: $(BUILD)/luarig $(BUILD)/tests/bench/store_bench
+bench: $(BUILD)/luarig $(BUILD)/tests/bench/store_bench $(BUILD)/tests/bench/journal_bench
 	@BUILD=$(BUILD) sh tests/bench/run.sh
 
 # Benchmark programs link their peers' libraries (SQLite); the binary never does.

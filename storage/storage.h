@@ -211,9 +211,228 @@ void lr_store_close(struct lr_store *s);
 
 /* ---- session journal (storage/journal.c) ---- */
 
+/*
+ * One ledger per session, named "sessions/<uuid>" (a lower-case, hyphenated
+ * uuid), with one writer at a time fenced by the session lease of the same
+ * name.
+ *
+ * Record frame (version 1), every integer little-endian:
+ *
+ *   0   u8   magic 0xEB
+ *   1   u8   version 1
+ *   2   u8   kind (enum lr_journal_kind)
+ *   3   u8   flags, 0 (reserved)
+ *   4   u16  id length, 0..256
+ *   6   u32  body length
+ *   10  id bytes (printable ASCII 0x20..0x7e), then body bytes
+ *   end u32  CRC32C (Castagnoli) of every byte before it
+ *
+ * Body by kind: event, command, gate_prepared: opaque bytes (the runtime's
+ * JSON), at most LR_JOURNAL_INLINE_MAX; fence: u64 lease epoch (8 bytes),
+ * and the id is that epoch in decimal; blobptr: u8 kind of the offloaded
+ * record, three zero bytes, u64 body size, 32-byte SHA-256 of the body
+ * (44 bytes); the body itself is the blob "sessions/<uuid>/blobs/<sha256
+ * hex>", written before the pointer record.
+ *
+ * The decoder is strict: a wrong magic, version, kind or flags, an id
+ * outside the charset, a length that overruns or leaves trailing bytes, a
+ * fence or blobptr body of the wrong shape and a checksum mismatch are all
+ * LR_ECORRUPT with a message naming the ledger and the sequence. Nothing is
+ * ever skipped.
+ */
+enum lr_journal_kind {
+	LR_JOURNAL_EVENT = 1,
+	LR_JOURNAL_COMMAND = 2,
+	LR_JOURNAL_FENCE = 3,
+	LR_JOURNAL_BLOBPTR = 4,       /* on the wire only: replay resolves it */
+	LR_JOURNAL_GATE_PREPARED = 5, /* private records the runtime keeps from subscribers */
+	LR_JOURNAL_KIND_MAX = 5       /* a new kind is a deliberate change of the decoder */
+};
+
+#define LR_JOURNAL_MAGIC 0xEB
+#define LR_JOURNAL_VERSION 1
+#define LR_JOURNAL_ID_MAX 256
+#define LR_JOURNAL_HEADER 10
+#define LR_JOURNAL_OVERHEAD 14                     /* header + CRC */
+#define LR_JOURNAL_INLINE_MAX ((size_t)512 << 10)   /* larger bodies go to a blob */
+#define LR_JOURNAL_BODY_MAX ((size_t)64 << 20)      /* no record body is larger */
+#define LR_JOURNAL_BLOBPTR_LEN 44
+
+/* "sessions/" + 36 + NUL */
+#define LR_JOURNAL_NAME_LEN 46
+
+/*
+ * One record as seen by a reader. id is NUL-terminated (id_len bytes
+ * before the NUL); id and body are borrowed until the callback returns.
+ * For a record whose body was offloaded, kind is the original kind,
+ * offloaded is 1 and body is the verified blob. For a fence, epoch is the
+ * fence's lease epoch (0 otherwise).
+ */
+struct lr_journal_rec {
+	uint64_t seq;
+	int kind;
+	int offloaded;
+	char id[LR_JOURNAL_ID_MAX + 1];
+	size_t id_len;
+	const void *body;
+	size_t len;
+	uint64_t epoch;
+};
+/* Return 0 to go on; a non-zero value stops replay and is returned by it. */
+typedef int (*lr_journal_cb)(void *arg, const struct lr_journal_rec *r);
+
+/* A fresh random (v4) session id from getrandom(): 36 characters and a NUL. */
+int lr_journal_new_id(char out[37]);
+/* 0 if sid is a lower-case hyphenated uuid, else -EINVAL with a message. */
+int lr_journal_id_check(const char *sid, struct lr_err *e);
+
+/* CRC32C (Castagnoli, reflected, as in iSCSI/ext4). */
+uint32_t lr_crc32c(uint32_t crc, const void *p, size_t n);
+/* The same through slice-by-8 tables only (lr_crc32c uses SSE4.2 when the CPU has it). */
+uint32_t lr__crc32c_sw(uint32_t crc, const void *p, size_t n);
+
+/*
+ * Frames one record into out (reset first; the caller owns it). kind is
+ * any kind; the body is taken as it is (the caller builds fence and
+ * blobptr bodies). LR_ETOOBIG if the body is over LR_JOURNAL_BODY_MAX,
+ * -EINVAL for a bad kind or id.
+ */
+int lr_journal_encode(struct lr_buf *out, int kind, const char *id, size_t id_len,
+		      const void *body, size_t len);
+/*
+ * Decodes one frame strictly. On success r->seq = seq and id, body
+ * point into buf (body) or r->id (a copy); blobptrs are NOT resolved
+ * (kind LR_JOURNAL_BLOBPTR). ledger and seq only name the record in the
+ * message of an LR_ECORRUPT.
+ */
+int lr_journal_decode(const void *buf, size_t len, const char *ledger, uint64_t seq,
+		      struct lr_journal_rec *r, struct lr_err *e);
+
+struct lr_journal;
+
+/*
+ * Opens session sid for writing. lease must be held, come from
+ * lr_store_acquire(store, "sessions/<sid>") and outlive the journal or be
+ * released before lr_journal_close (not concurrently with it): the journal
+ * chains itself into lease->on_lost (keeping a holder's callback) to learn
+ * of a loss. Appends a fence record carrying lease->epoch at the tip
+ * (retrying up to 8 times when the tip moves), then reads the whole ledger
+ * to build the idempotency index (every record must decode: else
+ * LR_ECORRUPT naming the sequence; a fence with a greater epoch than ours
+ * is LR_ELEASELOST). *out is freed with lr_journal_close.
+ */
+int lr_journal_open(struct lr_store *store, const char *sid, struct lr_lease *lease,
+		    struct lr_journal **out, struct lr_err *e);
+/*
+ * Appends one record of kind event, command or gate_prepared (-EINVAL
+ * otherwise). id (NUL-terminated, printable ASCII, at most 256 bytes; ""
+ * for no idempotency) keys deduplication: an id already in the ledger with
+ * the same kind and body returns its original sequence and *appended = 0;
+ * with other bytes it is LR_ECONFLICT ("idempotency collision" naming the
+ * id and the original sequence) and nothing is written. Bodies over
+ * LR_JOURNAL_INLINE_MAX go to a blob first, then a pointer record;
+ * LR_ETOOBIG over LR_JOURNAL_BODY_MAX.
+ *
+ * Every append is conditional on the writer's tip (through
+ * lr_store_append_definitely). When the ledger moved under the writer it
+ * was fenced: LR_ELEASELOST ("journal: writer for 'sessions/…' was fenced
+ * by epoch 3"), and the journal refuses every later append. The same after
+ * the lease is lost. LR_EAMBIGUOUS (a networked backend could not tell
+ * whether the record landed) also latches: the runtime must reopen the
+ * journal, which reads the truth back. Other failures (-errno) leave the
+ * tip where it was and the journal usable.
+ *
+ * The journal never touches the catalog: the runtime calls
+ * lr_catalog_note_append (or lr_catalog_update) after a successful append
+ * and only logs its failure, so a catalog failure never fails an append.
+ * seq and appended may be NULL. Thread-safe (one mutex per journal).
+ */
+int lr_journal_append(struct lr_journal *j, int kind, const char *id, const void *body,
+		      size_t len, uint64_t *seq, int *appended, struct lr_err *e);
+/* The sequence of the writer's last record (its opening fence at least). */
+uint64_t lr_journal_tip(struct lr_journal *j);
+/* The lease epoch the journal was opened with. */
+uint64_t lr_journal_epoch(struct lr_journal *j);
+/* Accepts NULL. Does not release the lease (the caller owns it). */
+void lr_journal_close(struct lr_journal *j);
+
+/*
+ * Replays session sid from sequence from (0 or 1: the start) to the tip
+ * as it is when the read reaches it, resolving blobptrs (a missing blob,
+ * a size or SHA-256 mismatch is LR_ECORRUPT naming the sequence and the
+ * key). Fences are passed on (kind LR_JOURNAL_FENCE). Needs no lease. A
+ * gap in the sequences or any decode error is LR_ECORRUPT naming the
+ * sequence; records before it have been passed to cb. A ledger that does
+ * not exist replays nothing.
+ */
+int lr_journal_replay(struct lr_store *store, const char *sid, uint64_t from,
+		      lr_journal_cb cb, void *arg, struct lr_err *e);
 
 /* ---- catalog (storage/catalog.c) ---- */
 
+/*
+ * Per-session metadata in kv under "catalog/sessions/<uuid>", as a JSON
+ * object (version field "v": 1; the decoder refuses unknown members and
+ * values of the wrong type: LR_ECORRUPT naming the key). Updates are
+ * read-modify-write with compare-and-swap, retried up to 8 times.
+ *
+ * Best effort by contract: the journal never calls the catalog, and the
+ * runtime calls it after a successful append and swallows (logs) its
+ * failure. lr_catalog_repair rebuilds last_seq from the journal tip when
+ * the runtime suspects the entry lags.
+ */
+enum lr_catalog_status { LR_CATALOG_ACTIVE = 0, LR_CATALOG_STOPPED };
+enum lr_catalog_state {
+	LR_CATALOG_IDLE = 0,
+	LR_CATALOG_RUNNING,
+	LR_CATALOG_WAITING_ON_GATE,
+	LR_CATALOG_FAILED,
+	LR_CATALOG_INTERRUPTED,
+	LR_CATALOG_STATE_STOPPED
+};
+
+#define LR_CATALOG_TITLE_MAX 320 /* bytes (80 runes of UTF-8) */
+#define LR_CATALOG_REF_MAX 128
+
+struct lr_catalog_entry {
+	char id[37];
+	char title[LR_CATALOG_TITLE_MAX + 1];
+	double created_at;     /* seconds since the epoch */
+	double last_active_at;
+	enum lr_catalog_status status;
+	enum lr_catalog_state state;
+	uint64_t loop_count;
+	uint64_t last_seq;     /* the highest journal sequence noted */
+	uint64_t input_tokens, output_tokens, cache_read_tokens;
+	double cost;
+	char workspace_ref[LR_CATALOG_REF_MAX + 1]; /* "" when none */
+};
+
+/* "active"/"stopped" and "idle"/"running"/…; NULL for an out-of-range value. */
+const char *lr_catalog_status_name(enum lr_catalog_status s);
+const char *lr_catalog_state_name(enum lr_catalog_state s);
+
+/*
+ * Changes entry in place. exists is 0 for a new entry (pre-filled: id,
+ * created_at = last_active_at = now, active, idle). Return 0 to write, 1 to
+ * leave the entry as it is (update returns 0), or an error code (returned
+ * by update). It may run more than once (after a lost race).
+ */
+typedef int (*lr_catalog_fn)(void *arg, struct lr_catalog_entry *entry, int exists);
+int lr_catalog_update(struct lr_store *store, const char *sid, lr_catalog_fn fn, void *arg,
+		      struct lr_err *e);
+/* The common update after an append: last_seq = max(last_seq, seq), last_active_at = now. */
+int lr_catalog_note_append(struct lr_store *store, const char *sid, uint64_t seq,
+			   struct lr_err *e);
+/* LR_ENOTFOUND when the session has no entry. */
+int lr_catalog_get(struct lr_store *store, const char *sid, struct lr_catalog_entry *out,
+		   struct lr_err *e);
+/* Every entry, ascending by id; entries deleted meanwhile are left out. cb's entry is borrowed. */
+typedef int (*lr_catalog_cb)(void *arg, const struct lr_catalog_entry *entry);
+int lr_catalog_list(struct lr_store *store, lr_catalog_cb cb, void *arg, struct lr_err *e);
+/* Sets last_seq to the journal's tip (creating the entry if absent). */
+int lr_catalog_repair(struct lr_store *store, const char *sid, struct lr_err *e);
+int lr_catalog_delete(struct lr_store *store, const char *sid, struct lr_err *e);
 
 /* ---- workspace snapshots (storage/snapshot.c) ---- */
 

@@ -89,7 +89,7 @@ def store_bench():
 
 
 def main():
-    which = set(sys.argv[1:]) or {"startup", "rss", "sse", "store"}
+    which = set(sys.argv[1:]) or {"startup", "rss", "sse", "store", "journal"}
     lua = shutil.which("lua5.4")
     node = shutil.which("node")
     if "startup" in which:
@@ -109,6 +109,11 @@ def main():
             subprocess.run([sys.executable, sse], check=False)
     if "store" in which:
         store_bench()
+    if "journal" in which:
+        # Replay of a 100k-record journal against SQLite SELECTing the same rows.
+        jb = os.path.join(ROOT, os.environ.get("BUILD") or "build", "tests", "bench", "journal_bench")
+        if os.path.exists(jb):
+            subprocess.run([jb], check=False)
 
 
 if __name__ == "__main__":

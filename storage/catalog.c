@@ -1,0 +1,310 @@
+/*
+ * catalog.c — per-session metadata in kv ("catalog/sessions/<uuid>"), one
+ * JSON object per session, updated by compare-and-swap. Best effort: the
+ * journal never waits on it, the runtime swallows its failures.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CATALOG_PREFIX "catalog/sessions/"
+#define CATALOG_RETRIES 8
+
+static const char *const status_names[] = { "active", "stopped" };
+static const char *const state_names[] = { "idle", "running", "waiting_on_gate",
+					    "failed", "interrupted", "stopped" };
+
+const char *lr_catalog_status_name(enum lr_catalog_status s)
+{
+	return (unsigned)s < 2 ? status_names[s] : NULL;
+}
+
+const char *lr_catalog_state_name(enum lr_catalog_state s)
+{
+	return (unsigned)s < 6 ? state_names[s] : NULL;
+}
+
+static int name_index(const char *const *names, int n, const char *s)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(names[i], s) == 0)
+			return i;
+	return -1;
+}
+
+static int catalog_key(char out[64], const char *sid, struct lr_err *e)
+{
+	int rc = lr_journal_id_check(sid, e);
+	if (!rc)
+		snprintf(out, 64, CATALOG_PREFIX "%s", sid);
+	return rc;
+}
+
+static char *entry_encode(const struct lr_catalog_entry *c, size_t *len)
+{
+	json_t *o = json_pack("{s:i, s:s, s:s, s:f, s:f, s:s, s:s, s:I, s:I, s:{s:I, s:I, s:I, s:f}, s:s}",
+			      "v", 1, "id", c->id, "title", c->title,
+			      "created_at", c->created_at, "last_active_at", c->last_active_at,
+			      "status", lr_catalog_status_name(c->status),
+			      "state", lr_catalog_state_name(c->state),
+			      "loop_count", (json_int_t)c->loop_count,
+			      "last_seq", (json_int_t)c->last_seq,
+			      "usage",
+			      "input_tokens", (json_int_t)c->input_tokens,
+			      "output_tokens", (json_int_t)c->output_tokens,
+			      "cache_read_tokens", (json_int_t)c->cache_read_tokens,
+			      "cost", c->cost,
+			      "workspace_ref", c->workspace_ref);
+	if (!o)
+		return NULL;
+	char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(o);
+	if (s)
+		*len = strlen(s);
+	return s;
+}
+
+static int copy_str(char *dst, size_t cap, json_t *v)
+{
+	if (!json_is_string(v) || json_string_length(v) >= cap ||
+	    strlen(json_string_value(v)) != json_string_length(v))
+		return -1;
+	memcpy(dst, json_string_value(v), json_string_length(v) + 1);
+	return 0;
+}
+
+static int get_u64(uint64_t *dst, json_t *v)
+{
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
+		return -1;
+	*dst = (uint64_t)json_integer_value(v);
+	return 0;
+}
+
+static int get_num(double *dst, json_t *v)
+{
+	if (!json_is_number(v))
+		return -1;
+	*dst = json_number_value(v);
+	return 0;
+}
+
+/* Strict: every member known, each of its type, none missing. */
+static int entry_decode(const void *data, size_t len, const char *key,
+			struct lr_catalog_entry *c, struct lr_err *e)
+{
+	json_error_t je;
+	json_t *o = json_loadb(data, len, JSON_REJECT_DUPLICATES, &je);
+	const char *bad = NULL;
+	memset(c, 0, sizeof *c);
+	if (!o || !json_is_object(o)) {
+		bad = "is not a JSON object";
+		goto out;
+	}
+	json_t *usage = json_object_get(o, "usage");
+	if (json_object_size(o) != 11 || !json_is_object(usage) || json_object_size(usage) != 4) {
+		bad = "has missing or unknown members";
+		goto out;
+	}
+	json_t *v = json_object_get(o, "v");
+	if (!json_is_integer(v) || json_integer_value(v) != 1) {
+		bad = "has an unknown version";
+		goto out;
+	}
+	char status[16], state[32];
+	if (copy_str(c->id, sizeof c->id, json_object_get(o, "id")) ||
+	    lr_journal_id_check(c->id, NULL) ||
+	    copy_str(c->title, sizeof c->title, json_object_get(o, "title")) ||
+	    get_num(&c->created_at, json_object_get(o, "created_at")) ||
+	    get_num(&c->last_active_at, json_object_get(o, "last_active_at")) ||
+	    copy_str(status, sizeof status, json_object_get(o, "status")) ||
+	    copy_str(state, sizeof state, json_object_get(o, "state")) ||
+	    get_u64(&c->loop_count, json_object_get(o, "loop_count")) ||
+	    get_u64(&c->last_seq, json_object_get(o, "last_seq")) ||
+	    get_u64(&c->input_tokens, json_object_get(usage, "input_tokens")) ||
+	    get_u64(&c->output_tokens, json_object_get(usage, "output_tokens")) ||
+	    get_u64(&c->cache_read_tokens, json_object_get(usage, "cache_read_tokens")) ||
+	    get_num(&c->cost, json_object_get(usage, "cost")) ||
+	    copy_str(c->workspace_ref, sizeof c->workspace_ref, json_object_get(o, "workspace_ref"))) {
+		bad = "has a member of the wrong type or size";
+		goto out;
+	}
+	int st = name_index(status_names, 2, status), sa = name_index(state_names, 6, state);
+	if (st < 0 || sa < 0) {
+		bad = "has an unknown status or state";
+		goto out;
+	}
+	c->status = (enum lr_catalog_status)st;
+	c->state = (enum lr_catalog_state)sa;
+	if (strcmp(key + strlen(CATALOG_PREFIX), c->id) != 0)
+		bad = "names another session";
+out:
+	json_decref(o);
+	if (bad) {
+		lr_err_set(e, "catalog: entry '%s' %s", key, bad);
+		return LR_ECORRUPT;
+	}
+	return 0;
+}
+
+static int entry_load(struct lr_store *s, const char *key, struct lr_catalog_entry *c,
+		      uint64_t *rev, struct lr_err *e)
+{
+	struct lr_bytes b = { NULL, 0 };
+	int rc = lr_store_kv_get(s, key, &b, rev, e);
+	if (rc)
+		return rc;
+	rc = entry_decode(b.data, b.len, key, c, e);
+	lr_bytes_release(&b);
+	return rc;
+}
+
+int lr_catalog_update(struct lr_store *store, const char *sid, lr_catalog_fn fn, void *arg,
+		      struct lr_err *e)
+{
+	char key[64];
+	int rc = catalog_key(key, sid, e);
+	if (rc)
+		return rc;
+	for (int attempt = 0; attempt < CATALOG_RETRIES; attempt++) {
+		struct lr_catalog_entry c;
+		uint64_t rev = 0;
+		rc = entry_load(store, key, &c, &rev, e);
+		int exists = rc == 0;
+		if (rc == LR_ENOTFOUND) {
+			memset(&c, 0, sizeof c);
+			snprintf(c.id, sizeof c.id, "%s", sid);
+			c.created_at = c.last_active_at = lr_wall_seconds();
+			rev = 0;
+		} else if (rc) {
+			return rc;
+		}
+		rc = fn(arg, &c, exists);
+		if (rc == 1)
+			return 0;
+		if (rc)
+			return rc;
+		snprintf(c.id, sizeof c.id, "%s", sid); /* fn may not move the entry */
+		if (!lr_catalog_status_name(c.status) || !lr_catalog_state_name(c.state)) {
+			lr_err_set(e, "catalog: update of '%s' gave an invalid status or state", key);
+			return -EINVAL;
+		}
+		size_t len = 0;
+		char *json = entry_encode(&c, &len);
+		if (!json) {
+			lr_err_set(e, "catalog: cannot encode '%s' (invalid UTF-8 in a string?)", key);
+			return -EINVAL;
+		}
+		rc = lr_store_kv_put(store, key, rev, json, len, NULL, e);
+		free(json);
+		if (rc != LR_ECONFLICT)
+			return rc;
+	}
+	lr_err_set(e, "catalog: update of '%s' lost %d races in a row", key, CATALOG_RETRIES);
+	return LR_ECONFLICT;
+}
+
+struct note {
+	uint64_t seq;
+	int set; /* repair: set exactly, not the maximum */
+};
+
+static int note_fn(void *arg, struct lr_catalog_entry *c, int exists)
+{
+	(void)exists;
+	const struct note *n = arg;
+	if (n->set || n->seq > c->last_seq)
+		c->last_seq = n->seq;
+	c->last_active_at = lr_wall_seconds();
+	return 0;
+}
+
+int lr_catalog_note_append(struct lr_store *store, const char *sid, uint64_t seq,
+			   struct lr_err *e)
+{
+	struct note n = { seq, 0 };
+	return lr_catalog_update(store, sid, note_fn, &n, e);
+}
+
+static int repair_fn(void *arg, struct lr_catalog_entry *c, int exists)
+{
+	(void)exists;
+	const struct note *n = arg;
+	if (exists && c->last_seq == n->seq)
+		return 1;
+	c->last_seq = n->seq;
+	return 0;
+}
+
+int lr_catalog_repair(struct lr_store *store, const char *sid, struct lr_err *e)
+{
+	char key[64];
+	int rc = catalog_key(key, sid, e);
+	if (rc)
+		return rc;
+	struct note n = { 0, 1 };
+	rc = lr_store_tip(store, key + strlen("catalog/"), &n.seq, e);
+	if (rc)
+		return rc;
+	return lr_catalog_update(store, sid, repair_fn, &n, e);
+}
+
+int lr_catalog_get(struct lr_store *store, const char *sid, struct lr_catalog_entry *out,
+		   struct lr_err *e)
+{
+	char key[64];
+	int rc = catalog_key(key, sid, e);
+	if (rc)
+		return rc;
+	rc = entry_load(store, key, out, NULL, e);
+	if (rc == LR_ENOTFOUND)
+		lr_err_set(e, "catalog: no entry for session '%s'", sid);
+	return rc;
+}
+
+int lr_catalog_delete(struct lr_store *store, const char *sid, struct lr_err *e)
+{
+	char key[64];
+	int rc = catalog_key(key, sid, e);
+	if (rc)
+		return rc;
+	return lr_store_kv_delete(store, key, e);
+}
+
+struct list_ctx {
+	struct lr_store *store;
+	lr_catalog_cb cb;
+	void *arg;
+	int rc;
+	struct lr_err err;
+};
+
+static int list_one(void *arg, const char *key)
+{
+	struct list_ctx *l = arg;
+	struct lr_catalog_entry c;
+	int rc = entry_load(l->store, key, &c, NULL, &l->err);
+	if (rc == LR_ENOTFOUND) /* deleted meanwhile */
+		return 0;
+	if (rc) {
+		l->rc = rc;
+		return 1;
+	}
+	return l->cb(l->arg, &c);
+}
+
+int lr_catalog_list(struct lr_store *store, lr_catalog_cb cb, void *arg, struct lr_err *e)
+{
+	struct list_ctx l = { store, cb, arg, 0, { "" } };
+	int rc = lr_store_kv_keys(store, CATALOG_PREFIX, list_one, &l, e);
+	if (l.rc) {
+		*e = l.err;
+		return l.rc;
+	}
+	return rc;
+}

@@ -1,0 +1,280 @@
+/*
+ * catalog_test.c — per-session metadata in kv: defaults, updates with
+ * compare-and-swap retries, listing order, strict decoding, repair from
+ * the journal tip, and that a broken catalog never fails an append.
+ */
+#include "../../storage/storage.h"
+#include "test.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SID_A "0a000000-0000-4000-8000-000000000001"
+#define SID_B "0b000000-0000-4000-8000-000000000002"
+#define SID_C "0c000000-0000-4000-8000-000000000003"
+
+static struct lr_store *mem(void)
+{
+	struct lr_store *s = NULL;
+	struct lr_err e;
+	if (lr_store_memory_open(&s, &e) != 0)
+		abort();
+	return s;
+}
+
+static int set_fields(void *arg, struct lr_catalog_entry *c, int exists)
+{
+	(void)arg;
+	CHECK_EQ_INT(exists, 0);
+	snprintf(c->title, sizeof c->title, "fix the \"build\" — ünïcode");
+	c->state = LR_CATALOG_RUNNING;
+	c->loop_count = 2;
+	c->input_tokens = 1200;
+	c->output_tokens = 300;
+	c->cache_read_tokens = 1000;
+	c->cost = 0.0125;
+	snprintf(c->workspace_ref, sizeof c->workspace_ref, "v1:sha256:%064d", 7);
+	return 0;
+}
+
+TEST(update_creates_and_get_reads)
+{
+	struct lr_store *s = mem();
+	struct lr_err e;
+	struct lr_catalog_entry c;
+	CHECK_EQ_INT(lr_catalog_get(s, SID_A, &c, &e), LR_ENOTFOUND);
+	CHECK(strstr(e.msg, SID_A) != NULL);
+	double before = lr_wall_seconds();
+	CHECK_EQ_INT(lr_catalog_update(s, SID_A, set_fields, NULL, &e), 0);
+	CHECK_EQ_INT(lr_catalog_get(s, SID_A, &c, &e), 0);
+	CHECK_EQ_STR(c.id, SID_A);
+	CHECK_EQ_STR(c.title, "fix the \"build\" — ünïcode");
+	CHECK(c.created_at >= before - 1 && c.created_at <= lr_wall_seconds() + 1);
+	CHECK_EQ_INT(c.status, LR_CATALOG_ACTIVE);
+	CHECK_EQ_INT(c.state, LR_CATALOG_RUNNING);
+	CHECK_EQ_INT(c.loop_count, 2);
+	CHECK_EQ_INT(c.input_tokens, 1200);
+	CHECK_EQ_INT(c.output_tokens, 300);
+	CHECK_EQ_INT(c.cache_read_tokens, 1000);
+	CHECK(c.cost > 0.0124 && c.cost < 0.0126);
+	CHECK(strncmp(c.workspace_ref, "v1:sha256:000", 13) == 0);
+	/* The stored JSON is what the header says. */
+	struct lr_bytes b;
+	CHECK_EQ_INT(lr_store_kv_get(s, "catalog/sessions/" SID_A, &b, NULL, &e), 0);
+	CHECK(strstr((char *)b.data, "\"state\":\"running\"") != NULL);
+	CHECK(strstr((char *)b.data, "\"status\":\"active\"") != NULL);
+	CHECK(strstr((char *)b.data, "\"v\":1") != NULL);
+	lr_bytes_release(&b);
+	CHECK_EQ_INT(lr_catalog_get(s, "NOT-A-UUID", &c, &e), -EINVAL);
+	lr_store_close(s);
+}
+
+static int bump_loops(void *arg, struct lr_catalog_entry *c, int exists)
+{
+	(void)arg;
+	(void)exists;
+	c->loop_count++;
+	return 0;
+}
+
+static struct lr_store *race_store;
+static int race_calls;
+
+/* On its first run, another writer updates the entry behind our back. */
+static int racing(void *arg, struct lr_catalog_entry *c, int exists)
+{
+	(void)exists;
+	race_calls++;
+	if (race_calls == 1) {
+		struct lr_err e;
+		CHECK_EQ_INT(lr_catalog_update(race_store, (const char *)arg, bump_loops, NULL, &e), 0);
+	}
+	c->loop_count += 10;
+	return 0;
+}
+
+static int always_racing(void *arg, struct lr_catalog_entry *c, int exists)
+{
+	(void)exists;
+	struct lr_err e;
+	race_calls++;
+	CHECK_EQ_INT(lr_catalog_update(race_store, (const char *)arg, bump_loops, NULL, &e), 0);
+	c->loop_count += 100;
+	return 0;
+}
+
+TEST(compare_and_swap_retries)
+{
+	struct lr_store *s = mem();
+	struct lr_err e;
+	race_store = s;
+	CHECK_EQ_INT(lr_catalog_update(s, SID_A, bump_loops, NULL, &e), 0);
+	race_calls = 0;
+	CHECK_EQ_INT(lr_catalog_update(s, SID_A, racing, SID_A, &e), 0);
+	CHECK_EQ_INT(race_calls, 2);
+	struct lr_catalog_entry c;
+	CHECK_EQ_INT(lr_catalog_get(s, SID_A, &c, &e), 0);
+	CHECK_EQ_INT(c.loop_count, 1 + 1 + 10); /* neither update lost */
+	/* A race lost 8 times in a row gives up with a conflict. */
+	race_calls = 0;
+	CHECK_EQ_INT(lr_catalog_update(s, SID_A, always_racing, SID_A, &e), LR_ECONFLICT);
+	CHECK_EQ_INT(race_calls, 8);
+	CHECK(strstr(e.msg, "lost 8 races") != NULL);
+	CHECK_EQ_INT(lr_catalog_get(s, SID_A, &c, &e), 0);
+	CHECK_EQ_INT(c.loop_count, 12 + 8);
+	lr_store_close(s);
+}
+
+static int no_change(void *arg, struct lr_catalog_entry *c, int exists)
+{
+	(void)arg;
+	(void)c;
+	(void)exists;
+	return 1;
+}
+
+static int bad_state(void *arg, struct lr_catalog_entry *c, int exists)
+{
+	(void)arg;
+	(void)exists;
+	c->state = (enum lr_catalog_state)42;
+	return 0;
+}
+
+TEST(skip_and_invalid_updates)
+{
+	struct lr_store *s = mem();
+	struct lr_err e;
+	struct lr_catalog_entry c;
+	CHECK_EQ_INT(lr_catalog_update(s, SID_A, no_change, NULL, &e), 0);
+	CHECK_EQ_INT(lr_catalog_get(s, SID_A, &c, &e), LR_ENOTFOUND);
+	CHECK_EQ_INT(lr_catalog_update(s, SID_A, bad_state, NULL, &e), -EINVAL);
+	CHECK_EQ_INT(lr_catalog_get(s, SID_A, &c, &e), LR_ENOTFOUND);
+	lr_store_close(s);
+}
+
+struct listed {
+	int n;
+	char id[8][37];
+};
+
+static int keep_entry(void *arg, const struct lr_catalog_entry *c)
+{
+	struct listed *l = arg;
+	if (l->n < 8)
+		snprintf(l->id[l->n++], 37, "%s", c->id);
+	return 0;
+}
+
+TEST(list_is_sorted_and_strict)
+{
+	struct lr_store *s = mem();
+	struct lr_err e;
+	CHECK_EQ_INT(lr_catalog_update(s, SID_C, bump_loops, NULL, &e), 0);
+	CHECK_EQ_INT(lr_catalog_update(s, SID_A, bump_loops, NULL, &e), 0);
+	CHECK_EQ_INT(lr_catalog_update(s, SID_B, bump_loops, NULL, &e), 0);
+	/* Unrelated keys are not entries. */
+	uint64_t rev;
+	CHECK_EQ_INT(lr_store_kv_put(s, "catalog/other", 0, "x", 1, &rev, &e), 0);
+	struct listed l = { 0 };
+	CHECK_EQ_INT(lr_catalog_list(s, keep_entry, &l, &e), 0);
+	CHECK_EQ_INT(l.n, 3);
+	CHECK_EQ_STR(l.id[0], SID_A);
+	CHECK_EQ_STR(l.id[1], SID_B);
+	CHECK_EQ_STR(l.id[2], SID_C);
+	CHECK_EQ_INT(lr_catalog_delete(s, SID_B, &e), 0);
+	l.n = 0;
+	CHECK_EQ_INT(lr_catalog_list(s, keep_entry, &l, &e), 0);
+	CHECK_EQ_INT(l.n, 2);
+
+	/* Broken entries: unknown member, wrong type, not JSON, another session's id. */
+	const char *bad[] = {
+		"{\"v\":1}",
+		"not json",
+		"[]",
+		"{\"v\":2,\"id\":\"" SID_B "\",\"title\":\"\",\"created_at\":1,\"last_active_at\":1,"
+		"\"status\":\"active\",\"state\":\"idle\",\"loop_count\":0,\"last_seq\":0,"
+		"\"usage\":{\"input_tokens\":0,\"output_tokens\":0,\"cache_read_tokens\":0,\"cost\":0},"
+		"\"workspace_ref\":\"\"}",
+		"{\"v\":1,\"id\":\"" SID_B "\",\"title\":\"\",\"created_at\":1,\"last_active_at\":1,"
+		"\"status\":\"active\",\"state\":\"dancing\",\"loop_count\":0,\"last_seq\":0,"
+		"\"usage\":{\"input_tokens\":0,\"output_tokens\":0,\"cache_read_tokens\":0,\"cost\":0},"
+		"\"workspace_ref\":\"\"}",
+		"{\"v\":1,\"id\":\"" SID_A "\",\"title\":\"\",\"created_at\":1,\"last_active_at\":1,"
+		"\"status\":\"active\",\"state\":\"idle\",\"loop_count\":0,\"last_seq\":0,"
+		"\"usage\":{\"input_tokens\":0,\"output_tokens\":0,\"cache_read_tokens\":0,\"cost\":0},"
+		"\"workspace_ref\":\"\"}",
+		"{\"v\":1,\"id\":\"" SID_B "\",\"title\":\"\",\"created_at\":1,\"last_active_at\":1,"
+		"\"status\":\"active\",\"state\":\"idle\",\"loop_count\":-1,\"last_seq\":0,"
+		"\"usage\":{\"input_tokens\":0,\"output_tokens\":0,\"cache_read_tokens\":0,\"cost\":0},"
+		"\"workspace_ref\":\"\"}",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		CHECK_EQ_INT(lr_store_kv_delete(s, "catalog/sessions/" SID_B, &e), 0);
+		CHECK_EQ_INT(lr_store_kv_put(s, "catalog/sessions/" SID_B, 0, bad[i], strlen(bad[i]), &rev, &e), 0);
+		struct lr_catalog_entry c;
+		CHECK_EQ_INT(lr_catalog_get(s, SID_B, &c, &e), LR_ECORRUPT);
+		CHECK(strstr(e.msg, "catalog: entry 'catalog/sessions/" SID_B "'") != NULL);
+		l.n = 0;
+		CHECK_EQ_INT(lr_catalog_list(s, keep_entry, &l, &e), LR_ECORRUPT);
+		CHECK_EQ_INT(l.n, 1); /* A came before the broken one */
+		/* An update does not paper over a broken entry either. */
+		CHECK_EQ_INT(lr_catalog_update(s, SID_B, bump_loops, NULL, &e), LR_ECORRUPT);
+	}
+	lr_store_close(s);
+}
+
+TEST(note_append_and_repair)
+{
+	struct lr_store *s = mem();
+	struct lr_err e;
+	struct lr_lease *l;
+	CHECK_EQ_INT(lr_store_acquire(s, "sessions/" SID_A, &l, &e), 0);
+	struct lr_journal *j;
+	CHECK_EQ_INT(lr_journal_open(s, SID_A, l, &j, &e), 0);
+	uint64_t seq;
+	for (int i = 0; i < 5; i++) {
+		CHECK_EQ_INT(lr_journal_append(j, LR_JOURNAL_EVENT, "", "{}", 2, &seq, NULL, &e), 0);
+		CHECK_EQ_INT(lr_catalog_note_append(s, SID_A, seq, &e), 0);
+	}
+	struct lr_catalog_entry c;
+	CHECK_EQ_INT(lr_catalog_get(s, SID_A, &c, &e), 0);
+	CHECK_EQ_INT(c.last_seq, 6);
+	/* last_seq only moves forward. */
+	CHECK_EQ_INT(lr_catalog_note_append(s, SID_A, 3, &e), 0);
+	CHECK_EQ_INT(lr_catalog_get(s, SID_A, &c, &e), 0);
+	CHECK_EQ_INT(c.last_seq, 6);
+
+	/* Appends that the catalog missed: repair reads the tip. */
+	CHECK_EQ_INT(lr_journal_append(j, LR_JOURNAL_EVENT, "", "{}", 2, &seq, NULL, &e), 0);
+	CHECK_EQ_INT(lr_journal_append(j, LR_JOURNAL_EVENT, "", "{}", 2, &seq, NULL, &e), 0);
+	CHECK_EQ_INT(lr_catalog_repair(s, SID_A, &e), 0);
+	CHECK_EQ_INT(lr_catalog_get(s, SID_A, &c, &e), 0);
+	CHECK_EQ_INT(c.last_seq, 8);
+
+	/* A broken catalog entry fails the catalog, never the journal. */
+	uint64_t rev;
+	CHECK_EQ_INT(lr_store_kv_delete(s, "catalog/sessions/" SID_A, &e), 0);
+	CHECK_EQ_INT(lr_store_kv_put(s, "catalog/sessions/" SID_A, 0, "garbage", 7, &rev, &e), 0);
+	CHECK_EQ_INT(lr_journal_append(j, LR_JOURNAL_EVENT, "", "{}", 2, &seq, NULL, &e), 0);
+	CHECK_EQ_INT(seq, 9);
+	CHECK_EQ_INT(lr_catalog_note_append(s, SID_A, seq, &e), LR_ECORRUPT);
+	/* Repair of a session with no entry creates it. */
+	CHECK_EQ_INT(lr_catalog_repair(s, SID_C, &e), 0);
+	CHECK_EQ_INT(lr_catalog_get(s, SID_C, &c, &e), 0);
+	CHECK_EQ_INT(c.last_seq, 0);
+	lr_journal_close(j);
+	lr_store_release(l, &e);
+	lr_store_close(s);
+}
+
+int main(void)
+{
+	RUN(update_creates_and_get_reads);
+	RUN(compare_and_swap_retries);
+	RUN(skip_and_invalid_updates);
+	RUN(list_is_sorted_and_strict);
+	RUN(note_append_and_repair);
+	return test_summary();
+}
