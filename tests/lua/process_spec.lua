@@ -415,7 +415,7 @@ describe("process hygiene", function()
     do local q = process.spawn{ argv = { "sleep", "100" } } end
     collectgarbage(); collectgarbage()
     -- Closed children are reaped (and their pidfds closed) once SIGKILL lands.
-    local deadline, now = rig.now() + 3, fd_count()
+    local deadline, now = rig.now() + 10, fd_count()
     while now ~= before and rig.now() < deadline do rig.sleep(0.05); now = fd_count() end
     expect(now).to_be(before)
   end)
