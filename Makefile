@@ -119,8 +119,13 @@ symbols: $(BUILD)/libluarig.a
 	if [ -n "$$bad" ]; then echo "symbols: unprefixed globals:"; echo "$$bad"; exit 1; fi; \
 	echo "symbols: ok"
 
-bench: $(BUILD)/luarig
+bench: $(BUILD)/luarig $(BUILD)/tests/bench/store_bench
 	@BUILD=$(BUILD) sh tests/bench/run.sh
+
+# Benchmark programs link their peers' libraries (SQLite); the binary never does.
+$(BUILD)/tests/bench/store_bench: tests/bench/store_bench.c $(BUILD)/libluarig.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libluarig.a $(LDFLAGS) $(LDLIBS) -lsqlite3
 
 fuzz: $(FUZZ_BIN)
 

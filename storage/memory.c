@@ -188,7 +188,10 @@ static int mem_read(struct lr_store *s, const char *name, uint64_t from, uint64_
 	pthread_mutex_lock(&m->mu);
 	uint64_t tip = ledger_tip(m, name);
 	pthread_mutex_unlock(&m->mu);
-	uint64_t last = limit && from + limit - 1 < tip ? from + limit - 1 : tip;
+	if (from > tip)
+		return 0;
+	/* from + limit - 1 would wrap for a huge limit */
+	uint64_t last = limit && limit - 1 < tip - from ? from + limit - 1 : tip;
 	for (uint64_t seq = from; seq <= last; seq++) {
 		pthread_mutex_lock(&m->mu);
 		struct ledger *l = ledger_find(m, name);

@@ -65,8 +65,31 @@ def peak_rss_bytes(interp):
     return int(out.stdout) * 1024
 
 
+def bench_dir():
+    """A scratch folder on the same disk as the state: /tmp when it is a
+    real disk, else under the build folder (tmpfs would fake fsync)."""
+    tmp = tempfile.gettempdir()
+    fs = subprocess.run(["stat", "-f", "-c", "%T", tmp], capture_output=True, text=True).stdout
+    if "tmpfs" in fs or "ramfs" in fs:
+        tmp = os.path.join(ROOT, os.environ.get("BUILD", "build"))
+    return tempfile.mkdtemp(prefix="store-bench-", dir=tmp)
+
+
+def store_bench():
+    """Durable 1 KiB appends, 1/16/256 sessions, LMDB vs SQLite (WAL, FULL)."""
+    exe = os.path.join(ROOT, os.environ.get("BUILD", "build"), "tests", "bench", "store_bench")
+    if not os.path.exists(exe):
+        print(f"store bench: {exe} not built (make bench builds it)", file=sys.stderr)
+        return
+    d = bench_dir()
+    try:
+        subprocess.run([exe, d], check=False)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
-    which = set(sys.argv[1:]) or {"startup", "rss", "sse"}
+    which = set(sys.argv[1:]) or {"startup", "rss", "sse", "store"}
     lua = shutil.which("lua5.4")
     node = shutil.which("node")
     if "startup" in which:
@@ -84,6 +107,8 @@ def main():
         sse = os.path.join(ROOT, "tests", "bench", "sse.py")
         if os.path.exists(sse):
             subprocess.run([sys.executable, sse], check=False)
+    if "store" in which:
+        store_bench()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1689 @@
+/*
+ * lmdb.c — the LMDB backend, the embedded default (DESIGN §6).
+ *
+ * One environment under the state root (root/data.mdb, root/lock.mdb),
+ * opened MDB_NOTLS | MDB_WRITEMAP, with five named databases:
+ *
+ *   ledger  key name '\0' be64(seq)      value: the record bytes
+ *   tip     key name                     value: be64(tip)
+ *   kv      key name                     value: be64(rev) [long-name header] bytes
+ *   blob    key name                     value: [long-name header] bytes
+ *   epoch   key name                     value: be64(last granted epoch)
+ *
+ * LMDB keys hold at most 511 bytes and names up to 512, so a name longer
+ * than SHORT_MAX is keyed by 0x01 + its SHA-256 (0x01 cannot start a name,
+ * so the two key spaces never meet) and, where it must be listed (kv,
+ * blob), carries be16(len) + name at the start of its value.
+ *
+ * Every write — appends, deletes, kv puts, blob puts, epoch bumps — goes
+ * through one writer thread, which takes everything queued (up to
+ * max_batch) into ONE write transaction, checks each job inside it in
+ * queue order (so two appends to one ledger in a batch see each other),
+ * commits (fsync unless no_sync) and only then acknowledges each job. A
+ * job that fails its check (stale tip, stale revision, different blob
+ * bytes) reports its error while the rest of the batch commits.
+ *
+ * MDB_WRITEMAP: dirty pages live in the file mapping, not on the heap, so
+ * a 64 MiB blob is streamed from its fd straight into the map. The file is
+ * posix_fallocate'd to the map size, so a full disk is an ENOSPC when the
+ * map grows rather than a SIGBUS on a write into a hole.
+ *
+ * The map grows when full: the writer aborts, takes the resize lock
+ * exclusively (readers hold it shared for the life of each read
+ * transaction, and the writer for its write transaction), doubles the map
+ * and retries the batch. MDB_MAP_RESIZED (another process grew it) is
+ * adopted the same way with mdb_env_set_mapsize(env, 0).
+ *
+ * LMDB forbids opening one environment twice in a process (closing either
+ * drops the process's fcntl locks on lock.mdb), so handles on the same
+ * root share one refcounted core; leases stay per handle.
+ *
+ * Leases: root/leases/<sha256 hex of name>.lock locked with an OFD lock
+ * (F_OFD_SETLK: per open file description, released by the kernel when
+ * the holder dies), plus an epoch per name in LMDB bumped in a write
+ * transaction while the lock is held, so epochs only grow.
+ *
+ * Reads never block on writers (MVCC). A read copies a chunk of records
+ * out under a short read transaction and calls back without holding it,
+ * so a callback may use the store (even append).
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <lmdb.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SHORT_MAX 480            /* longer names are keyed by their SHA-256 */
+#define LONG_TAG 0x01
+#define DEFAULT_MAP ((size_t)64 << 20)
+#define MAX_MAP ((size_t)1 << 40) /* 1 TiB: beyond this the map stops growing */
+#define BATCH_BYTES ((size_t)64 << 20)
+#define READ_CHUNK_BYTES ((size_t)1 << 20)
+#define READ_CHUNK_RECS 512
+#define FD_CHUNK ((size_t)8 << 20)
+
+enum { DB_REC, DB_TIP, DB_KV, DB_BLOB, DB_EPOCH, DB_N };
+static const char *const db_names[DB_N] = { "ledger", "tip", "kv", "blob", "epoch" };
+
+/* An encoded name: the key bytes (short: the name; long: 0x01 + SHA-256). */
+struct key {
+	unsigned char b[SHORT_MAX + 1];
+	size_t len;
+	int lng;
+};
+
+enum job_kind { J_APPEND, J_LDELETE, J_KVPUT, J_KVDEL, J_BLOBPUT, J_BLOBFD, J_BLOBDEL, J_EPOCH };
+
+struct job {
+	enum job_kind kind;
+	struct job *next;
+	const char *name;
+	struct key key;
+	uint64_t expected;
+	const void *data;
+	size_t len;
+	int fd;
+	off_t fd_start; /* -1: not seekable */
+	int fd_used;    /* bytes were consumed from fd in this attempt */
+	uint64_t out;   /* seq, revision or epoch */
+	int rc;
+	struct lr_err err;
+	/* completion: async callback, or a waiting thread */
+	lr_append_cb cb;
+	void *cbarg;
+	void *owned; /* heap copy (async): freed after the callback */
+	pthread_cond_t cond;
+	int done;
+};
+
+/* One environment per root per process, shared by every handle on it. */
+struct core {
+	struct core *next;
+	dev_t dev;
+	ino_t ino;
+	int refs;
+	char *root;
+	MDB_env *env;
+	MDB_dbi dbi[DB_N];
+	int no_sync;
+	size_t max_batch;
+	pthread_rwlock_t resize;
+	pthread_mutex_t mu;
+	pthread_cond_t wake;
+	struct job *head, *tail;
+	struct job **batch; /* max_batch slots, the writer's */
+	int stopping;
+	pthread_t writer;
+};
+
+struct lm {
+	LR_STORE_HEAD;
+	struct core *c;
+};
+
+struct lm_lease {
+	struct lr_lease pub;
+	int fd;
+};
+
+static pthread_mutex_t cores_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct core *cores;
+
+static void be64_put(unsigned char *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--) {
+		p[i] = (unsigned char)v;
+		v >>= 8;
+	}
+}
+
+static uint64_t be64_get(const unsigned char *p)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static int key_make(const char *name, struct key *k, struct lr_err *e)
+{
+	size_t n = strlen(name);
+	if (n <= SHORT_MAX) {
+		memcpy(k->b, name, n);
+		k->len = n;
+		k->lng = 0;
+		return 0;
+	}
+	k->b[0] = LONG_TAG;
+	int rc = lr_sha256(name, n, k->b + 1);
+	if (rc) {
+		lr_err_set(e, "storage: cannot key the long name '%.40s…': %s", name,
+			   lr_strerror(rc));
+		return rc;
+	}
+	k->len = 1 + LR_SHA256_LEN;
+	k->lng = 1;
+	return 0;
+}
+
+/* The ledger key prefix of a name: short names get a '\0' separator. */
+static size_t rec_prefix(const struct key *k, unsigned char *out)
+{
+	memcpy(out, k->b, k->len);
+	if (k->lng)
+		return k->len;
+	out[k->len] = 0;
+	return k->len + 1;
+}
+
+/* Bytes of the long-name header at the start of a kv/blob value. */
+static size_t name_hdr_len(const struct key *k, const char *name)
+{
+	return k->lng ? 2 + strlen(name) : 0;
+}
+
+static void name_hdr_put(unsigned char *p, const char *name)
+{
+	size_t n = strlen(name);
+	p[0] = (unsigned char)(n >> 8);
+	p[1] = (unsigned char)n;
+	memcpy(p + 2, name, n);
+}
+
+/* Validates a long-name header; returns its size or 0 when malformed. */
+static size_t name_hdr_check(const unsigned char *p, size_t len, const char *name)
+{
+	if (len < 2)
+		return 0;
+	size_t n = (size_t)p[0] << 8 | p[1];
+	if (n == 0 || n > LR_STORE_NAME_MAX || len < 2 + n)
+		return 0;
+	if (name && (strlen(name) != n || memcmp(p + 2, name, n) != 0))
+		return 0;
+	return 2 + n;
+}
+
+/*
+ * LMDB has no page checksums; on a damaged page it may trip one of its
+ * internal assertions, which would abort the process. The assert hook
+ * jumps back to the innermost guarded call on this thread, which reports
+ * MDB_CORRUPTED (the transaction is then only aborted, never used again).
+ */
+static _Thread_local sigjmp_buf *guard_jb;
+static _Thread_local char guard_msg[200];
+
+static void on_assert(MDB_env *env, const char *msg)
+{
+	(void)env;
+	if (guard_jb) {
+		snprintf(guard_msg, sizeof guard_msg, "%s", msg);
+		siglongjmp(*guard_jb, 1);
+	}
+}
+
+#define GUARDED(call)                                          \
+	do {                                                   \
+		sigjmp_buf jb_, *prev_ = guard_jb;             \
+		if (sigsetjmp(jb_, 0)) {                       \
+			guard_jb = prev_;                      \
+			return MDB_CORRUPTED;                  \
+		}                                              \
+		guard_jb = &jb_;                               \
+		int rc_ = (call);                              \
+		guard_jb = prev_;                              \
+		return rc_;                                    \
+	} while (0)
+
+static int g_get(MDB_txn *t, MDB_dbi d, MDB_val *k, MDB_val *v)
+{
+	GUARDED(mdb_get(t, d, k, v));
+}
+
+static int g_put(MDB_txn *t, MDB_dbi d, MDB_val *k, MDB_val *v, unsigned flags)
+{
+	GUARDED(mdb_put(t, d, k, v, flags));
+}
+
+static int g_del(MDB_txn *t, MDB_dbi d, MDB_val *k)
+{
+	GUARDED(mdb_del(t, d, k, NULL));
+}
+
+static int g_cget(MDB_cursor *c, MDB_val *k, MDB_val *v, MDB_cursor_op op)
+{
+	GUARDED(mdb_cursor_get(c, k, v, op));
+}
+
+static int g_cdel(MDB_cursor *c)
+{
+	GUARDED(mdb_cursor_del(c, 0));
+}
+
+static int g_commit(MDB_txn *t)
+{
+	GUARDED(mdb_txn_commit(t));
+}
+
+/* LMDB's codes: corruption of any sort is LR_ECORRUPT, with LMDB's message. */
+static int lm_fail(int rc, struct lr_err *e, const char *what, const char *name)
+{
+	int out;
+	switch (rc) {
+	case MDB_CORRUPTED:
+	case MDB_PAGE_NOTFOUND:
+	case MDB_INVALID:
+	case MDB_VERSION_MISMATCH:
+	case MDB_BAD_TXN:
+	case MDB_INCOMPATIBLE:
+	case MDB_PANIC:
+	case MDB_BAD_DBI:
+	case MDB_BAD_VALSIZE:
+		out = LR_ECORRUPT;
+		break;
+	case MDB_NOTFOUND:
+		out = LR_ENOTFOUND;
+		break;
+	case MDB_MAP_FULL:
+		out = -ENOSPC;
+		break;
+	case MDB_TXN_FULL:
+		out = LR_ETOOBIG;
+		break;
+	case MDB_READERS_FULL:
+	case MDB_TLS_FULL:
+		out = -EAGAIN;
+		break;
+	default:
+		out = rc > 0 ? -rc : -EIO;
+	}
+	if (rc == MDB_CORRUPTED && guard_msg[0]) {
+		lr_err_set(e, "storage: %s '%s': %s (%s)", what, name, mdb_strerror(rc), guard_msg);
+		guard_msg[0] = 0;
+	} else {
+		lr_err_set(e, "storage: %s '%s': %s", what, name, mdb_strerror(rc));
+	}
+	return out;
+}
+
+static int corrupt(struct lr_err *e, const char *what, const char *name, size_t len)
+{
+	lr_err_set(e, "storage: %s of '%s' is corrupt (%zu bytes)", what, name, len);
+	return LR_ECORRUPT;
+}
+
+/* ---- map size ---- */
+
+/* Reserves the disk space under the map (see the header comment). */
+static int back_map(struct core *c, size_t size)
+{
+	int fd;
+	if (mdb_env_get_fd(c->env, &fd))
+		return 0;
+	int rc = posix_fallocate(fd, 0, (off_t)size);
+	if (rc == EOPNOTSUPP || rc == EINVAL)
+		return 0;
+	return -rc;
+}
+
+/* Grows the map to hold at least need more bytes; no transaction of ours is open. */
+static int grow_map(struct core *c, size_t need, struct lr_err *e)
+{
+	pthread_rwlock_wrlock(&c->resize);
+	MDB_envinfo info;
+	mdb_env_info(c->env, &info);
+	size_t cur = info.me_mapsize, size = cur * 2;
+	while (size < cur + need + (cur >> 3) && size < MAX_MAP)
+		size *= 2;
+	int rc = 0;
+	if (size > MAX_MAP) {
+		lr_err_set(e, "storage: the map of '%s' cannot grow past %zu bytes", c->root,
+			   (size_t)MAX_MAP);
+		rc = -ENOSPC;
+	} else if ((rc = back_map(c, size)) != 0) {
+		lr_err_set(e, "storage: growing '%s' to %zu bytes: %s", c->root, size,
+			   strerror(-rc));
+	} else if ((rc = mdb_env_set_mapsize(c->env, size)) != 0) {
+		rc = lm_fail(rc, e, "growing the map of", c->root);
+	}
+	pthread_rwlock_unlock(&c->resize);
+	return rc;
+}
+
+/* Another process grew the map: adopt its size. */
+static int adopt_map(struct core *c, struct lr_err *e)
+{
+	pthread_rwlock_wrlock(&c->resize);
+	int rc = mdb_env_set_mapsize(c->env, 0);
+	pthread_rwlock_unlock(&c->resize);
+	return rc ? lm_fail(rc, e, "adopting the map size of", c->root) : 0;
+}
+
+/* ---- read transactions ---- */
+
+static int rtxn_begin(struct core *c, MDB_txn **t, const char *name, struct lr_err *e)
+{
+	for (;;) {
+		pthread_rwlock_rdlock(&c->resize);
+		int rc = mdb_txn_begin(c->env, NULL, MDB_RDONLY, t);
+		if (rc == 0)
+			return 0;
+		pthread_rwlock_unlock(&c->resize);
+		if (rc != MDB_MAP_RESIZED)
+			return lm_fail(rc, e, "reading", name);
+		if ((rc = adopt_map(c, e)) != 0)
+			return rc;
+	}
+}
+
+static void rtxn_end(struct core *c, MDB_txn *t)
+{
+	mdb_txn_abort(t);
+	pthread_rwlock_unlock(&c->resize);
+}
+
+static int get_tip(struct core *c, MDB_txn *t, const struct key *k, const char *name,
+		   uint64_t *tip, struct lr_err *e)
+{
+	MDB_val kv = { k->len, (void *)k->b }, v;
+	int rc = g_get(t, c->dbi[DB_TIP], &kv, &v);
+	if (rc == MDB_NOTFOUND) {
+		*tip = 0;
+		return 0;
+	}
+	if (rc)
+		return lm_fail(rc, e, "reading the tip of", name);
+	if (v.mv_size != 8)
+		return corrupt(e, "the tip entry", name, v.mv_size);
+	*tip = be64_get(v.mv_data);
+	return 0;
+}
+
+static int get_u64(struct core *c, MDB_txn *t, int db, const struct key *k, const char *name,
+		   uint64_t *out, struct lr_err *e)
+{
+	MDB_val kv = { k->len, (void *)k->b }, v;
+	int rc = g_get(t, c->dbi[db], &kv, &v);
+	if (rc == MDB_NOTFOUND) {
+		*out = 0;
+		return 0;
+	}
+	if (rc)
+		return lm_fail(rc, e, "reading", name);
+	if (v.mv_size != 8)
+		return corrupt(e, db == DB_EPOCH ? "the lease epoch" : "the entry", name, v.mv_size);
+	*out = be64_get(v.mv_data);
+	return 0;
+}
+
+/* ---- the writer: one job at a time inside the batch transaction ---- */
+
+/*
+ * Each apply returns 0 with the job's own outcome in j->rc, or an LMDB
+ * code that concerns the whole transaction (map full, txn full, corrupt):
+ * the batch is then aborted and retried or failed.
+ */
+static int apply_append(struct core *c, MDB_txn *t, struct job *j)
+{
+	uint64_t tip;
+	int rc = get_tip(c, t, &j->key, j->name, &tip, &j->err);
+	if (rc) {
+		j->rc = rc;
+		return 0;
+	}
+	if (tip != j->expected) {
+		lr_err_set(&j->err, "storage: append to '%s' conflicts at expected tip %llu "
+				   "(tip is %llu)", j->name, (unsigned long long)j->expected,
+			   (unsigned long long)tip);
+		j->rc = LR_ECONFLICT;
+		return 0;
+	}
+	unsigned char kb[SHORT_MAX + 16];
+	size_t n = rec_prefix(&j->key, kb);
+	be64_put(kb + n, tip + 1);
+	MDB_val k = { n + 8, kb }, v = { j->len, (void *)j->data };
+	rc = g_put(t, c->dbi[DB_REC], &k, &v, MDB_NOOVERWRITE);
+	if (rc == MDB_KEYEXIST) {
+		lr_err_set(&j->err, "storage: ledger '%s' is corrupt: record %llu exists beyond "
+				    "its tip", j->name, (unsigned long long)tip + 1);
+		j->rc = LR_ECORRUPT;
+		return 0;
+	}
+	if (rc)
+		return rc;
+	unsigned char tb[8];
+	be64_put(tb, tip + 1);
+	MDB_val tk = { j->key.len, j->key.b }, tv = { 8, tb };
+	if ((rc = g_put(t, c->dbi[DB_TIP], &tk, &tv, 0)) != 0)
+		return rc;
+	j->out = tip + 1;
+	j->rc = 0;
+	return 0;
+}
+
+static int apply_ldelete(struct core *c, MDB_txn *t, struct job *j)
+{
+	unsigned char kb[SHORT_MAX + 16];
+	size_t n = rec_prefix(&j->key, kb);
+	MDB_cursor *cur;
+	int rc = mdb_cursor_open(t, c->dbi[DB_REC], &cur);
+	if (rc)
+		return rc;
+	MDB_val k = { n, kb }, v;
+	rc = g_cget(cur, &k, &v, MDB_SET_RANGE);
+	while (rc == 0 && k.mv_size == n + 8 && memcmp(k.mv_data, kb, n) == 0) {
+		if ((rc = g_cdel(cur)) != 0)
+			break;
+		rc = g_cget(cur, &k, &v, MDB_GET_CURRENT);
+		if (rc == MDB_NOTFOUND || rc == EINVAL)
+			rc = g_cget(cur, &k, &v, MDB_NEXT);
+	}
+	mdb_cursor_close(cur);
+	if (rc && rc != MDB_NOTFOUND)
+		return rc;
+	MDB_val tk = { j->key.len, j->key.b };
+	rc = g_del(t, c->dbi[DB_TIP], &tk);
+	if (rc && rc != MDB_NOTFOUND)
+		return rc;
+	j->rc = 0;
+	return 0;
+}
+
+static int apply_kvput(struct core *c, MDB_txn *t, struct job *j)
+{
+	MDB_val k = { j->key.len, j->key.b }, v;
+	size_t hl = name_hdr_len(&j->key, j->name);
+	uint64_t cur = 0;
+	int rc = g_get(t, c->dbi[DB_KV], &k, &v);
+	if (rc == 0) {
+		if (v.mv_size < 8 + hl || (hl && !name_hdr_check((unsigned char *)v.mv_data + 8,
+								  v.mv_size - 8, j->name))) {
+			j->rc = corrupt(&j->err, "the kv entry", j->name, v.mv_size);
+			return 0;
+		}
+		cur = be64_get(v.mv_data);
+	} else if (rc != MDB_NOTFOUND) {
+		return rc;
+	}
+	if (cur != j->expected) {
+		lr_err_set(&j->err, "storage: put of '%s' conflicts: expected revision %llu, "
+				    "found %llu", j->name, (unsigned long long)j->expected,
+			   (unsigned long long)cur);
+		j->rc = LR_ECONFLICT;
+		return 0;
+	}
+	v.mv_size = 8 + hl + j->len;
+	if ((rc = g_put(t, c->dbi[DB_KV], &k, &v, MDB_RESERVE)) != 0)
+		return rc;
+	unsigned char *p = v.mv_data;
+	be64_put(p, cur + 1);
+	if (hl)
+		name_hdr_put(p + 8, j->name);
+	if (j->len)
+		memcpy(p + 8 + hl, j->data, j->len);
+	j->out = cur + 1;
+	j->rc = 0;
+	return 0;
+}
+
+static int apply_del(struct core *c, MDB_txn *t, struct job *j, int db)
+{
+	MDB_val k = { j->key.len, j->key.b };
+	int rc = g_del(t, c->dbi[db], &k);
+	if (rc && rc != MDB_NOTFOUND)
+		return rc;
+	j->rc = 0;
+	return 0;
+}
+
+static int apply_epoch(struct core *c, MDB_txn *t, struct job *j)
+{
+	uint64_t ep;
+	int rc = get_u64(c, t, DB_EPOCH, &j->key, j->name, &ep, &j->err);
+	if (rc) {
+		j->rc = rc;
+		return 0;
+	}
+	unsigned char b[8];
+	be64_put(b, ep + 1);
+	MDB_val k = { j->key.len, j->key.b }, v = { 8, b };
+	if ((rc = g_put(t, c->dbi[DB_EPOCH], &k, &v, 0)) != 0)
+		return rc;
+	j->out = ep + 1;
+	j->rc = 0;
+	return 0;
+}
+
+/* Reads exactly n bytes; 0, -errno, or LR_ECORRUPT when the source ends early. */
+static int read_full(int fd, void *buf, size_t n, size_t *got)
+{
+	*got = 0;
+	while (*got < n) {
+		ssize_t r = read(fd, (char *)buf + *got, n - *got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return LR_ECORRUPT;
+		*got += (size_t)r;
+	}
+	return 0;
+}
+
+/* The existing blob against the fd's bytes, chunk by chunk. */
+static int blob_same_fd(struct job *j, const unsigned char *have, uint64_t len)
+{
+	unsigned char buf[65536];
+	uint64_t off = 0;
+	j->fd_used = 1;
+	while (off < len) {
+		size_t n = len - off < sizeof buf ? (size_t)(len - off) : sizeof buf, got;
+		int rc = read_full(j->fd, buf, n, &got);
+		if (rc)
+			return rc;
+		if (memcmp(buf, have + off, n) != 0)
+			return 1;
+		off += n;
+	}
+	return 0;
+}
+
+static int apply_blobput(struct core *c, MDB_txn *t, struct job *j)
+{
+	MDB_val k = { j->key.len, j->key.b }, v;
+	size_t hl = name_hdr_len(&j->key, j->name);
+	size_t len = j->len;
+	int rc = g_get(t, c->dbi[DB_BLOB], &k, &v);
+	if (rc == 0) {
+		if (v.mv_size < hl || (hl && !name_hdr_check(v.mv_data, v.mv_size, j->name))) {
+			j->rc = corrupt(&j->err, "the blob", j->name, v.mv_size);
+			return 0;
+		}
+		const unsigned char *have = (const unsigned char *)v.mv_data + hl;
+		int differ = v.mv_size - hl != len;
+		if (!differ && j->kind == J_BLOBPUT) {
+			differ = len && memcmp(have, j->data, len) != 0;
+		} else if (!differ) {
+			int r = blob_same_fd(j, have, len);
+			if (r < 0 || r == LR_ECORRUPT) {
+				lr_err_set(&j->err, "storage: blob '%s': reading its source failed",
+					   j->name);
+				j->rc = r;
+				return 0;
+			}
+			differ = r;
+		}
+		if (differ) {
+			lr_err_set(&j->err, "storage: blob '%s' exists with different bytes",
+				   j->name);
+			j->rc = LR_EBLOBCONFLICT;
+		} else {
+			j->rc = 0;
+		}
+		return 0;
+	}
+	if (rc != MDB_NOTFOUND)
+		return rc;
+	if (j->kind == J_BLOBFD && j->fd_used) {
+		/* A retry after the map grew: the source must be read again. */
+		if (j->fd_start < 0 || lseek(j->fd, j->fd_start, SEEK_SET) < 0) {
+			lr_err_set(&j->err, "storage: blob '%s': its source cannot be re-read "
+					    "after the store grew", j->name);
+			j->rc = -ESPIPE;
+			return 0;
+		}
+	}
+	v.mv_size = hl + len;
+	if ((rc = g_put(t, c->dbi[DB_BLOB], &k, &v, MDB_RESERVE)) != 0)
+		return rc;
+	unsigned char *p = v.mv_data;
+	if (hl)
+		name_hdr_put(p, j->name);
+	if (j->kind == J_BLOBPUT) {
+		if (len)
+			memcpy(p + hl, j->data, len);
+	} else {
+		size_t got;
+		j->fd_used = 1;
+		int r = read_full(j->fd, p + hl, len, &got);
+		if (r) {
+			lr_err_set(&j->err, "storage: blob '%s': reading its source failed after "
+					    "%zu of %zu bytes", j->name, got, (size_t)len);
+			j->rc = r;
+			if ((rc = g_del(t, c->dbi[DB_BLOB], &k)) != 0)
+				return rc;
+			return 0;
+		}
+	}
+	j->rc = 0;
+	return 0;
+}
+
+static int apply(struct core *c, MDB_txn *t, struct job *j)
+{
+	switch (j->kind) {
+	case J_APPEND:
+		return apply_append(c, t, j);
+	case J_LDELETE:
+		return apply_ldelete(c, t, j);
+	case J_KVPUT:
+		return apply_kvput(c, t, j);
+	case J_KVDEL:
+		return apply_del(c, t, j, DB_KV);
+	case J_BLOBPUT:
+	case J_BLOBFD:
+		return apply_blobput(c, t, j);
+	case J_BLOBDEL:
+		return apply_del(c, t, j, DB_BLOB);
+	case J_EPOCH:
+		return apply_epoch(c, t, j);
+	}
+	return EINVAL;
+}
+
+static size_t job_bytes(const struct job *j)
+{
+	return j->len + 64;
+}
+
+/*
+ * Commits jobs[0..n) in one transaction. Returns how many were settled
+ * (n, or fewer when the transaction grew too large and was split); each
+ * settled job has rc and err filled.
+ */
+static size_t run_batch(struct core *c, struct job **jobs, size_t n)
+{
+	struct lr_err e;
+	int rc;
+	for (;;) {
+		for (size_t i = 0; i < n; i++) {
+			jobs[i]->rc = 0;
+			jobs[i]->err.msg[0] = 0;
+		}
+		pthread_rwlock_rdlock(&c->resize);
+		MDB_txn *t;
+		rc = mdb_txn_begin(c->env, NULL, 0, &t);
+		if (rc == MDB_MAP_RESIZED) {
+			pthread_rwlock_unlock(&c->resize);
+			if ((rc = adopt_map(c, &e)) == 0)
+				continue;
+			goto fail;
+		}
+		if (rc) {
+			pthread_rwlock_unlock(&c->resize);
+			rc = lm_fail(rc, &e, "beginning a write in", c->root);
+			goto fail;
+		}
+		size_t i;
+		for (i = 0; i < n && rc == 0; i++)
+			rc = apply(c, t, jobs[i]);
+		if (rc == 0)
+			rc = g_commit(t);
+		else
+			mdb_txn_abort(t);
+		pthread_rwlock_unlock(&c->resize);
+		if (rc == 0)
+			return n;
+		if (rc == MDB_MAP_FULL) {
+			size_t need = 0;
+			for (i = 0; i < n; i++)
+				need += job_bytes(jobs[i]);
+			if ((rc = grow_map(c, need, &e)) == 0)
+				continue;
+			goto fail;
+		}
+		if (rc == MDB_TXN_FULL && n > 1) {
+			n /= 2;
+			continue;
+		}
+		if (rc == MDB_TXN_FULL) {
+			lr_err_set(&e, "storage: write of '%s' is too large for one transaction",
+				   jobs[0]->name);
+			rc = LR_ETOOBIG;
+			goto fail;
+		}
+		rc = lm_fail(rc, &e, "writing", n == 1 ? jobs[0]->name : c->root);
+		goto fail;
+	}
+fail:
+	for (size_t i = 0; i < n; i++) {
+		jobs[i]->rc = rc;
+		jobs[i]->err = e;
+	}
+	return n;
+}
+
+static void settle(struct core *c, struct job **jobs, size_t n)
+{
+	struct job *async = NULL, **tail = &async;
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < n; i++) {
+		struct job *j = jobs[i];
+		if (j->cb) {
+			*tail = j;
+			tail = &j->next;
+			j->next = NULL;
+		} else {
+			j->done = 1;
+			pthread_cond_signal(&j->cond);
+			/* j may be gone as soon as the lock drops */
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	while (async) {
+		struct job *j = async;
+		async = j->next;
+		j->cb(j->cbarg, j->rc, j->rc ? 0 : j->out, &j->err);
+		free(j->owned);
+		free(j);
+	}
+}
+
+static void *writer_main(void *arg)
+{
+	struct core *c = arg;
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		while (!c->head && !c->stopping)
+			pthread_cond_wait(&c->wake, &c->mu);
+		if (!c->head)
+			break;
+		size_t n = 0, bytes = 0;
+		while (c->head && n < c->max_batch && (n == 0 || bytes < BATCH_BYTES)) {
+			struct job *j = c->head;
+			c->head = j->next;
+			if (!c->head)
+				c->tail = NULL;
+			bytes += job_bytes(j);
+			c->batch[n++] = j;
+		}
+		pthread_mutex_unlock(&c->mu);
+		size_t done = 0;
+		while (done < n) {
+			size_t k = run_batch(c, c->batch + done, n - done);
+			settle(c, c->batch + done, k);
+			done += k;
+		}
+		pthread_mutex_lock(&c->mu);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+static void enqueue(struct core *c, struct job *j)
+{
+	j->next = NULL;
+	if (c->tail)
+		c->tail->next = j;
+	else
+		c->head = j;
+	c->tail = j;
+	pthread_cond_signal(&c->wake);
+}
+
+/* Submits a job and waits for its transaction to commit. */
+static int submit(struct core *c, struct job *j, struct lr_err *e)
+{
+	pthread_cond_init(&j->cond, NULL);
+	j->done = 0;
+	j->cb = NULL;
+	pthread_mutex_lock(&c->mu);
+	enqueue(c, j);
+	while (!j->done)
+		pthread_cond_wait(&j->cond, &c->mu);
+	pthread_mutex_unlock(&c->mu);
+	pthread_cond_destroy(&j->cond);
+	if (j->rc)
+		*e = j->err;
+	return j->rc;
+}
+
+static int job_init(struct job *j, enum job_kind kind, const char *name, struct lr_err *e)
+{
+	memset(j, 0, sizeof *j);
+	j->kind = kind;
+	j->name = name;
+	j->fd = -1;
+	return key_make(name, &j->key, e);
+}
+
+/* ---- ledger ---- */
+
+static int lm_append(struct lr_store *s, const char *name, uint64_t expected, const void *rec,
+		     size_t len, struct lr_err *e)
+{
+	struct job j;
+	int rc = job_init(&j, J_APPEND, name, e);
+	if (rc)
+		return rc;
+	j.expected = expected;
+	j.data = rec;
+	j.len = len;
+	return submit(((struct lm *)s)->c, &j, e);
+}
+
+static void lm_append_async(struct lr_store *s, const char *name, uint64_t expected,
+			    const void *rec, size_t len, lr_append_cb cb, void *arg)
+{
+	struct core *c = ((struct lm *)s)->c;
+	struct lr_err e;
+	size_t nlen = strlen(name);
+	struct job *j = malloc(sizeof *j);
+	char *copy = malloc(nlen + 1 + len);
+	int rc = -ENOMEM;
+	if (!j || !copy) {
+		lr_err_set(&e, "storage: append to '%s': out of memory", name);
+		goto fail;
+	}
+	if ((rc = job_init(j, J_APPEND, name, &e)) != 0)
+		goto fail;
+	memcpy(copy, name, nlen + 1);
+	if (len)
+		memcpy(copy + nlen + 1, rec, len);
+	j->name = copy;
+	j->data = copy + nlen + 1;
+	j->len = len;
+	j->expected = expected;
+	j->owned = copy;
+	j->cb = cb;
+	j->cbarg = arg;
+	pthread_mutex_lock(&c->mu);
+	enqueue(c, j);
+	pthread_mutex_unlock(&c->mu);
+	return;
+fail:
+	free(j);
+	free(copy);
+	cb(arg, rc, 0, &e);
+}
+
+/* Records copied out of one read transaction, handed out without it. */
+struct chunk {
+	unsigned char *buf;
+	size_t len, cap;
+	size_t off[READ_CHUNK_RECS + 1];
+	uint64_t first;
+	size_t n;
+};
+
+static int chunk_add(struct chunk *ch, const void *p, size_t n)
+{
+	if (ch->len + n > ch->cap) {
+		size_t cap = ch->cap ? ch->cap : 65536;
+		while (cap < ch->len + n)
+			cap *= 2;
+		unsigned char *b = realloc(ch->buf, cap);
+		if (!b)
+			return -ENOMEM;
+		ch->buf = b;
+		ch->cap = cap;
+	}
+	if (n)
+		memcpy(ch->buf + ch->len, p, n);
+	ch->len += n;
+	ch->off[++ch->n] = ch->len;
+	return 0;
+}
+
+/*
+ * Fills ch with records seq..last; *gone is set when the ledger was
+ * deleted (its tip fell below seq) since the read began.
+ */
+static int read_chunk(struct core *c, const char *name, const struct key *k, uint64_t seq,
+		      uint64_t last, struct chunk *ch, int *gone, struct lr_err *e)
+{
+	MDB_txn *t;
+	int rc = rtxn_begin(c, &t, name, e);
+	if (rc)
+		return rc;
+	ch->n = 0;
+	ch->len = 0;
+	ch->off[0] = 0;
+	ch->first = seq;
+	*gone = 0;
+	unsigned char kb[SHORT_MAX + 16];
+	size_t pn = rec_prefix(k, kb);
+	be64_put(kb + pn, seq);
+	MDB_cursor *cur;
+	if ((rc = mdb_cursor_open(t, c->dbi[DB_REC], &cur)) != 0) {
+		rc = lm_fail(rc, e, "reading", name);
+		goto out;
+	}
+	MDB_val kv = { pn + 8, kb }, v;
+	int op = MDB_SET_KEY;
+	while (seq <= last && ch->n < READ_CHUNK_RECS && (ch->n == 0 || ch->len < READ_CHUNK_BYTES)) {
+		rc = g_cget(cur, &kv, &v, op);
+		op = MDB_NEXT;
+		if (rc == 0 && (kv.mv_size != pn + 8 || memcmp(kv.mv_data, kb, pn) != 0 ||
+				be64_get((unsigned char *)kv.mv_data + pn) != seq))
+			rc = MDB_NOTFOUND;
+		if (rc == MDB_NOTFOUND) {
+			uint64_t tip;
+			rc = get_tip(c, t, k, name, &tip, e);
+			if (rc)
+				break;
+			if (tip < seq) {
+				*gone = 1;
+				break;
+			}
+			lr_err_set(e, "storage: ledger '%s' is corrupt: record %llu is missing "
+				      "(tip %llu)", name, (unsigned long long)seq,
+				   (unsigned long long)tip);
+			rc = LR_ECORRUPT;
+			break;
+		}
+		if (rc) {
+			char what[64];
+			snprintf(what, sizeof what, "reading record %llu of", (unsigned long long)seq);
+			rc = lm_fail(rc, e, what, name);
+			break;
+		}
+		if ((rc = chunk_add(ch, v.mv_data, v.mv_size)) != 0) {
+			lr_err_set(e, "storage: read of '%s': out of memory", name);
+			break;
+		}
+		seq++;
+	}
+	mdb_cursor_close(cur);
+out:
+	rtxn_end(c, t);
+	return rc;
+}
+
+static int lm_read(struct lr_store *s, const char *name, uint64_t from, uint64_t limit,
+		   lr_record_cb cb, void *arg, struct lr_err *e)
+{
+	struct core *c = ((struct lm *)s)->c;
+	struct key k;
+	int rc = key_make(name, &k, e);
+	if (rc)
+		return rc;
+	MDB_txn *t;
+	uint64_t tip;
+	if ((rc = rtxn_begin(c, &t, name, e)) != 0)
+		return rc;
+	rc = get_tip(c, t, &k, name, &tip, e);
+	rtxn_end(c, t);
+	if (rc)
+		return rc;
+	if (from > tip)
+		return 0;
+	uint64_t last = limit && limit - 1 < tip - from ? from + limit - 1 : tip;
+	struct chunk *ch = calloc(1, sizeof *ch);
+	if (!ch)
+		return -ENOMEM;
+	uint64_t seq = from;
+	while (seq <= last && rc == 0) {
+		int gone;
+		rc = read_chunk(c, name, &k, seq, last, ch, &gone, e);
+		for (size_t i = 0; i < ch->n && rc == 0; i++) {
+			struct lr_record r = { ch->first + i, ch->buf + ch->off[i],
+					       ch->off[i + 1] - ch->off[i] };
+			rc = cb(arg, &r);
+		}
+		if (gone)
+			break;
+		seq += ch->n;
+	}
+	free(ch->buf);
+	free(ch);
+	return rc;
+}
+
+static int lm_tip(struct lr_store *s, const char *name, uint64_t *tip, struct lr_err *e)
+{
+	struct core *c = ((struct lm *)s)->c;
+	struct key k;
+	int rc = key_make(name, &k, e);
+	if (rc)
+		return rc;
+	MDB_txn *t;
+	if ((rc = rtxn_begin(c, &t, name, e)) != 0)
+		return rc;
+	rc = get_tip(c, t, &k, name, tip, e);
+	rtxn_end(c, t);
+	return rc;
+}
+
+static int lm_ledger_delete(struct lr_store *s, const char *name, struct lr_err *e)
+{
+	struct job j;
+	int rc = job_init(&j, J_LDELETE, name, e);
+	return rc ? rc : submit(((struct lm *)s)->c, &j, e);
+}
+
+/* ---- leases ---- */
+
+static int lease_path(struct core *c, const char *name, char *path, size_t cap,
+		      struct lr_err *e)
+{
+	char hex[2 * LR_SHA256_LEN + 1];
+	int rc = lr_sha256_hex(name, strlen(name), hex);
+	if (rc) {
+		lr_err_set(e, "storage: lease '%s': cannot hash its name: %s", name,
+			   lr_strerror(rc));
+		return rc;
+	}
+	if ((size_t)snprintf(path, cap, "%s/leases/%s.lock", c->root, hex) >= cap) {
+		lr_err_set(e, "storage: lease '%s': the state root path is too long", name);
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+static int lm_acquire(struct lr_store *s, const char *name, struct lr_lease **out,
+		      struct lr_err *e)
+{
+	struct core *c = ((struct lm *)s)->c;
+	char path[4096];
+	int rc = lease_path(c, name, path, sizeof path, e);
+	if (rc)
+		return rc;
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = -errno;
+		lr_err_set(e, "storage: lease '%s': cannot open '%s': %s", name, path,
+			   strerror(errno));
+		return rc;
+	}
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	if (fcntl(fd, F_OFD_SETLK, &fl) < 0) {
+		rc = -errno;
+		close(fd);
+		if (rc != -EAGAIN && rc != -EACCES) {
+			lr_err_set(e, "storage: lease '%s': locking '%s': %s", name, path,
+				   strerror(-rc));
+			return rc;
+		}
+		struct key k;
+		uint64_t ep = 0;
+		MDB_txn *t;
+		if (key_make(name, &k, e) == 0 && rtxn_begin(c, &t, name, e) == 0) {
+			get_u64(c, t, DB_EPOCH, &k, name, &ep, e);
+			rtxn_end(c, t);
+		}
+		lr_err_set(e, "storage: lease '%s' is held (epoch %llu)", name,
+			   (unsigned long long)ep);
+		return LR_ELEASEHELD;
+	}
+	struct job j;
+	if ((rc = job_init(&j, J_EPOCH, name, e)) != 0 || (rc = submit(c, &j, e)) != 0) {
+		close(fd);
+		return rc;
+	}
+	struct lm_lease *l = calloc(1, sizeof *l);
+	if (!l) {
+		close(fd);
+		lr_err_set(e, "storage: lease '%s': out of memory", name);
+		return -ENOMEM;
+	}
+	l->pub.store = s;
+	snprintf(l->pub.name, sizeof l->pub.name, "%s", name);
+	l->pub.epoch = j.out;
+	l->fd = fd;
+	*out = &l->pub;
+	return 0;
+}
+
+static int lm_release(struct lr_lease *pub, struct lr_err *e)
+{
+	(void)e;
+	struct lm_lease *l = (struct lm_lease *)pub;
+	close(l->fd); /* drops the OFD lock */
+	if (!__atomic_exchange_n(&pub->lost, 1, __ATOMIC_SEQ_CST) && pub->on_lost)
+		pub->on_lost(pub, pub->on_lost_arg);
+	free(l);
+	return 0;
+}
+
+/* ---- kv ---- */
+
+static int lm_kv_get(struct lr_store *s, const char *key, struct lr_bytes *val, uint64_t *rev,
+		     struct lr_err *e)
+{
+	struct core *c = ((struct lm *)s)->c;
+	struct key k;
+	int rc = key_make(key, &k, e);
+	if (rc)
+		return rc;
+	MDB_txn *t;
+	if ((rc = rtxn_begin(c, &t, key, e)) != 0)
+		return rc;
+	MDB_val kv = { k.len, k.b }, v;
+	size_t hl = name_hdr_len(&k, key);
+	rc = g_get(t, c->dbi[DB_KV], &kv, &v);
+	if (rc == MDB_NOTFOUND) {
+		lr_err_set(e, "storage: key '%s' not found", key);
+		rc = LR_ENOTFOUND;
+	} else if (rc) {
+		rc = lm_fail(rc, e, "reading", key);
+	} else if (v.mv_size < 8 + hl ||
+		   (hl && !name_hdr_check((unsigned char *)v.mv_data + 8, v.mv_size - 8, key))) {
+		rc = corrupt(e, "the kv entry", key, v.mv_size);
+	} else {
+		size_t n = v.mv_size - 8 - hl;
+		val->data = malloc(n ? n : 1);
+		if (!val->data) {
+			lr_err_set(e, "storage: key '%s': out of memory", key);
+			rc = -ENOMEM;
+		} else {
+			memcpy(val->data, (unsigned char *)v.mv_data + 8 + hl, n);
+			val->len = n;
+			if (rev)
+				*rev = be64_get(v.mv_data);
+		}
+	}
+	rtxn_end(c, t);
+	return rc;
+}
+
+static int lm_kv_put(struct lr_store *s, const char *key, uint64_t expected, const void *val,
+		     size_t len, uint64_t *new_rev, struct lr_err *e)
+{
+	struct job j;
+	int rc = job_init(&j, J_KVPUT, key, e);
+	if (rc)
+		return rc;
+	j.expected = expected;
+	j.data = val;
+	j.len = len;
+	rc = submit(((struct lm *)s)->c, &j, e);
+	if (rc == 0 && new_rev)
+		*new_rev = j.out;
+	return rc;
+}
+
+static int lm_kv_delete(struct lr_store *s, const char *key, struct lr_err *e)
+{
+	struct job j;
+	int rc = job_init(&j, J_KVDEL, key, e);
+	return rc ? rc : submit(((struct lm *)s)->c, &j, e);
+}
+
+/* Names as found in a listing, sorted before they are handed out. */
+struct names {
+	char **v;
+	size_t n, cap;
+};
+
+static int names_add(struct names *ns, const void *p, size_t n)
+{
+	if (ns->n == ns->cap) {
+		size_t cap = ns->cap ? ns->cap * 2 : 64;
+		char **v = realloc(ns->v, cap * sizeof *v);
+		if (!v)
+			return -ENOMEM;
+		ns->v = v;
+		ns->cap = cap;
+	}
+	char *s = malloc(n + 1);
+	if (!s)
+		return -ENOMEM;
+	memcpy(s, p, n);
+	s[n] = 0;
+	ns->v[ns->n++] = s;
+	return 0;
+}
+
+static int names_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * Short names are their own keys (one range scan from the prefix); long
+ * names sort under 0x01 with the name in their value (hdr_at bytes in).
+ */
+static int list_db(struct core *c, int db, size_t hdr_at, const char *prefix, lr_name_cb cb,
+		   void *arg, struct lr_err *e)
+{
+	struct names ns = { 0 };
+	size_t plen = strlen(prefix);
+	unsigned char tag2 = LONG_TAG + 1;
+	MDB_txn *t;
+	int rc = rtxn_begin(c, &t, prefix, e);
+	if (rc)
+		return rc;
+	MDB_cursor *cur;
+	if ((rc = mdb_cursor_open(t, c->dbi[db], &cur)) != 0) {
+		rtxn_end(c, t);
+		return lm_fail(rc, e, "listing", prefix);
+	}
+	MDB_val k = { plen, (void *)prefix }, v;
+	rc = g_cget(cur, &k, &v, plen ? MDB_SET_RANGE : MDB_FIRST);
+	if (rc == 0 && !plen && k.mv_size && *(unsigned char *)k.mv_data == LONG_TAG) {
+		k.mv_size = 1;
+		k.mv_data = &tag2;
+		rc = g_cget(cur, &k, &v, MDB_SET_RANGE);
+	}
+	while (rc == 0 && k.mv_size >= plen && memcmp(k.mv_data, prefix, plen) == 0 &&
+	       *(unsigned char *)k.mv_data != LONG_TAG) {
+		if ((rc = names_add(&ns, k.mv_data, k.mv_size)) != 0)
+			break;
+		rc = g_cget(cur, &k, &v, MDB_NEXT);
+	}
+	unsigned char tag = LONG_TAG;
+	k.mv_size = 1;
+	k.mv_data = &tag;
+	if (rc == MDB_NOTFOUND || rc == 0)
+		rc = g_cget(cur, &k, &v, MDB_SET_RANGE);
+	while (rc == 0 && *(unsigned char *)k.mv_data == LONG_TAG) {
+		size_t h = v.mv_size >= hdr_at ? name_hdr_check((unsigned char *)v.mv_data + hdr_at,
+								  v.mv_size - hdr_at, NULL) : 0;
+		if (!h) {
+			rc = corrupt(e, "a long-name entry", prefix, v.mv_size);
+			break;
+		}
+		const unsigned char *nm = (unsigned char *)v.mv_data + hdr_at + 2;
+		if (h - 2 >= plen && memcmp(nm, prefix, plen) == 0 &&
+		    (rc = names_add(&ns, nm, h - 2)) != 0)
+			break;
+		rc = g_cget(cur, &k, &v, MDB_NEXT);
+	}
+	mdb_cursor_close(cur);
+	rtxn_end(c, t);
+	if (rc == MDB_NOTFOUND)
+		rc = 0;
+	else if (rc == -ENOMEM)
+		lr_err_set(e, "storage: listing '%s': out of memory", prefix);
+	else if (rc > 0 || (rc < 0 && rc >= MDB_KEYEXIST && rc <= MDB_LAST_ERRCODE))
+		rc = lm_fail(rc, e, "listing", prefix);
+	if (rc == 0 && ns.n)
+		qsort(ns.v, ns.n, sizeof *ns.v, names_cmp);
+	for (size_t i = 0; i < ns.n; i++) {
+		if (rc == 0)
+			rc = cb(arg, ns.v[i]);
+		free(ns.v[i]);
+	}
+	free(ns.v);
+	return rc;
+}
+
+static int lm_kv_keys(struct lr_store *s, const char *prefix, lr_name_cb cb, void *arg,
+		      struct lr_err *e)
+{
+	return list_db(((struct lm *)s)->c, DB_KV, 8, prefix, cb, arg, e);
+}
+
+/* ---- blobs ---- */
+
+static int lm_blob_put(struct lr_store *s, const char *key, const void *data, size_t len,
+		       struct lr_err *e)
+{
+	struct job j;
+	int rc = job_init(&j, J_BLOBPUT, key, e);
+	if (rc)
+		return rc;
+	j.data = data;
+	j.len = len;
+	return submit(((struct lm *)s)->c, &j, e);
+}
+
+static int lm_blob_put_fd(struct lr_store *s, const char *key, int fd, uint64_t len,
+			  struct lr_err *e)
+{
+	if (len > MAX_MAP / 2) {
+		lr_err_set(e, "storage: blob '%s' of %llu bytes is too large", key,
+			   (unsigned long long)len);
+		return LR_ETOOBIG;
+	}
+	struct job j;
+	int rc = job_init(&j, J_BLOBFD, key, e);
+	if (rc)
+		return rc;
+	j.fd = fd;
+	j.len = (size_t)len;
+	j.fd_start = lseek(fd, 0, SEEK_CUR);
+	return submit(((struct lm *)s)->c, &j, e);
+}
+
+/* The blob's bytes inside t, header skipped. */
+static int blob_find(struct core *c, MDB_txn *t, const struct key *k, const char *key,
+		     MDB_val *v, struct lr_err *e)
+{
+	MDB_val kv = { k->len, (void *)k->b };
+	int rc = g_get(t, c->dbi[DB_BLOB], &kv, v);
+	if (rc == MDB_NOTFOUND) {
+		lr_err_set(e, "storage: blob '%s' not found", key);
+		return LR_ENOTFOUND;
+	}
+	if (rc)
+		return lm_fail(rc, e, "reading blob", key);
+	size_t hl = name_hdr_len(k, key);
+	if (v->mv_size < hl || (hl && !name_hdr_check(v->mv_data, v->mv_size, key)))
+		return corrupt(e, "the blob", key, v->mv_size);
+	v->mv_data = (unsigned char *)v->mv_data + hl;
+	v->mv_size -= hl;
+	return 0;
+}
+
+static int lm_blob_get(struct lr_store *s, const char *key, struct lr_bytes *out,
+		       struct lr_err *e)
+{
+	struct core *c = ((struct lm *)s)->c;
+	struct key k;
+	int rc = key_make(key, &k, e);
+	if (rc)
+		return rc;
+	MDB_txn *t;
+	if ((rc = rtxn_begin(c, &t, key, e)) != 0)
+		return rc;
+	MDB_val v;
+	if ((rc = blob_find(c, t, &k, key, &v, e)) == 0) {
+		out->data = malloc(v.mv_size ? v.mv_size : 1);
+		if (!out->data) {
+			lr_err_set(e, "storage: blob '%s': out of memory", key);
+			rc = -ENOMEM;
+		} else {
+			memcpy(out->data, v.mv_data, v.mv_size);
+			out->len = v.mv_size;
+		}
+	}
+	rtxn_end(c, t);
+	return rc;
+}
+
+/*
+ * Writes straight from the map, FD_CHUNK bytes per read transaction, so a
+ * slow fd does not hold the resize lock for the whole blob.
+ */
+static int lm_blob_get_fd(struct lr_store *s, const char *key, int fd, uint64_t *len,
+			  struct lr_err *e)
+{
+	struct core *c = ((struct lm *)s)->c;
+	struct key k;
+	int rc = key_make(key, &k, e);
+	if (rc)
+		return rc;
+	size_t off = 0, total = 0;
+	do {
+		MDB_txn *t;
+		if ((rc = rtxn_begin(c, &t, key, e)) != 0)
+			return rc;
+		MDB_val v;
+		if ((rc = blob_find(c, t, &k, key, &v, e)) != 0) {
+			rtxn_end(c, t);
+			return rc;
+		}
+		if (off == 0)
+			total = v.mv_size;
+		if (v.mv_size != total) {
+			rtxn_end(c, t);
+			lr_err_set(e, "storage: blob '%s' changed while it was read", key);
+			return LR_ECONFLICT;
+		}
+		size_t end = total - off > FD_CHUNK ? off + FD_CHUNK : total;
+		while (off < end) {
+			ssize_t n = write(fd, (char *)v.mv_data + off, end - off);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0) {
+				rc = -errno;
+				lr_err_set(e, "storage: blob '%s': writing it out failed: %s", key,
+					   strerror(errno));
+				break;
+			}
+			off += (size_t)n;
+		}
+		rtxn_end(c, t);
+	} while (rc == 0 && off < total);
+	if (len)
+		*len = total;
+	return rc;
+}
+
+static int lm_blob_stat(struct lr_store *s, const char *key, uint64_t *len, struct lr_err *e)
+{
+	struct core *c = ((struct lm *)s)->c;
+	struct key k;
+	int rc = key_make(key, &k, e);
+	if (rc)
+		return rc;
+	MDB_txn *t;
+	if ((rc = rtxn_begin(c, &t, key, e)) != 0)
+		return rc;
+	MDB_val v;
+	if ((rc = blob_find(c, t, &k, key, &v, e)) == 0)
+		*len = v.mv_size;
+	rtxn_end(c, t);
+	return rc;
+}
+
+static int lm_blob_delete(struct lr_store *s, const char *key, struct lr_err *e)
+{
+	struct job j;
+	int rc = job_init(&j, J_BLOBDEL, key, e);
+	return rc ? rc : submit(((struct lm *)s)->c, &j, e);
+}
+
+static int lm_blob_list(struct lr_store *s, const char *prefix, lr_name_cb cb, void *arg,
+			struct lr_err *e)
+{
+	return list_db(((struct lm *)s)->c, DB_BLOB, 0, prefix, cb, arg, e);
+}
+
+/* ---- open and close ---- */
+
+static void core_free(struct core *c)
+{
+	if (c->env)
+		mdb_env_close(c->env);
+	pthread_rwlock_destroy(&c->resize);
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->wake);
+	free(c->batch);
+	free(c->root);
+	free(c);
+}
+
+/* Flushes what is queued, stops the writer, closes the environment. */
+static void core_close(struct core *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->stopping = 1;
+	pthread_cond_signal(&c->wake);
+	pthread_mutex_unlock(&c->mu);
+	pthread_join(c->writer, NULL);
+	core_free(c);
+}
+
+static int mkdir_p(const char *path)
+{
+	char buf[4096];
+	size_t n = strlen(path);
+	if (n >= sizeof buf)
+		return -ENAMETOOLONG;
+	memcpy(buf, path, n + 1);
+	for (size_t i = 1; i <= n; i++) {
+		if (buf[i] != '/' && buf[i] != 0)
+			continue;
+		char saved = buf[i];
+		buf[i] = 0;
+		if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		buf[i] = saved;
+	}
+	return 0;
+}
+
+static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct core **out,
+		     struct lr_err *e)
+{
+	struct core *c = calloc(1, sizeof *c);
+	if (!c || !(c->root = strdup(o->root))) {
+		free(c);
+		lr_err_set(e, "storage: out of memory");
+		return -ENOMEM;
+	}
+	c->dev = st->st_dev;
+	c->ino = st->st_ino;
+	c->refs = 1;
+	c->no_sync = o->no_sync;
+	c->max_batch = o->max_batch > 0 ? (size_t)o->max_batch : 1024;
+	c->batch = malloc(c->max_batch * sizeof *c->batch);
+	pthread_rwlock_init(&c->resize, NULL);
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->wake, NULL);
+	size_t map = o->initial_map ? o->initial_map : DEFAULT_MAP;
+	unsigned flags = MDB_NOTLS | MDB_WRITEMAP | (o->no_sync ? MDB_NOSYNC : 0);
+	MDB_txn *t = NULL;
+	int rc;
+	if (!c->batch) {
+		lr_err_set(e, "storage: out of memory");
+		rc = -ENOMEM;
+		goto fail;
+	}
+	if ((rc = mdb_env_create(&c->env)) != 0)
+		goto lmfail;
+	mdb_env_set_assert(c->env, on_assert);
+	if ((rc = mdb_env_set_maxdbs(c->env, DB_N + 2)) != 0 ||
+	    (rc = mdb_env_set_maxreaders(c->env, 1024)) != 0 ||
+	    (rc = mdb_env_set_mapsize(c->env, map)) != 0)
+		goto lmfail;
+	if ((rc = mdb_env_open(c->env, o->root, flags, 0600)) != 0)
+		goto lmfail;
+	/* Reader slots of processes that died inside a read pin old pages. */
+	int dead;
+	mdb_reader_check(c->env, &dead);
+	/* Another process may have grown the map past our initial size. */
+	int fd;
+	struct stat fst;
+	MDB_envinfo info;
+	if (mdb_env_get_fd(c->env, &fd) == 0 && fstat(fd, &fst) == 0 &&
+	    mdb_env_info(c->env, &info) == 0 && (size_t)fst.st_size > info.me_mapsize &&
+	    (rc = mdb_env_set_mapsize(c->env, (size_t)fst.st_size)) != 0)
+		goto lmfail;
+	mdb_env_info(c->env, &info);
+	if ((rc = back_map(c, info.me_mapsize)) != 0) {
+		lr_err_set(e, "storage: reserving %zu bytes for '%s': %s", info.me_mapsize,
+			   o->root, strerror(-rc));
+		goto fail;
+	}
+	for (;;) {
+		rc = mdb_txn_begin(c->env, NULL, 0, &t);
+		if (rc != MDB_MAP_RESIZED)
+			break;
+		mdb_env_set_mapsize(c->env, 0);
+	}
+	if (rc)
+		goto lmfail;
+	for (int i = 0; i < DB_N; i++)
+		if ((rc = mdb_dbi_open(t, db_names[i], MDB_CREATE, &c->dbi[i])) != 0)
+			goto lmfail;
+	rc = mdb_txn_commit(t);
+	t = NULL;
+	if (rc)
+		goto lmfail;
+	if ((rc = pthread_create(&c->writer, NULL, writer_main, c)) != 0) {
+		lr_err_set(e, "storage: cannot start the writer of '%s': %s", o->root, strerror(rc));
+		rc = -rc;
+		goto fail;
+	}
+	*out = c;
+	return 0;
+lmfail:
+	rc = lm_fail(rc, e, "opening the store", o->root);
+fail:
+	if (t)
+		mdb_txn_abort(t);
+	core_free(c);
+	return rc;
+}
+
+static void lm_close(struct lr_store *s)
+{
+	struct lm *m = (struct lm *)s;
+	struct core *c = m->c;
+	pthread_mutex_lock(&cores_mu);
+	int last = --c->refs == 0;
+	if (last) {
+		for (struct core **p = &cores; *p; p = &(*p)->next) {
+			if (*p == c) {
+				*p = c->next;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&cores_mu);
+	if (last)
+		core_close(c);
+	free(m);
+}
+
+static const struct lr_store_ops lm_ops = {
+	.kind = "lmdb",
+	.append = lm_append,
+	.append_async = lm_append_async,
+	.read = lm_read,
+	.tip = lm_tip,
+	.ledger_delete = lm_ledger_delete,
+	.acquire = lm_acquire,
+	.release = lm_release,
+	.kv_get = lm_kv_get,
+	.kv_put = lm_kv_put,
+	.kv_keys = lm_kv_keys,
+	.kv_delete = lm_kv_delete,
+	.blob_put = lm_blob_put,
+	.blob_put_fd = lm_blob_put_fd,
+	.blob_get = lm_blob_get,
+	.blob_get_fd = lm_blob_get_fd,
+	.blob_stat = lm_blob_stat,
+	.blob_delete = lm_blob_delete,
+	.blob_list = lm_blob_list,
+	.close = lm_close,
+};
+
+int lr_store_lmdb_open(const struct lr_lmdb_opts *o, struct lr_store **out, struct lr_err *e)
+{
+	*out = NULL;
+	if (!o || !o->root || !*o->root) {
+		lr_err_set(e, "storage: lmdb needs a state root");
+		return -EINVAL;
+	}
+	int rc = mkdir_p(o->root);
+	char leases[4096];
+	if (rc == 0 && (size_t)snprintf(leases, sizeof leases, "%s/leases", o->root) >= sizeof leases)
+		rc = -ENAMETOOLONG;
+	if (rc == 0 && mkdir(leases, 0700) < 0 && errno != EEXIST)
+		rc = -errno;
+	struct stat st;
+	if (rc == 0 && stat(o->root, &st) < 0)
+		rc = -errno;
+	if (rc) {
+		lr_err_set(e, "storage: cannot create the state root '%s': %s", o->root,
+			   strerror(-rc));
+		return rc;
+	}
+	struct lm *m = calloc(1, sizeof *m);
+	if (!m) {
+		lr_err_set(e, "storage: out of memory");
+		return -ENOMEM;
+	}
+	m->base.ops = &lm_ops;
+	pthread_mutex_lock(&cores_mu);
+	struct core *c;
+	for (c = cores; c; c = c->next)
+		if (c->dev == st.st_dev && c->ino == st.st_ino)
+			break;
+	if (c) {
+		c->refs++;
+	} else if ((rc = core_open(o, &st, &c, e)) == 0) {
+		c->next = cores;
+		cores = c;
+	}
+	pthread_mutex_unlock(&cores_mu);
+	if (rc) {
+		free(m);
+		return rc;
+	}
+	m->c = c;
+	*out = &m->base;
+	return 0;
+}

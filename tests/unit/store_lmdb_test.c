@@ -1,0 +1,485 @@
+/*
+ * store_lmdb_test.c — the conformance suite on the LMDB backend, then what
+ * only LMDB has: durability across reopen, several processes on one root,
+ * map growth, close flushing the queue, and corruption reported as
+ * LR_ECORRUPT. Re-executes itself (argv[1] = a mode) for child processes.
+ */
+#include <fcntl.h>
+#include <lmdb.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include "test.h"
+#include "store_conformance.h"
+
+static char base[256];
+static char cur_root[512];
+static int roots;
+static int small;
+
+static int lm_open_root(const char *root, int no_sync, size_t map, struct lr_store **out,
+			struct lr_err *e)
+{
+	struct lr_lmdb_opts o = { root, map, 0, no_sync };
+	return lr_store_lmdb_open(&o, out, e);
+}
+
+/* A fresh root per case, a 1 MiB map so that growth is exercised. */
+static int lm_open(struct lr_store **out, void *ctx, struct lr_err *e)
+{
+	(void)ctx;
+	snprintf(cur_root, sizeof cur_root, "%s/r%d", base, roots++);
+	return lm_open_root(cur_root, 1, (size_t)1 << 20, out, e);
+}
+
+static int lm_second(struct lr_store **out, void *ctx, struct lr_err *e)
+{
+	(void)ctx;
+	return lm_open_root(cur_root, 1, 0, out, e);
+}
+
+/* Child: acquire the lease, report its epoch on fd 1, wait to be killed. */
+static int holder_main(const char *root, const char *name)
+{
+	struct lr_store *s;
+	struct lr_err e;
+	if (lm_open_root(root, 1, 0, &s, &e))
+		return 1;
+	struct lr_lease *l;
+	if (lr_store_acquire(s, name, &l, &e)) {
+		fprintf(stderr, "holder: %s\n", e.msg);
+		return 1;
+	}
+	printf("%llu\n", (unsigned long long)l->epoch);
+	fflush(stdout);
+	for (;;)
+		pause();
+}
+
+/* Starts `self mode args…` with its stdout on a pipe; returns the read end. */
+static int spawn_self(const char *const *argv, int *pid)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC))
+		return -1;
+	*pid = fork();
+	if (*pid == 0) {
+		dup2(p[1], 1);
+		execv("/proc/self/exe", (char *const *)argv);
+		_exit(127);
+	}
+	close(p[1]);
+	return p[0];
+}
+
+static int lm_spawn_holder(void *ctx, const char *name, uint64_t *epoch, int *pid)
+{
+	(void)ctx;
+	const char *argv[] = { "store_lmdb_test", "holder", cur_root, name, NULL };
+	int fd = spawn_self(argv, pid);
+	if (fd < 0)
+		return -errno;
+	char buf[64] = { 0 };
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0) {
+		kill(*pid, SIGKILL);
+		waitpid(*pid, NULL, 0);
+		*pid = -1;
+		return -EIO;
+	}
+	*epoch = strtoull(buf, NULL, 10);
+	return 0;
+}
+
+/* Child: n durable appends to its ledger, each acknowledged seq on stdout. */
+static int appender_main(const char *root, const char *name, int n)
+{
+	struct lr_store *s;
+	struct lr_err e;
+	if (lm_open_root(root, 0, 0, &s, &e))
+		return 1;
+	for (int i = 0; i < n; i++) {
+		char buf[32];
+		int len = snprintf(buf, sizeof buf, "%s.%d", name, i);
+		if (lr_store_append(s, name, (uint64_t)i, buf, (size_t)len, &e)) {
+			fprintf(stderr, "appender: %s\n", e.msg);
+			return 1;
+		}
+	}
+	lr_store_close(s);
+	return 0;
+}
+
+/* Child: grows the map of a root another process has open (3 × 8 MiB records). */
+static int grower_main(const char *root)
+{
+	struct lr_store *s;
+	struct lr_err e;
+	if (lm_open_root(root, 1, 0, &s, &e))
+		return 1;
+	size_t big = (size_t)8 << 20;
+	unsigned char *p = malloc(big);
+	conf_fill(p, big, 12);
+	for (int i = 0; i < 3; i++) {
+		if (lr_store_append(s, "grown", (uint64_t)i, p, big, &e)) {
+			fprintf(stderr, "grower: %s\n", e.msg);
+			return 1;
+		}
+	}
+	free(p);
+	lr_store_close(s);
+	return 0;
+}
+
+static void new_root(char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/x%d", base, roots++);
+}
+
+/* Durable group commit from 16 threads, then the data survives a reopen. */
+struct gc_arg {
+	struct lr_store *s;
+	int id, n, err;
+};
+
+static void *gc_main(void *arg)
+{
+	struct gc_arg *g = arg;
+	char name[32], buf[1024];
+	struct lr_err e;
+	snprintf(name, sizeof name, "gc/%d", g->id);
+	for (int i = 0; i < g->n; i++) {
+		memset(buf, 'a' + g->id % 26, sizeof buf);
+		snprintf(buf, 32, "%d/%d", g->id, i);
+		if (lr_store_append(g->s, name, (uint64_t)i, buf, sizeof buf, &e)) {
+			fprintf(stderr, "gc: %s\n", e.msg);
+			g->err++;
+		}
+	}
+	return NULL;
+}
+
+TEST(durable_group_commit_and_reopen)
+{
+	char root[512];
+	new_root(root, sizeof root);
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(lm_open_root(root, 0, 0, &s, &e), 0);
+	struct gc_arg g[16];
+	pthread_t th[16];
+	int n = small ? 5 : 20;
+	for (int i = 0; i < 16; i++) {
+		g[i] = (struct gc_arg){ s, i, n, 0 };
+		pthread_create(&th[i], NULL, gc_main, &g[i]);
+	}
+	for (int i = 0; i < 16; i++) {
+		pthread_join(th[i], NULL);
+		CHECK_EQ_INT(g[i].err, 0);
+	}
+	lr_store_close(s);
+	CHECK_EQ_INT(lm_open_root(root, 0, 0, &s, &e), 0);
+	for (int i = 0; i < 16; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "gc/%d", i);
+		CHECK_EQ_INT(conf_tip(s, name), n);
+		struct conf_recs r = { 0 };
+		CHECK_EQ_INT(lr_store_read(s, name, (uint64_t)n, 1, conf_collect, &r, &e), 0);
+		char want[32];
+		snprintf(want, sizeof want, "%d/%d", i, n - 1);
+		CHECK_EQ_STR(r.data[0], want);
+		CHECK_EQ_INT(r.lens[0], 1024);
+	}
+	lr_store_close(s);
+}
+
+/* Two processes append to one root at once; LMDB's lock serializes them. */
+TEST(two_processes_one_root)
+{
+	char root[512];
+	new_root(root, sizeof root);
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(lm_open_root(root, 0, 0, &s, &e), 0);
+	int n = small ? 20 : 100, pid;
+	char nbuf[16];
+	snprintf(nbuf, sizeof nbuf, "%d", n);
+	const char *argv[] = { "store_lmdb_test", "appender", root, "child", nbuf, NULL };
+	int fd = spawn_self(argv, &pid);
+	CHECK(fd >= 0);
+	for (int i = 0; i < n; i++) {
+		char buf[32];
+		int len = snprintf(buf, sizeof buf, "parent.%d", i);
+		CHECK_EQ_INT(lr_store_append(s, "parent", (uint64_t)i, buf, (size_t)len, &e), 0);
+	}
+	int status = 0;
+	waitpid(pid, &status, 0);
+	close(fd);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK_EQ_INT(conf_tip(s, "parent"), n);
+	CHECK_EQ_INT(conf_tip(s, "child"), n);
+	struct conf_recs r = { 0 };
+	CHECK_EQ_INT(lr_store_read(s, "child", (uint64_t)n, 0, conf_collect, &r, &e), 0);
+	char want[32];
+	snprintf(want, sizeof want, "child.%d", n - 1);
+	CHECK_EQ_STR(r.data[0], want);
+	lr_store_close(s);
+}
+
+/* The map starts at 1 MiB and must grow to hold 64 MiB records. */
+static int big_cb(void *arg, const struct lr_record *r)
+{
+	const unsigned char *want = arg;
+	return r->len == ((size_t)64 << 20) && memcmp(r->data, want, r->len) == 0 ? 0 : 9;
+}
+
+TEST(map_grows_64mib_record)
+{
+	char root[512];
+	new_root(root, sizeof root);
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(lm_open_root(root, 1, (size_t)1 << 20, &s, &e), 0);
+	size_t big = (size_t)64 << 20;
+	unsigned char *p = malloc(big);
+	conf_fill(p, big, 9);
+	CHECK_EQ_INT(lr_store_append(s, "big", 0, p, big, &e), 0);
+	CHECK_EQ_INT(lr_store_append(s, "big", 1, p, big, &e), 0);
+	CHECK_EQ_INT(lr_store_read(s, "big", 1, 0, big_cb, p, &e), 0);
+	lr_store_close(s);
+	/* a later open adopts the grown map */
+	CHECK_EQ_INT(lm_open_root(root, 1, (size_t)1 << 20, &s, &e), 0);
+	CHECK_EQ_INT(conf_tip(s, "big"), 2);
+	CHECK_EQ_INT(lr_store_read(s, "big", 2, 0, big_cb, p, &e), 0);
+	lr_store_close(s);
+	free(p);
+}
+
+/* Another process grows the map while we have it open: we adopt it. */
+TEST(map_resized_by_another_process)
+{
+	char root[512];
+	new_root(root, sizeof root);
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(lm_open_root(root, 1, (size_t)1 << 20, &s, &e), 0);
+	CHECK_EQ_INT(conf_append_str(s, "mine", 0, "a"), 0);
+	int pid;
+	const char *argv[] = { "store_lmdb_test", "grower", root, NULL };
+	int fd = spawn_self(argv, &pid);
+	int status = 0;
+	waitpid(pid, &status, 0);
+	close(fd);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK_EQ_INT(conf_tip(s, "grown"), 3);
+	size_t big = (size_t)8 << 20;
+	unsigned char *p = malloc(big);
+	conf_fill(p, big, 12);
+	CHECK_EQ_INT(conf_append_str(s, "mine", 1, "b"), 0);
+	CHECK_EQ_INT(lr_store_append(s, "mine", 2, p, big, &e), 0);
+	struct conf_recs r = { 0 };
+	CHECK_EQ_INT(lr_store_read(s, "grown", 3, 0, conf_collect, &r, &e), 0);
+	CHECK(r.n == 1 && r.lens[0] == big);
+	free(p);
+	lr_store_close(s);
+}
+
+/* close() flushes what is queued: every async append is acknowledged and kept. */
+static int acked;
+static pthread_mutex_t acked_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void ack_cb(void *arg, int rc, uint64_t seq, const struct lr_err *e)
+{
+	(void)arg;
+	(void)seq;
+	(void)e;
+	pthread_mutex_lock(&acked_mu);
+	if (rc == 0)
+		acked++;
+	pthread_mutex_unlock(&acked_mu);
+}
+
+TEST(close_flushes_queue)
+{
+	char root[512];
+	new_root(root, sizeof root);
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(lm_open_root(root, 0, 0, &s, &e), 0);
+	acked = 0;
+	for (int i = 0; i < 200; i++)
+		lr_store_append_async(s, "q", (uint64_t)i, "rec", 3, ack_cb, NULL);
+	lr_store_close(s);
+	CHECK_EQ_INT(acked, 200);
+	CHECK_EQ_INT(lm_open_root(root, 0, 0, &s, &e), 0);
+	CHECK_EQ_INT(conf_tip(s, "q"), 200);
+	lr_store_close(s);
+}
+
+/* A tip value of the wrong size: LR_ECORRUPT naming the ledger. */
+TEST(corrupt_tip_entry_is_named)
+{
+	char root[512];
+	new_root(root, sizeof root);
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(lm_open_root(root, 1, 0, &s, &e), 0);
+	conf_append_str(s, "sessions/t", 0, "a");
+	lr_store_close(s);
+	/* write a 3-byte tip behind the backend's back */
+	MDB_env *env;
+	MDB_txn *t;
+	MDB_dbi dbi;
+	mdb_env_create(&env);
+	mdb_env_set_maxdbs(env, 8);
+	CHECK_EQ_INT(mdb_env_open(env, root, MDB_WRITEMAP, 0600), 0);
+	mdb_txn_begin(env, NULL, 0, &t);
+	CHECK_EQ_INT(mdb_dbi_open(t, "tip", 0, &dbi), 0);
+	MDB_val k = { 10, (void *)"sessions/t" }, v = { 3, (void *)"abc" };
+	CHECK_EQ_INT(mdb_put(t, dbi, &k, &v, 0), 0);
+	mdb_txn_commit(t);
+	mdb_env_close(env);
+	CHECK_EQ_INT(lm_open_root(root, 1, 0, &s, &e), 0);
+	uint64_t tip;
+	CHECK_EQ_INT(lr_store_tip(s, "sessions/t", &tip, &e), LR_ECORRUPT);
+	CHECK(strstr(e.msg, "'sessions/t'") != NULL);
+	CHECK_EQ_INT(lr_store_append(s, "sessions/t", 1, "b", 1, &e), LR_ECORRUPT);
+	CHECK(strstr(e.msg, "'sessions/t'") != NULL);
+	struct conf_recs r = { 0 };
+	CHECK_EQ_INT(lr_store_read(s, "sessions/t", 1, 0, conf_collect, &r, &e), LR_ECORRUPT);
+	/* other ledgers still work */
+	CHECK_EQ_INT(conf_append_str(s, "sessions/u", 0, "a"), 0);
+	lr_store_close(s);
+}
+
+/* A data file that is not LMDB at all: open says corrupt. */
+TEST(garbage_data_file)
+{
+	char root[512], path[600];
+	new_root(root, sizeof root);
+	mkdir(root, 0700);
+	snprintf(path, sizeof path, "%s/data.mdb", root);
+	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	unsigned char junk[16384];
+	conf_fill(junk, sizeof junk, 11);
+	CHECK(write(fd, junk, sizeof junk) == (ssize_t)sizeof junk);
+	close(fd);
+	struct lr_store *s = NULL;
+	struct lr_err e;
+	CHECK_EQ_INT(lm_open_root(root, 1, 0, &s, &e), LR_ECORRUPT);
+	CHECK(strstr(e.msg, root) != NULL);
+	CHECK(s == NULL);
+}
+
+/*
+ * Zeroed pages in the middle of the used part of data.mdb: every record
+ * read back is either exactly what was written or the read fails with
+ * LR_ECORRUPT naming the ledger — never different bytes — and the damage
+ * is detected.
+ */
+struct verify {
+	int bad;
+	uint64_t n;
+};
+
+static int verify_cb(void *arg, const struct lr_record *r)
+{
+	struct verify *v = arg;
+	char want[1000];
+	memset(want, 'r', sizeof want);
+	snprintf(want, 32, "rec %llu", (unsigned long long)r->seq);
+	if (r->len != sizeof want || memcmp(r->data, want, sizeof want) != 0)
+		v->bad++;
+	v->n++;
+	return 0;
+}
+
+TEST(zeroed_pages_are_detected)
+{
+	char root[512], path[600];
+	new_root(root, sizeof root);
+	struct lr_store *s;
+	struct lr_err e;
+	int n = 3000;
+	CHECK_EQ_INT(lm_open_root(root, 1, 0, &s, &e), 0);
+	for (int i = 0; i < n; i++) {
+		char rec[1000];
+		memset(rec, 'r', sizeof rec);
+		snprintf(rec, 32, "rec %d", i + 1);
+		if (lr_store_append(s, "sessions/c", (uint64_t)i, rec, sizeof rec, &e))
+			break;
+	}
+	lr_store_close(s);
+	/* the used part of the file: last page number from LMDB */
+	MDB_env *env;
+	MDB_envinfo info;
+	MDB_stat st;
+	mdb_env_create(&env);
+	mdb_env_set_maxdbs(env, 8);
+	CHECK_EQ_INT(mdb_env_open(env, root, MDB_RDONLY, 0600), 0);
+	mdb_env_info(env, &info);
+	mdb_env_stat(env, &st);
+	mdb_env_close(env);
+	size_t used = (info.me_last_pgno + 1) * st.ms_psize;
+	size_t from = used / 3 / st.ms_psize * st.ms_psize, to = 2 * used / 3;
+	snprintf(path, sizeof path, "%s/data.mdb", root);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	unsigned char *zero = calloc(1, to - from);
+	CHECK(pwrite(fd, zero, to - from, (off_t)from) == (ssize_t)(to - from));
+	free(zero);
+	close(fd);
+	int rc = lm_open_root(root, 1, 0, &s, &e);
+	if (rc) {
+		CHECK_EQ_INT(rc, LR_ECORRUPT);
+		return;
+	}
+	struct verify v = { 0, 0 };
+	uint64_t tip = 0;
+	rc = lr_store_tip(s, "sessions/c", &tip, &e);
+	if (rc == 0)
+		rc = lr_store_read(s, "sessions/c", 1, 0, verify_cb, &v, &e);
+	CHECK_EQ_INT(rc, LR_ECORRUPT);
+	CHECK(strstr(e.msg, "'sessions/c'") != NULL);
+	fprintf(stderr, "# zeroed pages: %s (after %llu good records)\n", e.msg,
+		(unsigned long long)v.n);
+	CHECK_EQ_INT(v.bad, 0);
+	lr_store_close(s);
+}
+
+static void rm_rf(const char *dir)
+{
+	char cmd[600];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 4 && strcmp(argv[1], "holder") == 0)
+		return holder_main(argv[2], argv[3]);
+	if (argc == 5 && strcmp(argv[1], "appender") == 0)
+		return appender_main(argv[2], argv[3], atoi(argv[4]));
+	if (argc == 3 && strcmp(argv[1], "grower") == 0)
+		return grower_main(argv[2]);
+	small = getenv("ASAN_OPTIONS") != NULL;
+	const char *tmp = getenv("TMPDIR");
+	snprintf(base, sizeof base, "%s/lr-lmdb-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(base)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	struct conformance h = { "lmdb", lm_open, lm_second, lm_spawn_holder, NULL, small };
+	conformance_run(&h);
+	RUN(durable_group_commit_and_reopen);
+	RUN(two_processes_one_root);
+	RUN(map_grows_64mib_record);
+	RUN(map_resized_by_another_process);
+	RUN(close_flushes_queue);
+	RUN(corrupt_tip_entry_is_named);
+	RUN(garbage_data_file);
+	RUN(zeroed_pages_are_detected);
+	rm_rf(base);
+	return test_summary();
+}
