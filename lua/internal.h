@@ -187,5 +187,7 @@ int lr_bundle_run(struct lr_state *S, const char *path, int argc, char **argv);
 int lr_bundle_pack(const char *dir, const char *out);
 int lr_bundle_inspect(const char *path);
 int lr_repl_run(struct lr_state *S, const char *script);
+/* snapshot_cli.c: `luarig snapshot ...` (argv after "snapshot"); returns the exit code. */
+int lr_snapshot_cli(int argc, char **argv);
 
 #endif
