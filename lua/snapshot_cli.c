@@ -266,7 +266,8 @@ int lr_snapshot_cli(int argc, char **argv)
 	struct lr_err e;
 	if (lr_store_lmdb_open(&o, &s, &e))
 		return fail(e.msg);
-	struct lr_snap_opts so = { .cache_dir = cache };
+	/* Many puts in flight let the LMDB writer commit them in few transactions. */
+	struct lr_snap_opts so = { .cache_dir = cache, .threads = 32 };
 	if (lr_snap_new(s, &so, &sn, &e)) {
 		lr_store_close(s);
 		return fail(e.msg);

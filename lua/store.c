@@ -375,14 +375,14 @@ static int store_kind(lua_State *L)
 }
 
 /* Wraps an open backend in a handle; takes s (and closes it on failure). */
-static int push_store(lua_State *L, struct lr_store *s, const char *cache_dir)
+static int push_store(lua_State *L, struct lr_store *s, const char *cache_dir, int threads)
 {
 	struct shared **p = lua_newuserdatauv(L, sizeof *p, 0);
 	*p = NULL;
 	luaL_setmetatable(L, STORE_MT);
 	struct shared *sh = calloc(1, sizeof *sh);
 	struct lr_err e;
-	struct lr_snap_opts o = { .cache_dir = cache_dir };
+	struct lr_snap_opts o = { .cache_dir = cache_dir, .threads = threads };
 	if (!sh || lr_snap_new(s, &o, &sh->sn, &e)) {
 		free(sh);
 		lr_store_close(s);
@@ -402,7 +402,7 @@ static int core_store_memory(lua_State *L)
 	int rc = lr_store_memory_open(&s, &e);
 	if (rc)
 		return lr_pushfail(L, rc, "%s", e.msg);
-	return push_store(L, s, NULL);
+	return push_store(L, s, NULL, 0);
 }
 
 /* rig.core.store_lmdb{ root = "/abs/dir" } */
@@ -428,7 +428,8 @@ static int core_store_lmdb(lua_State *L)
 	int rc = lr_store_lmdb_open(&o, &s, &e);
 	if (rc)
 		return lr_pushfail(L, rc, "%s", e.msg);
-	return push_store(L, s, cache);
+	/* Many puts in flight let the LMDB writer group them into few commits. */
+	return push_store(L, s, cache, 32);
 }
 
 void lr__store_open(lua_State *L)

@@ -357,7 +357,11 @@ int lr__snap_tree_put(struct lr_store *s, struct lr__snap_tree *t,
 	}
 	char key[128];
 	lr__snap_blob_key(key, "trees", hash);
-	rc = lr_store_blob_put(s, key, b.data, b.len, e);
+	/* Present already (an unchanged directory): skip the write transaction. */
+	uint64_t have;
+	rc = lr_store_blob_stat(s, key, &have, e);
+	if (rc == LR_ENOTFOUND || (rc == 0 && have != b.len))
+		rc = lr_store_blob_put(s, key, b.data, b.len, e);
 	lr_buf_release(&b);
 	return rc;
 }
@@ -621,10 +625,10 @@ static int par_run(int threads, size_t n, int (*fn)(void *, size_t, struct lr_er
 	atomic_init(&p.next, 0);
 	atomic_init(&p.stop, 0);
 	pthread_mutex_init(&p.mu, NULL);
-	pthread_t th[16];
+	pthread_t th[64];
 	int nt = 0;
-	if (threads > 16)
-		threads = 16;
+	if (threads > 64)
+		threads = 64;
 	if ((size_t)threads > n)
 		threads = (int)n;
 	for (; nt < threads - 1; nt++)

@@ -89,7 +89,7 @@ def store_bench():
 
 
 def main():
-    which = set(sys.argv[1:]) or {"startup", "rss", "sse", "store"}
+    which = set(sys.argv[1:]) or {"startup", "rss", "sse", "store", "snapshot"}
     lua = shutil.which("lua5.4")
     node = shutil.which("node")
     if "startup" in which:
@@ -109,6 +109,13 @@ def main():
             subprocess.run([sys.executable, sse], check=False)
     if "store" in which:
         store_bench()
+    if "snapshot" in which:
+        d = bench_dir()
+        try:
+            subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "snapshot_bench.py")],
+                           env=dict(os.environ, LUARIG=LUARIG, BENCH_DIR=d), check=False)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":
