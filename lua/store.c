@@ -294,6 +294,7 @@ static struct sop *sop_new(lua_State *L, enum kind kind, int nstr)
 			free(op);
 		}
 		luaL_error(L, "rig.store: out of memory");
+		return NULL;
 	}
 	op->kind = kind;
 	return op;

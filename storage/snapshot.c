@@ -344,7 +344,7 @@ int lr__snap_tree_put(struct lr_store *s, struct lr__snap_tree *t,
 		      unsigned char hash[LR_SHA256_LEN], struct lr_err *e)
 {
 	if (t->n > 1)
-		qsort(t->e, t->n, sizeof *t->e, ent_cmp);
+		sort_n(t->e, t->n, sizeof *t->e, ent_cmp);
 	struct lr_buf b;
 	lr_buf_init(&b, SIZE_MAX / 2);
 	int rc = tree_encode(t, &b);
@@ -518,7 +518,7 @@ static struct lr__statcache *sc_load(struct lr_snap *sn, const char *canon)
 		if (sc_add(c, &en))
 			break;
 	}
-	qsort(c->e, c->n, sizeof *c->e, sc_cmp);
+	sort_n(c->e, c->n, sizeof *c->e, sc_cmp);
 done:
 	fclose(f);
 	return c;
@@ -527,7 +527,7 @@ done:
 /* Stores c as the cache of canon (takes c). Failure to save only costs speed. */
 static void sc_save(struct lr_snap *sn, const char *canon, struct lr__statcache *c)
 {
-	qsort(c->e, c->n, sizeof *c->e, sc_cmp);
+	sort_n(c->e, c->n, sizeof *c->e, sc_cmp);
 	if (!sn->cache_dir) {
 		c->key = strdup(canon);
 		if (!c->key) {
@@ -857,7 +857,7 @@ static int walk(struct cap *c, int dirfd, const char *rel, struct node *dir, int
 	free_names(names, n);
 	if (rc)
 		return rc;
-	qsort(dir->kids, dir->nkids, sizeof *dir->kids, node_cmp);
+	sort_n(dir->kids, dir->nkids, sizeof *dir->kids, node_cmp);
 	for (size_t i = 0; i < dir->nkids && !rc; i++) {
 		struct node *nd = &dir->kids[i];
 		if (nd->type == 'f') {
@@ -1164,7 +1164,7 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 	r->files_hashed = atomic_load(&c.hashed);
 	r->blobs_written = atomic_load(&c.written);
 	if (r->nskipped > 1)
-		qsort(r->skipped, r->nskipped, sizeof *r->skipped, skip_cmp);
+		sort_n(r->skipped, r->nskipped, sizeof *r->skipped, skip_cmp);
 	rc = lr__snap_index_put(sn, root.hash, r->files, r->bytes, e);
 	if (rc)
 		goto out;
@@ -1366,7 +1366,7 @@ static int rewind_dir(struct rw *w, int dirfd, const char *rel, const struct lr_
 	/* What the ref does not have goes first. */
 	for (size_t i = 0; i < n && !rc; i++) {
 		struct lr__snap_ent k = { .name = names[i] };
-		if (bsearch(&k, t->e, t->n, sizeof *t->e, ent_cmp))
+		if (t->n && bsearch(&k, t->e, t->n, sizeof *t->e, ent_cmp))
 			continue;
 		char *path = path_join(rel, names[i]);
 		rc = path ? remove_entry(w, dirfd, names[i], path, depth, e) : -ENOMEM;
@@ -1666,9 +1666,9 @@ int lr_snap_diff(struct lr_snap *sn, const char *a, const char *b, struct lr_sna
 		strv_release(&d.modified);
 		return rc;
 	}
-	qsort(d.added.v, d.added.n, sizeof(char *), str_cmp);
-	qsort(d.removed.v, d.removed.n, sizeof(char *), str_cmp);
-	qsort(d.modified.v, d.modified.n, sizeof(char *), str_cmp);
+	sort_n(d.added.v, d.added.n, sizeof(char *), str_cmp);
+	sort_n(d.removed.v, d.removed.n, sizeof(char *), str_cmp);
+	sort_n(d.modified.v, d.modified.n, sizeof(char *), str_cmp);
 	out->added = d.added.v;
 	out->nadded = d.added.n;
 	out->removed = d.removed.v;
@@ -1915,7 +1915,7 @@ int lr_snap_list(struct lr_snap *sn, struct lr_snap_info **out, size_t *count, s
 			lr_err_set(e, "snapshot: out of memory");
 		return rc;
 	}
-	qsort(v, n, sizeof *v, info_cmp);
+	sort_n(v, n, sizeof *v, info_cmp);
 	*out = v;
 	*count = n;
 	return 0;

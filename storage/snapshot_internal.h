@@ -7,6 +7,7 @@
 #define LR_STORAGE_SNAPSHOT_INTERNAL_H
 
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "internal.h"
 
@@ -28,6 +29,13 @@ struct lr__snap_tree {
 	struct lr__snap_ent *e;
 	size_t n, cap;
 };
+
+/* qsort that accepts an empty (NULL) array, which qsort itself may not be given. */
+static inline void sort_n(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *))
+{
+	if (n > 1)
+		qsort(base, n, size, cmp);
+}
 
 struct lr__statcache;
 

@@ -378,7 +378,7 @@ static int import_data(struct imp *im, struct inode *nd, const char *path, uint6
 				     ? lr_store_blob_put_fd(im->sn->store, key, tmpfd, got, e)
 				     : -errno;
 		else
-			rc = lr_store_blob_put(im->sn->store, key, mem.data, mem.len, e);
+			rc = lr_store_blob_put(im->sn->store, key, mem.data ? mem.data : "", mem.len, e);
 	}
 out:
 	if (h.ctx)
@@ -475,7 +475,7 @@ static int inode_cmp(const void *a, const void *b)
 static void sort_all(struct inode *dir)
 {
 	if (dir->nkids > 1)
-		qsort(dir->kids, dir->nkids, sizeof *dir->kids, inode_cmp);
+		sort_n(dir->kids, dir->nkids, sizeof *dir->kids, inode_cmp);
 	for (size_t i = 0; i < dir->nkids; i++)
 		if (dir->kids[i]->type == 'd')
 			sort_all(dir->kids[i]);
@@ -484,7 +484,7 @@ static void sort_all(struct inode *dir)
 static struct inode *child(struct inode *dir, const char *name, size_t nl)
 {
 	char key[LR__SNAP_NAME_MAX + 1];
-	if (!dir || nl > LR__SNAP_NAME_MAX)
+	if (!dir || !dir->nkids || nl > LR__SNAP_NAME_MAX)
 		return NULL;
 	memcpy(key, name, nl);
 	key[nl] = 0;
