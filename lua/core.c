@@ -14,5 +14,6 @@ int luaopen_rig_core(lua_State *L)
 	lr__server_open(L);
 	lr__proc_open(L);
 	lr__bundle_open(L);
+	lr__store_open(L);
 	return 1;
 }

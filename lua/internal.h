@@ -158,6 +158,7 @@ void lr__http_open(lua_State *L);
 void lr__server_open(lua_State *L);
 void lr__proc_open(lua_State *L);
 void lr__bundle_open(lua_State *L);
+void lr__store_open(lua_State *L);
 
 /* stdlib.c (generated) and the module searchers. */
 struct lr_embedded {
@@ -186,5 +187,7 @@ int lr_bundle_run(struct lr_state *S, const char *path, int argc, char **argv);
 int lr_bundle_pack(const char *dir, const char *out);
 int lr_bundle_inspect(const char *path);
 int lr_repl_run(struct lr_state *S, const char *script);
+/* snapshot_cli.c: `luarig snapshot ...` (argv after "snapshot"); returns the exit code. */
+int lr_snapshot_cli(int argc, char **argv);
 
 #endif

@@ -22,6 +22,10 @@ static void usage(FILE *f)
 	      "       luarig [OPTIONS] repl [SCRIPT]       the interactive prompt\n"
 	      "       luarig pack DIR [-o FILE.rig]        package a directory as a bundle\n"
 	      "       luarig inspect FILE.rig              print and verify a bundle's manifest\n"
+	      "       luarig snapshot [--state DIR] capture DIR | restore REF DIR | rewind REF DIR\n"
+	      "                | diff A B | export REF FILE.tar | import FILE.tar | list\n"
+	      "                                            workspace snapshots (state default\n"
+	      "                                            $XDG_STATE_HOME/luarig)\n"
 	      "       luarig version | help\n"
 	      "\n"
 	      "With no arguments, luarig starts the REPL on a terminal and runs\n"
@@ -280,6 +284,8 @@ int main(int argc, char **argv)
 			return usage_error("%s", "pack needs a directory");
 		return lr_bundle_pack(dir, out);
 	}
+	if (cmd && strcmp(cmd, "snapshot") == 0)
+		return lr_snapshot_cli(argc - i - 1, argv + i + 1);
 	if (cmd && strcmp(cmd, "inspect") == 0) {
 		if (i + 2 != argc)
 			return usage_error("%s", "inspect needs exactly one bundle");

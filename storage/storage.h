@@ -436,5 +436,180 @@ int lr_catalog_delete(struct lr_store *store, const char *sid, struct lr_err *e)
 
 /* ---- workspace snapshots (storage/snapshot.c) ---- */
 
+/*
+ * Content-addressed snapshots of a directory tree (DESIGN §7), stored in
+ * any backend:
+ *
+ *   workspaces/blobs/<hex>  a regular file's bytes; hex = SHA-256 of them
+ *   workspaces/trees/<hex>  a directory's manifest (format below); hex =
+ *                           SHA-256 of the manifest bytes
+ *   workspaces/refs/<hex>   kv: the index of captured refs, a JSON object
+ *                           {"time": wall seconds, "files": n, "bytes": n}
+ *
+ * A ref is "v1:sha256:<hex of the root tree>". The same tree always gives
+ * the same ref: it depends on names, types, permission bits (mode & 0777;
+ * setuid, setgid and sticky are dropped), contents and symlink targets,
+ * never on times, owners or inode numbers. The root directory's own mode
+ * is not part of the ref. Hard links are captured as separate files (and
+ * restored as separate files); sockets, fifos and devices are skipped and
+ * reported. Names are arbitrary bytes except '/' and NUL, 1..255 bytes.
+ *
+ * Manifest ("tree") format, all integers big-endian:
+ *
+ *   "lrtree1\n"                       8 bytes of magic
+ *   u32 count
+ *   count entries, names strictly ascending (memcmp, a prefix sorts first):
+ *     u8  type   'd' directory, 'f' regular file, 'l' symlink
+ *     u16 mode   permission bits <= 0777 (0 for a symlink)
+ *     u8  nlen   1..255, then nlen name bytes (no '/', no NUL, not "." or "..")
+ *     'f': u64 size, 32-byte SHA-256 of the contents
+ *     'd': 32-byte SHA-256 of the child manifest
+ *     'l': u16 tlen 1..4095, then tlen target bytes (no NUL)
+ *
+ * Nothing may follow the last entry. The decoder is strict (a fuzz target):
+ * any other byte string is LR_ECORRUPT.
+ *
+ * Stat cache: for each workspace (by its canonical path) a map of relative
+ * path -> (device, inode, size, mtime ns, ctime ns, hash), kept in memory
+ * (cache_dir NULL) or in <cache_dir>/<sha256 hex of the canonical path>,
+ * written atomically. A file whose stat matches is not read. Entries whose
+ * mtime or ctime is within racy_ns of the capture's start are never saved
+ * (git's "racy clean" rule), so an edit in the same timestamp tick as a
+ * capture is never missed.
+ *
+ * Capture hashes files on its own worker threads. A file that changes
+ * while it is read (size, mtime or ctime differ before and after, or it
+ * vanishes) is read again once; if it changes again the capture fails with
+ * LR_ECONFLICT naming the file. Large files are streamed (blob_put_fd);
+ * restore writes them densely (holes are not recreated).
+ *
+ * Every function is thread-safe on one lr_snap (the stat cache is locked),
+ * except lr_snap_gc, which must not run concurrently with a capture or an
+ * import on the same store (it could delete blobs a capture has put but
+ * not yet referenced).
+ */
+#define LR_SNAP_REF_MAX 80 /* "v1:sha256:" + 64 hex + NUL fits */
+
+struct lr_snap;
+
+struct lr_snap_opts {
+	const char *cache_dir;      /* stat cache files; NULL keeps the cache in memory */
+	int threads;                /* hashing workers; 0 means 4 */
+	uint64_t racy_ns;           /* the racy window; 0 means 2 s (tests may set 1) */
+	uint64_t import_max_entries; /* 0 means 1 << 20 */
+	uint64_t import_max_bytes;   /* file bytes in one import; 0 means 8 GiB */
+};
+
+/* A snapshotter over s (borrowed: s must outlive it). */
+int lr_snap_new(struct lr_store *s, const struct lr_snap_opts *o, struct lr_snap **out,
+		struct lr_err *e);
+void lr_snap_free(struct lr_snap *sn); /* accepts NULL */
+
+/* One skipped entry: path relative to the captured directory, reason "socket", "fifo", "device". */
+struct lr_snap_skip {
+	char *path;
+	const char *reason; /* static */
+};
+
+struct lr_snap_result {
+	char ref[LR_SNAP_REF_MAX];
+	struct lr_snap_skip *skipped; /* nskipped entries, sorted by path */
+	size_t nskipped;
+	uint64_t files, dirs, symlinks, bytes;
+	uint64_t files_hashed;  /* files read (stat cache misses) */
+	uint64_t blobs_written; /* file blobs that were not in the store yet */
+};
+void lr_snap_result_release(struct lr_snap_result *r);
+
+/*
+ * Captures dir (absolute or relative; symlinks are not followed below it)
+ * into the store and records the ref in the index. Fills r (release it
+ * with lr_snap_result_release, also after a failure).
+ */
+int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *r,
+		    struct lr_err *e);
+
+/* Materializes ref into dir, which must be absent (it is created, 0755 less umask) or empty (-ENOTEMPTY). */
+int lr_snap_restore(struct lr_snap *sn, const char *ref, const char *dir, struct lr_err *e);
+
+/*
+ * Makes dir equal to ref in place: writes only files whose contents
+ * differ (by the stat cache, else by hashing them), fixes modes, replaces
+ * symlinks and entries of the wrong type, creates directories and removes
+ * what the ref does not have. written counts entries created or changed
+ * (files, symlinks, directories, mode fixes); removed counts every entry
+ * deleted (recursively). A file is replaced by renaming a complete copy
+ * over it.
+ */
+struct lr_snap_rewind_stats {
+	uint64_t written, removed;
+};
+int lr_snap_rewind(struct lr_snap *sn, const char *ref, const char *dir,
+		   struct lr_snap_rewind_stats *st, struct lr_err *e);
+
+/*
+ * Paths (relative, '/'-joined, sorted by bytes) added, removed and
+ * modified from a to b. Directories are listed too: a new directory and
+ * everything below it are "added". A changed type is a removal plus an
+ * addition; a changed mode, contents or target is "modified". Only
+ * subtrees whose hashes differ are read.
+ */
+struct lr_snap_diff {
+	char **added, **removed, **modified;
+	size_t nadded, nremoved, nmodified;
+};
+int lr_snap_diff(struct lr_snap *sn, const char *a, const char *b, struct lr_snap_diff *d,
+		 struct lr_err *e);
+void lr_snap_diff_release(struct lr_snap_diff *d);
+
+/*
+ * Writes ref as a GNU tar file (deterministic: mtime 0, uid/gid 0, names
+ * as raw bytes, sorted), through libarchive opened lazily
+ * (LR_EUNAVAILABLE without it). The file is written to FILE.tmp… then
+ * renamed.
+ */
+int lr_snap_export(struct lr_snap *sn, const char *ref, const char *file, struct lr_err *e);
+
+/*
+ * Imports a tar file (plain or gzip) into the store; ref receives its ref.
+ * Only directories, regular files and symlinks are accepted; absolute
+ * paths, "..", symlinks that are absolute or resolve outside the tree,
+ * hard links, devices, fifos, duplicate entries, paths through a
+ * non-directory and more than import_max_entries entries or
+ * import_max_bytes bytes are LR_EREFUSED (with the path in the message);
+ * a malformed archive is LR_EPARSE. Nothing is written to the file system.
+ * lr_snap_import_mem reads an archive held in memory.
+ */
+int lr_snap_import(struct lr_snap *sn, const char *file, char ref[LR_SNAP_REF_MAX],
+		   struct lr_err *e);
+int lr_snap_import_mem(struct lr_snap *sn, const void *data, size_t len,
+		       char ref[LR_SNAP_REF_MAX], struct lr_err *e);
+
+/*
+ * Deletes every workspaces/blobs and workspaces/trees blob not reachable
+ * from the live refs, and the index entries of refs not live. An
+ * unreadable live ref fails the whole collection before anything is
+ * deleted.
+ */
+struct lr_snap_gc_stats {
+	uint64_t kept, deleted; /* blobs (files and trees) */
+};
+int lr_snap_gc(struct lr_snap *sn, const char *const *live, size_t nlive,
+	       struct lr_snap_gc_stats *st, struct lr_err *e);
+
+/* The index, newest first. */
+struct lr_snap_info {
+	char ref[LR_SNAP_REF_MAX];
+	double time;
+	uint64_t files, bytes;
+};
+int lr_snap_list(struct lr_snap *sn, struct lr_snap_info **out, size_t *n, struct lr_err *e);
+
+/* Parses "v1:sha256:<64 lower-case hex>" into the root hash; LR_EPARSE otherwise. */
+int lr_snap_ref_parse(const char *ref, unsigned char hash[LR_SHA256_LEN]);
+
+/* The strict manifest decoder on its own (the fuzz target): 0 or LR_ECORRUPT; *count entries. */
+int lr_snap_manifest_check(const void *p, size_t n, size_t *count);
+
 
 #endif

@@ -52,6 +52,7 @@ local areas = {
   http = "rig.http",
   process = "rig.process",
   json = "rig.json",
+  store = "rig.store",
 }
 
 return setmetatable(rig, {

@@ -89,7 +89,7 @@ def store_bench():
 
 
 def main():
-    which = set(sys.argv[1:]) or {"startup", "rss", "sse", "store", "journal"}
+    which = set(sys.argv[1:]) or {"startup", "rss", "sse", "store", "journal", "snapshot"}
     lua = shutil.which("lua5.4")
     node = shutil.which("node")
     if "startup" in which:
@@ -114,6 +114,13 @@ def main():
         jb = os.path.join(ROOT, os.environ.get("BUILD") or "build", "tests", "bench", "journal_bench")
         if os.path.exists(jb):
             subprocess.run([jb], check=False)
+    if "snapshot" in which:
+        d = bench_dir()
+        try:
+            subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "snapshot_bench.py")],
+                           env=dict(os.environ, LUARIG=LUARIG, BENCH_DIR=d), check=False)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":

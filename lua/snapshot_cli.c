@@ -1,0 +1,281 @@
+/*
+ * snapshot_cli.c — `luarig snapshot …`: workspace snapshots from the shell,
+ * on the LMDB store under the state root (--state DIR, default
+ * $XDG_STATE_HOME/luarig, else ~/.local/state/luarig). Plain C over
+ * storage/: no Lua state is opened.
+ *
+ * Exit codes: 0 ok, 1 the work failed ("luarig: message"), 2 usage.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../storage/storage.h"
+
+static const char usage_text[] =
+	"usage: luarig snapshot [--state DIR] capture DIR\n"
+	"       luarig snapshot [--state DIR] restore REF DIR\n"
+	"       luarig snapshot [--state DIR] rewind REF DIR\n"
+	"       luarig snapshot [--state DIR] diff A B\n"
+	"       luarig snapshot [--state DIR] export REF FILE.tar\n"
+	"       luarig snapshot [--state DIR] import FILE.tar\n"
+	"       luarig snapshot [--state DIR] list\n";
+
+__attribute__((format(printf, 1, 2)))
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("luarig: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nluarig: try 'luarig snapshot help'\n", stderr);
+	return 2;
+}
+
+static int fail(const char *msg)
+{
+	fprintf(stderr, "luarig: %s\n", msg);
+	return 1;
+}
+
+/* mkdir -p with mode 0700 for what it creates. */
+static int mkdirs(char *path)
+{
+	for (char *p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		int rc = mkdir(path, 0700);
+		*p = '/';
+		if (rc != 0 && errno != EEXIST)
+			return -errno;
+	}
+	if (mkdir(path, 0700) != 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int state_root(const char *opt, char *out, size_t cap)
+{
+	const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+	if (opt)
+		snprintf(out, cap, "%s", opt);
+	else if (xdg && xdg[0] == '/')
+		snprintf(out, cap, "%s/luarig", xdg);
+	else if (home && home[0] == '/')
+		snprintf(out, cap, "%s/.local/state/luarig", home);
+	else
+		return -1;
+	if (out[0] != '/') {
+		char cwd[PATH_MAX], rel[PATH_MAX];
+		snprintf(rel, sizeof rel, "%s", out);
+		if (!getcwd(cwd, sizeof cwd))
+			return -1;
+		if (snprintf(out, cap, "%s/%s", cwd, rel) >= (int)cap)
+			return -1;
+	}
+	return 0;
+}
+
+/* A path printed on one line: quoted with C escapes when it has odd bytes (as git does). */
+static void print_path(FILE *f, const char *p)
+{
+	int plain = 1;
+	for (const unsigned char *c = (const unsigned char *)p; *c; c++)
+		if (*c < 0x20 || *c == 0x7f || *c == '"' || *c == '\\')
+			plain = 0;
+	if (plain) {
+		fputs(p, f);
+		return;
+	}
+	fputc('"', f);
+	for (const unsigned char *c = (const unsigned char *)p; *c; c++) {
+		if (*c == '\n')
+			fputs("\\n", f);
+		else if (*c == '\t')
+			fputs("\\t", f);
+		else if (*c == '"' || *c == '\\')
+			fprintf(f, "\\%c", *c);
+		else if (*c < 0x20 || *c == 0x7f)
+			fprintf(f, "\\%03o", *c);
+		else
+			fputc(*c, f);
+	}
+	fputc('"', f);
+}
+
+static int cmd_diff(struct lr_snap *sn, const char *a, const char *b)
+{
+	struct lr_snap_diff d;
+	struct lr_err e;
+	if (lr_snap_diff(sn, a, b, &d, &e))
+		return fail(e.msg);
+	/* One sorted listing: merge the three sorted lists by path. */
+	size_t i = 0, j = 0, k = 0;
+	for (;;) {
+		const char *best = NULL;
+		char tag = 0;
+		if (i < d.nadded)
+			best = d.added[i], tag = 'A';
+		if (j < d.nremoved && (!best || strcmp(d.removed[j], best) < 0))
+			best = d.removed[j], tag = 'D';
+		if (k < d.nmodified && (!best || strcmp(d.modified[k], best) < 0))
+			best = d.modified[k], tag = 'M';
+		if (!best)
+			break;
+		if (tag == 'A')
+			i++;
+		else if (tag == 'D')
+			j++;
+		else
+			k++;
+		printf("%c ", tag);
+		print_path(stdout, best);
+		putchar('\n');
+	}
+	lr_snap_diff_release(&d);
+	return 0;
+}
+
+static int cmd_list(struct lr_snap *sn)
+{
+	struct lr_snap_info *v;
+	size_t n;
+	struct lr_err e;
+	if (lr_snap_list(sn, &v, &n, &e))
+		return fail(e.msg);
+	for (size_t i = 0; i < n; i++) {
+		time_t t = (time_t)v[i].time;
+		struct tm tm;
+		char when[32];
+		gmtime_r(&t, &tm);
+		strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+		printf("%s  %s  %llu files  %llu bytes\n", v[i].ref, when,
+		       (unsigned long long)v[i].files, (unsigned long long)v[i].bytes);
+	}
+	free(v);
+	return 0;
+}
+
+static int run(struct lr_snap *sn, const char *sub, char **args)
+{
+	struct lr_err e;
+	e.msg[0] = 0;
+	if (strcmp(sub, "capture") == 0) {
+		struct lr_snap_result r;
+		int rc = lr_snap_capture(sn, args[0], &r, &e);
+		for (size_t i = 0; !rc && i < r.nskipped; i++) {
+			fprintf(stderr, "luarig: notice: skipped %s '", r.skipped[i].reason);
+			print_path(stderr, r.skipped[i].path);
+			fputs("'\n", stderr);
+		}
+		if (!rc)
+			printf("%s\n", r.ref);
+		lr_snap_result_release(&r);
+		return rc ? fail(e.msg) : 0;
+	}
+	if (strcmp(sub, "restore") == 0)
+		return lr_snap_restore(sn, args[0], args[1], &e) ? fail(e.msg) : 0;
+	if (strcmp(sub, "rewind") == 0) {
+		struct lr_snap_rewind_stats st;
+		if (lr_snap_rewind(sn, args[0], args[1], &st, &e))
+			return fail(e.msg);
+		printf("written %llu, removed %llu\n", (unsigned long long)st.written,
+		       (unsigned long long)st.removed);
+		return 0;
+	}
+	if (strcmp(sub, "diff") == 0)
+		return cmd_diff(sn, args[0], args[1]);
+	if (strcmp(sub, "export") == 0)
+		return lr_snap_export(sn, args[0], args[1], &e) ? fail(e.msg) : 0;
+	if (strcmp(sub, "import") == 0) {
+		char ref[LR_SNAP_REF_MAX];
+		if (lr_snap_import(sn, args[0], ref, &e))
+			return fail(e.msg);
+		printf("%s\n", ref);
+		return 0;
+	}
+	return cmd_list(sn);
+}
+
+int lr_snapshot_cli(int argc, char **argv)
+{
+	static const struct {
+		const char *name;
+		int nargs;
+	} subs[] = { { "capture", 1 }, { "restore", 2 }, { "rewind", 2 }, { "diff", 2 },
+		     { "export", 2 }, { "import", 1 }, { "list", 0 } };
+	const char *state = NULL, *sub = NULL;
+	char *args[2] = { NULL, NULL };
+	int nargs = 0, want = -1;
+	for (int i = 0; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "--state") == 0) {
+			if (++i == argc)
+				return usage_error("'%s' needs a directory", "--state");
+			state = argv[i];
+		} else if (strncmp(a, "--state=", 8) == 0) {
+			state = a + 8;
+		} else if (!sub && (strcmp(a, "help") == 0 || strcmp(a, "--help") == 0 ||
+				    strcmp(a, "-h") == 0)) {
+			fputs(usage_text, stdout);
+			return 0;
+		} else if (a[0] == '-' && a[1] && !(sub && nargs < want)) {
+			return usage_error("unknown option '%s'", a);
+		} else if (!sub) {
+			for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++)
+				if (strcmp(a, subs[k].name) == 0)
+					want = subs[k].nargs;
+			if (want < 0)
+				return usage_error("unknown snapshot command '%s'", a);
+			sub = a;
+		} else if (nargs < want) {
+			args[nargs++] = argv[i];
+		} else {
+			return usage_error("unexpected argument '%s'", a);
+		}
+	}
+	if (!sub)
+		return usage_error("%s", "snapshot needs a command (capture, restore, rewind, diff, "
+				   "export, import, list)");
+	if (nargs != want)
+		return usage_error("snapshot %s needs %d argument%s", sub, want, want == 1 ? "" : "s");
+
+	char root[PATH_MAX], cache[PATH_MAX + 16];
+	if (state_root(state, root, sizeof root))
+		return usage_error("%s", "no state directory: set --state, XDG_STATE_HOME or HOME");
+	int rc = mkdirs(root);
+	if (rc) {
+		fprintf(stderr, "luarig: cannot create state directory '%s': %s\n", root,
+			lr_strerror(rc));
+		return 1;
+	}
+	snprintf(cache, sizeof cache, "%s/statcache", root);
+	struct lr_lmdb_opts o = { .root = root };
+	struct lr_store *s;
+	struct lr_snap *sn;
+	struct lr_err e;
+	if (lr_store_lmdb_open(&o, &s, &e))
+		return fail(e.msg);
+	/* Many puts in flight let the LMDB writer commit them in few transactions. */
+	struct lr_snap_opts so = { .cache_dir = cache, .threads = 32 };
+	if (lr_snap_new(s, &so, &sn, &e)) {
+		lr_store_close(s);
+		return fail(e.msg);
+	}
+	int code = run(sn, sub, args);
+	lr_snap_free(sn);
+	lr_store_close(s);
+	if (fflush(stdout) != 0 && code == 0)
+		code = fail("cannot write to standard output");
+	return code;
+}

@@ -1,0 +1,155 @@
+-- rig.store: snapshots from Lua on the memory and LMDB backends; the loop
+-- keeps running while a worker captures; cancellation; misuse raises.
+
+local function sh(cmd)
+  local ok = os.execute(cmd)
+  assert(ok, "command failed: " .. cmd)
+end
+
+local function tmpdir()
+  local p = os.tmpname()
+  os.remove(p)
+  sh("mkdir -p '" .. p .. "'")
+  return p
+end
+
+local function read(p)
+  local f = assert(io.open(p, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function tree(d)
+  sh("mkdir -p '" .. d .. "/sub dir/deeper' '" .. d .. "/empty'")
+  sh("printf 'hello' > '" .. d .. "/sub dir/h\xc3\xa9llo'")
+  sh("printf '#!/bin/sh\\n' > '" .. d .. "/run.sh' && chmod 755 '" .. d .. "/run.sh'")
+  sh("ln -s 'sub dir/h\xc3\xa9llo' '" .. d .. "/link' && ln -s nowhere '" .. d .. "/dangling'")
+  sh("printf 'deep' > '" .. d .. "/sub dir/deeper/x'")
+end
+
+local function same(a, b)
+  return os.execute("diff -r --no-dereference '" .. a .. "' '" .. b .. "' >/dev/null 2>&1")
+end
+
+describe("rig.store", function()
+  it("round-trips a tree through snapshot and restore (memory)", function()
+    local store <close> = rig.store.memory()
+    local d, out = tmpdir(), tmpdir() .. "/out"
+    tree(d)
+    local ref, skipped, st = store:snapshot(d)
+    expect(ref).to_match("^v1:sha256:%x+$")
+    expect(#ref).to_be(74)
+    expect(#skipped).to_be(0)
+    expect(st.files).to_be(3)
+    expect(store:restore(ref, out)).to_be(true)
+    expect(same(d, out)).to_be_truthy()
+    local again = store:snapshot(out)
+    expect(again).to_be(ref)
+    local ok, msg, code = store:restore(ref, out)
+    expect(ok).to_be_nil()
+    expect(msg).to_match("not empty")
+    expect(code).to_be("ENOTEMPTY")
+    sh("rm -rf '" .. d .. "' '" .. out .. "'")
+  end)
+
+  it("reports skipped entries", function()
+    local store <close> = rig.store.memory()
+    local d = tmpdir()
+    sh("mkfifo '" .. d .. "/pipe' && printf x > '" .. d .. "/f'")
+    local ref, skipped = store:snapshot(d)
+    expect(ref).to_match("^v1:")
+    expect(skipped).to_equal({ { path = "pipe", reason = "fifo" } })
+    sh("rm -rf '" .. d .. "'")
+  end)
+
+  it("diffs, rewinds, exports and imports", function()
+    local store <close> = rig.store.memory()
+    local d = tmpdir()
+    tree(d)
+    local a = store:snapshot(d)
+    sh("printf changed > '" .. d .. "/sub dir/deeper/x' && rm '" .. d .. "/run.sh' && mkdir '" .. d .. "/new'")
+    local b = store:snapshot(d)
+    local df = store:diff(a, b)
+    expect(df).to_equal({ added = { "new" }, removed = { "run.sh" }, modified = { "sub dir/deeper/x" } })
+    local rw = store:rewind(a, d)
+    expect(rw).to_equal({ written = 2, removed = 1 })
+    expect(store:snapshot(d)).to_be(a)
+    local tar = d .. ".tar"
+    expect(store:export(b, tar)).to_be(true)
+    local other <close> = rig.store.memory()
+    expect(other:import(tar)).to_be(b)
+    local nope, msg, code = other:import(d .. "/missing.tar")
+    expect(nope).to_be_nil()
+    expect(code).to_be("ENOENT")
+    local r2, m2, c2 = other:diff(a, b)   -- a is not in the other store
+    expect(r2).to_be_nil()
+    expect(c2).to_be("not_found")
+    local g = store:gc({ b })
+    expect(g.deleted).at_least(1)
+    expect(#store:list()).to_be(1)
+    sh("rm -rf '" .. d .. "' '" .. tar .. "'")
+  end)
+
+  it("keeps the loop running while a worker captures", function()
+    local store <close> = rig.store.memory()
+    local d = tmpdir()
+    sh("head -c 50000000 /dev/zero > '" .. d .. "/big'")
+    local ticks = 0
+    local ticker = rig.spawn(function()
+      while true do ticks = ticks + 1; rig.sleep(0.001) end
+    end)
+    local ref = store:snapshot(d)
+    ticker:cancel()
+    expect(ref).to_match("^v1:")
+    expect(ticks).at_least(2)
+    sh("rm -rf '" .. d .. "'")
+  end)
+
+  it("survives cancellation of a waiting task and a close while working", function()
+    local store = rig.store.memory()
+    local d = tmpdir()
+    sh("head -c 30000000 /dev/urandom > '" .. d .. "/big'")
+    local t = rig.spawn(function() return store:snapshot(d) end)
+    rig.sleep(0.005)
+    t:cancel()
+    store:close()
+    collectgarbage()
+    rig.sleep(0.3)   -- the worker finishes and its result is dropped
+    expect(function() store:snapshot(d) end).to_fail("closed")
+    sh("rm -rf '" .. d .. "'")
+  end)
+
+  it("works on an LMDB store with its stat cache on disk", function()
+    local root = tmpdir()
+    local d, out = tmpdir(), tmpdir() .. "/out"
+    tree(d)
+    local store = rig.store.lmdb{ root = root }
+    local ref = store:snapshot(d)
+    expect(ref).to_match("^v1:sha256:")
+    store:close()
+    local again <close> = rig.store.lmdb{ root = root }
+    expect(again:kind()).to_be("lmdb")
+    expect(again:restore(ref, out)).to_be(true)
+    expect(same(d, out)).to_be_truthy()
+    expect(#again:list()).to_be(1)
+    expect(os.execute("ls '" .. root .. "/statcache' | grep -q .")).to_be_truthy()
+    sh("rm -rf '" .. root .. "' '" .. d .. "' '" .. out .. "'")
+  end)
+
+  it("raises on misuse", function()
+    expect(function() rig.store.lmdb{ root = "/tmp/x", tiemout = 1 } end).to_fail("unknown option 'tiemout'")
+    expect(function() rig.store.lmdb{ root = "relative" } end).to_fail("absolute")
+    expect(function() rig.store.memory{ x = 1 } end).to_fail("unknown option 'x'")
+    local store = rig.store.memory()
+    expect(function() store:restore(nil, "/tmp") end).to_fail("string expected")
+    store:close()
+    store:close()
+    expect(function() store:diff("a", "b") end).to_fail("closed rig.store")
+    local s2 <close> = rig.store.memory()
+    local r, msg, code = s2:diff("v1:sha256:zz", "nope")
+    expect(r).to_be_nil()
+    expect(msg).to_match("invalid ref")
+    expect(code).to_be("parse")
+  end)
+end)
