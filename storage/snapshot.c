@@ -24,7 +24,9 @@
 #define DEPTH_MAX 256
 #define MAGIC "lrtree1\n"
 #define MAGIC_LEN 8
-#define CACHE_MAGIC "lrstat1\n"
+#define CACHE_MAGIC "lrstat2\n"
+/* kv key of the GC generation: bumped by every GC before it deletes anything. */
+#define GC_KEY "workspaces/gc"
 
 /* ---- small helpers ---- */
 
@@ -418,6 +420,7 @@ struct lr__statcache {
 	char *key; /* canonical workspace path */
 	struct sc_ent *e;
 	size_t n, cap;
+	uint64_t gen; /* the GC generation the cached hashes were seen in */
 	struct lr__statcache *next;
 };
 
@@ -484,6 +487,8 @@ static struct lr__statcache *sc_load(struct lr_snap *sn, const char *canon)
 		for (size_t i = 0; m && i < m->n; i++)
 			if (sc_add(c, &m->e[i]))
 				break;
+		if (m)
+			c->gen = m->gen;
 		pthread_mutex_unlock(&sn->mu);
 		return c;
 	}
@@ -493,11 +498,12 @@ static struct lr__statcache *sc_load(struct lr_snap *sn, const char *canon)
 	if (!f)
 		return c;
 	char magic[8];
-	unsigned char h[4];
+	unsigned char h[12];
 	if (fread(magic, 1, 8, f) != 8 || memcmp(magic, CACHE_MAGIC, 8) != 0 ||
-	    fread(h, 1, 4, f) != 4)
+	    fread(h, 1, 12, f) != 12)
 		goto done;
 	uint64_t cnt = get_be(h, 4);
+	c->gen = get_be(h + 4, 8);
 	for (uint64_t i = 0; i < cnt; i++) {
 		unsigned char rec[2 + 40 + LR_SHA256_LEN];
 		char name[PATH_MAX];
@@ -555,9 +561,10 @@ static void sc_save(struct lr_snap *sn, const char *canon, struct lr__statcache 
 		sc_free(c);
 		return;
 	}
-	unsigned char h[4];
+	unsigned char h[12];
 	put_u32(h, (uint32_t)c->n);
-	int ok = fwrite(CACHE_MAGIC, 1, 8, f) == 8 && fwrite(h, 1, 4, f) == 4;
+	put_u64(h + 4, c->gen);
+	int ok = fwrite(CACHE_MAGIC, 1, 8, f) == 8 && fwrite(h, 1, 12, f) == 12;
 	for (size_t i = 0; ok && i < c->n; i++) {
 		const struct sc_ent *en = &c->e[i];
 		unsigned char rec[2 + 40 + LR_SHA256_LEN];
@@ -669,6 +676,8 @@ struct cap {
 	struct lr_snap_result *r;
 	size_t skipcap;
 	atomic_ullong hashed, written;
+	uint64_t gen;  /* the store's GC generation at the start */
+	int gen_same;  /* the old cache was written in this generation */
 };
 
 static void node_release(struct node *nd)
@@ -1054,6 +1063,11 @@ static int hash_job(void *ctx, size_t i, struct lr_err *e)
 	struct node *nd = c->files[i];
 	e->msg[0] = 0;
 	const struct sc_ent *ce = sc_find(c->old, nd->path);
+	if (cache_trusted(c, ce, nd) && c->gen_same) {
+		/* No GC since the cache was written: its blobs are all still there. */
+		memcpy(nd->hash, ce->hash, LR_SHA256_LEN);
+		return 0;
+	}
 	if (cache_trusted(c, ce, nd)) {
 		char key[128];
 		uint64_t have;
@@ -1123,6 +1137,66 @@ void lr_snap_result_release(struct lr_snap_result *r)
 	r->nskipped = 0;
 }
 
+/* The GC generation: 0 until the first GC. */
+static int gc_generation(struct lr_snap *sn, uint64_t *gen, uint64_t *rev, struct lr_err *e)
+{
+	struct lr_bytes b;
+	*gen = 0;
+	*rev = 0;
+	int rc = lr_store_kv_get(sn->store, GC_KEY, &b, rev, e);
+	if (rc == LR_ENOTFOUND) {
+		e->msg[0] = 0;
+		return 0;
+	}
+	if (rc)
+		return rc;
+	char buf[24];
+	size_t n = b.len < sizeof buf - 1 ? b.len : sizeof buf - 1;
+	memcpy(buf, b.data, n);
+	buf[n] = 0;
+	lr_bytes_release(&b);
+	char *end;
+	*gen = strtoull(buf, &end, 10);
+	if (!n || *end) {
+		lr_err_set(e, "snapshot: the GC generation under '%s' is corrupt", GC_KEY);
+		return LR_ECORRUPT;
+	}
+	return 0;
+}
+
+/* Moves to a new GC generation, so no stat cache trusts blobs without checking. */
+static int gc_bump(struct lr_snap *sn, struct lr_err *e)
+{
+	int rc = 0;
+	for (int attempt = 0; attempt < 8; attempt++) {
+		uint64_t gen, rev;
+		rc = gc_generation(sn, &gen, &rev, e);
+		if (rc)
+			return rc;
+		char val[24];
+		int n = snprintf(val, sizeof val, "%llu", (unsigned long long)gen + 1);
+		rc = lr_store_kv_put(sn->store, GC_KEY, rev, val, (size_t)n, NULL, e);
+		if (rc != LR_ECONFLICT)
+			return rc;
+	}
+	return rc;
+}
+
+/* Whether a new cache says exactly what the old one said (then it need not be written). */
+static int sc_same(const struct lr__statcache *a, const struct lr__statcache *b)
+{
+	if (a->n == 0 || a->n != b->n || a->gen != b->gen)
+		return 0;
+	for (size_t i = 0; i < a->n; i++) {
+		const struct sc_ent *x = &a->e[i], *y = &b->e[i];
+		if (x->dev != y->dev || x->ino != y->ino || x->size != y->size ||
+		    x->mtime != y->mtime || x->ctime != y->ctime ||
+		    memcmp(x->hash, y->hash, LR_SHA256_LEN) != 0 || strcmp(x->path, y->path) != 0)
+			return 0;
+	}
+	return 1;
+}
+
 int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *r,
 		    struct lr_err *e)
 {
@@ -1153,6 +1227,11 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 		rc = -ENOMEM;
 		goto out;
 	}
+	uint64_t gen_rev;
+	rc = gc_generation(sn, &c.gen, &gen_rev, e);
+	if (rc)
+		goto out;
+	c.gen_same = c.old->n > 0 && c.old->gen == c.gen;
 	rc = walk(&c, c.rootfd, "", &root, 0, e);
 	if (!rc && c.nfiles)
 		rc = par_run(sn->threads, c.nfiles, hash_job, &c, e);
@@ -1182,8 +1261,14 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 			nc = NULL;
 		}
 	}
-	if (nc)
-		sc_save(sn, canon, nc);
+	if (nc) {
+		nc->gen = c.gen;
+		sort_n(nc->e, nc->n, sizeof *nc->e, sc_cmp);
+		if (sc_same(nc, c.old))
+			sc_free(nc); /* unchanged: skip rewriting the cache */
+		else
+			sc_save(sn, canon, nc);
+	}
 out:
 	if (rc)
 		r->ref[0] = 0;
@@ -1807,6 +1892,7 @@ int lr_snap_gc(struct lr_snap *sn, const char *const *live, size_t nlive,
 	if (rc)
 		return rc;
 	struct hset trees = { 0 }, blobs = { 0 }, roots = { 0 };
+	rc = gc_bump(sn, e);
 	for (size_t i = 0; !rc && i < nlive; i++) {
 		unsigned char h[LR_SHA256_LEN];
 		int added;
@@ -1850,9 +1936,11 @@ int lr__snap_index_put(struct lr_snap *sn, const unsigned char root[LR_SHA256_LE
 		struct lr_bytes old;
 		uint64_t rev = 0;
 		rc = lr_store_kv_get(sn->store, key, &old, &rev, e);
-		if (rc == 0)
+		if (rc == 0) {
+			/* Indexed already: keep the first capture's entry, spare a durable commit. */
 			lr_bytes_release(&old);
-		else if (rc != LR_ENOTFOUND)
+			return 0;
+		} else if (rc != LR_ENOTFOUND)
 			return rc;
 		else
 			rev = 0;
