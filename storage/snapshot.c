@@ -678,6 +678,12 @@ struct cap {
 	atomic_ullong hashed, written;
 	uint64_t gen;  /* the store's GC generation at the start */
 	int gen_same;  /* the old cache was written in this generation */
+	pthread_mutex_t mu; /* files and skipped, while subtrees are walked in parallel */
+	struct node *par_dir; /* the directory whose subdirectories walk_job walks */
+	int par_dirfd;
+	size_t *par_sub;
+	struct node **todo; /* files the stat cache cannot vouch for */
+	size_t ntodo;
 };
 
 static void node_release(struct node *nd)
@@ -690,7 +696,17 @@ static void node_release(struct node *nd)
 	free(nd->path);
 }
 
+static int add_skip_locked(struct cap *c, const char *path, const char *reason);
+
 static int add_skip(struct cap *c, const char *path, const char *reason)
+{
+	pthread_mutex_lock(&c->mu);
+	int rc = add_skip_locked(c, path, reason);
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+static int add_skip_locked(struct cap *c, const char *path, const char *reason)
 {
 	struct lr_snap_result *r = c->r;
 	if (r->nskipped == c->skipcap) {
@@ -781,6 +797,9 @@ static void free_names(char **v, size_t n)
 	free(v);
 }
 
+static int walk_sub(struct cap *c, int dirfd, struct node *nd, int depth, struct lr_err *e);
+static int walk_job(void *ctx, size_t i, struct lr_err *e);
+
 static int walk(struct cap *c, int dirfd, const char *rel, struct node *dir, int depth,
 		struct lr_err *e)
 {
@@ -867,31 +886,72 @@ static int walk(struct cap *c, int dirfd, const char *rel, struct node *dir, int
 	if (rc)
 		return rc;
 	sort_n(dir->kids, dir->nkids, sizeof *dir->kids, node_cmp);
+	size_t nsub = 0;
+	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < dir->nkids && !rc; i++) {
 		struct node *nd = &dir->kids[i];
-		if (nd->type == 'f') {
-			if (c->nfiles == c->capfiles) {
-				size_t nc = c->capfiles ? 2 * c->capfiles : 256;
-				void *p = realloc(c->files, nc * sizeof *c->files);
-				if (!p)
-					return -ENOMEM;
-				c->files = p;
-				c->capfiles = nc;
-			}
-			c->files[c->nfiles++] = nd;
-		} else if (nd->type == 'd') {
-			int fd = openat(dirfd, nd->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (fd < 0) {
-				rc = -errno;
-				lr_err_set(e, "snapshot: cannot open directory '%s': %s", nd->path,
-					   lr_strerror(rc));
+		nsub += nd->type == 'd';
+		if (nd->type != 'f')
+			continue;
+		if (c->nfiles == c->capfiles) {
+			size_t nc = c->capfiles ? 2 * c->capfiles : 256;
+			void *p = realloc(c->files, nc * sizeof *c->files);
+			if (!p) {
+				rc = -ENOMEM;
 				break;
 			}
-			rc = walk(c, fd, nd->path, nd, depth + 1, e);
-			close(fd);
+			c->files = p;
+			c->capfiles = nc;
 		}
+		c->files[c->nfiles++] = nd;
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (rc || !nsub)
+		return rc;
+	/*
+	 * The top level's subtrees are walked on the capture threads: an
+	 * unchanged tree costs one lstat per entry, and those are what an
+	 * unchanged capture spends its time on.
+	 */
+	if (depth == 0 && nsub >= 2 && c->sn->threads > 1) {
+		size_t *sub = malloc(nsub * sizeof *sub), k = 0;
+		if (!sub)
+			return -ENOMEM;
+		for (size_t i = 0; i < dir->nkids; i++)
+			if (dir->kids[i].type == 'd')
+				sub[k++] = i;
+		c->par_dir = dir;
+		c->par_dirfd = dirfd;
+		c->par_sub = sub;
+		rc = par_run(c->sn->threads, nsub, walk_job, c, e);
+		free(sub);
+		return rc;
+	}
+	for (size_t i = 0; i < dir->nkids && !rc; i++) {
+		struct node *nd = &dir->kids[i];
+		if (nd->type == 'd')
+			rc = walk_sub(c, dirfd, nd, depth + 1, e);
 	}
 	return rc;
+}
+
+static int walk_sub(struct cap *c, int dirfd, struct node *nd, int depth, struct lr_err *e)
+{
+	int fd = openat(dirfd, nd->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		int rc = -errno;
+		lr_err_set(e, "snapshot: cannot open directory '%s': %s", nd->path, lr_strerror(rc));
+		return rc;
+	}
+	int rc = walk(c, fd, nd->path, nd, depth, e);
+	close(fd);
+	return rc;
+}
+
+static int walk_job(void *ctx, size_t i, struct lr_err *e)
+{
+	struct cap *c = ctx;
+	return walk_sub(c, c->par_dirfd, &c->par_dir->kids[c->par_sub[i]], 1, e);
 }
 
 static int stat_changed(const struct stat *a, const struct stat *b)
@@ -1060,14 +1120,9 @@ static int cache_trusted(const struct cap *c, const struct sc_ent *ce, const str
 static int hash_job(void *ctx, size_t i, struct lr_err *e)
 {
 	struct cap *c = ctx;
-	struct node *nd = c->files[i];
+	struct node *nd = c->todo[i];
 	e->msg[0] = 0;
 	const struct sc_ent *ce = sc_find(c->old, nd->path);
-	if (cache_trusted(c, ce, nd) && c->gen_same) {
-		/* No GC since the cache was written: its blobs are all still there. */
-		memcpy(nd->hash, ce->hash, LR_SHA256_LEN);
-		return 0;
-	}
 	if (cache_trusted(c, ce, nd)) {
 		char key[128];
 		uint64_t have;
@@ -1205,6 +1260,7 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 	if (rc)
 		return rc;
 	struct cap c = { .sn = sn, .r = r, .start_ns = wall_ns() };
+	pthread_mutex_init(&c.mu, NULL);
 	atomic_init(&c.hashed, 0);
 	atomic_init(&c.written, 0);
 	struct node root = { 0 };
@@ -1233,8 +1289,23 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 		goto out;
 	c.gen_same = c.old->n > 0 && c.old->gen == c.gen;
 	rc = walk(&c, c.rootfd, "", &root, 0, e);
-	if (!rc && c.nfiles)
-		rc = par_run(sn->threads, c.nfiles, hash_job, &c, e);
+	/*
+	 * Files the cache vouches for (unchanged stat, no GC since) take their
+	 * hash here; only the rest go to the threads, so an unchanged tree
+	 * starts no thread for hashing at all.
+	 */
+	if (!rc && c.nfiles && !(c.todo = malloc(c.nfiles * sizeof *c.todo)))
+		rc = -ENOMEM;
+	for (size_t i = 0; !rc && i < c.nfiles; i++) {
+		struct node *nd = c.files[i];
+		const struct sc_ent *ce = c.gen_same ? sc_find(c.old, nd->path) : NULL;
+		if (ce && cache_trusted(&c, ce, nd))
+			memcpy(nd->hash, ce->hash, LR_SHA256_LEN);
+		else
+			c.todo[c.ntodo++] = nd;
+	}
+	if (!rc && c.ntodo)
+		rc = par_run(sn->threads, c.ntodo, hash_job, &c, e);
 	if (!rc)
 		rc = put_dir(&c, &root, e);
 	if (rc)
@@ -1276,9 +1347,11 @@ out:
 		lr_err_set(e, "snapshot: out of memory");
 	node_release(&root);
 	free(c.files);
+	free(c.todo);
 	sc_free(c.old);
 	close(c.rootfd);
 	free(canon);
+	pthread_mutex_destroy(&c.mu);
 	return rc;
 }
 
