@@ -342,28 +342,46 @@ int lr_snap_manifest_check(const void *p, size_t n, size_t *count)
 	return tree_decode(p, n, NULL, count);
 }
 
-int lr__snap_tree_put(struct lr_store *s, struct lr__snap_tree *t,
-		      unsigned char hash[LR_SHA256_LEN], struct lr_err *e)
+/* Encodes t (sorting it) into b and hashes the bytes. */
+static int tree_seal(struct lr__snap_tree *t, struct lr_buf *b, unsigned char hash[LR_SHA256_LEN],
+		     struct lr_err *e)
 {
 	if (t->n > 1)
 		sort_n(t->e, t->n, sizeof *t->e, ent_cmp);
-	struct lr_buf b;
-	lr_buf_init(&b, SIZE_MAX / 2);
-	int rc = tree_encode(t, &b);
+	lr_buf_init(b, SIZE_MAX / 2);
+	int rc = tree_encode(t, b);
 	if (!rc)
-		rc = lr_sha256(b.data, b.len, hash);
+		rc = lr_sha256(b->data, b->len, hash);
 	if (rc) {
 		lr_err_set(e, "snapshot: encoding a manifest failed: %s", lr_strerror(rc));
-		lr_buf_release(&b);
-		return rc;
+		lr_buf_release(b);
 	}
+	return rc;
+}
+
+/* Stores a sealed manifest unless it is there already (an unchanged directory). */
+static int tree_store(struct lr_store *s, const unsigned char hash[LR_SHA256_LEN],
+		      const struct lr_buf *b, struct lr_err *e)
+{
 	char key[128];
 	lr__snap_blob_key(key, "trees", hash);
-	/* Present already (an unchanged directory): skip the write transaction. */
 	uint64_t have;
-	rc = lr_store_blob_stat(s, key, &have, e);
-	if (rc == LR_ENOTFOUND || (rc == 0 && have != b.len))
-		rc = lr_store_blob_put(s, key, b.data, b.len, e);
+	int rc = lr_store_blob_stat(s, key, &have, e);
+	if (rc == LR_ENOTFOUND || (rc == 0 && have != b->len)) {
+		e->msg[0] = 0;
+		rc = lr_store_blob_put(s, key, b->data, b->len, e);
+	}
+	return rc;
+}
+
+int lr__snap_tree_put(struct lr_store *s, struct lr__snap_tree *t,
+		      unsigned char hash[LR_SHA256_LEN], struct lr_err *e)
+{
+	struct lr_buf b;
+	int rc = tree_seal(t, &b, hash, e);
+	if (rc)
+		return rc;
+	rc = tree_store(s, hash, &b, e);
 	lr_buf_release(&b);
 	return rc;
 }
@@ -421,6 +439,8 @@ struct lr__statcache {
 	struct sc_ent *e;
 	size_t n, cap;
 	uint64_t gen; /* the GC generation the cached hashes were seen in */
+	uint32_t *idx; /* open addressing over e by path hash: i + 1, 0 = empty */
+	size_t idxcap;  /* a power of two, or 0 before sc_index */
 	struct lr__statcache *next;
 };
 
@@ -431,8 +451,41 @@ static void sc_free(struct lr__statcache *c)
 	for (size_t i = 0; i < c->n; i++)
 		free(c->e[i].path);
 	free(c->e);
+	free(c->idx);
 	free(c->key);
 	free(c);
+}
+
+static uint64_t path_hash(const char *p)
+{
+	uint64_t h = 1469598103934665603u; /* FNV-1a */
+	for (; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211u;
+	return h;
+}
+
+/*
+ * Builds the lookup index: a capture looks up every file once, and a hash
+ * probe costs one string compare where a binary search costs ~14. Failing
+ * to allocate leaves the binary search in place.
+ */
+static void sc_index(struct lr__statcache *c)
+{
+	if (c->n == 0 || c->n > UINT32_MAX / 2)
+		return;
+	size_t cap = 16;
+	while (cap < 2 * c->n)
+		cap *= 2;
+	c->idx = calloc(cap, sizeof *c->idx);
+	if (!c->idx)
+		return;
+	c->idxcap = cap;
+	for (size_t i = 0; i < c->n; i++) {
+		size_t j = (size_t)path_hash(c->e[i].path) & (cap - 1);
+		while (c->idx[j])
+			j = (j + 1) & (cap - 1);
+		c->idx[j] = (uint32_t)i + 1;
+	}
 }
 
 static int sc_cmp(const void *a, const void *b)
@@ -462,6 +515,13 @@ static const struct sc_ent *sc_find(const struct lr__statcache *c, const char *p
 {
 	if (!c || !c->n)
 		return NULL;
+	if (c->idxcap) {
+		size_t j = (size_t)path_hash(path) & (c->idxcap - 1);
+		for (; c->idx[j]; j = (j + 1) & (c->idxcap - 1))
+			if (strcmp(c->e[c->idx[j] - 1].path, path) == 0)
+				return &c->e[c->idx[j] - 1];
+		return NULL;
+	}
 	struct sc_ent k = { .path = (char *)path };
 	return bsearch(&k, c->e, c->n, sizeof *c->e, sc_cmp);
 }
@@ -494,39 +554,57 @@ static struct lr__statcache *sc_load(struct lr_snap *sn, const char *canon)
 	}
 	char path[PATH_MAX];
 	cache_file_path(sn, canon, path, sizeof path);
-	FILE *f = fopen(path, "rbe");
-	if (!f)
+	/* One read of the whole file, then a parse that stops at the first damage. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
 		return c;
-	char magic[8];
-	unsigned char h[12];
-	if (fread(magic, 1, 8, f) != 8 || memcmp(magic, CACHE_MAGIC, 8) != 0 ||
-	    fread(h, 1, 12, f) != 12)
-		goto done;
-	uint64_t cnt = get_be(h, 4);
-	c->gen = get_be(h + 4, 8);
+	struct stat st;
+	unsigned char *buf = NULL;
+	if (fstat(fd, &st) == 0 && st.st_size >= 20 && st.st_size < ((off_t)1 << 32))
+		buf = malloc((size_t)st.st_size);
+	size_t len = 0;
+	while (buf && len < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + len, (size_t)st.st_size - len);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	if (!buf || len != (size_t)st.st_size || memcmp(buf, CACHE_MAGIC, 8) != 0) {
+		free(buf);
+		return c;
+	}
+	uint64_t cnt = get_be(buf + 8, 4);
+	c->gen = get_be(buf + 12, 8);
+	size_t at = 20;
+	int sorted = 1;
+	enum { FIXED = 40 + LR_SHA256_LEN };
 	for (uint64_t i = 0; i < cnt; i++) {
-		unsigned char rec[2 + 40 + LR_SHA256_LEN];
+		if (len - at < 2)
+			break;
+		size_t pl = (size_t)get_be(buf + at, 2);
+		if (pl == 0 || pl >= PATH_MAX || len - at - 2 < pl + FIXED)
+			break;
 		char name[PATH_MAX];
-		if (fread(rec, 1, 2, f) != 2)
-			break;
-		size_t pl = (size_t)get_be(rec, 2);
-		if (pl == 0 || pl >= sizeof name || fread(name, 1, pl, f) != pl ||
-		    fread(rec + 2, 1, 40 + LR_SHA256_LEN, f) != 40 + LR_SHA256_LEN)
-			break;
+		memcpy(name, buf + at + 2, pl);
 		name[pl] = 0;
+		const unsigned char *rec = buf + at + 2 + pl;
 		struct sc_ent en = { .path = name };
-		en.dev = get_be(rec + 2, 8);
-		en.ino = get_be(rec + 10, 8);
-		en.size = get_be(rec + 18, 8);
-		en.mtime = get_be(rec + 26, 8);
-		en.ctime = get_be(rec + 34, 8);
-		memcpy(en.hash, rec + 42, LR_SHA256_LEN);
+		en.dev = get_be(rec, 8);
+		en.ino = get_be(rec + 8, 8);
+		en.size = get_be(rec + 16, 8);
+		en.mtime = get_be(rec + 24, 8);
+		en.ctime = get_be(rec + 32, 8);
+		memcpy(en.hash, rec + 40, LR_SHA256_LEN);
 		if (sc_add(c, &en))
 			break;
+		if (c->n > 1 && strcmp(c->e[c->n - 2].path, c->e[c->n - 1].path) >= 0)
+			sorted = 0;
+		at += 2 + pl + FIXED;
 	}
-	sort_n(c->e, c->n, sizeof *c->e, sc_cmp);
-done:
-	fclose(f);
+	free(buf);
+	if (!sorted)
+		sort_n(c->e, c->n, sizeof *c->e, sc_cmp);
 	return c;
 }
 
@@ -684,6 +762,8 @@ struct cap {
 	size_t *par_sub;
 	struct node **todo; /* files the stat cache cannot vouch for */
 	size_t ntodo;
+	struct sealed *trees; /* every directory's manifest, stored after the walk */
+	size_t ntrees, captrees;
 };
 
 static void node_release(struct node *nd)
@@ -1148,6 +1228,24 @@ static int hash_job(void *ctx, size_t i, struct lr_err *e)
 	return rc;
 }
 
+struct sealed {
+	unsigned char hash[LR_SHA256_LEN];
+	struct lr_buf bytes;
+};
+
+static int tree_job(void *ctx, size_t i, struct lr_err *e)
+{
+	struct cap *c = ctx;
+	e->msg[0] = 0;
+	return tree_store(c->sn->store, c->trees[i].hash, &c->trees[i].bytes, e);
+}
+
+/*
+ * Seals every directory's manifest bottom-up (a parent needs its children's
+ * hashes, not their storage), collecting them in c->trees; they are stored
+ * afterwards on the capture threads, so that the LMDB writer commits the
+ * new ones of a capture together instead of one durable commit each.
+ */
 static int put_dir(struct cap *c, struct node *dir, struct lr_err *e)
 {
 	struct lr__snap_tree t = { 0 };
@@ -1170,8 +1268,24 @@ static int put_dir(struct cap *c, struct node *dir, struct lr_err *e)
 		memcpy(en.hash, nd->hash, LR_SHA256_LEN);
 		rc = lr__snap_tree_add(&t, &en);
 	}
-	if (!rc)
-		rc = lr__snap_tree_put(c->sn->store, &t, dir->hash, e);
+	if (!rc && c->ntrees == c->captrees) {
+		size_t nc = c->captrees ? 2 * c->captrees : 64;
+		void *p = realloc(c->trees, nc * sizeof *c->trees);
+		if (!p)
+			rc = -ENOMEM;
+		else {
+			c->trees = p;
+			c->captrees = nc;
+		}
+	}
+	if (!rc) {
+		struct sealed *sd = &c->trees[c->ntrees];
+		rc = tree_seal(&t, &sd->bytes, sd->hash, e);
+		if (!rc) {
+			memcpy(dir->hash, sd->hash, LR_SHA256_LEN);
+			c->ntrees++;
+		}
+	}
 	lr__snap_tree_release(&t);
 	return rc;
 }
@@ -1283,6 +1397,7 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 		rc = -ENOMEM;
 		goto out;
 	}
+	sc_index(c.old);
 	uint64_t gen_rev;
 	rc = gc_generation(sn, &c.gen, &gen_rev, e);
 	if (rc)
@@ -1308,6 +1423,8 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 		rc = par_run(sn->threads, c.ntodo, hash_job, &c, e);
 	if (!rc)
 		rc = put_dir(&c, &root, e);
+	if (!rc && c.ntrees)
+		rc = par_run(c.ntrees > 1 ? sn->threads : 1, c.ntrees, tree_job, &c, e);
 	if (rc)
 		goto out;
 	lr__snap_ref_format(root.hash, r->ref);
@@ -1346,6 +1463,9 @@ out:
 	if (rc == -ENOMEM && !e->msg[0])
 		lr_err_set(e, "snapshot: out of memory");
 	node_release(&root);
+	for (size_t i = 0; i < c.ntrees; i++)
+		lr_buf_release(&c.trees[i].bytes);
+	free(c.trees);
 	free(c.files);
 	free(c.todo);
 	sc_free(c.old);
