@@ -373,7 +373,7 @@ TEST(stat_cache_on_disk)
 
 struct writer {
 	const char *path;
-	volatile int stop;
+	int stop; /* atomic: the capture thread and the writer share it */
 };
 
 static void *writer_main(void *arg)
@@ -382,7 +382,7 @@ static void *writer_main(void *arg)
 	int fd = open(w->path, O_WRONLY | O_APPEND);
 	char buf[4096];
 	memset(buf, 'w', sizeof buf);
-	while (!w->stop) {
+	while (!__atomic_load_n(&w->stop, __ATOMIC_RELAXED)) {
 		if (write(fd, buf, sizeof buf) < 0)
 			break;
 		struct timespec t = { 0, 100000 };
@@ -412,7 +412,7 @@ TEST(changed_while_read)
 	pthread_create(&th, NULL, writer_main, &w);
 	struct lr_snap_result r;
 	int rc = lr_snap_capture(c.sn, d, &r, &c.e);
-	w.stop = 1;
+	__atomic_store_n(&w.stop, 1, __ATOMIC_RELAXED);
 	pthread_join(th, NULL);
 	CHECK_EQ_INT(rc, LR_ECONFLICT);
 	CHECK(strstr(c.e.msg, "growing.log") != NULL);
