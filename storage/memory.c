@@ -109,6 +109,15 @@ static void table_remove(struct table *t, size_t i)
 	t->n--;
 }
 
+/* A heap copy of n bytes (never NULL for n == 0 unless out of memory). */
+static void *copy_bytes(const void *p, size_t n)
+{
+	void *q = malloc(n ? n : 1);
+	if (q && n)
+		memcpy(q, p, n);
+	return q;
+}
+
 static struct ledger *ledger_find(struct mem *m, const char *name)
 {
 	int found;
@@ -127,11 +136,9 @@ static int mem_append(struct lr_store *s, const char *name, uint64_t expected,
 {
 	struct mem *m = (struct mem *)s;
 	int rc = 0;
-	void *copy = malloc(len ? len : 1);
+	void *copy = copy_bytes(data, len);
 	if (!copy)
 		return -ENOMEM;
-	if (len)
-		memcpy(copy, data, len);
 	pthread_mutex_lock(&m->mu);
 	int found;
 	size_t i = table_find(&m->ledgers, name, &found);
@@ -200,9 +207,7 @@ static int mem_read(struct lr_store *s, const char *name, uint64_t from, uint64_
 			break;
 		}
 		size_t len = l->recs[seq - 1].len;
-		void *copy = malloc(len ? len : 1);
-		if (copy && len)
-			memcpy(copy, l->recs[seq - 1].data, len);
+		void *copy = copy_bytes(l->recs[seq - 1].data, len);
 		pthread_mutex_unlock(&m->mu);
 		if (!copy) {
 			lr_err_set(e, "storage: read of '%s': out of memory", name);
@@ -316,11 +321,10 @@ static int mem_kv_get(struct lr_store *s, const char *key, struct lr_bytes *val,
 		rc = LR_ENOTFOUND;
 	} else {
 		struct kv *k = table_at(&m->kvs, i);
-		val->data = malloc(k->len ? k->len : 1);
+		val->data = copy_bytes(k->val, k->len);
 		if (!val->data) {
 			rc = -ENOMEM;
 		} else {
-			memcpy(val->data, k->val, k->len);
 			val->len = k->len;
 			if (rev)
 				*rev = k->rev;
@@ -334,10 +338,9 @@ static int mem_kv_put(struct lr_store *s, const char *key, uint64_t expected, co
 		      size_t len, uint64_t *new_rev, struct lr_err *e)
 {
 	struct mem *m = (struct mem *)s;
-	void *copy = malloc(len ? len : 1);
+	void *copy = copy_bytes(val, len);
 	if (!copy)
 		return -ENOMEM;
-	memcpy(copy, val, len);
 	int rc = 0;
 	pthread_mutex_lock(&m->mu);
 	int found;
@@ -437,13 +440,12 @@ static int mem_blob_put(struct lr_store *s, const char *key, const void *data, s
 			rc = LR_EBLOBCONFLICT;
 		}
 	} else {
-		void *copy = malloc(len ? len : 1);
+		void *copy = copy_bytes(data, len);
 		struct blob *b = copy ? table_insert(&m->blobs, i, key) : NULL;
 		if (!b) {
 			free(copy);
 			rc = -ENOMEM;
 		} else {
-			memcpy(copy, data, len);
 			b->data = copy;
 			b->len = len;
 		}
@@ -492,11 +494,10 @@ static int mem_blob_get(struct lr_store *s, const char *key, struct lr_bytes *ou
 		rc = LR_ENOTFOUND;
 	} else {
 		struct blob *b = table_at(&m->blobs, i);
-		out->data = malloc(b->len ? b->len : 1);
+		out->data = copy_bytes(b->data, b->len);
 		if (!out->data) {
 			rc = -ENOMEM;
 		} else {
-			memcpy(out->data, b->data, b->len);
 			out->len = b->len;
 		}
 	}

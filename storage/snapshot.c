@@ -608,10 +608,9 @@ static struct lr__statcache *sc_load(struct lr_snap *sn, const char *canon)
 	return c;
 }
 
-/* Stores c as the cache of canon (takes c). Failure to save only costs speed. */
+/* Stores c, sorted by path, as the cache of canon (takes c). Failure to save only costs speed. */
 static void sc_save(struct lr_snap *sn, const char *canon, struct lr__statcache *c)
 {
-	sort_n(c->e, c->n, sizeof *c->e, sc_cmp);
 	if (!sn->cache_dir) {
 		c->key = strdup(canon);
 		if (!c->key) {
