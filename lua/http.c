@@ -331,6 +331,7 @@ struct stream {
 	int closed;               /* closed by the owner */
 	int cancelled;            /* aborted under a waiting task */
 	int ended;                /* the end was reported */
+	int raw;                  /* the waiting call is read(): two strings, no table */
 	int rc;                   /* how it ended */
 	char err[320];
 };
@@ -415,6 +416,15 @@ static int stream_step(lua_State *L, struct stream *s)
 	struct lr_http_event e;
 	if (lr_http_peek(s->req, &e)) {
 		/* Copy out before consuming: consuming may resume the transfer. */
+		if (s->raw) {
+			lua_pushlstring(L, e.data, e.data_len);
+			if (e.type_len)
+				lua_pushlstring(L, e.type, e.type_len);
+			else
+				lua_pushliteral(L, "message");
+			lr_http_consume(s->req);
+			return 2;
+		}
 		lua_createtable(L, 0, 2 + (e.id != NULL) + (e.retry >= 0));
 		lua_pushlstring(L, e.type, e.type_len);
 		lua_setfield(L, -2, "event");
@@ -457,6 +467,29 @@ static int stream_next_k(lua_State *L, int status, lua_KContext ctx)
 static int stream_next(lua_State *L)
 {
 	struct stream *s = check_stream(L);
+	if (s->waiting)
+		return luaL_error(L, "rig.http.stream: another task is already waiting on this stream");
+	s->raw = 0;
+	if (s->ended) {
+		if (s->rc)
+			return lr_pushfail(L, s->rc, "%s", s->err);
+		lua_pushnil(L);
+		return 1;
+	}
+	return stream_step(L, s);
+}
+
+/*
+ * st:read() -> data, event | nil (the end) | nil, message, code: next()
+ * without the table, for decoders that only need the data and the event
+ * name ("message" when the event had none).
+ */
+static int stream_read(lua_State *L)
+{
+	struct stream *s = check_stream(L);
+	if (s->waiting)
+		return luaL_error(L, "rig.http.stream: another task is already waiting on this stream");
+	s->raw = 1;
 	if (s->ended) {
 		if (s->rc)
 			return lr_pushfail(L, s->rc, "%s", s->err);
@@ -604,7 +637,7 @@ void lr__http_open(lua_State *L)
 
 	luaL_newmetatable(L, STREAM_MT);
 	static const luaL_Reg methods[] = {
-		{ "next", stream_next },     { "events", stream_events },
+		{ "next", stream_next },     { "read", stream_read },     { "events", stream_events },
 		{ "result", stream_result }, { "close", stream_close },
 		{ NULL, NULL },
 	};
