@@ -362,7 +362,10 @@ local function new_decoder(st)
   st.acc = acc
   local q = st.queue
   st.dec = st.codec.decoder(st.m, function(c)
-    acc:add(c)
+    if not acc:add(c) then
+      st.overflow = true
+      return
+    end
     st.emitted = true
     local t = st.qtail + 1
     q[t] = c
@@ -381,6 +384,10 @@ local function pump(st)
     local data, ev, code = st.transport:read()
     if data then
       local ok, msg, c, detail = st.dec:feed(data, ev)
+      if ok and st.overflow then
+        ok, msg, c = nil, st.m.provider .. ": the stream opened more than 4096 content blocks",
+          "protocol"
+      end
       if not ok then
         if not st.emitted and retryable[c] and st.attempts < st.m.retry.attempts then
           st.transport:close(); st.transport = nil
