@@ -14,8 +14,9 @@
  * "3.0", 1e20 -> "1e+20") so math.type survives a round trip; other floats
  * print with the fewest of 15, 16 or 17 digits that read back equal.
  *
- * Every function gets two upvalues: 1 = the array metatable (registry
- * "rig.json.array"), 2 = the raw-text metatable ("rig.json.raw").
+ * Every function gets three upvalues: 1 = the array metatable (registry
+ * "rig.json.array"), 2 = the raw-text metatable ("rig.json.raw"), 3 = the
+ * decoder's string cache (see push_string), 4 = the encoder's buffer.
  */
 #include "internal.h"
 
@@ -103,7 +104,8 @@ struct dec {
 	const char *err;     /* what went wrong; NULL while fine */
 	const char *at;      /* where */
 	int depth;
-	int mt; /* stack index of the array metatable */
+	int mt;    /* stack index of the array metatable */
+	int cache; /* stack index of the string cache, or 0 */
 };
 
 static const char UNEXPECTED[] = "unexpected";
@@ -249,6 +251,45 @@ static int dec_string_escaped(struct dec *d, const char *start, const char *p)
 	return 0;
 }
 
+/*
+ * Pushes a string of the input. Lua 5.4 hashes every byte of a short
+ * string to intern it, which was a fifth of decoding a streamed chunk; the
+ * keys and most values (ids, model names, types) repeat from chunk to
+ * chunk, so a 256-slot cache indexed by a hash of the first and last eight
+ * bytes finds the interned string with one memcmp instead.
+ */
+static void push_string(struct dec *d, const char *s, size_t len)
+{
+	lua_State *L = d->L;
+	if (len > 40 || !d->cache) { /* long strings are not interned */
+		lua_pushlstring(L, s, len);
+		return;
+	}
+	uint64_t a = 0, b = 0;
+	if (len >= 8) {
+		memcpy(&a, s, 8);
+		memcpy(&b, s + len - 8, 8);
+	} else if (d->end - s >= 8) {
+		memcpy(&a, s, 8); /* the closing quote and more follow: mask them off */
+		a &= len ? ~0ULL >> (64 - 8 * len) : 0;
+	} else {
+		for (size_t i = 0; i < len; i++)
+			a = a << 8 | (unsigned char)s[i];
+	}
+	uint64_t h = (a ^ (b * 0xC2B2AE3D27D4EB4FULL) ^ len) * 0x9E3779B97F4A7C15ULL;
+	lua_Integer slot = (lua_Integer)(h >> 56) + 1;
+	if (lua_rawgeti(L, d->cache, slot) == LUA_TSTRING) {
+		size_t n;
+		const char *c = lua_tolstring(L, -1, &n);
+		if (n == len && memcmp(c, s, len) == 0)
+			return;
+	}
+	lua_pop(L, 1);
+	lua_pushlstring(L, s, len);
+	lua_pushvalue(L, -1);
+	lua_rawseti(L, d->cache, slot);
+}
+
 /* A string at d->p ('"'): unescaped strings go straight from the input. */
 static int dec_string(struct dec *d)
 {
@@ -266,7 +307,7 @@ static int dec_string(struct dec *d)
 		if (plain(c)) {
 			p++;
 		} else if (c == '"') {
-			lua_pushlstring(d->L, start, (size_t)(p - start));
+			push_string(d, start, (size_t)(p - start));
 			d->p = p + 1;
 			return 0;
 		} else if (c == '\\') {
@@ -565,8 +606,9 @@ static int dec_value(struct dec *d)
  * is) and pushes the value; on failure returns -1 with d->err set and the
  * stack above its entry level left dirty (the caller resets it).
  */
-static int decode_text(lua_State *L, const char *s, size_t len, int mt, struct dec *d)
+static int decode_text(lua_State *L, const char *s, size_t len, int mt, int cache, struct dec *d)
 {
+	d->cache = cache;
 	d->L = L;
 	d->s = s;
 	d->end = s + len;
@@ -608,9 +650,10 @@ static int json_decode(lua_State *L)
 		luaL_typeerror(L, 1, "string");
 	const char *s = lua_tolstring(L, 1, &len);
 	lua_settop(L, 1);
-	lua_pushvalue(L, lua_upvalueindex(1)); /* stack: s mt */
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_pushvalue(L, lua_upvalueindex(3)); /* stack: s mt cache */
 	struct dec d;
-	if (decode_text(L, s, len, 2, &d) == 0)
+	if (decode_text(L, s, len, 2, 3, &d) == 0)
 		return 1;
 	lua_settop(L, 1);
 	luaL_pushfail(L);
@@ -625,6 +668,7 @@ static int json_decode(lua_State *L)
 struct key {
 	const char *s; /* borrowed from the table being encoded, which anchors it */
 	size_t len;
+	int vidx; /* stack index of the value, or 0: look it up by the key */
 };
 
 /* Output and key scratch: a userdata whose __gc frees both (an error may longjmp). */
@@ -635,6 +679,7 @@ struct ebuf {
 	size_t nkeys, keycap;
 	lua_Alloc alloc;
 	void *ud;
+	int busy; /* the shared buffer is in use (a finalizer may encode meanwhile) */
 };
 
 struct frame {
@@ -908,11 +953,10 @@ static enum shape table_shape(lua_State *L, int idx, struct ebuf *b, lua_Unsigne
 {
 	lua_Unsigned len = lua_rawlen(L, idx), ints = 0;
 	size_t nstr = 0;
-	int badint = 0;
+	int badint = 0, room = 0;
 	lua_pushnil(L);
-	while (lua_next(L, idx)) {
-		lua_pop(L, 1); /* stack: key */
-		int t = lua_type(L, -1);
+	while (lua_next(L, idx)) { /* stack: ... key value */
+		int t = lua_type(L, -2);
 		if (t == LUA_TSTRING) {
 			if (b) {
 				if (b->nkeys == b->keycap) {
@@ -921,20 +965,33 @@ static enum shape table_shape(lua_State *L, int idx, struct ebuf *b, lua_Unsigne
 					b->keycap = cap;
 				}
 				struct key *k = &b->keys[b->nkeys++];
-				k->s = lua_tolstring(L, -1, &k->len);
+				k->s = lua_tolstring(L, -2, &k->len);
+				k->vidx = 0;
+				/* Keep the value below the key: no second lookup (and hash) later. */
+				if (room == 0 && lua_checkstack(L, 32))
+					room = 30;
+				if (room > 0) {
+					room--;
+					lua_insert(L, -2); /* stack: ... value key */
+					k->vidx = lua_gettop(L) - 1;
+					nstr++;
+					continue;
+				}
+				room = -1; /* the stack is full: look the rest up by key */
 			}
 			nstr++;
-		} else if (t == LUA_TNUMBER && lua_isinteger(L, -1)) {
-			lua_Integer k = lua_tointeger(L, -1);
+		} else if (t == LUA_TNUMBER && lua_isinteger(L, -2)) {
+			lua_Integer k = lua_tointeger(L, -2);
 			if (k >= 1 && (lua_Unsigned)k <= len)
 				ints++;
 			else
 				badint = 1;
 		} else {
-			lua_pop(L, 1);
+			lua_pop(L, 2);
 			*badtype = t;
 			return SHAPE_BADKEY;
 		}
+		lua_pop(L, 1); /* stack: ... key */
 	}
 	*n = len;
 	if (nstr == 0) {
@@ -962,6 +1019,7 @@ static int enc_table(struct enc *e, int idx)
 		lua_pop(L, 1);
 	}
 	size_t kbase = b->nkeys;
+	int vbase = lua_gettop(L);
 	lua_Unsigned n = 0;
 	int badtype = 0;
 	enum shape shape = table_shape(L, idx, b, &n, &badtype);
@@ -1027,12 +1085,18 @@ static int enc_table(struct enc *e, int idx)
 				putc1(e, ':');
 			f->key = k.s;
 			f->keylen = k.len;
+			if (k.vidx) {
+				if (enc_value(e, k.vidx))
+					return -1;
+				continue;
+			}
 			lua_pushlstring(L, k.s, k.len);
 			lua_rawget(L, idx);
 			if (enc_value(e, lua_gettop(L)))
 				return -1;
 			lua_pop(L, 1);
 		}
+		lua_settop(L, vbase);
 		if (e->indent)
 			newline(e, e->depth - 1);
 		putc1(e, '}');
@@ -1121,32 +1185,50 @@ static int check_encode_opts(lua_State *L)
 	return indent;
 }
 
-/* rig.core.json_encode(v [, {indent = n}]) -> text | nil, message, "encode" */
+static struct ebuf *ebuf_new(lua_State *L)
+{
+	struct ebuf *b = lua_newuserdatauv(L, sizeof *b, 0);
+	memset(b, 0, sizeof *b);
+	b->alloc = lua_getallocf(L, &b->ud);
+	luaL_setmetatable(L, "rig.json.buffer");
+	return b;
+}
+
+/*
+ * rig.core.json_encode(v [, {indent = n}]) -> text | nil, message, "encode"
+ * Output goes to one shared buffer (upvalue 4) kept between calls; a call
+ * that finds it busy (an encode from a finalizer run by the collector, or
+ * after an out-of-memory raise left it marked) uses a buffer of its own.
+ */
 static int json_encode(lua_State *L)
 {
 	int indent = check_encode_opts(L);
 	lua_settop(L, 1);
-	struct ebuf *b = lua_newuserdatauv(L, sizeof *b, 0);
-	memset(b, 0, sizeof *b);
-	b->alloc = lua_getallocf(L, &b->ud);
-	luaL_setmetatable(L, "rig.json.buffer"); /* stack: v buf */
+	struct ebuf *b = lua_touserdata(L, lua_upvalueindex(4));
+	if (b->busy)
+		b = ebuf_new(L);
+	b->busy = 1;
+	b->len = 0;
+	b->nkeys = 0;
 	struct enc e; /* about 7 KiB: the path has one frame per level */
 	e.L = L;
 	e.b = b;
 	e.indent = indent;
 	e.depth = 0;
 	e.failed = 0;
-	if (enc_value(&e, 1)) {
-		lua_settop(L, 1);
+	int rc = enc_value(&e, 1);
+	lua_settop(L, 1);
+	if (rc) {
 		luaL_pushfail(L);
 		lua_pushstring(L, e.msg);
 		lua_pushliteral(L, "encode");
-		ebuf_free(b);
-		return 3;
+	} else {
+		lua_pushlstring(L, b->data ? b->data : "", b->len);
 	}
-	lua_pushlstring(L, b->data ? b->data : "", b->len);
-	ebuf_free(b);
-	return 1;
+	if (b->cap > 65536)
+		ebuf_free(b); /* do not hold on to a large document's memory */
+	b->busy = 0;
+	return rc ? 3 : 1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1160,7 +1242,7 @@ static int json_raw(lua_State *L)
 	lua_settop(L, 1);
 	lua_pushvalue(L, lua_upvalueindex(1));
 	struct dec d;
-	if (decode_text(L, s, len, 2, &d) != 0) {
+	if (decode_text(L, s, len, 2, 0, &d) != 0) {
 		push_dec_error(L, &d);
 		return luaL_error(L, "rig.json.raw: the text is not one JSON value (%s)", lua_tostring(L, -1));
 	}
@@ -1234,8 +1316,10 @@ void lr__json_open(lua_State *L)
 	lua_setfield(L, -2, "__tostring");
 	lua_rotate(L, -3, 2);     /* stack: amt rmt core */
 	lua_pushvalue(L, -3);
-	lua_pushvalue(L, -3);     /* stack: amt rmt core amt rmt */
-	luaL_setfuncs(L, funcs, 2);
+	lua_pushvalue(L, -3);
+	lua_createtable(L, 256, 0);
+	ebuf_new(L); /* stack: amt rmt core amt rmt cache buf */
+	luaL_setfuncs(L, funcs, 4);
 	lua_pushlightuserdata(L, NULL);
 	lua_setfield(L, -2, "json_null");
 	lua_rotate(L, -3, 1);     /* stack: core amt rmt */
