@@ -16,7 +16,7 @@
 
 local core = require "rig.core"
 
-return {
+local json = {
   encode = core.json_encode,
   decode = core.json_decode,
   raw = core.json_raw,
@@ -24,3 +24,5 @@ return {
   is_array = core.json_is_array,
   null = core.json_null,
 }
+
+return json
