@@ -89,7 +89,8 @@ def store_bench():
 
 
 def main():
-    which = set(sys.argv[1:]) or {"startup", "rss", "sse", "model", "store", "journal", "snapshot"}
+    which = set(sys.argv[1:]) or {"startup", "rss", "sse", "json", "model", "store", "journal",
+                                  "snapshot"}
     lua = shutil.which("lua5.4")
     node = shutil.which("node")
     if "startup" in which:
@@ -125,6 +126,10 @@ def main():
                            env=dict(os.environ, LUARIG=LUARIG, BENCH_DIR=d), check=False)
         finally:
             shutil.rmtree(d, ignore_errors=True)
+    if "json" in which:
+        # rig.json.decode/encode against lua-cjson in the same process.
+        subprocess.run([LUARIG, os.path.join(ROOT, "tests", "bench", "json_bench.lua")],
+                       env=dict(os.environ, LUARIG_ROOT=ROOT), check=False)
 
 
 if __name__ == "__main__":
