@@ -74,11 +74,11 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
 '''
 
 NODE = r'''
-const OpenAI = require(process.argv[2]).default || require(process.argv[2]);
-const c = new OpenAI({ apiKey: "sk-bench", baseURL: process.argv[3], maxRetries: 0 });
+const OpenAI = require(process.argv[1]).default || require(process.argv[1]);
+const c = new OpenAI({ apiKey: "sk-bench", baseURL: process.argv[2], maxRetries: 0 });
 (async () => {
   const out = [];
-  for (let r = 0; r < Number(process.argv[4]); r++) {
+  for (let r = 0; r < Number(process.argv[3]); r++) {
     const t0 = process.cpuUsage();
     let n = 0, text = "";
     const s = await c.chat.completions.create({ model: "gpt-4o", messages: [{ role: "user", content: "hi" }],
