@@ -348,6 +348,7 @@ local function establish(st)
     local tr, msg, code, detail = st.open(st)
     if tr then
       st.transport = tr
+      st.read = tr.read
       return true
     end
     if code == "cancelled" or not retryable[code] or st.attempts >= st.m.retry.attempts then
@@ -381,7 +382,7 @@ local function pump(st)
       return stream_fail(st, st.m.provider .. ": the response took longer than "
         .. st.m.timeouts.total .. " s", "timeout")
     end
-    local data, ev, code = st.transport:read()
+    local data, ev, code = st.read(st.transport)
     if data then
       local ok, msg, c, detail = st.dec:feed(data, ev)
       if ok and st.overflow then
