@@ -141,42 +141,6 @@ local function encode_messages(messages)
   return array(out)
 end
 
--- JSON Schema keywords whose value is a list: an empty Lua table there must
--- encode as [] (the normalizer marks them; this keeps a hand-built schema
--- right too). Lists of schemas are walked; the rest are data, copied as is.
-local SCHEMA_LISTS = { anyOf = true, oneOf = true, allOf = true, prefixItems = true }
-local VALUE_LISTS = { required = true, enum = true, type = true, examples = true }
-local SCHEMA_MAPS = {
-  properties = true, patternProperties = true, ["$defs"] = true, definitions = true,
-  dependentSchemas = true,
-}
-local DATA = { const = true, default = true }
-local MAX_DEPTH = 64
-
-local function copy_schema(s, depth)
-  if type(s) ~= "table" or json.is_array(s) then return s end
-  if depth > MAX_DEPTH then error("anthropic: tool schema nested deeper than " .. MAX_DEPTH, 0) end
-  local out = {}
-  for k, v in pairs(s) do
-    if type(v) ~= "table" or DATA[k] then
-      out[k] = v
-    elseif VALUE_LISTS[k] and (next(v) == nil or v[1] ~= nil) then
-      out[k] = v[1] == nil and array() or v
-    elseif SCHEMA_LISTS[k] then
-      local list = {}
-      for i, e in ipairs(v) do list[i] = copy_schema(e, depth + 1) end
-      out[k] = array(list)
-    elseif SCHEMA_MAPS[k] then
-      local map = {}
-      for name, e in pairs(v) do map[name] = copy_schema(e, depth + 1) end
-      out[k] = map
-    else
-      out[k] = copy_schema(v, depth + 1)
-    end
-  end
-  return out
-end
-
 local function encode_tool_choice(choice)
   if choice == "auto" then return { type = "auto" } end
   if choice == "required" then return { type = "any" } end
@@ -229,17 +193,13 @@ function codec.encode(model, req)
   if req.tools ~= nil and #req.tools > 0 then
     local tools = {}
     for i, t in ipairs(req.tools) do
-      local ok, schema = pcall(copy_schema, t.schema or { type = "object" }, 1)
-      if not ok then return nil, schema end
-      tools[i] = { name = t.name, description = t.description, input_schema = schema }
+      tools[i] = { name = t.name, description = t.description, input_schema = t.schema }
     end
     body.tools = array(tools)
   end
   if req.tool_choice ~= nil then body.tool_choice = encode_tool_choice(req.tool_choice) end
   if req.output_schema ~= nil then
-    local ok, schema = pcall(copy_schema, req.output_schema.schema, 1)
-    if not ok then return nil, schema end
-    body.output_config = { format = { type = "json_schema", schema = schema } }
+    body.output_config = { format = { type = "json_schema", schema = req.output_schema.schema } }
   end
   return body
 end
