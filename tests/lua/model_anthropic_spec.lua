@@ -275,7 +275,10 @@ describe("anthropic decoder streams", function()
       expect(err.msg).to_be("anthropic: " .. c[2] .. " (" .. c[1] .. ")")
       expect(err.detail.provider_code).to_be(c[1])
     end
-    local _, _, _, err = decode(lines('{"type":"error"}'))
+    local _, _, _, err = decode({ { data = '{"error":{"type":"overloaded_error","message":"x"}}',
+                                    event = "error" } })
+    expect(err.code).to_be("overloaded")
+    _, _, _, err = decode(lines('{"type":"error"}'))
     expect(err.code).to_be("server")
     expect(err.msg).to_be("anthropic: error in the stream")
     _, _, _, err = decode(lines(json.encode({ type = "error",
@@ -462,6 +465,10 @@ describe("anthropic encoder", function()
     local req = conversation()
     req.tool_choice = nil
     expect(assert(codec.encode(model(), req)).tool_choice).to_be_nil()
+    req.tool_choice, req.tools = "none", nil
+    local body = assert(codec.encode(model(), req))
+    expect(body.tool_choice).to_be_nil()
+    expect(body.tools).to_be_nil()
   end)
 
   it("budgets thinking by effort and drops sampling while thinking", function()

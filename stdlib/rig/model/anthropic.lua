@@ -123,14 +123,14 @@ local function encode_messages(messages)
   local cur
   for _, m in ipairs(messages) do
     local role, results, others = wire_blocks(m)
-    if #results == 0 and #others == 0 then goto next end    -- nothing left to send
+    if #results == 0 and #others == 0 then goto continue end    -- nothing left to send
     if cur == nil or cur.role ~= role then
       cur = { role = role, results = {}, others = {} }
       turns[#turns + 1] = cur
     end
     table.move(results, 1, #results, #cur.results + 1, cur.results)
     table.move(others, 1, #others, #cur.others + 1, cur.others)
-    ::next::
+    ::continue::
   end
   local out = {}
   for i, t in ipairs(turns) do
@@ -197,7 +197,11 @@ function codec.encode(model, req)
     end
     body.tools = array(tools)
   end
-  if req.tool_choice ~= nil then body.tool_choice = encode_tool_choice(req.tool_choice) end
+  -- The API accepts tool_choice only next to tools; without tools "auto" and
+  -- "none" mean the same as nothing.
+  if req.tool_choice ~= nil and body.tools then
+    body.tool_choice = encode_tool_choice(req.tool_choice)
+  end
   if req.output_schema ~= nil then
     body.output_config = { format = { type = "json_schema", schema = req.output_schema.schema } }
   end
@@ -408,13 +412,16 @@ function decoder:stream_error(ev)
 end
 
 -- Feeds one SSE event. Returns true, or nil, message, code [, detail].
-function decoder:feed(data, event) -- luacheck: ignore event
+-- The type inside the JSON decides; the `event:` name only stands in when the
+-- JSON has none.
+function decoder:feed(data, event)
   local ev, err = json.decode(data)
   if ev == nil then
     return nil, "anthropic: malformed stream event: " .. tostring(err):gsub("^json: ", ""), "protocol"
   end
   if type(ev) ~= "table" or json.is_array(ev) then return protocol("not an object") end
   local t = ev.type
+  if t == nil then t = event end
   if t == "content_block_delta" then return self:block_delta(ev)
   elseif t == "content_block_start" then return self:block_start(ev)
   elseif t == "message_start" then return self:message_start(ev)
