@@ -33,9 +33,7 @@ local function block_for(self, c)
   local b = self.by_key[key]
   if b then return b end
   local n = #self.blocks
-  if n >= MAX_BLOCKS then
-    error("model stream: more than " .. MAX_BLOCKS .. " content blocks", 0)
-  end
+  if n >= MAX_BLOCKS then return nil end
   b = { type = c.type }
   self.by_key[key] = b
   self.blocks[n + 1] = b
@@ -45,10 +43,15 @@ end
 
 local function nonempty(s) return s ~= nil and s ~= "" end
 
--- Adds one chunk. Raises only on a shape no decoder produces.
+-- Adds one chunk: true, or nil and a message when the stream holds more blocks
+-- than any real reply (the index comes from the wire). Raises only on a chunk
+-- type no decoder produces.
 function accum:add(c)
   local t = c.type
   local b = block_for(self, c)
+  if not b then
+    return nil, "the stream opened more than " .. MAX_BLOCKS .. " content blocks"
+  end
   local parts = self.parts[b]
   if t == "text" or t == "refusal" then
     if c.text ~= nil and c.text ~= "" then parts[#parts + 1] = c.text end
@@ -65,6 +68,7 @@ function accum:add(c)
   else
     error("model stream: unknown chunk type '" .. tostring(t) .. "'", 0)
   end
+  return true
 end
 
 -- The text so far of every text block, concatenated (for previews).
