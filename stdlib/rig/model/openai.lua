@@ -119,7 +119,7 @@ function shared.stream_error(provider, obj)
 end
 
 -- rig.model adds content-type, accept and the model's own headers.
-function shared.headers(model, key) -- luacheck: ignore model
+function shared.headers(model, key)
   local h = {}
   if key ~= nil and key ~= "" then h.authorization = "Bearer " .. key end
   return h
@@ -280,7 +280,7 @@ end
 ---------------------------------------------------------------------------
 -- Response
 
-function codec.classify(status, body, headers) -- luacheck: ignore headers
+function codec.classify(status, body, headers)
   local pcode, ptype, message = shared.error_fields(body)
   return shared.classify(status, pcode, ptype, message), pcode or ptype
 end
@@ -363,7 +363,7 @@ function codec.decoder(model, emit)
     return true
   end
 
-  function dec:feed(data, event) -- luacheck: ignore event
+  function dec:feed(data, event)
     if self.finished then return true end -- nothing counts after [DONE]
     if data == "[DONE]" then
       self.done, self.finished = true, true

@@ -143,7 +143,7 @@ end
 ---------------------------------------------------------------------------
 -- Response
 
-function codec.classify(status, body, headers) -- luacheck: ignore headers
+function codec.classify(status, body, headers)
   local pcode, ptype, message = shared.error_fields(body)
   return shared.classify(status, pcode, ptype, message), pcode or ptype
 end
@@ -166,7 +166,7 @@ local function protocol(what)
   return nil, PROVIDER .. ": " .. what, "protocol"
 end
 
-function codec.decoder(model, emit) -- luacheck: ignore model
+function codec.decoder(model, emit)
   local dec = { done = false }
   local calls = {}    -- output_index -> true for function_call items
   local args = {}     -- output_index -> true once argument deltas arrived
