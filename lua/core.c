@@ -15,5 +15,6 @@ int luaopen_rig_core(lua_State *L)
 	lr__proc_open(L);
 	lr__bundle_open(L);
 	lr__store_open(L);
+	lr__json_open(L);
 	return 1;
 }

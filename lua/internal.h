@@ -159,6 +159,7 @@ void lr__server_open(lua_State *L);
 void lr__proc_open(lua_State *L);
 void lr__bundle_open(lua_State *L);
 void lr__store_open(lua_State *L);
+void lr__json_open(lua_State *L);
 
 /* stdlib.c (generated) and the module searchers. */
 struct lr_embedded {

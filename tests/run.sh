@@ -5,6 +5,8 @@
 BUILD=${BUILD:-build}
 export LUARIG="$PWD/$BUILD/luarig"
 export LUARIG_ROOT="$PWD"
+# a made-up key for the model specs: it must reach the mock provider and nothing else
+export LUARIG_TEST_API_KEY=sk-luarig-test-0123456789abcdef
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

@@ -53,6 +53,7 @@ local areas = {
   process = "rig.process",
   json = "rig.json",
   store = "rig.store",
+  model = "rig.model",
 }
 
 return setmetatable(rig, {

@@ -1,25 +1,28 @@
--- rig.json: JSON through lua-cjson, with the house error convention:
--- decode returns nil, message, "parse" on malformed input instead of raising.
+-- rig.json: the JSON codec (lua/json.c), with the house error convention.
+--
+--   json.encode(v [, { indent = n }]) -> text | nil, message, "encode"
+--     object keys sorted bytewise; a table is an array when marked with
+--     json.array() or when its keys are exactly 1..n (n > 0); an unmarked
+--     empty table is {}; json.null -> null; json.raw(s) -> s verbatim;
+--     integers as integers, floats shortest round-trip (integral floats keep
+--     ".0"); the message names the path of what failed ("$.tools[1].run",
+--     indexes count from 1 as in Lua).
+--   json.decode(text) -> value | nil, message, "parse"
+--     strict RFC 8259; arrays come back marked, null as json.null; the
+--     message says where ("json: unexpected character 'x' at byte 7").
+--   json.array(t) -> t, json.is_array(v) -> boolean, json.null
+--
+-- require "cjson" stays available for code that wants lua-cjson itself.
 
-local cjson = require "cjson.safe"
+local core = require "rig.core"
 
 local json = {
-  null = cjson.null,
+  encode = core.json_encode,
+  decode = core.json_decode,
+  raw = core.json_raw,
+  array = core.json_array,
+  is_array = core.json_is_array,
+  null = core.json_null,
 }
-
-function json.encode(value)
-  local s, err = cjson.encode(value)
-  if s == nil then return nil, "json: " .. tostring(err), "encode" end
-  return s
-end
-
-function json.decode(text)
-  if type(text) ~= "string" then
-    error("bad argument #1 to 'decode' (string expected, got " .. type(text) .. ")", 2)
-  end
-  local v, err = cjson.decode(text)
-  if v == nil and err then return nil, "json: " .. tostring(err), "parse" end
-  return v
-end
 
 return json

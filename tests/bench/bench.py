@@ -89,7 +89,8 @@ def store_bench():
 
 
 def main():
-    which = set(sys.argv[1:]) or {"startup", "rss", "sse", "store", "journal", "snapshot"}
+    which = set(sys.argv[1:]) or {"startup", "rss", "sse", "json", "model", "store", "journal",
+                                  "snapshot"}
     lua = shutil.which("lua5.4")
     node = shutil.which("node")
     if "startup" in which:
@@ -107,6 +108,10 @@ def main():
         sse = os.path.join(ROOT, "tests", "bench", "sse.py")
         if os.path.exists(sse):
             subprocess.run([sys.executable, sse], check=False)
+    if "model" in which:
+        # Decoding a 10k-chunk OpenAI stream against the openai npm SDK (CPU per chunk).
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "model_stream.py")],
+                       env=dict(os.environ, LUARIG=LUARIG), check=False)
     if "store" in which:
         store_bench()
     if "journal" in which:
@@ -121,6 +126,10 @@ def main():
                            env=dict(os.environ, LUARIG=LUARIG, BENCH_DIR=d), check=False)
         finally:
             shutil.rmtree(d, ignore_errors=True)
+    if "json" in which:
+        # rig.json.decode/encode against lua-cjson in the same process.
+        subprocess.run([LUARIG, os.path.join(ROOT, "tests", "bench", "json_bench.lua")],
+                       env=dict(os.environ, LUARIG_ROOT=ROOT), check=False)
 
 
 if __name__ == "__main__":

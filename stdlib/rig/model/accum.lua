@@ -19,59 +19,69 @@ accum.__index = accum
 local MAX_BLOCKS = 4096
 
 function accum.new()
-  return setmetatable({ blocks = {}, by_key = {}, parts = {} }, accum)
+  return setmetatable({ blocks = {}, n = 0, by = {} }, accum)
 end
 
-local function key_of(c)
-  local i = c.index
-  if i == nil then return c.type end
-  return c.type .. ":" .. tostring(i)
-end
-
-local function block_for(self, c)
-  local key = key_of(c)
-  local b = self.by_key[key]
-  if b then return b end
-  local n = #self.blocks
-  if n >= MAX_BLOCKS then
-    error("model stream: more than " .. MAX_BLOCKS .. " content blocks", 0)
+-- The block for a chunk: by type, then by index (false when the chunk has none).
+local function block_for(self, t, i)
+  local by = self.by[t]
+  if not by then
+    by = {}
+    self.by[t] = by
   end
-  b = { type = c.type }
-  self.by_key[key] = b
-  self.blocks[n + 1] = b
-  self.parts[b] = {}
+  if i == nil then i = false end
+  local b = by[i]
+  if b then return b end
+  local n = self.n
+  if n >= MAX_BLOCKS then return nil end
+  b = { type = t, parts = {}, np = 0 }
+  by[i] = b
+  n = n + 1
+  self.n = n
+  self.blocks[n] = b
   return b
 end
 
 local function nonempty(s) return s ~= nil and s ~= "" end
 
--- Adds one chunk. Raises only on a shape no decoder produces.
+-- Adds one chunk: true, or nil and a message when the stream holds more blocks
+-- than any real reply (the index comes from the wire). Raises only on a chunk
+-- type no decoder produces.
 function accum:add(c)
   local t = c.type
-  local b = block_for(self, c)
-  local parts = self.parts[b]
+  local b = block_for(self, t, c.index)
+  if not b then
+    return nil, "the stream opened more than " .. MAX_BLOCKS .. " content blocks"
+  end
+  local piece
   if t == "text" or t == "refusal" then
-    if c.text ~= nil and c.text ~= "" then parts[#parts + 1] = c.text end
+    piece = c.text
   elseif t == "thinking" then
-    if c.thinking ~= nil and c.thinking ~= "" then parts[#parts + 1] = c.thinking end
+    piece = c.thinking
     if nonempty(c.signature) then b.signature = c.signature end
     if nonempty(c.redacted) then b.redacted = c.redacted end
     if nonempty(c.id) then b.id = c.id end
     if nonempty(c.source) then b.source = c.source end
   elseif t == "tool_use" then
-    if c.input_json ~= nil and c.input_json ~= "" then parts[#parts + 1] = c.input_json end
+    piece = c.input_json
     if nonempty(c.id) then b.id = c.id end
     if nonempty(c.name) then b.name = c.name end
   else
     error("model stream: unknown chunk type '" .. tostring(t) .. "'", 0)
   end
+  if piece ~= nil and piece ~= "" then
+    local np = b.np + 1
+    b.np = np
+    b.parts[np] = piece
+  end
+  return true
 end
 
 -- The text so far of every text block, concatenated (for previews).
 function accum:text()
   local out = {}
   for _, b in ipairs(self.blocks) do
-    if b.type == "text" then out[#out + 1] = table.concat(self.parts[b]) end
+    if b.type == "text" then out[#out + 1] = table.concat(b.parts) end
   end
   return table.concat(out)
 end
@@ -111,7 +121,7 @@ end
 function accum:message(truncated)
   local content = {}
   for _, b in ipairs(self.blocks) do
-    local raw = table.concat(self.parts[b])
+    local raw = table.concat(b.parts)
     if b.type == "text" or b.type == "refusal" then
       if raw ~= "" then content[#content + 1] = { type = b.type, text = raw } end
     elseif b.type == "thinking" then

@@ -1,0 +1,313 @@
+-- rig.model.request: checks a request against the model contract and returns the
+-- normalized copy every codec receives (see stdlib/rig/model/accum.lua for chunks):
+--   system (string|nil); messages = { { role, content = { blocks } } } with string
+--   content turned into one text block; tools with array keywords of their schemas
+--   marked as JSON arrays; tool_choice; output_schema { name, schema, description,
+--   strict }. Every error names the field ("request.messages[2].content[1].type").
+
+local json = require "rig.json"
+
+local R = {}
+
+local request_fields = { system = true, messages = true, tools = true, tool_choice = true,
+                         output_schema = true }
+
+local function fail(path, msg)
+  error("rig.model: " .. path .. ": " .. msg, 0)
+end
+
+local function check_list(v, path, level)
+  if type(v) ~= "table" then fail(path, "must be a list", level + 1) end
+  local n = #v
+  for k in pairs(v) do
+    if math.type(k) ~= "integer" or k < 1 or k > n then
+      fail(path, "must be a list (found key " .. tostring(k) .. ")", level + 1)
+    end
+  end
+  return n
+end
+
+local function check_fields(t, allowed, path, level)
+  for k in pairs(t) do
+    if not allowed[k] then fail(path, "unknown field '" .. tostring(k) .. "'", level + 1) end
+  end
+end
+
+local function str(v, path, level, optional)
+  if v == nil and optional then return nil end
+  if type(v) ~= "string" then fail(path, "must be a string", level + 1) end
+  return v
+end
+
+-- ---- JSON Schema: copy, marking the keywords whose values are arrays ----
+
+local array_keywords = { required = true, enum = true, anyOf = true, oneOf = true, allOf = true,
+                         prefixItems = true, examples = true }
+local schema_maps = { properties = true, patternProperties = true, ["$defs"] = true,
+                      definitions = true, dependentSchemas = true }
+local schema_values = { items = true, additionalProperties = true, ["not"] = true,
+                        ["if"] = true, ["then"] = true, ["else"] = true, contains = true,
+                        propertyNames = true, unevaluatedProperties = true,
+                        unevaluatedItems = true, additionalItems = true }
+
+local copy_schema
+
+local function copy_value(v, path, depth)
+  if depth > 64 then fail(path, "is nested too deeply", 6) end
+  if type(v) ~= "table" then
+    if type(v) == "function" or type(v) == "thread" or
+       (type(v) == "userdata" and v ~= json.null) then
+      fail(path, "cannot hold a " .. type(v), 6)
+    end
+    return v
+  end
+  local out = {}
+  for k, x in pairs(v) do out[k] = copy_value(x, path .. "." .. tostring(k), depth + 1) end
+  if json.is_array(v) then json.array(out) end
+  return out
+end
+
+copy_schema = function(s, path, depth)
+  if depth > 64 then fail(path, "is nested too deeply", 5) end
+  if type(s) == "boolean" then return s end
+  if type(s) ~= "table" then fail(path, "must be a JSON Schema object", 5) end
+  local out = {}
+  for k, v in pairs(s) do
+    if type(k) ~= "string" then fail(path, "has a non-string key " .. tostring(k), 5) end
+    local p = path .. "." .. k
+    if array_keywords[k] or (k == "type" and type(v) == "table") then
+      if type(v) ~= "table" then fail(p, "must be a list", 5) end
+      local list = {}
+      local n = #v
+      for i, x in pairs(v) do
+        if math.type(i) ~= "integer" or i < 1 or i > n then fail(p, "must be a list", 5) end
+        if k == "anyOf" or k == "oneOf" or k == "allOf" or k == "prefixItems" then
+          list[i] = copy_schema(x, p .. "[" .. i .. "]", depth + 1)
+        else
+          list[i] = copy_value(x, p .. "[" .. i .. "]", depth + 1)
+        end
+      end
+      out[k] = json.array(list)
+    elseif schema_maps[k] then
+      if type(v) ~= "table" then fail(p, "must be an object", 5) end
+      local map = {}
+      for name, sub in pairs(v) do
+        if type(name) ~= "string" then fail(p, "must be an object with string keys", 5) end
+        map[name] = copy_schema(sub, p .. "." .. name, depth + 1)
+      end
+      out[k] = map
+    elseif schema_values[k] and type(v) == "table" and not json.is_array(v) then
+      out[k] = copy_schema(v, p, depth + 1)
+    elseif k == "items" and type(v) == "table" then
+      local list = {}
+      for i, x in ipairs(v) do list[i] = copy_schema(x, p .. "[" .. i .. "]", depth + 1) end
+      out[k] = json.array(list)
+    else
+      out[k] = copy_value(v, p, depth + 1)
+    end
+  end
+  return out
+end
+
+R.copy_schema = function(s, path) return copy_schema(s, path or "schema", 0) end
+
+-- ---- blocks ----
+
+local block_fields = {
+  text = { type = true, text = true, cache = true },
+  refusal = { type = true, text = true },
+  thinking = { type = true, thinking = true, signature = true, redacted = true, id = true,
+               source = true },
+  tool_use = { type = true, id = true, name = true, input = true, input_json = true,
+               error = true },
+  tool_result = { type = true, tool_use_id = true, content = true, is_error = true },
+}
+
+local allowed_blocks = {
+  user = { text = true },
+  assistant = { text = true, refusal = true, thinking = true, tool_use = true },
+  tool = { tool_result = true },
+}
+
+local function copy_block(b, role, path, level)
+  if type(b) ~= "table" then fail(path, "must be a block table", level + 1) end
+  local t = b.type
+  local allowed = block_fields[t]
+  if not allowed then
+    fail(path .. ".type", "unknown block type '" .. tostring(t) .. "'", level + 1)
+  end
+  if not allowed_blocks[role][t] then
+    fail(path .. ".type", "a " .. role .. " message cannot hold a '" .. t .. "' block", level + 1)
+  end
+  check_fields(b, allowed, path, level + 1)
+  local out = { type = t }
+  if t == "text" or t == "refusal" then
+    out.text = str(b.text, path .. ".text", level + 1)
+  elseif t == "thinking" then
+    out.thinking = str(b.thinking, path .. ".thinking", level + 1, true) or ""
+    out.signature = str(b.signature, path .. ".signature", level + 1, true)
+    out.redacted = str(b.redacted, path .. ".redacted", level + 1, true)
+    out.id = str(b.id, path .. ".id", level + 1, true)
+    out.source = str(b.source, path .. ".source", level + 1, true)
+  elseif t == "tool_use" then
+    out.id = str(b.id, path .. ".id", level + 1)
+    out.name = str(b.name, path .. ".name", level + 1)
+    if b.input ~= nil and type(b.input) ~= "table" then
+      fail(path .. ".input", "must be a table", level + 1)
+    end
+    out.input = b.input and copy_value(b.input, path .. ".input", 0) or {}
+    out.input_json = str(b.input_json, path .. ".input_json", level + 1, true)
+    if out.input_json then
+      local v = json.decode(out.input_json)
+      if type(v) ~= "table" or json.is_array(v) then out.input_json = nil end
+    end
+  else
+    out.tool_use_id = str(b.tool_use_id, path .. ".tool_use_id", level + 1)
+    local c = b.content
+    if type(c) == "string" then
+      out.content = c
+    elseif type(c) == "table" then
+      local n = check_list(c, path .. ".content", level + 1)
+      local list = {}
+      for i = 1, n do
+        local p = path .. ".content[" .. i .. "]"
+        local x = c[i]
+        if type(x) ~= "table" or x.type ~= "text" then
+          fail(p, "must be a {type=\"text\"} block", level + 1)
+        end
+        check_fields(x, block_fields.text, p, level + 1)
+        list[i] = { type = "text", text = str(x.text, p .. ".text", level + 1) }
+      end
+      out.content = list
+    elseif c == nil then
+      out.content = ""
+    else
+      fail(path .. ".content", "must be a string or a list of text blocks", level + 1)
+    end
+    if b.is_error ~= nil and type(b.is_error) ~= "boolean" then
+      fail(path .. ".is_error", "must be a boolean", level + 1)
+    end
+    out.is_error = b.is_error == true
+  end
+  return out
+end
+
+local TOOL_NAME = "^[%w_-]+$"
+
+function R.normalize(request, model, level)
+  level = (level or 1) + 1
+  if type(request) ~= "table" then fail("request", "must be a table", level) end
+  check_fields(request, request_fields, "request", level)
+  local out = { stream = true }
+  out.system = str(request.system, "request.system", level, true)
+  local n = check_list(request.messages, "request.messages", level)
+  if n == 0 then fail("request.messages", "must hold at least one message", level) end
+  local msgs = {}
+  for i = 1, n do
+    local path = "request.messages[" .. i .. "]"
+    local msg = request.messages[i]
+    if type(msg) ~= "table" then fail(path, "must be a table", level) end
+    check_fields(msg, { role = true, content = true }, path, level)
+    local role = msg.role
+    if role ~= "user" and role ~= "assistant" and role ~= "tool" then
+      fail(path .. ".role", "must be 'user', 'assistant' or 'tool' (got '" .. tostring(role)
+        .. "')", level)
+    end
+    local content = {}
+    if type(msg.content) == "string" then
+      if role == "tool" then
+        fail(path .. ".content", "a tool message holds tool_result blocks", level)
+      end
+      content[1] = { type = "text", text = msg.content }
+    else
+      local m = check_list(msg.content, path .. ".content", level)
+      if m == 0 then fail(path .. ".content", "must not be empty", level) end
+      for j = 1, m do
+        content[j] = copy_block(msg.content[j], role, path .. ".content[" .. j .. "]", level)
+      end
+    end
+    msgs[i] = { role = role, content = content }
+  end
+  out.messages = msgs
+
+  local names = {}
+  if request.tools ~= nil then
+    local tn = check_list(request.tools, "request.tools", level)
+    if tn > 0 and not model.tools then
+      fail("request.tools", "model '" .. model.name .. "' is declared without tools (tools = false)",
+        level)
+    end
+    local tools = {}
+    for i = 1, tn do
+      local path = "request.tools[" .. i .. "]"
+      local t = request.tools[i]
+      if type(t) ~= "table" then fail(path, "must be a table", level) end
+      check_fields(t, { name = true, description = true, schema = true }, path, level)
+      local name = str(t.name, path .. ".name", level)
+      if #name > 64 or not name:match(TOOL_NAME) then
+        fail(path .. ".name", "must be 1 to 64 letters, digits, '_' or '-' (got '" .. name .. "')",
+          level)
+      end
+      if names[name] then fail(path .. ".name", "duplicate tool name '" .. name .. "'", level) end
+      names[name] = true
+      local schema = t.schema
+      if schema == nil then schema = { type = "object", properties = {} } end
+      if type(schema) ~= "table" then fail(path .. ".schema", "must be a table", level) end
+      schema = copy_schema(schema, path .. ".schema", 0)
+      if schema.type ~= "object" then
+        fail(path .. ".schema.type", "must be \"object\" (tool arguments are an object)", level)
+      end
+      tools[i] = { name = name, description = str(t.description, path .. ".description", level,
+        true), schema = schema }
+    end
+    if tn > 0 then out.tools = tools end
+  end
+
+  local choice = request.tool_choice
+  if choice ~= nil then
+    if choice == "auto" or choice == "none" then
+      out.tool_choice = choice
+    elseif choice == "required" then
+      if not out.tools then
+        fail("request.tool_choice", "'required' needs at least one tool", level)
+      end
+      out.tool_choice = choice
+    elseif type(choice) == "table" then
+      check_fields(choice, { name = true }, "request.tool_choice", level)
+      local name = str(choice.name, "request.tool_choice.name", level)
+      if not names[name] then
+        fail("request.tool_choice.name", "names no declared tool ('" .. name .. "')", level)
+      end
+      out.tool_choice = { name = name }
+    else
+      fail("request.tool_choice", "must be 'auto', 'required', 'none' or { name = … }", level)
+    end
+  end
+
+  local os_ = request.output_schema
+  if os_ ~= nil then
+    local path = "request.output_schema"
+    if type(os_) ~= "table" then fail(path, "must be a table", level) end
+    check_fields(os_, { name = true, schema = true, description = true, strict = true }, path,
+      level)
+    local name = str(os_.name, path .. ".name", level)
+    if #name > 64 or not name:match("^[%a_][%w_-]*$") then
+      fail(path .. ".name", "must be a letter or '_' then up to 63 letters, digits, '_' or '-'",
+        level)
+    end
+    if type(os_.schema) ~= "table" then fail(path .. ".schema", "must be a table", level) end
+    local schema = copy_schema(os_.schema, path .. ".schema", 0)
+    if schema.type ~= "object" then
+      fail(path .. ".schema.type", "must be \"object\"", level)
+    end
+    if os_.strict ~= nil and type(os_.strict) ~= "boolean" then
+      fail(path .. ".strict", "must be a boolean", level)
+    end
+    out.output_schema = { name = name, schema = schema,
+      description = str(os_.description, path .. ".description", level, true),
+      strict = os_.strict ~= false }
+  end
+  return out
+end
+
+return R
