@@ -106,6 +106,7 @@ struct dec {
 	int depth;
 	int mt;    /* stack index of the array metatable */
 	int cache; /* stack index of the string cache, or 0 */
+	int skip;  /* stack index of a set of top-level keys to leave out, or 0 */
 };
 
 static const char UNEXPECTED[] = "unexpected";
@@ -533,6 +534,25 @@ static int dec_object(struct dec *d)
 			if (*p != ':')
 				return dec_fail(d, p, *p ? "expected ':' after an object key" : UNEXPECTED);
 			d->p = skip_ws(p + 1);
+			if (d->skip && d->depth == 1) {
+				/* a key the caller does not want: parse (and check) its value, keep nothing */
+				lua_pushvalue(L, -1);
+				int drop = lua_rawget(L, d->skip) != LUA_TNIL;
+				lua_pop(L, 1);
+				if (drop) {
+					if (dec_value(d))
+						return -1;
+					lua_pop(L, 2);
+					p = skip_ws(d->p);
+					if (*p == ',') {
+						p = skip_ws(p + 1);
+						continue;
+					}
+					if (*p == '}')
+						break;
+					return dec_fail(d, p, *p ? "expected ',' or '}' in an object" : UNEXPECTED);
+				}
+			}
 			if (dec_value(d))
 				return -1;
 			n++;
@@ -606,9 +626,11 @@ static int dec_value(struct dec *d)
  * is) and pushes the value; on failure returns -1 with d->err set and the
  * stack above its entry level left dirty (the caller resets it).
  */
-static int decode_text(lua_State *L, const char *s, size_t len, int mt, int cache, struct dec *d)
+static int decode_text(lua_State *L, const char *s, size_t len, int mt, int cache, int skip,
+		       struct dec *d)
 {
 	d->cache = cache;
+	d->skip = skip;
 	d->L = L;
 	d->s = s;
 	d->end = s + len;
@@ -642,18 +664,25 @@ static void push_dec_error(lua_State *L, const struct dec *d)
 	lua_pushfstring(L, "json: %s at byte %I", w, (lua_Integer)(d->at - d->s + 1));
 }
 
-/* rig.core.json_decode(s) -> value | nil, message, "parse" */
+/*
+ * rig.core.json_decode(s [, skip]) -> value | nil, message, "parse"
+ * skip: a set of keys left out of a top-level object (still checked), for
+ * decoders that read a few fields of many small documents.
+ */
 static int json_decode(lua_State *L)
 {
 	size_t len;
 	if (lua_type(L, 1) != LUA_TSTRING)
 		luaL_typeerror(L, 1, "string");
+	int t = lua_type(L, 2);
+	if (t != LUA_TNONE && t != LUA_TNIL && t != LUA_TTABLE)
+		luaL_typeerror(L, 2, "table of keys to skip");
 	const char *s = lua_tolstring(L, 1, &len);
-	lua_settop(L, 1);
+	lua_settop(L, 2);
 	lua_pushvalue(L, lua_upvalueindex(1));
-	lua_pushvalue(L, lua_upvalueindex(3)); /* stack: s mt cache */
+	lua_pushvalue(L, lua_upvalueindex(3)); /* stack: s skip mt cache */
 	struct dec d;
-	if (decode_text(L, s, len, 2, 3, &d) == 0)
+	if (decode_text(L, s, len, 3, 4, lua_istable(L, 2) ? 2 : 0, &d) == 0)
 		return 1;
 	lua_settop(L, 1);
 	luaL_pushfail(L);
@@ -1242,7 +1271,7 @@ static int json_raw(lua_State *L)
 	lua_settop(L, 1);
 	lua_pushvalue(L, lua_upvalueindex(1));
 	struct dec d;
-	if (decode_text(L, s, len, 2, 0, &d) != 0) {
+	if (decode_text(L, s, len, 2, 0, 0, &d) != 0) {
 		push_dec_error(L, &d);
 		return luaL_error(L, "rig.json.raw: the text is not one JSON value (%s)", lua_tostring(L, -1));
 	}

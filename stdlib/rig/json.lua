@@ -7,9 +7,11 @@
 --     integers as integers, floats shortest round-trip (integral floats keep
 --     ".0"); the message names the path of what failed ("$.tools[1].run",
 --     indexes count from 1 as in Lua).
---   json.decode(text) -> value | nil, message, "parse"
+--   json.decode(text [, skip]) -> value | nil, message, "parse"
 --     strict RFC 8259; arrays come back marked, null as json.null; the
 --     message says where ("json: unexpected character 'x' at byte 7").
+--     skip: a set of keys left out of a top-level object (their values are
+--     still checked), for decoders that read a few fields of many documents.
 --   json.array(t) -> t, json.is_array(v) -> boolean, json.null
 --
 -- require "cjson" stays available for code that wants lua-cjson itself.

@@ -34,7 +34,7 @@ local function block_for(self, t, i)
   if b then return b end
   local n = self.n
   if n >= MAX_BLOCKS then return nil end
-  b = { type = t, parts = {}, np = 0 }
+  b = { type = t, index = i or nil, parts = {}, np = 0 }
   by[i] = b
   n = n + 1
   self.n = n
@@ -49,9 +49,15 @@ local function nonempty(s) return s ~= nil and s ~= "" end
 -- type no decoder produces.
 function accum:add(c)
   local t = c.type
-  local b = block_for(self, t, c.index)
-  if not b then
-    return nil, "the stream opened more than " .. MAX_BLOCKS .. " content blocks"
+  local i = c.index
+  -- consecutive chunks nearly always continue the same block
+  local b = self.last
+  if b == nil or b.type ~= t or b.index ~= i then
+    b = block_for(self, t, i)
+    if not b then
+      return nil, "the stream opened more than " .. MAX_BLOCKS .. " content blocks"
+    end
+    self.last = b
   end
   local piece
   if t == "text" or t == "refusal" then

@@ -419,7 +419,8 @@ function decoder:feed(data, event)
   if ev == nil then
     return nil, "anthropic: malformed stream event: " .. tostring(err):gsub("^json: ", ""), "protocol"
   end
-  if type(ev) ~= "table" or json.is_array(ev) then return protocol("not an object") end
+  -- decoded arrays carry the array metatable; objects carry none
+  if type(ev) ~= "table" or getmetatable(ev) ~= nil then return protocol("not an object") end
   local t = ev.type
   if t == nil then t = event end
   if t == "content_block_delta" then return self:block_delta(ev)

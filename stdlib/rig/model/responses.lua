@@ -232,7 +232,8 @@ function codec.decoder(model, emit)
 
   function dec:feed(data, event)
     local obj = json.decode(data)
-    if type(obj) ~= "table" or json.is_array(obj) then
+    -- decoded arrays carry the array metatable; objects carry none
+    if type(obj) ~= "table" or getmetatable(obj) ~= nil then
       return protocol("malformed stream event (not a JSON object)")
     end
     local t = str(obj.type) or event
