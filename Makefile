@@ -15,7 +15,7 @@ PKG_CONFIG ?= pkg-config
 # Linked: what every run needs. Headers only: libraries opened on first use
 # (util/lazy.c), so start-up does not pay for them.
 PKGS := lua5.4 libevent jansson lmdb
-LAZY_PKGS := libcurl libarchive libcrypto libedit
+LAZY_PKGS := libcurl libarchive libcrypto libedit libseccomp
 
 WARN := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
 	-Wmissing-prototypes -Wold-style-definition -Wvla -Wformat=2 -fno-common
@@ -35,11 +35,11 @@ endif
 CFLAGS_ALL = $(BASE_CFLAGS) $(CFLAGS)
 
 # Every .c under these folders is part of the library; lua/main.c is the executable.
-LIB_SRC := $(wildcard util/*.c storage/*.c host/*.c lua/*.c)
+LIB_SRC := $(wildcard util/*.c storage/*.c sandbox/*.c host/*.c lua/*.c)
 LIB_SRC := $(filter-out lua/main.c,$(LIB_SRC))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(BUILD)/gen/stdlib.o
 STDLIB := $(sort $(wildcard stdlib/*.lua stdlib/*/*.lua stdlib/*/*/*.lua))
-HEADERS := $(wildcard util/*.h storage/*.h host/*.h lua/*.h)
+HEADERS := $(wildcard util/*.h storage/*.h sandbox/*.h host/*.h lua/*.h)
 
 UNIT_SRC := $(wildcard tests/unit/*_test.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
@@ -107,12 +107,14 @@ lint: layering symbols
 
 # Layering is one way: util -> storage -> host -> lua. Only lua/ may include lua.h.
 layering:
-	@bad=$$(grep -lE '#include <(lua|lauxlib|lualib)\.h>' util/*.[ch] storage/*.[ch] host/*.[ch] 2>/dev/null); \
+	@bad=$$(grep -lE '#include <(lua|lauxlib|lualib)\.h>' util/*.[ch] storage/*.[ch] sandbox/*.[ch] host/*.[ch] 2>/dev/null); \
 	if [ -n "$$bad" ]; then echo "layering: lua.h included below lua/: $$bad"; exit 1; fi; \
-	bad=$$(grep -lE '#include "\.\./lua/' util/*.[ch] storage/*.[ch] host/*.[ch] 2>/dev/null); \
+	bad=$$(grep -lE '#include "\.\./lua/' util/*.[ch] storage/*.[ch] sandbox/*.[ch] host/*.[ch] 2>/dev/null); \
 	if [ -n "$$bad" ]; then echo "layering: includes from lua/: $$bad"; exit 1; fi; \
 	bad=$$(grep -lE '#include "\.\./host/' storage/*.[ch] 2>/dev/null); \
 	if [ -n "$$bad" ]; then echo "layering: storage includes host: $$bad"; exit 1; fi; \
+	bad=$$(grep -lE '#include "\.\./(host|storage)/' sandbox/*.[ch] 2>/dev/null); \
+	if [ -n "$$bad" ]; then echo "layering: sandbox includes host or storage: $$bad"; exit 1; fi; \
 	bad=$$(grep -lE '#include "\.\./host/' util/*.[ch] 2>/dev/null); \
 	if [ -n "$$bad" ]; then echo "layering: util includes host: $$bad"; exit 1; fi; \
 	echo "layering: ok"

@@ -1,0 +1,247 @@
+/*
+ * sandbox.h — confinement of the commands an agent runs (DESIGN §8,
+ * SANDBOX.md): profiles, grants, the machine probe and guarantee report,
+ * the sealed spec the host hands to the confinement helper, and the helper
+ * itself.
+ *
+ * C, no Lua, no event loop: sandbox/ sits beside storage/ below host/. It
+ * includes only util/. The host side (executors spawning the helper,
+ * the egress proxy served on the loop) lives in host/; the Lua face in
+ * lua/sandbox.c.
+ *
+ * The flow of one confined command:
+ *   profile (validated) + probe (once per process) -> report; refuse when
+ *   the profile needs a guarantee the machine lacks;
+ *   executor builds an lr_sbx_spec (argv, env, cwd, mounts, Landlock rules,
+ *   limits, network mode, grants' deltas) -> lr_sbx_spec_encode ->
+ *   a sealed memfd -> spawns "/proc/self/exe __sandbox-helper" with the
+ *   memfd as fd 3 (and, with a proxy, a socket as fd 4 on which the helper
+ *   sends back the listeners it made inside the network namespace) ->
+ *   lr_sbx_helper_main decodes, sets everything up, and execs the target
+ *   under a reaper; any failure before the exec exits 126.
+ *
+ * Errors: 0, -errno, or an LR_E* code, with a message in a caller buffer of
+ * LR_SBX_ERRLEN bytes that names the subject ("profile: field
+ * 'workspace_write' must be deny, gated or allow").
+ */
+#ifndef LR_SANDBOX_H
+#define LR_SANDBOX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../util/util.h"
+
+#define LR_SBX_ERRLEN 320
+
+/* ---- profiles (sandbox/profile.c) ---- */
+
+enum lr_cap { LR_CAP_DENY = 0, LR_CAP_GATED = 1, LR_CAP_ALLOW = 2 };
+enum lr_home { LR_HOME_ISOLATED = 0, LR_HOME_REAL = 1 };
+enum lr_isolation { LR_ISO_SANDBOXED = 0, LR_ISO_UNCONFINED = 1 };
+
+/* An extra root (a cache directory, a toolchain) with its own states. */
+struct lr_sbx_root {
+	char *path; /* absolute, canonical */
+	enum lr_cap read, write;
+};
+
+struct lr_profile {
+	char *workspace_root; /* absolute, canonical (realpath), a directory */
+	enum lr_cap workspace_read, workspace_write;
+	enum lr_cap host_read, host_write;
+	enum lr_cap network;
+	enum lr_cap command;
+	enum lr_home home;
+	enum lr_isolation isolation;
+	struct lr_sbx_root *roots;
+	size_t nroots;
+	int ack_unconfined;
+};
+
+/* Names as the Lua and CLI faces spell them: "deny", "gated", "allow" ... */
+const char *lr_cap_name(enum lr_cap c);
+int lr_cap_parse(const char *s, enum lr_cap *out);
+
+/*
+ * Checks a profile: every state in range; workspace_root absolute,
+ * canonical and an existing directory; roots absolute, canonical, not
+ * duplicated, not overlapping the workspace; write never wider than read
+ * for the same place; unconfined only with every filesystem and network
+ * field allow and ack_unconfined. The message names the field.
+ */
+int lr_profile_validate(const struct lr_profile *p, char err[LR_SBX_ERRLEN]);
+/* A stable hex SHA-256 of the canonical encoding (field order fixed, roots sorted). */
+void lr_profile_fingerprint(const struct lr_profile *p, char out[65]);
+/*
+ * The state for one request of the gate. kind: "filesystem.read",
+ * "filesystem.write", "network", "command.execute"; scope: a path (for the
+ * filesystem kinds: inside the workspace, an extra root or the host) or a
+ * "host:port" (network) or a command line. Unknown kind: -EINVAL with a
+ * message, and *out = LR_CAP_DENY (fail closed).
+ */
+int lr_profile_access_for(const struct lr_profile *p, const char *kind, const char *scope,
+			  enum lr_cap *out, char err[LR_SBX_ERRLEN]);
+/*
+ * out = the component-wise intersection of base and ceiling (the lower of
+ * each state; home real only if both are real; sandboxed unless both are
+ * unconfined; roots present in both with the lower states). Never wider than
+ * either. The workspace must be the same (or -EINVAL). out owns copies.
+ */
+int lr_profile_restrict(const struct lr_profile *base, const struct lr_profile *ceiling,
+			struct lr_profile *out, char err[LR_SBX_ERRLEN]);
+int lr_profile_copy(const struct lr_profile *src, struct lr_profile *out);
+void lr_profile_release(struct lr_profile *p);
+
+/* ---- the machine (sandbox/probe.c) ---- */
+
+enum lr_tier { LR_TIER_NONE = 0, LR_TIER_B = 1, LR_TIER_A = 2 };
+
+struct lr_sbx_caps {
+	int userns;          /* unprivileged user namespaces work (tested in a child) */
+	int netns, pidns, mountns;
+	int mount_api;       /* open_tree/move_mount/fsopen work in a user+mount namespace */
+	int landlock_abi;    /* 0: none */
+	int seccomp;         /* seccomp filters load (libseccomp present) */
+	int cgroup;          /* a delegated cgroup v2 subtree we may create children in */
+	char cgroup_path[256];
+	enum lr_tier tier;
+	char why[LR_SBX_ERRLEN]; /* what is missing, for the report */
+};
+/* Probes once per process (cached); safe to call from any thread after the first. */
+const struct lr_sbx_caps *lr_sbx_probe(void);
+
+/* The guarantees of DESIGN §8, in report order. */
+enum lr_guarantee {
+	LR_G_READ_BOUNDARY, LR_G_WRITE_BOUNDARY, LR_G_NETWORK_BOUNDARY, LR_G_TARGET_NETWORK,
+	LR_G_PROCESS_BOUNDARY, LR_G_RESOURCE_LIMITS, LR_G_ENV_SCRUB, LR_G_COUNT
+};
+const char *lr_guarantee_name(enum lr_guarantee g); /* "read_boundary", ... */
+
+struct lr_sbx_report {
+	enum lr_tier tier;
+	int enforced[LR_G_COUNT];          /* 1 when the OS enforces it for this profile */
+	int required[LR_G_COUNT];          /* 1 when the profile needs it */
+	char how[LR_G_COUNT][160];         /* "landlock ABI 7 + mount namespace", ... */
+	char missing[LR_G_COUNT][160];     /* why not, when not enforced */
+};
+/*
+ * What the machine gives this profile. Returns 0, or LR_EREFUSED (with a
+ * message naming the first required guarantee that is missing) when the
+ * profile needs one the machine lacks; the report is filled either way.
+ */
+int lr_sbx_report(const struct lr_profile *p, const struct lr_sbx_caps *caps,
+		  struct lr_sbx_report *r, char err[LR_SBX_ERRLEN]);
+
+/* ---- the spec the host seals for the helper (sandbox/spec.c) ---- */
+
+/* Landlock access masks are the kernel's LANDLOCK_ACCESS_FS_* bits. */
+struct lr_sbx_path_rule {
+	char *path;
+	uint64_t access;
+};
+
+/* One bind in the mount view: host path src visible at dst. */
+struct lr_sbx_mount {
+	char *src, *dst;
+	int writable;
+};
+
+enum lr_sbx_net {
+	LR_SBX_NET_NONE = 0,  /* a network namespace with loopback only */
+	LR_SBX_NET_PROXY = 1, /* loopback only, plus the proxy listeners the helper makes */
+	LR_SBX_NET_HOST = 2,  /* the host's network (unconfined profiles only) */
+};
+
+struct lr_sbx_limits {
+	uint64_t as_bytes;     /* RLIMIT_AS; 0: unlimited */
+	uint64_t fsize_bytes;  /* RLIMIT_FSIZE */
+	uint64_t nproc;        /* RLIMIT_NPROC (per uid: the mapped uid) and the cgroup pids.max */
+	uint64_t nofile;       /* RLIMIT_NOFILE */
+	uint64_t cpu_seconds;  /* RLIMIT_CPU */
+	uint64_t memory_bytes; /* cgroup memory.max when a cgroup is used */
+};
+
+struct lr_sbx_spec {
+	uint64_t exec_id;
+	enum lr_tier tier;
+	int unconfined;            /* run the target as is (no namespaces, no Landlock) */
+	char **argv;               /* NULL-terminated; argv[0] resolved to an absolute path by the host */
+	char **envp;               /* the complete, already scrubbed environment */
+	char *cwd;                 /* inside the view */
+	struct lr_sbx_mount *mounts;
+	size_t nmounts;
+	struct lr_sbx_path_rule *rules; /* Landlock: every path the target may touch, with rights */
+	size_t nrules;
+	char **readonly;           /* protected paths inside writable roots, bound read-only */
+	size_t nreadonly;
+	struct lr_sbx_limits limits;
+	enum lr_sbx_net net;
+	uint16_t proxy_port;       /* LR_SBX_NET_PROXY: the loopback port of the HTTP/CONNECT listener */
+	uint16_t dns_port;         /* and of the DNS stub (UDP) */
+	char *cgroup;              /* a cgroup directory to create and enter, or NULL */
+	uid_t uid;                 /* the real uid/gid mapped inside */
+	gid_t gid;
+};
+
+/* The encoding is JSON (jansson) with a version field; the decoder is strict. */
+int lr_sbx_spec_encode(const struct lr_sbx_spec *s, char **out, size_t *len);
+int lr_sbx_spec_decode(const char *buf, size_t len, struct lr_sbx_spec *out,
+		       char err[LR_SBX_ERRLEN]);
+void lr_sbx_spec_release(struct lr_sbx_spec *s);
+/* A memfd holding buf, sealed against every change (F_SEAL_SEAL|SHRINK|GROW|WRITE). */
+int lr_sbx_seal(const char *buf, size_t len);
+
+/* ---- the helper (sandbox/helper.c) ---- */
+
+/* fds the helper receives */
+enum { LR_SBX_FD_SPEC = 3, LR_SBX_FD_CONTROL = 4 };
+/* the exit status of a helper that could not set up confinement */
+#define LR_SBX_EXIT_SETUP 126
+/*
+ * The hidden subcommand "luarig __sandbox-helper": runs before any Lua
+ * state or thread exists. Reads and checks the spec on fd 3 (it must be a
+ * sealed memfd), builds the confinement and execs the target under a
+ * reaper that is pid 1 of the new pid namespace; exits with the target's
+ * status (128+N for a signal), or 126 when anything before the exec failed
+ * (a message on stderr starting "luarig sandbox: ").
+ */
+int lr_sbx_helper_main(int argc, char **argv);
+
+/* ---- grants (sandbox/grant.c) ---- */
+
+/*
+ * A grant opens exactly one approved delta for one spawn. The host mints it
+ * after a gate approval; the executor redeems it when it builds the spec.
+ */
+enum lr_grant_class { LR_GRANT_FS_READ, LR_GRANT_FS_WRITE, LR_GRANT_NETWORK, LR_GRANT_COMMAND };
+
+struct lr_grant_req {
+	uint64_t exec_id;          /* the execution it is for */
+	const char *command;       /* the exact command line */
+	const char *cwd;
+	const char *fingerprint;   /* the profile's */
+	enum lr_grant_class cls;
+	const char *target;        /* a path (pinned by device and inode when minted) or host:port */
+	double ttl;                /* seconds until it expires */
+};
+
+struct lr_grants;
+int lr_grants_new(struct lr_grants **out);
+void lr_grants_free(struct lr_grants *g);
+/* Mints a single-use token (32 hex chars) into token. */
+int lr_grant_mint(struct lr_grants *g, const struct lr_grant_req *r, char token[33],
+		  char err[LR_SBX_ERRLEN]);
+/*
+ * Redeems a token for a spawn described by r (ttl ignored): refused with
+ * LR_EREFUSED and a message saying which binding failed ("grant: already
+ * used", "grant: expired", "grant: for another command", "... another
+ * directory", "... another execution", "... another profile", "grant: the
+ * target changed since approval"). A token is consumed by its first
+ * redemption attempt that names it, successful or not.
+ */
+int lr_grant_redeem(struct lr_grants *g, const char *token, const struct lr_grant_req *r,
+		    char err[LR_SBX_ERRLEN]);
+
+#endif
