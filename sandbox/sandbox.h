@@ -127,7 +127,7 @@ struct lr_sbx_caps {
 	/* (sbx-profile) what the cgroup probe found, said plainly: the layout
 	 * (v2, v1/v2 hybrid, v1 only), where the unified hierarchy is, and
 	 * whether memory and pids can be limited there. */
-	char cgroup_note[200];
+	char cgroup_note[256];
 };
 /* Probes once per process (cached); safe to call from any thread after the first. */
 const struct lr_sbx_caps *lr_sbx_probe(void);
