@@ -26,6 +26,8 @@ static void usage(FILE *f)
 	      "                | diff A B | export REF FILE.tar | import FILE.tar | list\n"
 	      "                                            workspace snapshots (state default\n"
 	      "                                            $XDG_STATE_HOME/luarig)\n"
+	      "       luarig sandbox check                 this machine's confinement tier and\n"
+	      "                                            guarantees\n"
 	      "       luarig version | help\n"
 	      "\n"
 	      "With no arguments, luarig starts the REPL on a terminal and runs\n"
@@ -286,6 +288,8 @@ int main(int argc, char **argv)
 	}
 	if (cmd && strcmp(cmd, "snapshot") == 0)
 		return lr_snapshot_cli(argc - i - 1, argv + i + 1);
+	if (cmd && strcmp(cmd, "sandbox") == 0)
+		return lr_sandbox_cli(argc - i - 1, argv + i + 1);
 	if (cmd && strcmp(cmd, "inspect") == 0) {
 		if (i + 2 != argc)
 			return usage_error("%s", "inspect needs exactly one bundle");

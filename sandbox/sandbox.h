@@ -94,6 +94,22 @@ int lr_profile_restrict(const struct lr_profile *base, const struct lr_profile *
 int lr_profile_copy(const struct lr_profile *src, struct lr_profile *out);
 void lr_profile_release(struct lr_profile *p);
 
+/* -- added by sbx-profile -- */
+/*
+ * The defaults every face starts from: workspace_read allow, workspace_write
+ * gated, host_read allow, host_write deny, network gated, command gated,
+ * home isolated, isolation sandboxed, no roots, no acknowledgement, and
+ * workspace_root NULL (the caller sets it; validation requires it).
+ */
+void lr_profile_init(struct lr_profile *p);
+/*
+ * A path resolved the way access_for sees it: relative paths against the
+ * workspace, "." and ".." folded, symlinks resolved through the longest
+ * existing prefix (realpath -m). out gets PATH_MAX bytes. 0 or -errno.
+ */
+int lr_profile_resolve(const struct lr_profile *p, const char *path, char *out, size_t outlen);
+/* -- end sbx-profile -- */
+
 /* ---- the machine (sandbox/probe.c) ---- */
 
 enum lr_tier { LR_TIER_NONE = 0, LR_TIER_B = 1, LR_TIER_A = 2 };
@@ -108,6 +124,10 @@ struct lr_sbx_caps {
 	char cgroup_path[256];
 	enum lr_tier tier;
 	char why[LR_SBX_ERRLEN]; /* what is missing, for the report */
+	/* (sbx-profile) what the cgroup probe found, said plainly: the layout
+	 * (v2, v1/v2 hybrid, v1 only), where the unified hierarchy is, and
+	 * whether memory and pids can be limited there. */
+	char cgroup_note[256];
 };
 /* Probes once per process (cached); safe to call from any thread after the first. */
 const struct lr_sbx_caps *lr_sbx_probe(void);
