@@ -654,6 +654,16 @@ static void add_rule(int rfd, const char *path, uint64_t access, uint64_t handle
 	close(fd);
 }
 
+static int mount_below(const struct lr_sbx_spec *s, const char *dir)
+{
+	size_t n = strlen(dir);
+	for (size_t i = 0; i < s->nmounts; i++)
+		if (strncmp(s->mounts[i].dst, dir, n) == 0 &&
+		    (s->mounts[i].dst[n] == '/' || s->mounts[i].dst[n] == '\0'))
+			return 1;
+	return 0;
+}
+
 /*
  * Every filesystem right the kernel's ABI knows is handled, so whatever no
  * rule grants is denied. Besides the spec's rules, the helper grants what it
@@ -690,8 +700,15 @@ static void apply_landlock(const struct lr_sbx_spec *s)
 	for (size_t i = 0; nodes[i]; i++)
 		add_rule(rfd, nodes[i], LL_DEV_RW, all, (int)abi, 1);
 	if (s->tier == LR_TIER_A) {
-		add_rule(rfd, "/tmp", all, all, (int)abi, 0);
-		add_rule(rfd, "/run", all, all, (int)abi, 0);
+		/*
+		 * Landlock rights are inherited down the tree: a rule on /tmp would
+		 * open every bind placed below it (a workspace under /tmp), so the
+		 * private /tmp and /run are granted only when no bind lies inside.
+		 */
+		if (!mount_below(s, "/tmp"))
+			add_rule(rfd, "/tmp", all, all, (int)abi, 0);
+		if (!mount_below(s, "/run"))
+			add_rule(rfd, "/run", all, all, (int)abi, 0);
 		add_rule(rfd, "/dev/shm", all, all, (int)abi, 0);
 		add_rule(rfd, "/dev", LANDLOCK_ACCESS_FS_READ_DIR, all, (int)abi, 0);
 	}
