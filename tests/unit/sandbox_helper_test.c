@@ -24,6 +24,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,6 +106,18 @@ static int probe_daemon(const char *marker)
 	return ok ? 0 : 1;
 }
 
+static int probe_unix(const char *path)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+		printf("unix: %s\n", strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
 static int probe(int argc, char **argv)
 {
 	const char *name = argv[2];
@@ -112,6 +125,8 @@ static int probe(int argc, char **argv)
 		return probe_connect(argv[3]);
 	if (strcmp(name, "loopback") == 0)
 		return probe_loopback();
+	if (strcmp(name, "unix") == 0 && argc == 4)
+		return probe_unix(argv[3]);
 	if (strcmp(name, "raw") == 0)
 		return probe_raw();
 	if (strcmp(name, "unshare") == 0)
@@ -701,12 +716,80 @@ TEST(tier_b)
 	CHECK(p == 0);
 	if (p > 0)
 		kill(p, SIGKILL);
+	/* Landlock's signal scope: the host's processes cannot be signalled */
+	char kcmd[64];
+	snprintf(kcmd, sizeof kcmd, "kill -0 %d && echo signalled", (int)getpid());
+	char *kargv[] = { "/bin/sh", "-c", kcmd, NULL };
+	CHECK_EQ_INT(run_plain(kargv), 0); /* positive control */
+	spec_sh(&b, LR_TIER_B, "%s", kcmd);
+	CHECK(run_spec(&b.s) != 0);
+	CHECK(strstr(out, "signalled") == NULL);
 	/* IP sockets are refused outright with the network off */
 	char port[] = "9";
 	spec_probe(&b, "connect", port);
 	b.s.tier = LR_TIER_B;
 	CHECK_EQ_INT(run_spec(&b.s), 1);
 	CHECK(strstr(out, "connect: ") != NULL);
+}
+
+TEST(symlinks_and_renames)
+{
+	char link[PATH_MAX + 16], cmd[3 * PATH_MAX];
+	snprintf(link, sizeof link, "%s/planted", ws);
+	snprintf(cmd, sizeof cmd, "%s/secret", secret);
+	CHECK(symlink(cmd, link) == 0);
+	snprintf(cmd, sizeof cmd, "cat %s", link);
+	char *argv[] = { "/bin/sh", "-c", cmd, NULL };
+	CHECK_EQ_INT(run_plain(argv), 0); /* positive control: the link works unconfined */
+	CHECK(strstr(out, "s3cr3t") != NULL);
+	struct specb b;
+	spec_sh(&b, LR_TIER_A, "cat %s; ln %s/secret %s/hard; mkdir -p a b && echo f > a/f && "
+		"mv a/f b/f && ln b/f b/g && echo renamed; mv b/g %s/g; echo end", link, secret, ws,
+		outside);
+	CHECK_EQ_INT(run_spec(&b.s), 0);
+	CHECK(strstr(out, "s3cr3t") == NULL);
+	CHECK(strstr(out, "renamed") != NULL); /* REFER inside the writable root */
+	CHECK(strstr(out, "end") != NULL);
+	CHECK(!exists2(ws, "hard"));
+	CHECK(!exists2(outside, "g"));
+	CHECK(exists2(ws, "b/g"));
+	unlink(link);
+	snprintf(cmd, sizeof cmd, "rm -rf %s/a %s/b", ws, ws);
+	CHECK(system(cmd) == 0);
+}
+
+TEST(host_unix_socket_unreachable)
+{
+	char path[100]; /* fits sun_path */
+	snprintf(path, sizeof path, "%s/daemon.sock", secret);
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+	CHECK(bind(s, (struct sockaddr *)&a, sizeof a) == 0 && listen(s, 4) == 0);
+	char *argv[] = { self, "--probe", "unix", path, NULL };
+	CHECK_EQ_INT(run_plain(argv), 0); /* positive control */
+	struct specb b;
+	spec_probe(&b, "unix", path);
+	CHECK_EQ_INT(run_spec(&b.s), 1);
+	CHECK(strstr(out, "unix: ") != NULL);
+	close(s);
+	unlink(path);
+}
+
+TEST(git_workflow)
+{
+	struct specb b;
+	spec_sh(&b, LR_TIER_A,
+		"set -e; mkdir g && cd g && git init -q && mkdir -p d1 d2 && echo a > d1/f && "
+		"git add -A && git -c user.name=t -c user.email=t@t commit -qm one && "
+		"git mv d1/f d2/f && git -c user.name=t -c user.email=t@t commit -qm two && "
+		"git gc -q && git log --oneline | wc -l");
+	b.envp[2] = "GIT_CONFIG_NOSYSTEM=1";
+	CHECK_EQ_INT(run_spec(&b.s), 0);
+	CHECK(strstr(out, "2\n") != NULL);
+	char cmd[PATH_MAX + 16];
+	snprintf(cmd, sizeof cmd, "rm -rf %s/g", ws);
+	CHECK(system(cmd) == 0);
 }
 
 static void make_dirs(void)
@@ -761,6 +844,9 @@ int main(int argc, char **argv)
 	RUN(file_size_limit);
 	RUN(proxy_not_built);
 	RUN(tier_b);
+	RUN(symlinks_and_renames);
+	RUN(host_unix_socket_unreachable);
+	RUN(git_workflow);
 	remove_dirs();
 	return test_summary();
 }
