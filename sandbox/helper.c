@@ -728,6 +728,9 @@ static void exec_target(struct lr_sbx_spec *s, scmp_filter_ctx filter)
 		signal(sig, SIG_DFL);
 	if (setsid() < 0)
 		die(errno, "setsid");
+	/* The helper (or reaper) gone means the run is over; it survives exec. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		die(errno, "parent death signal");
 	set_limits(&s->limits);
 	if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
 		die(errno, "close_range");

@@ -792,6 +792,35 @@ TEST(git_workflow)
 	CHECK(system(cmd) == 0);
 }
 
+TEST(cgroup_entered_or_refused)
+{
+	const char *base = access("/sys/fs/cgroup/unified/cgroup.procs", W_OK) == 0
+				   ? "/sys/fs/cgroup/unified"
+				   : "/sys/fs/cgroup";
+	char cg[128], want[64];
+	snprintf(want, sizeof want, "::/luarig-sbx-test-%d", (int)getpid());
+	snprintf(cg, sizeof cg, "%s/%s", base, want + 3);
+	struct specb b;
+	spec_sh(&b, LR_TIER_A, "cat /proc/self/cgroup");
+	CHECK_EQ_INT(run_spec(&b.s), 0);
+	CHECK(strstr(out, want) == NULL); /* positive control: not there without it */
+	b.s.cgroup = cg;
+	int code = run_spec(&b.s);
+	if (code == 126 && strstr(out, "cgroup")) {
+		printf("# skipping the cgroup: %s", out);
+	} else {
+		CHECK_EQ_INT(code, 0);
+		CHECK(strstr(out, want) != NULL);
+	}
+	rmdir(cg);
+	/* A cgroup named in the spec is demanded: failing to create it is fatal. */
+	spec_sh(&b, LR_TIER_A, "echo ran > %s/marker", ws);
+	b.s.cgroup = "/sys/fs/cgroup/luarig-no-such-parent/x";
+	CHECK_EQ_INT(run_spec(&b.s), 126);
+	CHECK(strstr(out, "luarig sandbox: cgroup: creating") != NULL);
+	CHECK(!exists2(ws, "marker"));
+}
+
 static void make_dirs(void)
 {
 	strcpy(ws, "/tmp/sbxws.XXXXXX");
@@ -847,6 +876,7 @@ int main(int argc, char **argv)
 	RUN(symlinks_and_renames);
 	RUN(host_unix_socket_unreachable);
 	RUN(git_workflow);
+	RUN(cgroup_entered_or_refused);
 	remove_dirs();
 	return test_summary();
 }
