@@ -3,6 +3,7 @@
  * codes (0 ok, 1 the script or the work failed, 2 usage) and signals.
  */
 #include "internal.h"
+#include "../sandbox/sandbox.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -219,6 +220,10 @@ static int is_bundle(const char *path)
 
 int main(int argc, char **argv)
 {
+	/* The confinement helper: before any Lua state, thread or loop exists. */
+	if (argc >= 2 && strcmp(argv[1], "__sandbox-helper") == 0)
+		return lr_sbx_helper_main(argc, argv);
+
 	size_t max_mem = 0;
 	uint64_t max_instr = 0;
 	int i = 1;

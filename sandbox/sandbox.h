@@ -229,6 +229,23 @@ enum { LR_SBX_FD_SPEC = 3, LR_SBX_FD_CONTROL = 4 };
  */
 int lr_sbx_helper_main(int argc, char **argv);
 
+/* ---- sbx-helper: the spec's caps and the proxy listeners (sandbox/spec.c, helper.c) ---- */
+
+/* Caps the decoder enforces; a spec above any of them is refused. */
+#define LR_SBX_SPEC_MAX (1 << 20)  /* bytes of JSON */
+#define LR_SBX_MAX_ARGS 4096       /* entries of argv, and of envp */
+#define LR_SBX_MAX_ARG (128 << 10) /* bytes of one argv or envp entry */
+#define LR_SBX_MAX_MOUNTS 256
+#define LR_SBX_MAX_RULES 1024      /* Landlock rules, and readonly paths */
+
+/*
+ * sandbox/netfds.c (helper "sbx-proxy"): called by the helper INSIDE the new
+ * network namespace with loopback up; binds 127.0.0.1:proxy_port (TCP) and
+ * 127.0.0.1:dns_port (UDP) and sends both fds over control_fd (SCM_RIGHTS).
+ * Until netfds.c lands, the helper refuses net "proxy" with exit 126.
+ */
+int lr_sbx_make_listeners(uint16_t proxy_port, uint16_t dns_port, int control_fd);
+
 /* ---- grants (sandbox/grant.c) ---- */
 
 /*
