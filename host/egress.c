@@ -20,6 +20,11 @@
  * The name lookup runs on a pool thread and cannot be interrupted; a
  * connection closed meanwhile detaches its job, which then only frees
  * itself when it comes back.
+ *
+ * A forwarded request gets "Connection: close", so a connection carries one
+ * request; whatever the client sends after the head (a body, or a second
+ * pipelined request) is relayed as is to the upstream already judged, so
+ * it can never reach another target.
  */
 #include "internal.h"
 

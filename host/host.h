@@ -548,7 +548,8 @@ struct lr_egress_config {
 	 * name). Runs on the loop thread; must not close the egress.
 	 */
 	int (*policy)(void *arg, const char *host, uint16_t port, int *allow_private);
-	void (*log)(void *arg, const struct lr_egress_event *ev); /* optional */
+	/* Optional; runs on the loop thread; must not close the egress. */
+	void (*log)(void *arg, const struct lr_egress_event *ev);
 	void *arg;
 	double connect_timeout; /* seconds per address; 0: 10 */
 	double head_timeout;    /* seconds for a client to send its request head; 0: 30 */
