@@ -16,10 +16,12 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static struct lr_loop *loop;
@@ -1027,6 +1029,124 @@ TEST(close_ends_connections)
 	echo_stop(&e);
 }
 
+/* ---- the real arrangement: listeners made inside a new network namespace ---- */
+
+/*
+ * The child enters new user and network namespaces (only a down loopback
+ * there), makes the listeners on 3128 and 53 as the helper will, and then,
+ * from inside: a direct connection to the host's echo server fails (the
+ * positive control: the same connection from the host succeeds), the DNS
+ * stub answers, and CONNECT through the proxy reaches the echo server.
+ * Exit codes: 0 all well, 77 no namespaces here, others name the step.
+ */
+static int child_in_netns(int sock, int echo_port)
+{
+	if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0 && unshare(CLONE_NEWNET) < 0)
+		return 77;
+	if (lr_sbx_make_listeners(3128, 53, sock) < 0)
+		return 2;
+	char go;
+	if (recv(sock, &go, 1, 0) != 1) /* the host serves now */
+		return 3;
+	int fd = tcp_connect(echo_port);
+	if (fd >= 0)
+		return 4; /* a direct route out: must not exist */
+	uint8_t q[600], r[600];
+	size_t qn = dns_query(q, "echo.test", 1);
+	int u = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct timeval tv = { 10, 0 };
+	setsockopt(u, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(53) };
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sendto(u, q, qn, 0, (struct sockaddr *)&sa, sizeof sa);
+	ssize_t rn = recv(u, r, sizeof r, 0);
+	if (rn != (ssize_t)qn + 16 || memcmp(r + rn - 4, "\x7f\0\0\1", 4) != 0)
+		return 5;
+	fd = tcp_connect(3128);
+	if (fd < 0)
+		return 6;
+	char req[128], head[256], pong[8] = { 0 };
+	int n = snprintf(req, sizeof req, "CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n", echo_port);
+	send_all(fd, req, (size_t)n);
+	read_head(fd, head, sizeof head);
+	if (strncmp(head, "HTTP/1.1 200 ", 13) != 0)
+		return 7;
+	send_all(fd, "ping", 4);
+	if (recv(fd, pong, 4, MSG_WAITALL) != 4 || memcmp(pong, "ping", 4) != 0)
+		return 8;
+	close(fd);
+	return 0;
+}
+
+struct waitx {
+	pid_t pid;
+	int status;
+};
+static void do_wait(void *arg)
+{
+	struct waitx *w = arg;
+	while (waitpid(w->pid, &w->status, 0) < 0 && errno == EINTR)
+		;
+}
+
+TEST(listeners_from_a_network_namespace)
+{
+	struct echo e;
+	echo_start(&e);
+	int direct = tcp_connect(e.port); /* positive control: reachable from the host */
+	CHECK(direct >= 0);
+	if (direct >= 0)
+		close(direct);
+	/* that connection was the echo server's one: give it another */
+	pthread_join(e.th, NULL);
+	e.echoed = 0;
+	pthread_create(&e.th, NULL, echo_main, &e);
+
+	int sp[2];
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(sp[1]);
+		_exit(child_in_netns(sp[0], e.port));
+	}
+	close(sp[0]);
+	int tcp, udp, rc = lr_sbx_recv_listeners(sp[1], &tcp, &udp);
+	if (rc == LR_ECLOSED) {
+		int st;
+		waitpid(pid, &st, 0);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 77);
+		printf("# skipped: no network namespaces here\n");
+		close(sp[1]);
+		echo_stop(&e);
+		return;
+	}
+	CHECK_EQ_INT(rc, 0);
+	CHECK_EQ_INT(local_port(tcp), 3128);
+	CHECK_EQ_INT(local_port(udp), 53);
+	nlogs = 0;
+	CHECK_EQ_INT(lr_loop_new(&loop), 0);
+	char allow[64];
+	snprintf(allow, sizeof allow, "127.0.0.1:%d", e.port);
+	struct lr_egress_rule rules[] = { { allow, 1 }, { "echo.test:*", 0 } };
+	struct lr_egress_config cfg = { .exec_id = 7, .rules = rules, .nrules = 2, .log = on_log };
+	char err[256];
+	CHECK_EQ_INT(lr_egress_open(loop, &cfg, tcp, udp, &eg, err, sizeof err), 0);
+	CHECK(send(sp[1], "g", 1, MSG_NOSIGNAL) == 1);
+	struct waitx w = { .pid = pid };
+	run_bg(do_wait, &w);
+	if (!WIFEXITED(w.status) || WEXITSTATUS(w.status) != 0)
+		fprintf(stderr, "child status %d\n", w.status);
+	CHECK(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0);
+	CHECK_EQ_INT(nlogs, 2);
+	CHECK_EQ_STR(logs[0].kind, "dns");
+	CHECK_EQ_STR(logs[1].kind, "connect");
+	CHECK_EQ_INT(logs[1].verdict, LR_EGRESS_ALLOW);
+	close(sp[1]);
+	teardown();
+	echo_stop(&e);
+	CHECK_EQ_INT(e.echoed, 4);
+}
+
 /* ---- curl through the proxy ---- */
 
 struct curlx {
@@ -1107,6 +1227,7 @@ int main(void)
 	RUN(oversized_head_is_431);
 	RUN(dns_stub);
 	RUN(close_ends_connections);
+	RUN(listeners_from_a_network_namespace);
 	RUN(curl_through_proxy);
 	return test_summary();
 }
