@@ -281,4 +281,30 @@ int lr_grant_mint(struct lr_grants *g, const struct lr_grant_req *r, char token[
 int lr_grant_redeem(struct lr_grants *g, const char *token, const struct lr_grant_req *r,
 		    char err[LR_SBX_ERRLEN]);
 
+/* ---- netfds: the proxy's listeners, made inside the sandbox (sandbox/netfds.c) ---- */
+
+/*
+ * Called by the confinement helper INSIDE the target's new network
+ * namespace (LR_SBX_NET_PROXY), before it drops privileges: brings "lo" up
+ * if it is down (idempotent), binds a TCP listener on 127.0.0.1:proxy_port
+ * (backlog 64) and a UDP socket on 127.0.0.1:dns_port (0 picks a free port:
+ * tests), sends both over the UNIX socket control_fd in ONE message (one
+ * payload byte 'L', SCM_RIGHTS: the TCP fd first, then the UDP fd) and
+ * closes its own copies. Returns 0 or -errno (nothing is sent on failure).
+ * The descriptors it creates are O_CLOEXEC, so the target never holds them.
+ */
+int lr_sbx_make_listeners(uint16_t proxy_port, uint16_t dns_port, int control_fd);
+/*
+ * The host side: receives that message from control_fd (blocking unless
+ * control_fd is non-blocking, then -EAGAIN when nothing is there yet;
+ * LR_ECLOSED on EOF: the helper died before sending). Checks what came:
+ * exactly two descriptors, the first a listening TCP socket
+ * (SO_TYPE SOCK_STREAM, SO_ACCEPTCONN 1), the second a UDP socket
+ * (SOCK_DGRAM), both AF_INET bound to a loopback address; anything else is
+ * refused with -EPROTO and every received descriptor is closed. On success
+ * *tcp and *udp are set O_CLOEXEC|O_NONBLOCK and owned by the caller (hand
+ * them to lr_egress_open in host/host.h).
+ */
+int lr_sbx_recv_listeners(int control_fd, int *tcp, int *udp);
+
 #endif
