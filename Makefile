@@ -103,7 +103,7 @@ check:
 lint: layering symbols
 	@cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
 		--suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE \
-		util storage host lua && echo "lint: cppcheck clean"
+		util storage sandbox host lua && echo "lint: cppcheck clean"
 
 # Layering is one way: util -> storage -> host -> lua. Only lua/ may include lua.h.
 layering:

@@ -823,8 +823,14 @@ static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter)
 	loopback_up();
 	if (sethostname("sandbox", 7) < 0)
 		die(errno, "sethostname");
-	if (s->net == LR_SBX_NET_PROXY)
-		die(0, "proxy networking not built yet");
+	if (s->net == LR_SBX_NET_PROXY) {
+		/* the proxy's listeners, made here inside the new network namespace and
+		   handed to the host, which serves them on its loop (DESIGN §8) */
+		int rc = lr_sbx_make_listeners(s->proxy_port, s->dns_port, LR_SBX_FD_CONTROL);
+		if (rc)
+			die(-rc, "cannot make the proxy listeners on fd %d", LR_SBX_FD_CONTROL);
+		close(LR_SBX_FD_CONTROL);
+	}
 	if (chdir(s->cwd) < 0)
 		die(errno, "chdir '%s'", s->cwd);
 	if (setsid() < 0)

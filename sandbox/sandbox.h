@@ -238,14 +238,6 @@ int lr_sbx_helper_main(int argc, char **argv);
 #define LR_SBX_MAX_MOUNTS 256
 #define LR_SBX_MAX_RULES 1024      /* Landlock rules, and readonly paths */
 
-/*
- * sandbox/netfds.c (helper "sbx-proxy"): called by the helper INSIDE the new
- * network namespace with loopback up; binds 127.0.0.1:proxy_port (TCP) and
- * 127.0.0.1:dns_port (UDP) and sends both fds over control_fd (SCM_RIGHTS).
- * Until netfds.c lands, the helper refuses net "proxy" with exit 126.
- */
-int lr_sbx_make_listeners(uint16_t proxy_port, uint16_t dns_port, int control_fd);
-
 /* ---- grants (sandbox/grant.c) ---- */
 
 /*
