@@ -92,6 +92,7 @@ struct lr_state {
 	volatile int pending_signal; /* set inside the signal handler */
 	void (*print_hook)(const char *s, size_t n); /* the REPL redraws around output */
 	struct lr_closer *closers;
+	struct lr_pool *pool;    /* small blocks of the Lua allocator (state.c) */
 };
 
 /* The state stored in every thread's extra space. */

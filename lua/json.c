@@ -667,7 +667,8 @@ static void push_dec_error(lua_State *L, const struct dec *d)
 /*
  * rig.core.json_decode(s [, skip]) -> value | nil, message, "parse"
  * skip: a set of keys left out of a top-level object (still checked), for
- * decoders that read a few fields of many small documents.
+ * decoders that read a few fields of many small documents; with it, the
+ * text must hold an object (anything else is a parse error).
  */
 static int json_decode(lua_State *L)
 {
@@ -682,7 +683,17 @@ static int json_decode(lua_State *L)
 	lua_pushvalue(L, lua_upvalueindex(1));
 	lua_pushvalue(L, lua_upvalueindex(3)); /* stack: s skip mt cache */
 	struct dec d;
-	if (decode_text(L, s, len, 3, 4, lua_istable(L, 2) ? 2 : 0, &d) == 0)
+	int skip = lua_istable(L, 2) ? 2 : 0;
+	if (skip && *skip_ws(s) != '{') {
+		/* keys to leave out only make sense for an object: callers rely on getting one */
+		lua_settop(L, 1);
+		luaL_pushfail(L);
+		lua_pushfstring(L, "json: expected an object at byte %I",
+				(lua_Integer)(skip_ws(s) - s + 1));
+		lua_pushstring(L, lr_errcode(LR_EPARSE));
+		return 3;
+	}
+	if (decode_text(L, s, len, 3, 4, skip, &d) == 0)
 		return 1;
 	lua_settop(L, 1);
 	luaL_pushfail(L);

@@ -11,7 +11,8 @@
 --     strict RFC 8259; arrays come back marked, null as json.null; the
 --     message says where ("json: unexpected character 'x' at byte 7").
 --     skip: a set of keys left out of a top-level object (their values are
---     still checked), for decoders that read a few fields of many documents.
+--     still checked), for decoders that read a few fields of many documents;
+--     with skip the text must hold an object, so the result is always a table.
 --   json.array(t) -> t, json.is_array(v) -> boolean, json.null
 --
 -- require "cjson" stays available for code that wants lua-cjson itself.

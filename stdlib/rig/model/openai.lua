@@ -375,7 +375,7 @@ function codec.decoder(model, emit)
     return true
   end
 
-  local decode, getmetatable, type = json.decode, getmetatable, type
+  local decode, type = json.decode, type
 
   function dec:feed(data, event)
     if self.finished then return true end -- nothing counts after [DONE]
@@ -383,10 +383,10 @@ function codec.decoder(model, emit)
       self.done, self.finished = true, true
       return true
     end
-    local obj = decode(data, UNREAD)
-    -- decoded arrays carry the array metatable; objects carry none
-    if type(obj) ~= "table" or getmetatable(obj) ~= nil then
-      return protocol(provider, "malformed stream event (not a JSON object)")
+    -- with keys to skip, json.decode returns an object or fails
+    local obj, jerr = decode(data, UNREAD)
+    if obj == nil then
+      return protocol(provider, "malformed stream event (" .. tostring(jerr):gsub("^json: ", "") .. ")")
     end
     local e = obj.error
     if e ~= nil and e ~= null then return shared.stream_error(provider, obj) end
@@ -423,7 +423,7 @@ function codec.decoder(model, emit)
       if not ok then return ok, msg, code end
     end
     local fr = choice.finish_reason
-    if fr ~= nil and type(fr) == "string" and fr ~= "" then
+    if fr ~= nil and fr ~= null and type(fr) == "string" and fr ~= "" then
       self.finish_reason = FINISH[fr] or "stop"
       self.done = true
     end
