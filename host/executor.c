@@ -804,6 +804,7 @@ struct capture {
 
 struct lr_exec {
 	struct lr_executor_set *set;
+	struct lr_executor *owner;
 	struct lr_proc *proc;
 	struct lr_exec_result res;
 	struct capture cap[3];
@@ -887,18 +888,24 @@ fail:
 	return rc;
 }
 
-void lr_executor_set_free(struct lr_executor_set *s)
+/*
+ * Ends the runs still going (of one executor, or all): the helper's group is
+ * killed, and their owners hear it through done as usual, marked aborted.
+ */
+static void abort_runs(struct lr_executor_set *s, struct lr_executor *only, const char *why)
 {
-	if (!s)
-		return;
-	/* Runs still going end now; their owners hear it through done as usual. */
-	while (s->runs) {
-		struct lr_exec *x = s->runs;
+	struct lr_exec *x = s->runs;
+	while (x) {
+		struct lr_exec *next = x->next;
+		if (only && x->owner != only) {
+			x = next;
+			continue;
+		}
 		exec_unlink(x);
 		if (!x->finished) {
 			x->finished = 1;
 			x->res.signo = SIGKILL;
-			snprintf(x->res.err, sizeof x->res.err, "executor: the set was closed");
+			snprintf(x->res.err, sizeof x->res.err, "%s", why);
 			x->res.aborted = 1;
 			if (!x->inherit) {
 				capture_finish(&x->cap[1], &x->res.out);
@@ -908,7 +915,20 @@ void lr_executor_set_free(struct lr_executor_set *s)
 		}
 		lr_proc_close(x->proc); /* kills the helper's group */
 		x->proc = NULL;
+		x = next;
 	}
+}
+
+void lr_executor_abort(struct lr_executor *e)
+{
+	abort_runs(e->set, e, "executor: the executor was closed");
+}
+
+void lr_executor_set_free(struct lr_executor_set *s)
+{
+	if (!s)
+		return;
+	abort_runs(s, NULL, "executor: the set was closed");
 	while (s->executors) {
 		struct lr_executor *e = s->executors;
 		s->executors = e->next;
@@ -1333,6 +1353,7 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 		lr_proc_close_stdin(x->proc);
 	}
 	x->set = s;
+	x->owner = e;
 	x->next = s->runs;
 	if (s->runs)
 		s->runs->prev = x;

@@ -703,6 +703,8 @@ const char *lr_executor_tmpdir(const struct lr_executor *e);
 const char *lr_executor_key(const struct lr_executor *e);
 /* The profile's fingerprint (grants bind to it). */
 const char *lr_executor_fingerprint(const struct lr_executor *e);
+/* Ends this executor's runs still going (they complete as aborted); the executor stays usable. */
+void lr_executor_abort(struct lr_executor *e);
 
 /*
  * Everything needed to spawn the helper for one request: grants redeemed,

@@ -16,5 +16,6 @@ int luaopen_rig_core(lua_State *L)
 	lr__bundle_open(L);
 	lr__store_open(L);
 	lr__json_open(L);
+	lr__executor_open(L);
 	return 1;
 }
