@@ -856,8 +856,12 @@ int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
 	if (scratch_root) {
 		if (mkdir(scratch_root, 0700) != 0) {
 			rc = -errno;
-			seterr(err, "executor: cannot create scratch root '%s': %s", scratch_root,
-			       strerror(errno));
+			if (rc == -EEXIST)
+				seterr(err, "executor: scratch root '%s' already exists (the set makes it "
+					    "and removes it)", scratch_root);
+			else
+				seterr(err, "executor: cannot create scratch root '%s': %s", scratch_root,
+				       strerror(errno));
 			goto fail;
 		}
 		char real[PATH_MAX];
