@@ -24,9 +24,6 @@
 #define SPAWN_BUFFER (64u << 10)
 #define RUN_OUTPUT_LIMIT (1u << 20)
 
-/* sbx-profile's lua/sandbox.c: the profile at idx (raises otherwise). */
-const struct lr_profile *lr__sandbox_check_profile(lua_State *L, int idx);
-
 /* uservalues: the set holds 1 = executors by key, 2 = weak table of spawned handles. */
 struct setud {
 	struct lr_executor_set *s; /* NULL once closed */

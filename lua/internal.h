@@ -160,6 +160,11 @@ void lr__proc_open(lua_State *L);
 void lr__bundle_open(lua_State *L);
 void lr__store_open(lua_State *L);
 void lr__json_open(lua_State *L);
+void lr__sandbox_open(lua_State *L);
+/* sandbox.c: the profile held by the rig.sandbox.profile userdata at idx
+ * (raises when it is not one); borrowed, valid while the userdata lives. */
+struct lr_profile;
+const struct lr_profile *lr__sandbox_check_profile(lua_State *L, int idx);
 
 /* stdlib.c (generated) and the module searchers. */
 struct lr_embedded {
@@ -190,6 +195,8 @@ int lr_bundle_inspect(const char *path);
 int lr_repl_run(struct lr_state *S, const char *script);
 /* snapshot_cli.c: `luarig snapshot ...` (argv after "snapshot"); returns the exit code. */
 int lr_snapshot_cli(int argc, char **argv);
+/* sandbox_cli.c: `luarig sandbox ...` (argv after "sandbox"); returns the exit code. */
+int lr_sandbox_cli(int argc, char **argv);
 
 /* proc.c, for the sandbox executor: spawn o as a rig.process handle (pushes it or nil, msg, code). */
 int lr__proc_spawn_handle(lua_State *L, const struct lr_proc_opts *o, const char *stdin_data,

@@ -3,6 +3,7 @@
  * codes (0 ok, 1 the script or the work failed, 2 usage) and signals.
  */
 #include "internal.h"
+#include "../sandbox/sandbox.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -31,6 +32,8 @@ static void usage(FILE *f)
 	      "                                            run one command confined (exit: the\n"
 	      "                                            command's; 124 timeout, 125 luarig failed,\n"
 	      "                                            126 no confinement, 127 not found)\n"
+	      "       luarig sandbox check                 this machine's confinement tier and\n"
+	      "                                            guarantees\n"
 	      "       luarig version | help\n"
 	      "\n"
 	      "With no arguments, luarig starts the REPL on a terminal and runs\n"
@@ -222,6 +225,10 @@ static int is_bundle(const char *path)
 
 int main(int argc, char **argv)
 {
+	/* The confinement helper: before any Lua state, thread or loop exists. */
+	if (argc >= 2 && strcmp(argv[1], "__sandbox-helper") == 0)
+		return lr_sbx_helper_main(argc, argv);
+
 	size_t max_mem = 0;
 	uint64_t max_instr = 0;
 	int i = 1;
@@ -293,6 +300,8 @@ int main(int argc, char **argv)
 		return lr_snapshot_cli(argc - i - 1, argv + i + 1);
 	if (cmd && strcmp(cmd, "sandbox") == 0 && i + 1 < argc && strcmp(argv[i + 1], "run") == 0)
 		return lr_sandbox_run_cli(argc - i - 2, argv + i + 2);
+	if (cmd && strcmp(cmd, "sandbox") == 0)
+		return lr_sandbox_cli(argc - i - 1, argv + i + 1);
 	if (cmd && strcmp(cmd, "inspect") == 0) {
 		if (i + 2 != argc)
 			return usage_error("%s", "inspect needs exactly one bundle");

@@ -94,6 +94,22 @@ int lr_profile_restrict(const struct lr_profile *base, const struct lr_profile *
 int lr_profile_copy(const struct lr_profile *src, struct lr_profile *out);
 void lr_profile_release(struct lr_profile *p);
 
+/* -- added by sbx-profile -- */
+/*
+ * The defaults every face starts from: workspace_read allow, workspace_write
+ * gated, host_read allow, host_write deny, network gated, command gated,
+ * home isolated, isolation sandboxed, no roots, no acknowledgement, and
+ * workspace_root NULL (the caller sets it; validation requires it).
+ */
+void lr_profile_init(struct lr_profile *p);
+/*
+ * A path resolved the way access_for sees it: relative paths against the
+ * workspace, "." and ".." folded, symlinks resolved through the longest
+ * existing prefix (realpath -m). out gets PATH_MAX bytes. 0 or -errno.
+ */
+int lr_profile_resolve(const struct lr_profile *p, const char *path, char *out, size_t outlen);
+/* -- end sbx-profile -- */
+
 /* ---- the machine (sandbox/probe.c) ---- */
 
 enum lr_tier { LR_TIER_NONE = 0, LR_TIER_B = 1, LR_TIER_A = 2 };
@@ -108,6 +124,10 @@ struct lr_sbx_caps {
 	char cgroup_path[256];
 	enum lr_tier tier;
 	char why[LR_SBX_ERRLEN]; /* what is missing, for the report */
+	/* (sbx-profile) what the cgroup probe found, said plainly: the layout
+	 * (v2, v1/v2 hybrid, v1 only), where the unified hierarchy is, and
+	 * whether memory and pids can be limited there. */
+	char cgroup_note[256];
 };
 /* Probes once per process (cached); safe to call from any thread after the first. */
 const struct lr_sbx_caps *lr_sbx_probe(void);
@@ -209,6 +229,23 @@ enum { LR_SBX_FD_SPEC = 3, LR_SBX_FD_CONTROL = 4 };
  */
 int lr_sbx_helper_main(int argc, char **argv);
 
+/* ---- sbx-helper: the spec's caps and the proxy listeners (sandbox/spec.c, helper.c) ---- */
+
+/* Caps the decoder enforces; a spec above any of them is refused. */
+#define LR_SBX_SPEC_MAX (1 << 20)  /* bytes of JSON */
+#define LR_SBX_MAX_ARGS 4096       /* entries of argv, and of envp */
+#define LR_SBX_MAX_ARG (128 << 10) /* bytes of one argv or envp entry */
+#define LR_SBX_MAX_MOUNTS 256
+#define LR_SBX_MAX_RULES 1024      /* Landlock rules, and readonly paths */
+
+/*
+ * sandbox/netfds.c (helper "sbx-proxy"): called by the helper INSIDE the new
+ * network namespace with loopback up; binds 127.0.0.1:proxy_port (TCP) and
+ * 127.0.0.1:dns_port (UDP) and sends both fds over control_fd (SCM_RIGHTS).
+ * Until netfds.c lands, the helper refuses net "proxy" with exit 126.
+ */
+int lr_sbx_make_listeners(uint16_t proxy_port, uint16_t dns_port, int control_fd);
+
 /* ---- grants (sandbox/grant.c) ---- */
 
 /*
@@ -243,5 +280,31 @@ int lr_grant_mint(struct lr_grants *g, const struct lr_grant_req *r, char token[
  */
 int lr_grant_redeem(struct lr_grants *g, const char *token, const struct lr_grant_req *r,
 		    char err[LR_SBX_ERRLEN]);
+
+/* ---- netfds: the proxy's listeners, made inside the sandbox (sandbox/netfds.c) ---- */
+
+/*
+ * Called by the confinement helper INSIDE the target's new network
+ * namespace (LR_SBX_NET_PROXY), before it drops privileges: brings "lo" up
+ * if it is down (idempotent), binds a TCP listener on 127.0.0.1:proxy_port
+ * (backlog 64) and a UDP socket on 127.0.0.1:dns_port (0 picks a free port:
+ * tests), sends both over the UNIX socket control_fd in ONE message (one
+ * payload byte 'L', SCM_RIGHTS: the TCP fd first, then the UDP fd) and
+ * closes its own copies. Returns 0 or -errno (nothing is sent on failure).
+ * The descriptors it creates are O_CLOEXEC, so the target never holds them.
+ */
+int lr_sbx_make_listeners(uint16_t proxy_port, uint16_t dns_port, int control_fd);
+/*
+ * The host side: receives that message from control_fd (blocking unless
+ * control_fd is non-blocking, then -EAGAIN when nothing is there yet;
+ * LR_ECLOSED on EOF: the helper died before sending). Checks what came:
+ * exactly two descriptors, the first a listening TCP socket
+ * (SO_TYPE SOCK_STREAM, SO_ACCEPTCONN 1), the second a UDP socket
+ * (SOCK_DGRAM), both AF_INET bound to a loopback address; anything else is
+ * refused with -EPROTO and every received descriptor is closed. On success
+ * *tcp and *udp are set O_CLOEXEC|O_NONBLOCK and owned by the caller (hand
+ * them to lr_egress_open in host/host.h).
+ */
+int lr_sbx_recv_listeners(int control_fd, int *tcp, int *udp);
 
 #endif

@@ -54,6 +54,7 @@ local areas = {
   json = "rig.json",
   store = "rig.store",
   model = "rig.model",
+  sandbox = "rig.sandbox",
 }
 
 return setmetatable(rig, {

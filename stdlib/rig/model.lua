@@ -333,7 +333,19 @@ end
 local Stream = {}
 Stream.__index = Stream
 
+-- Provider messages sometimes quote the key they rejected ("Incorrect API key
+-- provided: sk-ab***yz"); nothing that looks like a key leaves in a message.
+local function redact(msg)
+  msg = tostring(msg)
+  msg = msg:gsub("%f[%w]([sprk]k%-[%w%-_%*%.]+)", "[redacted]")
+  msg = msg:gsub("%f[%w](key%-[%w%-_%*%.]+)", "[redacted]")
+  msg = msg:gsub("([Bb]earer%s+)%S+", "%1[redacted]")
+  return msg
+end
+M._redact = redact
+
 local function stream_fail(st, msg, code, detail)
+  msg = redact(msg)
   st.state = "failed"
   st.err = { msg, code, detail }
   if st.transport then st.transport:close(); st.transport = nil end

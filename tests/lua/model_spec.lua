@@ -288,11 +288,14 @@ describe("failures and retries", function()
 
   it("does not retry 401 and reports auth without the key", function()
     local p = mock.start()
-    p:push{ status = 401, body = err_body("authentication_error", "invalid x-api-key") }
+    -- providers quote the key they rejected; it must not reach the message
+    p:push{ status = 401, body = err_body("authentication_error", "Incorrect API key provided: " .. KEY) }
     local r, msg, code = model_for(p, "anthropic"):invoke(user("x"))
     expect(r).to_be_nil(); expect(code).to_be("auth")
     expect(#p.requests).to_be(1)
+    expect(msg).to_match("Incorrect API key provided: %[redacted%]")
     expect(msg:find(KEY, 1, true)).to_be_nil()
+    expect(msg:find(KEY:sub(1, 12), 1, true)).to_be_nil()
     p:close()
   end)
 

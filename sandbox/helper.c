@@ -1,0 +1,885 @@
+/*
+ * helper.c — the confinement helper, "luarig __sandbox-helper" (DESIGN §8).
+ *
+ * The host re-executes its own binary with this hidden subcommand, before
+ * any Lua state, thread or event loop exists, and hands it a sealed spec on
+ * fd 3. The helper is single-threaded and does everything in order, dying
+ * with exit 126 and "luarig sandbox: <what>: <why>" at the first failure:
+ *
+ *   helper (host namespaces): read and check the spec, open libseccomp and
+ *     build the filter (while the host's /usr is still visible), enter the
+ *     cgroup, then for tier A unshare user+mount+pid+ipc+uts+net at once and
+ *     map the real uid/gid; fork the reaper and wait for it, forwarding
+ *     SIGTERM/SIGINT/SIGHUP; exit with its status.
+ *   reaper (tier A: pid 1 of the new pid namespace): build the mount view,
+ *     bring lo up, set the hostname, setsid, fork the target, reap every
+ *     child, and when the target exits kill everything left and exit with
+ *     the target's status (128+N for a signal).
+ *   target: setsid, rlimits, every fd >= 3 close-on-exec, capabilities
+ *     dropped (bounding, ambient, permitted, effective, inheritable, locked
+ *     securebits, no_new_privs), Landlock, the seccomp filter last, execve
+ *     with the spec's environment (127 when the exec fails).
+ *
+ * Tier B (no user namespace): the helper is a child subreaper instead of a
+ * pid namespace's init; after the target exits it kills every descendant it
+ * inherited. No mount view, no network namespace: Landlock, seccomp (which
+ * then also refuses AF_INET/AF_INET6 sockets when the network is off),
+ * rlimits, setsid and the capability drop.
+ */
+#include "sandbox.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/landlock.h>
+#include <linux/openat2.h>
+#include <linux/securebits.h>
+#include <net/if.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Landlock bits newer than Debian 12's header. */
+#define LL_FS_REFER (UINT64_C(1) << 13)
+#define LL_FS_TRUNCATE (UINT64_C(1) << 14)
+#define LL_FS_IOCTL_DEV (UINT64_C(1) << 15)
+#define LL_NET_BIND_TCP (UINT64_C(1) << 0)
+#define LL_NET_CONNECT_TCP (UINT64_C(1) << 1)
+#define LL_SCOPE_ABSTRACT_UNIX_SOCKET (UINT64_C(1) << 0)
+#define LL_SCOPE_SIGNAL (UINT64_C(1) << 1)
+/* Rights Landlock accepts on a non-directory. */
+#define LL_FILE_RIGHTS (LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_WRITE_FILE | \
+			LANDLOCK_ACCESS_FS_READ_FILE | LL_FS_TRUNCATE | LL_FS_IOCTL_DEV)
+#define LL_READ (LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR)
+#define LL_DEV_RW (LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR | \
+		   LANDLOCK_ACCESS_FS_WRITE_FILE | LL_FS_TRUNCATE | LL_FS_IOCTL_DEV)
+
+struct ll_ruleset_attr {
+	uint64_t handled_access_fs, handled_access_net, scoped;
+};
+
+#define NS_FLAGS (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | \
+		  CLONE_NEWNET)
+
+/* ---- dying ---- */
+
+__attribute__((format(printf, 2, 3), noreturn))
+static void die(int e, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	if (e)
+		dprintf(2, "luarig sandbox: %s: %s\n", msg, strerror(e));
+	else
+		dprintf(2, "luarig sandbox: %s\n", msg);
+	_exit(LR_SBX_EXIT_SETUP);
+}
+
+/* ---- the spec on fd 3 ---- */
+
+static char *read_spec(size_t *len)
+{
+	const int need = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+	struct stat st;
+	if (fstat(LR_SBX_FD_SPEC, &st) < 0)
+		die(errno, "spec on fd 3");
+	int seals = fcntl(LR_SBX_FD_SPEC, F_GET_SEALS);
+	if (seals < 0)
+		die(errno, "spec on fd 3 is not a sealed memfd");
+	if ((seals & need) != need)
+		die(0, "spec on fd 3 is not sealed against every change");
+	if (!S_ISREG(st.st_mode) || st.st_size > LR_SBX_SPEC_MAX)
+		die(0, "spec on fd 3 is not a file of at most %d bytes", LR_SBX_SPEC_MAX);
+	size_t n = (size_t)st.st_size, off = 0;
+	char *buf = malloc(n + 1);
+	if (!buf)
+		die(ENOMEM, "spec");
+	while (off < n) {
+		ssize_t r = pread(LR_SBX_FD_SPEC, buf + off, n - off, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			die(r < 0 ? errno : EIO, "reading the spec");
+		off += (size_t)r;
+	}
+	close(LR_SBX_FD_SPEC);
+	*len = n;
+	return buf;
+}
+
+/* ---- seccomp (libseccomp, opened lazily before the view hides /usr) ---- */
+
+static const char *const seccomp_sonames[] = { "libseccomp.so.2", "libseccomp.so", NULL };
+static const char *const seccomp_names[] = {
+	"seccomp_init", "seccomp_rule_add", "seccomp_load", "seccomp_syscall_resolve_name",
+	NULL
+};
+static struct {
+	__typeof__(seccomp_init) *init;
+	__typeof__(seccomp_rule_add) *rule_add;
+	__typeof__(seccomp_load) *load;
+	__typeof__(seccomp_syscall_resolve_name) *resolve;
+} scmp;
+static struct lr_lazy seccomp_lib = {
+	.sonames = seccomp_sonames, .names = seccomp_names, .slots = (void **)&scmp,
+};
+
+static void deny(scmp_filter_ctx ctx, const char *name, int err)
+{
+	int nr = scmp.resolve(name);
+	if (nr == __NR_SCMP_ERROR)
+		return; /* not a syscall of this architecture */
+	int rc = scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 0);
+	if (rc)
+		die(-rc, "seccomp rule for '%s'", name);
+}
+
+static void deny_arg(scmp_filter_ctx ctx, const char *name, unsigned n, struct scmp_arg_cmp a,
+		     struct scmp_arg_cmp b)
+{
+	int nr = scmp.resolve(name);
+	int rc = nr == __NR_SCMP_ERROR ? 0
+		 : n == 1	       ? scmp.rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, a)
+				       : scmp.rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 2, a, b);
+	if (rc)
+		die(-rc, "seccomp rule for '%s'", name);
+}
+
+/*
+ * Kernel surfaces no build or test needs, namespace and mount changes, and
+ * socket families other than UNIX and IP. inet_ok: IP sockets stay allowed
+ * (tier A, where the network namespace holds only loopback).
+ */
+static scmp_filter_ctx seccomp_build(int inet_ok)
+{
+	static const char *const denied[] = {
+		"io_uring_setup", "io_uring_enter", "io_uring_register", "bpf", "perf_event_open",
+		"keyctl", "add_key", "request_key", "init_module", "finit_module",
+		"delete_module", "kexec_load", "kexec_file_load", "userfaultfd", "mount",
+		"umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
+		"fsmount", "fsconfig", "fspick", "mount_setattr", "unshare", "setns", "ptrace",
+		"process_vm_readv", "process_vm_writev", "personality", "open_by_handle_at",
+		"acct", "swapon", "swapoff", "reboot", NULL
+	};
+	static const unsigned long ns[] = { CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS,
+					    CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID,
+					    CLONE_NEWNET };
+	int rc = lr_lazy_open(&seccomp_lib);
+	if (rc)
+		die(0, "seccomp: %s", seccomp_lib.err);
+	scmp_filter_ctx ctx = scmp.init(SCMP_ACT_ALLOW);
+	if (!ctx)
+		die(ENOMEM, "seccomp_init");
+	for (size_t i = 0; denied[i]; i++)
+		deny(ctx, denied[i], EPERM);
+	/* clone3 hides its flags behind a pointer: ENOSYS makes libc fall back to clone. */
+	deny(ctx, "clone3", ENOSYS);
+	struct scmp_arg_cmp none = SCMP_A0(SCMP_CMP_EQ, 0);
+	for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+		deny_arg(ctx, "clone", 1, SCMP_A0(SCMP_CMP_MASKED_EQ, ns[i], ns[i]), none);
+	/* socket(domain): only AF_UNIX (1), AF_INET (2), AF_INET6 (10). */
+	deny_arg(ctx, "socket", 1, SCMP_A0(SCMP_CMP_EQ, AF_UNSPEC), none);
+	for (unsigned long d = 3; d < AF_INET6; d++)
+		deny_arg(ctx, "socket", 1, SCMP_A0(SCMP_CMP_EQ, d), none);
+	deny_arg(ctx, "socket", 1, SCMP_A0(SCMP_CMP_GE, AF_INET6 + 1), none);
+	static const unsigned long ip[] = { AF_INET, AF_INET6 };
+	for (size_t i = 0; i < 2; i++) {
+		if (!inet_ok) {
+			deny_arg(ctx, "socket", 1, SCMP_A0(SCMP_CMP_EQ, ip[i]), none);
+			continue;
+		}
+		deny_arg(ctx, "socket", 2, SCMP_A0(SCMP_CMP_EQ, ip[i]),
+			 SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW));
+		deny_arg(ctx, "socket", 2, SCMP_A0(SCMP_CMP_EQ, ip[i]),
+			 SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_PACKET));
+	}
+	return ctx;
+}
+
+/* ---- the cgroup ---- */
+
+static void write_file(const char *dir, const char *name, const char *val)
+{
+	char p[PATH_MAX + 32];
+	snprintf(p, sizeof p, "%s/%s", dir, name);
+	int fd = open(p, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, val, strlen(val)) != (ssize_t)strlen(val)) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		die(e, "cgroup: writing '%s'", p);
+	}
+	close(fd);
+}
+
+/* A cgroup named in the spec is demanded: any failure is fatal. */
+static void enter_cgroup(const struct lr_sbx_spec *s)
+{
+	char v[32];
+	if (mkdir(s->cgroup, 0755) < 0 && errno != EEXIST)
+		die(errno, "cgroup: creating '%s'", s->cgroup);
+	if (s->limits.memory_bytes) {
+		snprintf(v, sizeof v, "%llu", (unsigned long long)s->limits.memory_bytes);
+		write_file(s->cgroup, "memory.max", v);
+	}
+	if (s->limits.nproc) {
+		snprintf(v, sizeof v, "%llu", (unsigned long long)s->limits.nproc);
+		write_file(s->cgroup, "pids.max", v);
+	}
+	snprintf(v, sizeof v, "%ld", (long)getpid());
+	write_file(s->cgroup, "cgroup.procs", v);
+}
+
+/* ---- the user namespace ---- */
+
+static void write_proc(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		die(e, "writing '%s'", path);
+	}
+	close(fd);
+}
+
+static void enter_namespaces(const struct lr_sbx_spec *s)
+{
+	uid_t uid = getuid();
+	gid_t gid = getgid();
+	if (s->uid != uid || s->gid != gid)
+		die(0, "spec uid/gid %lu/%lu are not the real ones (%lu/%lu)", (unsigned long)s->uid,
+		    (unsigned long)s->gid, (unsigned long)uid, (unsigned long)gid);
+	if (unshare(NS_FLAGS) < 0)
+		die(errno, "unshare of the user, mount, pid, ipc, uts and network namespaces");
+	char map[64];
+	write_proc("/proc/self/setgroups", "deny");
+	snprintf(map, sizeof map, "%lu %lu 1\n", (unsigned long)uid, (unsigned long)uid);
+	write_proc("/proc/self/uid_map", map);
+	snprintf(map, sizeof map, "%lu %lu 1\n", (unsigned long)gid, (unsigned long)gid);
+	write_proc("/proc/self/gid_map", map);
+}
+
+/* ---- the mount view (tier A, in the reaper) ---- */
+
+static int openat2_path(int dirfd, const char *path, uint64_t resolve, int nofollow)
+{
+	struct open_how how = { .flags = O_PATH | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0),
+				.resolve = resolve };
+	while (*path == '/')
+		path++;
+	return (int)syscall(SYS_openat2, dirfd, *path ? path : ".", &how, sizeof how);
+}
+
+/* A fresh tmpfs, detached, through the fd-based mount API. */
+static int new_fs(const char *type, const char *mode, unsigned attrs)
+{
+	int fs = fsopen(type, FSOPEN_CLOEXEC);
+	if (fs < 0)
+		return -errno;
+	if ((mode && fsconfig(fs, FSCONFIG_SET_STRING, "mode", mode, 0) < 0) ||
+	    fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) {
+		int e = errno;
+		close(fs);
+		return -e;
+	}
+	int m = fsmount(fs, FSMOUNT_CLOEXEC, attrs);
+	int e = errno;
+	close(fs);
+	return m < 0 ? -e : m;
+}
+
+static void attach(int mfd, int target_fd, const char *what)
+{
+	if (move_mount(mfd, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+		die(errno, "mounting %s", what);
+	close(mfd);
+}
+
+static void mount_fs(const char *type, const char *mode, unsigned attrs, int target_fd,
+		     const char *what)
+{
+	int m = new_fs(type, mode, attrs);
+	if (m < 0)
+		die(-m, "creating the %s for %s", type, what);
+	attach(m, target_fd, what);
+}
+
+/*
+ * Walks path below root_fd without following any symlink, creating missing
+ * directories (and, when file is set, the last component as an empty file),
+ * and returns an O_PATH fd of the result.
+ */
+static int make_point(int root_fd, const char *path, int file)
+{
+	char buf[PATH_MAX];
+	snprintf(buf, sizeof buf, "%s", path);
+	int dir = dup(root_fd);
+	char *save = NULL;
+	for (char *c = strtok_r(buf, "/", &save); c && dir >= 0; c = strtok_r(NULL, "/", &save)) {
+		int last = save == NULL || *save == '\0';
+		if (last && file) {
+			int f = openat(dir, c, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+			if (f >= 0)
+				close(f);
+		} else if (mkdirat(dir, c, 0755) < 0 && errno != EEXIST) {
+			close(dir);
+			return -1;
+		}
+		int next = openat(dir, c, O_PATH | O_NOFOLLOW | O_CLOEXEC | (last && file ? 0 : O_DIRECTORY));
+		close(dir);
+		dir = next;
+	}
+	return dir;
+}
+
+/* A bind of src_fd (recursive) onto dst_fd with attributes set on the copy. */
+static void bind_fd(int src_fd, int dst_fd, unsigned attrs, const char *what)
+{
+	int t = open_tree(src_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
+	if (t < 0)
+		die(errno, "open_tree of %s", what);
+	struct mount_attr a = { .attr_set = attrs };
+	if (mount_setattr(t, "", AT_EMPTY_PATH | AT_RECURSIVE, &a, sizeof a) < 0)
+		die(errno, "mount_setattr on %s", what);
+	attach(t, dst_fd, what);
+}
+
+static size_t depth(const char *p)
+{
+	size_t d = 0;
+	for (; *p; p++)
+		d += *p == '/';
+	return d;
+}
+
+static int by_depth(const void *a, const void *b)
+{
+	size_t da = depth(((const struct lr_sbx_mount *)a)->dst);
+	size_t db = depth(((const struct lr_sbx_mount *)b)->dst);
+	return da < db ? -1 : da > db;
+}
+
+static void spec_mount(int old_fd, int new_fd, const struct lr_sbx_mount *m)
+{
+	int src = openat2_path(old_fd, m->src, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS, 1);
+	if (src < 0)
+		die(errno, "mount source '%s'", m->src);
+	struct stat st;
+	if (fstat(src, &st) < 0)
+		die(errno, "mount source '%s'", m->src);
+	if (S_ISLNK(st.st_mode)) {
+		/* /bin -> usr/bin on a merged-/usr host: the same link in the view. */
+		char target[PATH_MAX];
+		ssize_t n = readlinkat(src, "", target, sizeof target - 1);
+		if (n < 0)
+			die(errno, "reading the link '%s'", m->src);
+		target[n] = '\0';
+		char parent[PATH_MAX];
+		snprintf(parent, sizeof parent, "%s", m->dst);
+		*strrchr(parent, '/') = '\0';
+		int pfd = make_point(new_fd, parent, 0);
+		if (pfd < 0 || symlinkat(target, pfd, strrchr(m->dst, '/') + 1) < 0)
+			die(errno, "link '%s' in the view", m->dst);
+		close(pfd);
+		close(src);
+		return;
+	}
+	int dst = make_point(new_fd, m->dst, !S_ISDIR(st.st_mode));
+	if (dst < 0)
+		die(errno, "mount point '%s'", m->dst);
+	unsigned attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (m->writable ? 0 : MOUNT_ATTR_RDONLY);
+	char what[PATH_MAX + 8];
+	snprintf(what, sizeof what, "'%s'", m->src);
+	bind_fd(src, dst, attrs, what);
+	close(src);
+	close(dst);
+}
+
+/* A protected path inside a writable root, re-bound read-only when it exists. */
+static void readonly_mount(int new_fd, const char *path)
+{
+	int fd = openat2_path(new_fd, path, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS, 0);
+	if (fd < 0) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			return;
+		die(errno, "protected path '%s'", path);
+	}
+	char what[PATH_MAX + 8];
+	snprintf(what, sizeof what, "'%s'", path);
+	bind_fd(fd, fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, what);
+	close(fd);
+}
+
+static void build_dev(int old_fd, int new_fd)
+{
+	static const char *const nodes[] = { "null", "zero", "full", "random", "urandom", "tty", NULL };
+	int dev = make_point(new_fd, "dev", 0);
+	if (dev < 0)
+		die(errno, "mount point '/dev'");
+	mount_fs("tmpfs", "0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, dev, "/dev");
+	close(dev);
+	dev = openat2_path(new_fd, "dev", RESOLVE_NO_SYMLINKS, 0);
+	if (dev < 0)
+		die(errno, "the view's /dev");
+	char host[32];
+	for (size_t i = 0; nodes[i]; i++) {
+		snprintf(host, sizeof host, "dev/%s", nodes[i]);
+		int src = openat2_path(old_fd, host, RESOLVE_IN_ROOT, 0);
+		if (src < 0)
+			die(errno, "host '/%s'", host);
+		int dst = make_point(dev, nodes[i], 1);
+		if (dst < 0)
+			die(errno, "mount point '/%s'", host);
+		bind_fd(src, dst, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, host);
+		close(src);
+		close(dst);
+	}
+	int pts = make_point(dev, "pts", 0), shm = make_point(dev, "shm", 0);
+	if (pts < 0 || shm < 0)
+		die(errno, "mount points in '/dev'");
+	/* A private devpts instance; when the kernel refuses it, pts stays empty. */
+	int fs = fsopen("devpts", FSOPEN_CLOEXEC);
+	if (fs >= 0) {
+		if (fsconfig(fs, FSCONFIG_SET_FLAG, "newinstance", NULL, 0) == 0 &&
+		    fsconfig(fs, FSCONFIG_SET_STRING, "ptmxmode", "0666", 0) == 0 &&
+		    fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0620", 0) == 0 &&
+		    fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) == 0) {
+			int m = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
+			if (m >= 0)
+				attach(m, pts, "/dev/pts");
+		}
+		close(fs);
+	}
+	mount_fs("tmpfs", "1777", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, shm, "/dev/shm");
+	close(pts);
+	close(shm);
+	static const char *const links[][2] = { { "/proc/self/fd", "fd" },
+						{ "/proc/self/fd/0", "stdin" },
+						{ "/proc/self/fd/1", "stdout" },
+						{ "/proc/self/fd/2", "stderr" },
+						{ "pts/ptmx", "ptmx" } };
+	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++)
+		if (symlinkat(links[i][0], dev, links[i][1]) < 0)
+			die(errno, "link '/dev/%s'", links[i][1]);
+	close(dev);
+}
+
+/*
+ * The view: a tmpfs root holding read-only binds of the spec's host roots,
+ * the writable binds, the protected paths re-bound read-only, a fresh /proc
+ * of the new pid namespace, a minimal /dev and empty /tmp and /run. Built
+ * from a scratch root (a tmpfs pivoted onto, with the host's root under
+ * /oldroot) so that every source resolves inside the host's tree, then
+ * pivoted into, and the host's tree detached.
+ */
+static void build_view(struct lr_sbx_spec *s)
+{
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		die(errno, "making the mounts private");
+	int base = open("/tmp", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (base < 0)
+		die(errno, "opening /tmp");
+	mount_fs("tmpfs", "0700", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, base, "the scratch root");
+	close(base);
+	if (chdir("/tmp") < 0 || mkdir("newroot", 0755) < 0 || mkdir("oldroot", 0755) < 0)
+		die(errno, "the scratch root");
+	if (syscall(SYS_pivot_root, ".", "oldroot") < 0)
+		die(errno, "pivot_root to the scratch root");
+	if (chdir("/") < 0)
+		die(errno, "chdir /");
+	int nr = open("/newroot", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (nr < 0)
+		die(errno, "/newroot");
+	mount_fs("tmpfs", "0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, nr, "the new root");
+	close(nr);
+	int old_fd = open("/oldroot", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	int new_fd = open("/newroot", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (old_fd < 0 || new_fd < 0)
+		die(errno, "the scratch root");
+
+	static const char *const tmps[][2] = { { "tmp", "1777" }, { "run", "0755" } };
+	for (size_t i = 0; i < 2; i++) {
+		int p = make_point(new_fd, tmps[i][0], 0);
+		if (p < 0)
+			die(errno, "mount point '/%s'", tmps[i][0]);
+		mount_fs("tmpfs", tmps[i][1], MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, p, tmps[i][0]);
+		close(p);
+	}
+	qsort(s->mounts, s->nmounts, sizeof *s->mounts, by_depth);
+	for (size_t i = 0; i < s->nmounts; i++)
+		spec_mount(old_fd, new_fd, &s->mounts[i]);
+	for (size_t i = 0; i < s->nreadonly; i++)
+		readonly_mount(new_fd, s->readonly[i]);
+	build_dev(old_fd, new_fd);
+	/* /proc of the new pid namespace; the kernel wants the host's /proc still visible. */
+	int proc = make_point(new_fd, "proc", 0);
+	if (proc < 0)
+		die(errno, "mount point '/proc'");
+	mount_fs("proc", NULL, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, proc, "/proc");
+	close(proc);
+	close(old_fd);
+	/* The root directory itself is read-only: nothing lands beside the binds. */
+	struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
+	if (mount_setattr(new_fd, "", AT_EMPTY_PATH, &ro, sizeof ro) < 0)
+		die(errno, "making the new root read-only");
+	if (fchdir(new_fd) < 0 || syscall(SYS_pivot_root, ".", ".") < 0)
+		die(errno, "pivot_root into the view");
+	if (umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
+		die(errno, "detaching the host's tree");
+	close(new_fd);
+}
+
+static void loopback_up(void)
+{
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof ifr);
+	snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
+	if (fd < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr) < 0)
+		die(errno, "loopback");
+	ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+	if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
+		die(errno, "bringing loopback up");
+	close(fd);
+}
+
+/* ---- the target's own confinement ---- */
+
+static void set_limit(int res, uint64_t v, const char *name)
+{
+	struct rlimit r;
+	if (!v)
+		return;
+	if (getrlimit(res, &r) < 0)
+		die(errno, "getrlimit %s", name);
+	rlim_t want = (rlim_t)v;
+	if (r.rlim_max != RLIM_INFINITY && want > r.rlim_max)
+		want = r.rlim_max; /* never above what the host itself may use */
+	r.rlim_cur = r.rlim_max = want;
+	if (setrlimit(res, &r) < 0)
+		die(errno, "setrlimit %s", name);
+}
+
+static void set_limits(const struct lr_sbx_limits *l)
+{
+	set_limit(RLIMIT_AS, l->as_bytes, "RLIMIT_AS");
+	set_limit(RLIMIT_FSIZE, l->fsize_bytes, "RLIMIT_FSIZE");
+	set_limit(RLIMIT_NPROC, l->nproc, "RLIMIT_NPROC");
+	set_limit(RLIMIT_NOFILE, l->nofile, "RLIMIT_NOFILE");
+	set_limit(RLIMIT_CPU, l->cpu_seconds, "RLIMIT_CPU");
+}
+
+static int has_cap(int cap)
+{
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct d[2];
+	if (syscall(SYS_capget, &h, d) < 0)
+		return 0;
+	return (d[cap / 32].effective >> (cap % 32)) & 1;
+}
+
+/*
+ * Every capability gone from every set, and locked so that exec of a
+ * setuid-root binary or uid 0 gives none back. Without CAP_SETPCAP (tier B
+ * as an ordinary user) the bounding set and securebits cannot be changed;
+ * the process holds no capability then, and no_new_privs keeps it so.
+ */
+static void drop_caps(void)
+{
+	if (has_cap(CAP_SETPCAP)) {
+		if (prctl(PR_SET_SECUREBITS, SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_SETUID_FIXUP |
+						     SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_NOROOT |
+						     SECBIT_NOROOT_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
+						     SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) < 0)
+			die(errno, "securebits");
+		for (int cap = 0;; cap++) {
+			if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
+				continue;
+			if (errno == EINVAL)
+				break;
+			die(errno, "dropping capability %d from the bounding set", cap);
+		}
+	}
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+		die(errno, "clearing the ambient capabilities");
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct d[2];
+	memset(d, 0, sizeof d);
+	if (syscall(SYS_capset, &h, d) < 0)
+		die(errno, "capset");
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		die(errno, "no_new_privs");
+}
+
+static void add_rule(int rfd, const char *path, uint64_t access, uint64_t handled, int abi,
+		     int optional)
+{
+	int fd = open(path, O_PATH | O_CLOEXEC);
+	if (fd < 0) {
+		if (optional && errno == ENOENT)
+			return;
+		die(errno, "landlock rule for '%s'", path);
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		die(errno, "landlock rule for '%s'", path);
+	if (!S_ISDIR(st.st_mode))
+		access &= LL_FILE_RIGHTS;
+	else if (abi >= 2 && (access & LANDLOCK_ACCESS_FS_MAKE_REG))
+		access |= LL_FS_REFER; /* a writable root: renames and links inside it (git mv) */
+	struct landlock_path_beneath_attr pb = { .allowed_access = access & handled,
+						 .parent_fd = fd };
+	if (pb.allowed_access &&
+	    syscall(SYS_landlock_add_rule, rfd, LANDLOCK_RULE_PATH_BENEATH, &pb, 0) < 0)
+		die(errno, "landlock rule for '%s'", path);
+	close(fd);
+}
+
+static int mount_below(const struct lr_sbx_spec *s, const char *dir)
+{
+	size_t n = strlen(dir);
+	for (size_t i = 0; i < s->nmounts; i++)
+		if (strncmp(s->mounts[i].dst, dir, n) == 0 &&
+		    (s->mounts[i].dst[n] == '/' || s->mounts[i].dst[n] == '\0'))
+			return 1;
+	return 0;
+}
+
+/*
+ * Every filesystem right the kernel's ABI knows is handled, so whatever no
+ * rule grants is denied. Besides the spec's rules, the helper grants what it
+ * built itself: /proc read-only, the device nodes read-write and, in tier A,
+ * the private tmpfs on /tmp, /run and /dev/shm.
+ */
+static void apply_landlock(const struct lr_sbx_spec *s)
+{
+	long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+	if (abi < 1)
+		die(abi < 0 ? errno : 0, "landlock is not available");
+	struct ll_ruleset_attr attr = { .handled_access_fs = (UINT64_C(1) << 13) - 1 };
+	if (abi >= 2)
+		attr.handled_access_fs |= LL_FS_REFER;
+	if (abi >= 3)
+		attr.handled_access_fs |= LL_FS_TRUNCATE;
+	if (abi >= 5)
+		attr.handled_access_fs |= LL_FS_IOCTL_DEV;
+	if (abi >= 4 && s->tier == LR_TIER_B && s->net != LR_SBX_NET_HOST)
+		attr.handled_access_net = LL_NET_BIND_TCP | LL_NET_CONNECT_TCP;
+	if (abi >= 6)
+		attr.scoped = LL_SCOPE_ABSTRACT_UNIX_SOCKET | LL_SCOPE_SIGNAL;
+	size_t size = abi >= 6 ? 24 : abi >= 4 ? 16 : 8;
+	int rfd = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0);
+	if (rfd < 0)
+		die(errno, "landlock_create_ruleset");
+	uint64_t all = attr.handled_access_fs;
+	for (size_t i = 0; i < s->nrules; i++)
+		add_rule(rfd, s->rules[i].path, s->rules[i].access, all, (int)abi, 0);
+	add_rule(rfd, "/proc", LL_READ, all, (int)abi, 1);
+	static const char *const nodes[] = { "/dev/null", "/dev/zero", "/dev/full", "/dev/random",
+					     "/dev/urandom", "/dev/tty", "/dev/pts", "/dev/ptmx",
+					     NULL };
+	for (size_t i = 0; nodes[i]; i++)
+		add_rule(rfd, nodes[i], LL_DEV_RW, all, (int)abi, 1);
+	if (s->tier == LR_TIER_A) {
+		/*
+		 * Landlock rights are inherited down the tree: a rule on /tmp would
+		 * open every bind placed below it (a workspace under /tmp), so the
+		 * private /tmp and /run are granted only when no bind lies inside.
+		 */
+		if (!mount_below(s, "/tmp"))
+			add_rule(rfd, "/tmp", all, all, (int)abi, 0);
+		if (!mount_below(s, "/run"))
+			add_rule(rfd, "/run", all, all, (int)abi, 0);
+		add_rule(rfd, "/dev/shm", all, all, (int)abi, 0);
+		add_rule(rfd, "/dev", LANDLOCK_ACCESS_FS_READ_DIR, all, (int)abi, 0);
+	}
+	if (syscall(SYS_landlock_restrict_self, rfd, 0) < 0)
+		die(errno, "landlock_restrict_self");
+	close(rfd);
+}
+
+/* In the target, after fork: the per-process layers, the filter last, exec. */
+__attribute__((noreturn))
+static void exec_target(struct lr_sbx_spec *s, scmp_filter_ctx filter)
+{
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	for (int sig = 1; sig < NSIG; sig++)
+		signal(sig, SIG_DFL);
+	if (setsid() < 0)
+		die(errno, "setsid");
+	/* The helper (or reaper) gone means the run is over; it survives exec. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		die(errno, "parent death signal");
+	set_limits(&s->limits);
+	if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+		die(errno, "close_range");
+	if (!s->unconfined) {
+		drop_caps();
+		apply_landlock(s);
+		int rc = scmp.load(filter);
+		if (rc)
+			die(-rc, "loading the seccomp filter");
+	}
+	execve(s->argv[0], s->argv, s->envp);
+	dprintf(2, "luarig sandbox: exec '%s': %s\n", s->argv[0], strerror(errno));
+	_exit(127);
+}
+
+/* ---- the reaper ---- */
+
+static volatile pid_t g_target;
+
+static void forward(int sig)
+{
+	if (g_target > 0)
+		kill(g_target, sig);
+}
+
+static void on_forwarded_signals(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = forward;
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	sigaction(SIGQUIT, &sa, NULL);
+}
+
+static int status_code(int st)
+{
+	return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+}
+
+/* Tier B: no pid namespace; kill each child we inherited as subreaper. */
+static void kill_children(void)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/self/task/%ld/children", (long)getpid());
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return;
+	long pid;
+	while (fscanf(f, "%ld", &pid) == 1)
+		kill((pid_t)pid, SIGKILL);
+	fclose(f);
+}
+
+/*
+ * Waits for the target, then kills whatever is left (kill(-1) from the pid
+ * namespace's init reaches every process in it; in tier B the inherited
+ * orphans, round after round) and reaps them all.
+ */
+static int reap(pid_t target, int pid_ns)
+{
+	int code = -1, st;
+	for (;;) {
+		pid_t p = waitpid(-1, &st, 0);
+		if (p < 0 && errno == EINTR)
+			continue;
+		if (p < 0)
+			break;
+		if (p == target) {
+			code = status_code(st);
+			g_target = 0;
+		}
+		if (code >= 0) {
+			if (pid_ns)
+				kill(-1, SIGKILL);
+			else
+				kill_children();
+		}
+	}
+	return code < 0 ? LR_SBX_EXIT_SETUP : code;
+}
+
+__attribute__((noreturn))
+static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	build_view(s);
+	loopback_up();
+	if (sethostname("sandbox", 7) < 0)
+		die(errno, "sethostname");
+	if (s->net == LR_SBX_NET_PROXY)
+		die(0, "proxy networking not built yet");
+	if (chdir(s->cwd) < 0)
+		die(errno, "chdir '%s'", s->cwd);
+	if (setsid() < 0)
+		die(errno, "setsid");
+	on_forwarded_signals();
+	pid_t t = fork();
+	if (t < 0)
+		die(errno, "fork");
+	if (t == 0)
+		exec_target(s, filter);
+	g_target = t;
+	_exit(reap(t, 1));
+}
+
+int lr_sbx_helper_main(int argc, char **argv)
+{
+	(void)argv;
+	if (argc != 2)
+		die(0, "usage: luarig __sandbox-helper (with the spec on fd 3)");
+	size_t len;
+	char *buf = read_spec(&len);
+	struct lr_sbx_spec s;
+	char err[LR_SBX_ERRLEN];
+	if (lr_sbx_spec_decode(buf, len, &s, err))
+		die(0, "%s", err);
+	free(buf);
+	if (!s.unconfined && s.net == LR_SBX_NET_HOST)
+		die(0, "host networking needs an unconfined spec");
+	scmp_filter_ctx filter = NULL;
+	if (!s.unconfined)
+		filter = seccomp_build(s.tier == LR_TIER_A || s.net == LR_SBX_NET_HOST);
+	if (s.cgroup)
+		enter_cgroup(&s);
+	int tier_a = s.tier == LR_TIER_A && !s.unconfined;
+	if (!tier_a && s.net == LR_SBX_NET_PROXY)
+		die(0, "proxy networking needs tier A");
+	if (tier_a)
+		enter_namespaces(&s);
+	else if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
+		die(errno, "child subreaper");
+	if (!tier_a && chdir(s.cwd) < 0)
+		die(errno, "chdir '%s'", s.cwd);
+	on_forwarded_signals();
+	pid_t child = fork();
+	if (child < 0)
+		die(errno, "fork");
+	if (child == 0) {
+		if (tier_a)
+			run_reaper(&s, filter);
+		exec_target(&s, filter);
+	}
+	g_target = child;
+	/*
+	 * _exit, not return: in tier A this process shares the view's mount
+	 * namespace but not its pid namespace, and nothing at exit may run here.
+	 */
+	_exit(reap(child, 0));
+}

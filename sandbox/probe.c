@@ -1,0 +1,570 @@
+/*
+ * probe.c — what this machine can enforce, found by trying it, and the
+ * guarantee report for a profile on those capabilities.
+ *
+ * Namespaces, uid maps, the mount API and seccomp are tried in forked
+ * children (nothing they change touches the host process); Landlock's ABI
+ * is a query; the cgroup layout is read from /proc and statfs and a child
+ * cgroup is created and removed. The children run only system calls (and
+ * seccomp_load on a filter the parent built), so forking from a host with
+ * threads is safe.
+ *
+ * Tier A: user, mount, pid, network, ipc and uts namespaces with a uid map,
+ * the fd-based mount API, Landlock and seccomp. Tier B: Landlock and
+ * seccomp without user namespaces. Otherwise none: sandboxed profiles are
+ * refused. The report claims only what the helper enforces on that tier.
+ */
+#include "sandbox.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/landlock.h>
+#include <pthread.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef CGROUP2_SUPER_MAGIC
+#define CGROUP2_SUPER_MAGIC 0x63677270
+#endif
+
+#define ALL_NS (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
+
+/* ------------------------------------------------------------------ */
+/* namespaces, uid maps and the mount API, in a child                   */
+
+struct ns_result {
+	int all;        /* unshare of every namespace at once worked */
+	int all_errno;
+	int user, mnt, pid, net, ipc, uts;
+	int pid1;       /* the first child in the pid namespace was pid 1 */
+	int uidmap;
+	int uidmap_errno;
+	int mount_api;
+	int mount_errno;
+	int mount_step; /* which call failed: 1 fsopen ... 5 move_mount (tree) */
+};
+
+static int write_file(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = write(fd, s, strlen(s));
+	int rc = n == (ssize_t)strlen(s) ? 0 : (n < 0 ? -errno : -EIO);
+	close(fd);
+	return rc;
+}
+
+/* fsopen/fsmount a tmpfs onto /tmp, open_tree a clone of /usr, move_mount it under it. */
+static int try_mount_api(int *step)
+{
+	*step = 0;
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+		return -errno;
+	*step = 1;
+	int fs = (int)syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
+	if (fs < 0)
+		return -errno;
+	*step = 2;
+	if (syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) != 0)
+		return -errno;
+	*step = 3;
+	int m = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, 0);
+	if (m < 0)
+		return -errno;
+	*step = 4;
+	if (syscall(SYS_move_mount, m, "", AT_FDCWD, "/tmp", MOVE_MOUNT_F_EMPTY_PATH) != 0)
+		return -errno;
+	*step = 5;
+	int t = (int)syscall(SYS_open_tree, AT_FDCWD, "/usr",
+			     OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+	if (t < 0)
+		return -errno;
+	*step = 6;
+	if (mkdir("/tmp/usr", 0700) != 0)
+		return -errno;
+	*step = 7;
+	if (syscall(SYS_move_mount, t, "", AT_FDCWD, "/tmp/usr", MOVE_MOUNT_F_EMPTY_PATH) != 0)
+		return -errno;
+	*step = 8;
+	struct stat a, b;
+	if (stat("/usr", &a) != 0 || stat("/tmp/usr", &b) != 0 || a.st_ino != b.st_ino)
+		return -EIO;
+	return 0;
+}
+
+static void ns_child(int fd, uid_t uid, gid_t gid)
+{
+	struct ns_result r;
+	memset(&r, 0, sizeof r);
+	if (unshare(ALL_NS) == 0) {
+		r.all = r.user = r.mnt = r.pid = r.net = r.ipc = r.uts = 1;
+	} else {
+		r.all_errno = errno;
+		/* Which ones fail: the user namespace first, then each other alone. */
+		if (unshare(CLONE_NEWUSER) == 0) {
+			r.user = 1;
+			r.mnt = unshare(CLONE_NEWNS) == 0;
+			r.pid = unshare(CLONE_NEWPID) == 0;
+			r.net = unshare(CLONE_NEWNET) == 0;
+			r.ipc = unshare(CLONE_NEWIPC) == 0;
+			r.uts = unshare(CLONE_NEWUTS) == 0;
+		}
+	}
+	if (r.user) {
+		/* The real uid and gid mapped to themselves, as the helper does. */
+		char map[64];
+		int rc = write_file("/proc/self/setgroups", "deny");
+		snprintf(map, sizeof map, "%u %u 1\n", (unsigned)uid, (unsigned)uid);
+		if (!rc)
+			rc = write_file("/proc/self/uid_map", map);
+		snprintf(map, sizeof map, "%u %u 1\n", (unsigned)gid, (unsigned)gid);
+		if (!rc)
+			rc = write_file("/proc/self/gid_map", map);
+		r.uidmap = rc == 0 && getuid() == uid;
+		r.uidmap_errno = rc ? -rc : 0;
+	}
+	if (r.pid) {
+		pid_t c = fork();
+		if (c == 0)
+			_exit(getpid() == 1 ? 0 : 1);
+		int st = 0;
+		r.pid1 = c > 0 && waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	}
+	if (r.user && r.uidmap && r.mnt) {
+		int rc = try_mount_api(&r.mount_step);
+		r.mount_api = rc == 0;
+		r.mount_errno = rc ? -rc : 0;
+	}
+	ssize_t n = write(fd, &r, sizeof r);
+	_exit(n == (ssize_t)sizeof r ? 0 : 1);
+}
+
+/* Runs fn in a forked child that writes len bytes of result to a pipe. */
+static int in_child(void (*fn)(int fd, void *arg), void *arg, void *out, size_t len)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return -errno;
+	pid_t pid = fork();
+	if (pid < 0) {
+		int e = errno;
+		close(p[0]);
+		close(p[1]);
+		return -e;
+	}
+	if (pid == 0) {
+		close(p[0]);
+		fn(p[1], arg);
+		_exit(1);
+	}
+	close(p[1]);
+	size_t got = 0;
+	while (got < len) {
+		ssize_t n = read(p[0], (char *)out + got, len - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(p[0]);
+	int st;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	return got == len ? 0 : -EIO;
+}
+
+struct ids {
+	uid_t uid;
+	gid_t gid;
+};
+
+static void ns_trampoline(int fd, void *arg)
+{
+	const struct ids *ids = arg;
+	ns_child(fd, ids->uid, ids->gid);
+}
+
+/* ------------------------------------------------------------------ */
+/* seccomp: libseccomp opened lazily, a trivial filter loaded in a child */
+
+static const char *const seccomp_sonames[] = { "libseccomp.so.2", "libseccomp.so", NULL };
+static const char *const seccomp_names[] = { "seccomp_init", "seccomp_rule_add",
+					     "seccomp_load", "seccomp_release", NULL };
+static struct {
+	__typeof__(seccomp_init) *init;
+	__typeof__(seccomp_rule_add) *rule_add;
+	__typeof__(seccomp_load) *load;
+	__typeof__(seccomp_release) *release;
+} scmp;
+static struct lr_lazy seccomp_lib = {
+	.sonames = seccomp_sonames, .names = seccomp_names, .slots = (void **)&scmp,
+};
+
+struct sc_result {
+	int loaded;
+	int load_rc;
+	int works; /* the filtered call failed with the errno the filter gives */
+};
+
+/* getpid() is made to fail with EXDEV: the filter is loaded and acts. */
+static void sc_child(int fd, void *arg)
+{
+	struct sc_result r = { 0, 0, 0 };
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+		r.load_rc = -errno;
+	} else {
+		r.load_rc = scmp.load((scmp_filter_ctx)arg);
+		r.loaded = r.load_rc == 0;
+		if (r.loaded)
+			r.works = syscall(SYS_getpid) == -1 && errno == EXDEV;
+	}
+	ssize_t n = write(fd, &r, sizeof r);
+	_exit(n == (ssize_t)sizeof r ? 0 : 1);
+}
+
+static int probe_seccomp(char *why, size_t len)
+{
+	if (lr_lazy_open(&seccomp_lib)) {
+		snprintf(why, len, "libseccomp: %s", seccomp_lib.err);
+		return 0;
+	}
+	scmp_filter_ctx ctx = scmp.init(SCMP_ACT_ALLOW);
+	if (!ctx) {
+		snprintf(why, len, "seccomp_init failed");
+		return 0;
+	}
+	int ok = 0;
+	if (scmp.rule_add(ctx, SCMP_ACT_ERRNO(EXDEV), SCMP_SYS(getpid), 0) != 0) {
+		snprintf(why, len, "seccomp_rule_add failed");
+	} else {
+		struct sc_result r;
+		int rc = in_child(sc_child, ctx, &r, sizeof r);
+		if (rc)
+			snprintf(why, len, "the seccomp probe child failed: %s", lr_strerror(rc));
+		else if (!r.loaded)
+			snprintf(why, len, "seccomp_load failed: %s", lr_strerror(r.load_rc));
+		else if (!r.works)
+			snprintf(why, len, "a loaded seccomp filter did not act");
+		else
+			ok = 1;
+	}
+	scmp.release(ctx);
+	return ok;
+}
+
+/* ------------------------------------------------------------------ */
+/* cgroups                                                              */
+
+static int is_cgroup2(const char *path)
+{
+	struct statfs s;
+	return statfs(path, &s) == 0 && (unsigned long)s.f_type == CGROUP2_SUPER_MAGIC;
+}
+
+static void read_small(const char *path, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	ssize_t n = read(fd, buf, len - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	char *nl = strchr(buf, '\n');
+	if (nl)
+		*nl = '\0';
+}
+
+static int has_word(const char *list, const char *w)
+{
+	size_t n = strlen(w);
+	for (const char *p = list; (p = strstr(p, w)); p += n)
+		if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+			return 1;
+	return 0;
+}
+
+/*
+ * Our own cgroup in the v2 hierarchy (the "0::" line of /proc/self/cgroup)
+ * under wherever cgroup2 is mounted: /sys/fs/cgroup on a v2 system,
+ * /sys/fs/cgroup/unified on a hybrid one. Usable for limits when a child
+ * we create there gets the memory and pids controllers.
+ */
+static void probe_cgroup(struct lr_sbx_caps *c)
+{
+	const char *mnt = NULL, *layout;
+	if (is_cgroup2("/sys/fs/cgroup")) {
+		mnt = "/sys/fs/cgroup";
+		layout = "cgroup v2";
+	} else if (is_cgroup2("/sys/fs/cgroup/unified")) {
+		mnt = "/sys/fs/cgroup/unified";
+		layout = "cgroup v1/v2 hybrid";
+	} else {
+		snprintf(c->cgroup_note, sizeof c->cgroup_note,
+			 "no cgroup v2 hierarchy (cgroup v1 only or none): no cgroup limits");
+		return;
+	}
+	char line[512] = "", self[256] = "";
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	while (f && fgets(line, sizeof line, f))
+		if (strncmp(line, "0::", 3) == 0) {
+			line[strcspn(line, "\n")] = '\0';
+			snprintf(self, sizeof self, "%.200s", line + 3);
+		}
+	if (f)
+		fclose(f);
+	if (!self[0]) {
+		snprintf(c->cgroup_note, sizeof c->cgroup_note,
+			 "%s at %s, but this process has no cgroup there", layout, mnt);
+		return;
+	}
+	char dir[300], probe[340], path[400], ctl[256], child[256];
+	snprintf(dir, sizeof dir, "%s%.200s", mnt, strcmp(self, "/") == 0 ? "" : self);
+	snprintf(path, sizeof path, "%s/cgroup.controllers", dir);
+	read_small(path, ctl, sizeof ctl);
+	snprintf(probe, sizeof probe, "%s/luarig-probe-%ld", dir, (long)getpid());
+	if (mkdir(probe, 0755) != 0) {
+		snprintf(c->cgroup_note, sizeof c->cgroup_note,
+			 "%s at %s (controllers: %.40s); cannot create a child of %.60s: %s",
+			 layout, mnt, ctl[0] ? ctl : "none", dir, strerror(errno));
+		return;
+	}
+	snprintf(path, sizeof path, "%s/cgroup.controllers", probe);
+	read_small(path, child, sizeof child);
+	rmdir(probe);
+	if (has_word(child, "memory") && has_word(child, "pids")) {
+		c->cgroup = 1;
+		if (snprintf(c->cgroup_path, sizeof c->cgroup_path, "%s", dir) >=
+		    (int)sizeof c->cgroup_path) {
+			c->cgroup = 0; /* a path cut short is no path */
+			c->cgroup_path[0] = '\0';
+		}
+		snprintf(c->cgroup_note, sizeof c->cgroup_note,
+			 "%s: child cgroups of %.80s get memory and pids", layout, dir);
+	} else {
+		snprintf(c->cgroup_note, sizeof c->cgroup_note,
+			 "%s at %s (controllers: %.40s); a child of %.50s gets no memory and pids "
+			 "controllers, so no cgroup limits",
+			 layout, mnt, ctl[0] ? ctl : "none", dir);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* the probe                                                            */
+
+static struct lr_sbx_caps caps;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+__attribute__((format(printf, 2, 3)))
+static void add_why(struct lr_sbx_caps *c, const char *fmt, ...)
+{
+	size_t n = strlen(c->why);
+	if (n + 3 >= sizeof c->why)
+		return;
+	if (n) {
+		memcpy(c->why + n, "; ", 3);
+		n += 2;
+	}
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->why + n, sizeof c->why - n, fmt, ap);
+	va_end(ap);
+}
+
+static const char *const step_names[] = { "making / private", "fsopen", "fsconfig", "fsmount",
+					  "move_mount", "open_tree", "mkdir", "move_mount",
+					  "checking the moved tree" };
+
+static void probe(void)
+{
+	struct lr_sbx_caps *c = &caps;
+	memset(c, 0, sizeof *c);
+
+	struct ids ids = { getuid(), getgid() };
+	struct ns_result ns;
+	int rc = in_child(ns_trampoline, &ids, &ns, sizeof ns);
+	if (rc) {
+		memset(&ns, 0, sizeof ns);
+		add_why(c, "the namespace probe child failed: %s", lr_strerror(rc));
+	}
+	c->userns = ns.user && ns.uidmap;
+	c->mountns = ns.mnt;
+	c->pidns = ns.pid && ns.pid1;
+	c->netns = ns.net;
+	c->mount_api = ns.mount_api;
+	if (!rc && !ns.user)
+		add_why(c, "no user namespaces: unshare failed: %s", strerror(ns.all_errno));
+	else if (!rc && !ns.all)
+		add_why(c, "unshare of every namespace at once failed (%s): mount %s, pid %s, "
+			"network %s, ipc %s, uts %s", strerror(ns.all_errno),
+			ns.mnt ? "ok" : "no", ns.pid ? "ok" : "no", ns.net ? "ok" : "no",
+			ns.ipc ? "ok" : "no", ns.uts ? "ok" : "no");
+	if (ns.user && !ns.uidmap)
+		add_why(c, "cannot write the uid map: %s", strerror(ns.uidmap_errno));
+	if (ns.pid && !ns.pid1)
+		add_why(c, "the pid namespace did not start at pid 1");
+	if (ns.user && ns.uidmap && ns.mnt && !ns.mount_api)
+		add_why(c, "mount API: %s failed: %s",
+			step_names[ns.mount_step < 9 ? ns.mount_step : 0], strerror(ns.mount_errno));
+
+	long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+	c->landlock_abi = abi > 0 ? (int)abi : 0;
+	if (abi <= 0)
+		add_why(c, "no landlock: %s", strerror(errno));
+
+	char sc_why[300] = "";
+	c->seccomp = probe_seccomp(sc_why, sizeof sc_why);
+	if (!c->seccomp)
+		add_why(c, "no seccomp: %s", sc_why);
+
+	probe_cgroup(c);
+
+	int all_ns = c->userns && c->mountns && c->pidns && c->netns && ns.ipc && ns.uts && ns.all;
+	if (all_ns && c->mount_api && c->landlock_abi >= 1 && c->seccomp)
+		c->tier = LR_TIER_A;
+	else if (c->landlock_abi >= 1 && c->seccomp)
+		c->tier = LR_TIER_B;
+	else
+		c->tier = LR_TIER_NONE;
+}
+
+const struct lr_sbx_caps *lr_sbx_probe(void)
+{
+	pthread_once(&once, probe);
+	return &caps;
+}
+
+/* ------------------------------------------------------------------ */
+/* the report                                                           */
+
+static const char *const g_names[LR_G_COUNT] = {
+	"read_boundary", "write_boundary", "network_boundary", "target_network",
+	"process_boundary", "resource_limits", "env_scrub",
+};
+
+const char *lr_guarantee_name(enum lr_guarantee g)
+{
+	return (unsigned)g < LR_G_COUNT ? g_names[g] : "unknown";
+}
+
+__attribute__((format(printf, 3, 4)))
+static void set(struct lr_sbx_report *r, enum lr_guarantee g, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->how[g], sizeof r->how[g], fmt, ap);
+	va_end(ap);
+	r->enforced[g] = 1;
+}
+
+__attribute__((format(printf, 3, 4)))
+static void lack(struct lr_sbx_report *r, enum lr_guarantee g, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->missing[g], sizeof r->missing[g], fmt, ap);
+	va_end(ap);
+	r->enforced[g] = 0;
+}
+
+static void enforce_a(const struct lr_sbx_caps *c, struct lr_sbx_report *r)
+{
+	set(r, LR_G_READ_BOUNDARY, "mount namespace view of the allowed roots + landlock ABI %d",
+	    c->landlock_abi);
+	set(r, LR_G_WRITE_BOUNDARY, "mount namespace view (protected paths read-only) + "
+	    "landlock ABI %d", c->landlock_abi);
+	set(r, LR_G_NETWORK_BOUNDARY, "network namespace with loopback only");
+	set(r, LR_G_TARGET_NETWORK, "host egress proxy listening inside the network namespace, "
+	    "allow-list per execution");
+	set(r, LR_G_PROCESS_BOUNDARY, "user, pid, ipc and uts namespaces, a reaper as pid 1, "
+	    "setsid, no capabilities, seccomp");
+}
+
+static void enforce_b(const struct lr_sbx_caps *c, struct lr_sbx_report *r)
+{
+	set(r, LR_G_READ_BOUNDARY, "landlock ABI %d (degraded: no mount namespace)", c->landlock_abi);
+	set(r, LR_G_WRITE_BOUNDARY, "landlock ABI %d (degraded: protected paths inside writable "
+	    "roots stay writable without a mount namespace)", c->landlock_abi);
+	set(r, LR_G_NETWORK_BOUNDARY, "seccomp refuses socket() for every family, socketpair "
+	    "stays (degraded: no network namespace)");
+	lack(r, LR_G_TARGET_NETWORK, "the egress proxy needs a network namespace "
+	     "(no user namespaces here)");
+	if (c->landlock_abi >= 6)
+		set(r, LR_G_PROCESS_BOUNDARY, "setsid, landlock signal and abstract-socket scopes, "
+		    "seccomp, no capabilities (degraded: no pid namespace, host /proc visible)");
+	else
+		lack(r, LR_G_PROCESS_BOUNDARY, "no pid namespace and landlock ABI %d lacks the "
+		     "signal scope (ABI 6)", c->landlock_abi);
+}
+
+int lr_sbx_report(const struct lr_profile *p, const struct lr_sbx_caps *c,
+		  struct lr_sbx_report *r, char err[LR_SBX_ERRLEN])
+{
+	memset(r, 0, sizeof *r);
+	r->tier = c->tier;
+	int sandboxed = p->isolation == LR_ISO_SANDBOXED;
+	int root_read = 0, root_write = 0;
+	for (size_t i = 0; i < p->nroots; i++) {
+		root_read |= p->roots[i].read != LR_CAP_ALLOW;
+		root_write |= p->roots[i].write != LR_CAP_ALLOW;
+	}
+	int isolated = p->home == LR_HOME_ISOLATED;
+	r->required[LR_G_READ_BOUNDARY] = sandboxed &&
+		(p->workspace_read != LR_CAP_ALLOW || p->host_read != LR_CAP_ALLOW || root_read || isolated);
+	r->required[LR_G_WRITE_BOUNDARY] = sandboxed &&
+		(p->workspace_write != LR_CAP_ALLOW || p->host_write != LR_CAP_ALLOW || root_write ||
+		 isolated);
+	r->required[LR_G_NETWORK_BOUNDARY] = sandboxed && p->network != LR_CAP_ALLOW;
+	/* Per-target network is needed by a run with an allow-list or a network
+	 * grant, not by a profile state: the executor refuses such a run when
+	 * it is not enforced. */
+	r->required[LR_G_TARGET_NETWORK] = 0;
+	r->required[LR_G_PROCESS_BOUNDARY] = sandboxed;
+	r->required[LR_G_RESOURCE_LIMITS] = sandboxed;
+	r->required[LR_G_ENV_SCRUB] = 1;
+
+	set(r, LR_G_ENV_SCRUB, "allow-listed environment with HOME, TMPDIR and proxy variables "
+	    "forced; undeclared file descriptors closed");
+	if (!sandboxed) {
+		for (int g = 0; g < LR_G_ENV_SCRUB; g++)
+			lack(r, (enum lr_guarantee)g, "isolation is unconfined");
+	} else if (c->tier == LR_TIER_NONE) {
+		for (int g = 0; g < LR_G_ENV_SCRUB; g++)
+			lack(r, (enum lr_guarantee)g, "no sandbox on this machine: %.130s",
+			     c->why[0] ? c->why : "nothing to build one from");
+		lack(r, LR_G_RESOURCE_LIMITS, "no sandbox on this machine to apply limits in");
+	} else {
+		if (c->tier == LR_TIER_A)
+			enforce_a(c, r);
+		else
+			enforce_b(c, r);
+		if (c->cgroup)
+			set(r, LR_G_RESOURCE_LIMITS, "rlimits (address space, file size, processes, "
+			    "open files, cpu) + cgroup memory.max and pids.max");
+		else
+			set(r, LR_G_RESOURCE_LIMITS, "rlimits (address space, file size, processes, "
+			    "open files, cpu); no cgroup memory or pids limit here");
+	}
+	for (int g = 0; g < LR_G_COUNT; g++)
+		if (r->required[g] && !r->enforced[g]) {
+			snprintf(err, LR_SBX_ERRLEN,
+				 "sandbox: the profile needs '%s', which this machine cannot enforce: %.200s",
+				 g_names[g], r->missing[g]);
+			return LR_EREFUSED;
+		}
+	return 0;
+}

@@ -1,0 +1,409 @@
+#!/bin/sh
+# tests/sandbox/run.sh — SANDBOX.md's cases against `luarig sandbox run`.
+#
+# Every case runs the same probe twice: once directly on the host (the
+# positive control: it must succeed, or the case proves nothing) and once
+# confined (it must fail the way SANDBOX.md says). Cases about user
+# authority run again as an unprivileged user the suite creates when it runs
+# as root. Cases 22-25 (grants, a corrupt spec, a missing guarantee) are unit
+# tests of their parts: tests/unit/sandbox_grant_test.c,
+# tests/unit/sandbox_helper_test.c, tests/unit/sandbox_probe_test.c.
+#
+# Prints "ok - sandbox N ..." / "not ok - sandbox N ..." lines.
+LUARIG=${LUARIG:-$PWD/build/luarig}
+case "$LUARIG" in /*) ;; *) LUARIG=$PWD/$LUARIG ;; esac
+PY=/usr/bin/python3
+T=$(mktemp -d /tmp/lr-sbx.XXXXXX)
+chmod 755 "$T"
+pids=""
+cleanup() {
+	for p in $pids; do kill "$p" 2>/dev/null; done
+	pkill -f "lr-sbx-marker-$$" 2>/dev/null
+	rm -rf "$T"
+}
+trap cleanup EXIT INT TERM
+
+ok() { echo "ok - sandbox $*"; }
+notok() { echo "not ok - sandbox $*"; }
+# check N description control-status confined-status: both must be 0 (true)
+check() {
+	n=$1 what=$2 control=$3 confined=$4
+	if [ "$control" != 0 ]; then
+		notok "$n $what: the positive control failed unconfined (the case proves nothing)"
+	elif [ "$confined" != 0 ]; then
+		notok "$n $what: confined, the attack was not stopped"
+	else
+		ok "$n $what"
+	fi
+}
+
+# A user's home with secrets, and a workspace.
+setup_home() { # dir
+	mkdir -p "$1/.ssh" "$1/.aws"
+	echo "PRIVATE KEY" >"$1/.ssh/id_rsa"
+	echo "[default] aws_secret_access_key=x" >"$1/.aws/credentials"
+	echo "# bashrc" >"$1/.bashrc"
+	echo "[user] name=x" >"$1/.gitconfig"
+	echo "secret" >"$1/secret"
+}
+
+H=$T/home
+WS=$T/ws
+setup_home "$H"
+mkdir -p "$WS"
+export HOME="$H"
+
+box() { # run confined in the trusted profile on $WS: box CMD ARGS...
+	"$LUARIG" sandbox run --profile trusted --workspace "$WS" --timeout 60 -- "$@"
+}
+sh_box() { box /bin/sh -c "$1"; }
+
+# ---- files (1-6) ----
+
+# 1: secrets by absolute path
+cat "$H/.ssh/id_rsa" "$H/.aws/credentials" >/dev/null 2>&1; c=$?
+d=0
+sh_box "cat '$H/.ssh/id_rsa'" >/dev/null 2>&1 && d=1
+sh_box "cat '$H/.aws/credentials'" >/dev/null 2>&1 && d=1
+check 1 "secrets by absolute path are not readable" $c $d
+
+# 2: a symlink planted in the workspace pointing at a secret
+ln -s "$H/.ssh/id_rsa" "$WS/planted"
+cat "$WS/planted" >/dev/null 2>&1; c=$?
+! sh_box "cat '$WS/planted'" >/dev/null 2>&1; d=$?
+rm -f "$WS/planted"
+check 2 "a planted symlink to a secret is not followed" $c $d
+
+# 3: write outside through a workspace symlink
+ln -s "$H/.bashrc" "$WS/x"
+cp "$H/.bashrc" "$T/bashrc.orig"
+(echo pwned >>"$WS/x") 2>/dev/null; c=$?
+cp "$T/bashrc.orig" "$H/.bashrc"
+sh_box "echo pwned >> '$WS/x'" >/dev/null 2>&1
+cmp -s "$H/.bashrc" "$T/bashrc.orig"; d=$?
+rm -f "$WS/x"
+check 3 "a write through a workspace symlink does not land outside" $c $d
+
+# 4: hardlink in, rename out, rename in; a rename inside the workspace works
+mkdir -p "$WS/a" "$WS/b"
+echo f >"$WS/f"
+echo inner >"$WS/a/g"
+(ln "$H/.ssh/id_rsa" "$T/hl" && rm "$T/hl") 2>/dev/null; c=$?
+d=0
+sh_box "ln '$H/.ssh/id_rsa' '$WS/hl'" >/dev/null 2>&1 && d=1
+sh_box "mv '$WS/f' '$H/f'" >/dev/null 2>&1 && d=1
+[ -e "$H/f" ] && d=1
+sh_box "mv '$H/secret' '$WS/'" >/dev/null 2>&1 && d=1
+[ -e "$H/secret" ] || d=1
+sh_box "mv '$WS/a/g' '$WS/b/g'" >/dev/null 2>&1 || d=1
+[ -e "$WS/b/g" ] || d=1
+check 4 "no hardlink in, no rename out or in; a rename between workspace directories works" $c $d
+
+# 5: protected git files in a writable workspace; git commit still works
+G=$WS/repo
+git init -q "$G" && git -C "$G" -c user.name=t -c user.email=t@e commit -q --allow-empty -m init
+(echo x >>"$G/.git/config" && git -C "$G" config --unset-all core.x 2>/dev/null; true) 2>/dev/null; c=$?
+cp "$G/.git/config" "$T/gitconfig.orig"
+d=0
+sh_box "echo '#!/bin/sh' > '$G/.git/hooks/pre-commit'" >/dev/null 2>&1 && d=1
+[ -e "$G/.git/hooks/pre-commit" ] && d=1
+sh_box "echo '[core] hooksPath=/tmp' >> '$G/.git/config'" >/dev/null 2>&1 && d=1
+cmp -s "$G/.git/config" "$T/gitconfig.orig" || d=1
+sh_box "cd '$G' && echo hi > f && git add f && git -c user.name=t -c user.email=t@e commit -q -m c" >/dev/null 2>&1 || d=1
+check 5 ".git/hooks and .git/config stay read-only; git commit works" $c $d
+
+# 6: the real home's dotfiles
+cp "$H/.gitconfig" "$T/gc.orig"
+(echo x >>"$H/.bashrc" && cp "$T/bashrc.orig" "$H/.bashrc") 2>/dev/null; c=$?
+sh_box "echo x >> '$H/.bashrc'; echo x >> '$H/.gitconfig'" >/dev/null 2>&1
+cmp -s "$H/.bashrc" "$T/bashrc.orig" && cmp -s "$H/.gitconfig" "$T/gc.orig"; d=$?
+check 6 "~/.bashrc and ~/.gitconfig of the real home are not writable" $c $d
+
+# ---- network (7-9, 27) ----
+
+# A listener on every host address (TCP v4/v6, UDP), reached by the host's own address.
+V4=$(ip -o -4 addr show scope global 2>/dev/null | awk '{split($4,a,"/"); print a[1]; exit}')
+V6=$(ip -o -6 addr show scope global 2>/dev/null | awk '{split($4,a,"/"); print a[1]; exit}')
+PORT=$((20000 + $$ % 20000))
+$PY - "$PORT" <<'EOF' >/dev/null 2>&1 &
+import socket, sys, threading
+port = int(sys.argv[1])
+def tcp(fam, addr):
+    s = socket.socket(fam, socket.SOCK_STREAM); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if fam == socket.AF_INET6: s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    s.bind((addr, port)); s.listen(16)
+    while True:
+        c, _ = s.accept(); c.sendall(b"hello\n"); c.close()
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", port))
+    while True:
+        d, a = s.recvfrom(512); s.sendto(d, a)
+threading.Thread(target=tcp, args=(socket.AF_INET, "0.0.0.0"), daemon=True).start()
+threading.Thread(target=tcp, args=(socket.AF_INET6, "::"), daemon=True).start()
+udp()
+EOF
+pids="$pids $!"
+sleep 0.5
+probe_tcp() { # host port
+	$PY -c "import socket,sys; s=socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3); assert s.recv(6)==b'hello\n'" "$1" "$2"
+}
+probe_udp() {
+	$PY -c "import socket,sys; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2); s.sendto(b'q',(sys.argv[1], int(sys.argv[2]))); assert s.recvfrom(16)[0]==b'q'" "$1" "$2"
+}
+if [ -n "$V4" ]; then
+	probe_tcp "$V4" $PORT 2>/dev/null && probe_udp "$V4" $PORT 2>/dev/null; c=$?
+	d=0
+	box $PY -c "import socket,sys; s=socket.create_connection(('$V4', $PORT), timeout=3)" >/dev/null 2>&1 && d=1
+	box $PY -c "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2); s.sendto(b'q',('$V4', $PORT)); s.recvfrom(16)" >/dev/null 2>&1 && d=1
+	box $PY -c "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2); s.sendto(b'q',('$V4', 53)); s.recvfrom(16)" >/dev/null 2>&1 && d=1
+	check 7 "TCP and UDP (also to port 53) to a non-loopback IPv4 address are blocked" $c $d
+else
+	notok "7 no global IPv4 address on this machine for the positive control"
+fi
+if [ -n "$V6" ]; then
+	probe_tcp "$V6" $PORT 2>/dev/null; c=$?
+	! box $PY -c "import socket; s=socket.create_connection(('$V6', $PORT), timeout=3)" >/dev/null 2>&1; d=$?
+	check 7 "TCP to a non-loopback IPv6 address is blocked" $c $d
+fi
+
+# 8: raw and packet sockets
+RAW="import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); socket.socket(socket.AF_PACKET, socket.SOCK_RAW)"
+$PY -c "$RAW" 2>/dev/null; c=$?
+! box $PY -c "import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)" >/dev/null 2>&1 &&
+	! box $PY -c "import socket; socket.socket(socket.AF_PACKET, socket.SOCK_RAW)" >/dev/null 2>&1; d=$?
+check 8 "raw and packet sockets are refused" $c $d
+
+# 9: a host daemon's pathname UNIX socket under /tmp
+SOCK=/tmp/lr-sbx-$$.sock
+$PY -c "
+import socket, os, sys
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o777); s.listen(4)
+while True:
+    c, _ = s.accept(); c.sendall(b'daemon'); c.close()
+" "$SOCK" >/dev/null 2>&1 &
+pids="$pids $!"
+sleep 0.3
+UNIXPROBE="import socket,sys; s=socket.socket(socket.AF_UNIX); s.settimeout(2); s.connect('$SOCK'); assert s.recv(6)==b'daemon'"
+$PY -c "$UNIXPROBE" 2>/dev/null; c=$?
+! box $PY -c "$UNIXPROBE" >/dev/null 2>&1; d=$?
+check 9 "a host daemon's UNIX socket under /tmp is not reachable" $c $d
+rm -f "$SOCK"
+
+# 27: a server on 127.0.0.1 inside works from inside, not from the host
+IP=$((PORT + 1))
+SRV="import http.server, threading, urllib.request, time
+srv = http.server.HTTPServer(('127.0.0.1', $IP), http.server.SimpleHTTPRequestHandler)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+open('$WS/inside-up', 'w').close()
+assert urllib.request.urlopen('http://127.0.0.1:$IP/', timeout=5).status == 200
+time.sleep(3)"
+rm -f "$WS/inside-up"
+(cd "$WS" && $PY -c "$SRV" >/dev/null 2>&1); c=$?
+rm -f "$WS/inside-up"
+(cd "$WS" && box $PY -c "$SRV" >/dev/null 2>&1) &
+bp=$!
+i=0
+while [ ! -e "$WS/inside-up" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+host_reach=1
+$PY -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$IP/', timeout=2)" >/dev/null 2>&1 && host_reach=0
+wait $bp; inside=$?
+d=0
+[ -e "$WS/inside-up" ] || d=1
+[ $inside -eq 0 ] || d=1
+[ $host_reach -eq 1 ] || d=1
+rm -f "$WS/inside-up"
+check 27 "a server on 127.0.0.1 inside is reachable inside and not from the host" $c $d
+
+# ---- processes (10-13, 17, 18) ----
+
+sleep 300 &
+HOSTPID=$!
+pids="$pids $HOSTPID"
+kill -0 $HOSTPID 2>/dev/null && cat /proc/$HOSTPID/cmdline >/dev/null 2>&1; c=$?
+d=0
+sh_box "kill -0 $HOSTPID" >/dev/null 2>&1 && d=1
+sh_box "kill -TERM $HOSTPID" >/dev/null 2>&1 && d=1
+kill -0 $HOSTPID 2>/dev/null || d=1
+check 10 "a host process cannot be signalled" $c $d
+kill -0 $HOSTPID 2>/dev/null || { sleep 300 & HOSTPID=$!; pids="$pids $HOSTPID"; }
+cat /proc/$HOSTPID/environ /proc/$HOSTPID/cmdline >/dev/null 2>&1; c=$?
+! sh_box "cat /proc/$HOSTPID/environ || cat /proc/$HOSTPID/cmdline" >/dev/null 2>&1; d=$?
+check 11 "/proc of a host process is not visible" $c $d
+
+# 12: nested user namespace, then mount or chroot
+unshare -Ur true 2>/dev/null; c=$?
+! sh_box "unshare -Ur sh -c 'mount -t tmpfs none /tmp || chroot / true'" >/dev/null 2>&1; d=$?
+check 12 "no nested namespaces, mounts or chroot" $c $d
+
+# 13: no capabilities, even when luarig runs as root; setuid gains nothing
+CAPS=$(awk '/^CapEff/ {print $2}' /proc/self/status)
+[ "$(id -u)" = 0 ] && [ "$CAPS" != 0000000000000000 ]; c=$?
+inside=$(sh_box "awk '/^CapEff/ {print \$2}' /proc/self/status; awk '/^CapPrm/ {print \$2}' /proc/self/status" 2>/dev/null | tr '\n' ' ')
+d=1
+[ "$inside" = "0000000000000000 0000000000000000 " ] && d=0
+# a setuid copy of id in the workspace: nosuid / no_new_privs keep the euid
+cp /usr/bin/id "$WS/suid-id" && chmod 4755 "$WS/suid-id"
+euid=$(box "$WS/suid-id" -u 2>/dev/null)
+[ "$euid" = 0 ] && [ "$(id -u)" != 0 ] && d=1
+rm -f "$WS/suid-id"
+check 13 "CapEff and CapPrm are 0 inside (host CapEff $CAPS); setuid gains nothing" $c $d
+
+# 17: setsid + double fork + ignoring TERM/HUP leaves no survivor
+# (marker binaries: copies of sleep in the workspace, findable with pgrep -f)
+M=lr-sbx-marker-$$
+for n in 15 15c 17 18; do cp /bin/sleep "$WS/$M-$n"; done
+DAEMON="setsid sh -c 'trap \"\" TERM HUP; \"$WS/$M-17\" 300 & ' & sleep 0.5; exit 0"
+sh -c "$DAEMON" >/dev/null 2>&1
+sleep 0.6
+pgrep -f "$M-17" >/dev/null; c=$?
+pkill -f "$M-17"
+sleep 0.2
+sh_box "$DAEMON" >/dev/null 2>&1
+sleep 0.3
+! pgrep -f "$M-17" >/dev/null; d=$?
+pkill -f "$M-17"
+check 17 "a daemonized, signal-ignoring descendant does not outlive the run" $c $d
+
+# 18: a background child holding stdout does not hang the run
+# the control: unconfined, a reader of the output waits for the background child
+sh -c "'$WS/$M-18' 300 & echo done" | timeout 3 cat >/dev/null
+[ $? -eq 124 ]; c=$?
+pkill -f "$M-18"
+t0=$(date +%s)
+out=$(sh_box "'$WS/$M-18' 300 & echo done" 2>/dev/null)
+el=$(($(date +%s) - t0))
+d=1
+[ "$out" = done ] && [ $el -lt 15 ] && d=0
+pkill -f "$M-18"
+check 18 "a background child keeping stdout open does not hang the run (${el}s)" $c $d
+
+# ---- kernel surfaces (14) ----
+cat >"$T/surfaces.c" <<'EOF'
+#include <errno.h>
+#include <linux/bpf.h>
+#include <linux/perf_event.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+/* exit 0 when every call reached its kernel code (an error other than EPERM/ENOSYS).
+ * Module loading is filtered too, but a kernel built without modules (this
+ * one) answers ENOSYS unconfined, so it has no positive control here. */
+int main(void)
+{
+	int bad = 0;
+	union bpf_attr a;
+	memset(&a, 0, sizeof a);
+	a.map_type = BPF_MAP_TYPE_ARRAY; a.key_size = 4; a.value_size = 4; a.max_entries = 1;
+	long r = syscall(SYS_bpf, BPF_MAP_CREATE, &a, sizeof a);
+	if (r < 0 && (errno == EPERM || errno == ENOSYS)) { fprintf(stderr, "bpf: %s\n", strerror(errno)); bad++; }
+	struct perf_event_attr p;
+	memset(&p, 0, sizeof p);
+	p.type = PERF_TYPE_SOFTWARE; p.size = sizeof p; p.config = PERF_COUNT_SW_TASK_CLOCK;
+	r = syscall(SYS_perf_event_open, &p, 0, -1, -1, 0);
+	if (r < 0 && (errno == EPERM || errno == EACCES || errno == ENOSYS)) { fprintf(stderr, "perf: %s\n", strerror(errno)); bad++; }
+	r = syscall(SYS_keyctl, 0 /* KEYCTL_GET_KEYRING_ID */, -3 /* session */, 0);
+	if (r < 0 && (errno == EPERM || errno == ENOSYS || errno == EACCES)) { fprintf(stderr, "keyctl: %s\n", strerror(errno)); bad++; }
+	return bad == 0 ? 0 : 10 + bad;
+}
+EOF
+if gcc -o "$WS/surfaces" "$T/surfaces.c" 2>/dev/null; then
+	"$WS/surfaces" 2>/dev/null; c=$?
+	box "$WS/surfaces" >/dev/null 2>&1; r=$?
+	d=1
+	[ $r -eq 13 ] && d=0 # all three refused
+	check 14 "bpf, perf_event_open and keyctl are refused (confined status $r)" $c $d
+else
+	notok "14 cannot compile the probe"
+fi
+
+# ---- resources (15, 16) ----
+
+# 15: a process flood is capped; the host keeps working
+FLOOD="i=0; while [ \$i -lt 2000 ]; do '$WS/$M-15' 30 & i=\$((i+1)); done; wait"
+# the control: 600 processes at once are fine unconfined (the limit inside is lower)
+sh -c "i=0; while [ \$i -lt 600 ]; do '$WS/$M-15c' 2 || exit 1 & i=\$((i+1)); done; wait" 2>/dev/null; c=$?
+t0=$(date +%s)
+sh_box "$FLOOD" >/dev/null 2>&1; r=$?
+alive=$(pgrep -f "$M-15" | wc -l)
+d=1
+[ $r -ne 0 ] && [ "$alive" -eq 0 ] && d=0
+check 15 "a process flood fails inside (status $r) and leaves nothing behind" $c $d
+
+# 16: a file over the size limit (a sparse write past 1 GiB)
+dd if=/dev/zero of="$T/big" bs=1 count=1 seek=2G 2>/dev/null; c=$?
+rm -f "$T/big"
+! sh_box "dd if=/dev/zero of='$WS/big' bs=1 count=1 seek=2G" >/dev/null 2>&1; d=$?
+rm -f "$WS/big"
+check 16 "a file beyond the size limit fails the command" $c $d
+
+# ---- environment (19) ----
+env_probe='env | grep -E "^(FOO_TOKEN|OPENAI_API_KEY|AWS_SECRET_ACCESS_KEY|SSH_AUTH_SOCK|GITHUB_TOKEN)="'
+FOO_TOKEN=t OPENAI_API_KEY=k AWS_SECRET_ACCESS_KEY=a SSH_AUTH_SOCK=/tmp/agent GITHUB_TOKEN=g \
+	sh -c "$env_probe" >/dev/null; c=$?
+! FOO_TOKEN=t OPENAI_API_KEY=k AWS_SECRET_ACCESS_KEY=a SSH_AUTH_SOCK=/tmp/agent GITHUB_TOKEN=g \
+	sh_box "$env_probe" >/dev/null 2>&1; d=$?
+check 19 "secrets in the host environment are absent inside" $c $d
+
+# ---- proxy (20, 21) ----
+UP=$((PORT + 2))
+(cd "$T" && $PY -m http.server "$UP" --bind 127.0.0.1 >/dev/null 2>&1) &
+pids="$pids $!"
+sleep 0.5
+curl -s -o /dev/null "http://127.0.0.1:$UP/"; c=$?
+code=$("$LUARIG" sandbox run --profile trusted --workspace "$WS" --allow-net allowed.invalid:443 -- \
+	/usr/bin/curl -s -o /dev/null -w '%{http_code}' "https://not-allowed.invalid/" 2>/dev/null)
+d=1
+case "$code" in *403*) d=0 ;; esac
+check 20 "CONNECT to a host not on the allow-list is refused with 403 (got '$code')" $c $d
+code=$("$LUARIG" sandbox run --profile trusted --workspace "$WS" --allow-net "localhost:$UP" -- \
+	/usr/bin/curl -s -o /dev/null -w '%{http_code}' "http://localhost:$UP/" 2>/dev/null)
+d=1
+case "$code" in 2*) ;; *) d=0 ;; esac
+check 21 "an allowed name resolving to loopback is refused (got '$code')" $c $d
+
+# ---- development work (26) ----
+R=$WS/dev
+git init -q "$R" 2>/dev/null; c=$?
+rm -rf "$R"
+sh_box "set -e; git init -q '$R'; cd '$R'; mkdir -p src lib; echo a > src/a.c; git add -A;
+  git -c user.name=t -c user.email=t@e commit -q -m one; git mv src/a.c lib/a.c;
+  git -c user.name=t -c user.email=t@e commit -q -m two; git gc -q; git log --oneline | wc -l | grep -q 2" \
+	>/dev/null 2>&1; d=$?
+check 26 "git init, add, commit, mv across directories and gc work inside" $c $d
+
+# ---- again as an unprivileged user (1, 3, 6, 10, 11) ----
+if [ "$(id -u)" = 0 ] && command -v useradd >/dev/null; then
+	U=lrsbx
+	id "$U" >/dev/null 2>&1 || useradd -m -s /bin/sh "$U" 2>/dev/null
+	UH=$(getent passwd "$U" | cut -d: -f6)
+	if [ -n "$UH" ] && [ -d "$UH" ]; then
+		setup_home "$UH"
+		chown -R "$U:$U" "$UH"
+		UWS=$UH/ws
+		mkdir -p "$UWS" && chown "$U:$U" "$UWS"
+		as_user() { runuser -u "$U" -- env HOME="$UH" PATH=/usr/bin:/bin "$@"; }
+		ubox() { as_user "$LUARIG" sandbox run --profile trusted --workspace "$UWS" --timeout 60 -- /bin/sh -c "$1"; }
+		as_user cat "$UH/.ssh/id_rsa" >/dev/null 2>&1; c=$?
+		! ubox "cat '$UH/.ssh/id_rsa'" >/dev/null 2>&1; d=$?
+		check 1 "as user $U: secrets by absolute path are not readable" $c $d
+		cp "$UH/.bashrc" "$T/ub.orig"
+		ubox "echo x >> '$UH/.bashrc'" >/dev/null 2>&1
+		cmp -s "$UH/.bashrc" "$T/ub.orig"; d=$?
+		as_user sh -c "echo >> '$UH/.bashrc'" 2>/dev/null; c=$?
+		check 6 "as user $U: the real home's dotfiles are not writable" $c $d
+		as_user sleep 300 &
+		sleep 0.3
+		UPID=$(pgrep -u "$U" -n sleep)
+		pids="$pids $UPID"
+		as_user sh -c "kill -0 $UPID && cat /proc/$UPID/environ >/dev/null"; c=$?
+		! ubox "kill -0 $UPID || cat /proc/$UPID/environ" >/dev/null 2>&1; d=$?
+		check 10 "as user $U: a process of the same user cannot be signalled or inspected" $c $d
+		kill "$UPID" 2>/dev/null
+		inside=$(ubox "awk '/^CapEff/ {print \$2}' /proc/self/status" 2>/dev/null)
+		[ "$inside" = 0000000000000000 ]; d=$?
+		check 13 "as user $U: CapEff is 0 inside" 0 $d
+	else
+		notok "user cases: cannot create the unprivileged user $U"
+	fi
+fi
