@@ -735,4 +735,175 @@ int lr_bundle_write(const char *dir, const char *out, const char *version,
 int lr_bundle_vercmp(const char *a, const char *b, int *ok);
 
 
+/* ---- sandboxed executors (host/executor.c) ---- */
+
+/*
+ * Executors run commands confined by a profile (sandbox/sandbox.h). A set
+ * belongs to one profile: it validates the profile, probes the machine,
+ * keeps the guarantee report (construction fails when the profile needs a
+ * guarantee the machine lacks), owns a scratch root and the grants store,
+ * and hands out at most max executors, one per key, each with its own HOME
+ * and TMPDIR under the scratch root.
+ *
+ * One run: the request plus the profile (plus the grants it redeems) become
+ * an lr_sbx_spec (lr_executor_build_spec: pure, unit-tested), sealed in a
+ * memfd and given as fd 3 to "/proc/self/exe __sandbox-helper" spawned
+ * through lr_proc_spawn (empty environment; the target's is in the spec).
+ * The helper leads its own process group and is the parent of the
+ * sandbox's pid 1, so killing the group (timeout, cancel, close) ends the
+ * whole tree.
+ */
+struct lr_profile;
+struct lr_sbx_caps;
+struct lr_sbx_spec;
+struct lr_sbx_report;
+struct lr_grants;
+struct lr_executor_set;
+struct lr_executor;
+struct lr_exec;
+
+#define LR_EXEC_ERRLEN 320
+
+/* A grant token with what it is for (its class and target). */
+struct lr_exec_grant {
+	const char *token;
+	int cls;            /* enum lr_grant_class */
+	const char *target; /* a path or "host:port" */
+};
+
+/* What one run asks for. Everything is borrowed for the call. */
+struct lr_exec_request {
+	char *const *argv;       /* NULL-terminated; or NULL with command */
+	const char *command;     /* run as /bin/sh -c command */
+	const char *cwd;         /* NULL: the workspace root (or HOME without a workspace) */
+	char *const *env;        /* "NAME=value" passed explicitly (kept even if secret-looking);
+				    "NAME" alone removes NAME; NULL-terminated or NULL */
+	const struct lr_exec_grant *grants;
+	size_t ngrants;
+	char *const *network;    /* "host:port" targets wanted; NULL-terminated or NULL */
+	double timeout;          /* seconds; 0: none */
+	size_t output_limit;     /* per stream, head + tail (0: 1 MiB) */
+	const void *stdin_data;  /* piped to the command, then closed; NULL: /dev/null */
+	size_t stdin_len;
+	int inherit_stdio;       /* 1: fds 0, 1, 2 are the host's (the CLI); nothing captured */
+};
+
+/*
+ * The dirs of one executor and the grants it redeemed, as the spec builder
+ * sees them. granted_* lists are what redeemed grants opened (absolute
+ * paths; "host:port"), command_granted says a gated command was approved.
+ */
+struct lr_exec_ctx {
+	uint64_t exec_id;
+	const char *home, *tmpdir;   /* absolute, existing */
+	char *const *host_env;       /* the host's environment (environ) */
+	const char *const *granted_read;
+	size_t ngranted_read;
+	const char *const *granted_write;
+	size_t ngranted_write;
+	const char *const *granted_net;
+	size_t ngranted_net;
+	int command_granted;
+	uint16_t proxy_port, dns_port; /* non-zero: network targets go through the proxy */
+};
+
+/*
+ * Builds the spec for one run into out (owned by the caller: release with
+ * lr_sbx_spec_release). The mount view: /usr /bin /sbin /lib /lib32 /lib64
+ * /etc /opt /srv read-only when present and host_read is allow; the
+ * workspace read-write when workspace_write is allow (or gated and
+ * granted), else read-only when workspace_read is allow (or gated and
+ * granted); extra roots by their states; granted paths; HOME and TMPDIR
+ * read-write at their own paths; the real home only with home=real.
+ * Landlock rules match the mounts (read + execute on read-only roots, every
+ * write right incl. REFER on writable ones, plus /dev, /proc and /tmp of the
+ * view). Protected paths inside writable roots (.git/hooks and .git/config
+ * at any depth, .vscode, .idea, .claude, .cursor, .envrc, .github/workflows)
+ * are listed read-only. The environment is scrubbed (see executor.c); argv[0]
+ * is resolved on the view's PATH. Errors: LR_EREFUSED (command or network
+ * not allowed, cwd outside the view), LR_ENOTFOUND (no such command),
+ * -errno; err says which.
+ */
+int lr_executor_build_spec(const struct lr_profile *p, const struct lr_sbx_caps *caps,
+			   const struct lr_exec_request *r, const struct lr_exec_ctx *ctx,
+			   struct lr_sbx_spec *out, char err[LR_EXEC_ERRLEN]);
+/* The command line a grant of class command binds to: command, or argv joined by spaces. */
+int lr_executor_command_line(const struct lr_exec_request *r, struct lr_buf *out);
+
+/*
+ * A set. profile is copied. scratch_root must not exist (its parent must):
+ * it is created 0700 and removed with everything in it by
+ * lr_executor_set_free; NULL makes one under $TMPDIR (or /tmp). max: the
+ * number of executors get may create (0: 16). Errors: -EINVAL (profile
+ * invalid), LR_EREFUSED (a required guarantee is missing), -errno.
+ */
+int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
+			const char *scratch_root, size_t max, struct lr_executor_set **out,
+			char err[LR_EXEC_ERRLEN]);
+/* Kills every run still going, removes the scratch root, frees. Accepts NULL. */
+void lr_executor_set_free(struct lr_executor_set *s);
+const char *lr_executor_set_root(const struct lr_executor_set *s);
+const struct lr_sbx_report *lr_executor_set_report(const struct lr_executor_set *s);
+const struct lr_profile *lr_executor_set_profile(const struct lr_executor_set *s);
+/* The set's grant store: the host mints there after a gate approval. */
+struct lr_grants *lr_executor_set_grants(struct lr_executor_set *s);
+/*
+ * The executor for key ([A-Za-z0-9_.-]{1,64}), created on first use with
+ * HOME and TMPDIR dirs of its own. Borrowed: lives as long as the set.
+ * Errors: -EINVAL (bad key), LR_ETOOBIG (the set is full), -errno.
+ */
+int lr_executor_get(struct lr_executor_set *s, const char *key, struct lr_executor **out,
+		    char err[LR_EXEC_ERRLEN]);
+uint64_t lr_executor_id(const struct lr_executor *e);
+const char *lr_executor_home(const struct lr_executor *e);
+const char *lr_executor_tmpdir(const struct lr_executor *e);
+const char *lr_executor_key(const struct lr_executor *e);
+/* The profile's fingerprint (grants bind to it). */
+const char *lr_executor_fingerprint(const struct lr_executor *e);
+/* Ends this executor's runs still going (they complete as aborted); the executor stays usable. */
+void lr_executor_abort(struct lr_executor *e);
+
+/*
+ * Everything needed to spawn the helper for one request: grants redeemed,
+ * spec built and sealed. proc has file, argv, envp (empty), extra_fds (the
+ * memfd as fd 3) and cwd set; the caller sets stdio, caps, timeout and
+ * on_event, then calls lr_proc_spawn. Do not copy (proc points into it).
+ * Release after the spawn (the child holds its own copy of the memfd).
+ */
+struct lr_exec_launch {
+	int spec_fd;
+	int fds[1];
+	struct lr_proc_opts proc;
+	int unconfined;
+};
+int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request *r,
+			    struct lr_exec_launch *l, char err[LR_EXEC_ERRLEN]);
+void lr_executor_launch_release(struct lr_exec_launch *l);
+
+/*
+ * A run: starts the helper and collects its output, each stream capped at
+ * output_limit as head + tail with a line "[… N bytes omitted …]" between
+ * (reading goes on to the end). done(x, arg) runs on the loop once the run
+ * is over (never inside this call; never after lr_exec_free). On failure
+ * returns LR_EREFUSED, LR_ENOTFOUND, -errno with err, and done never runs.
+ */
+struct lr_exec_result {
+	int code;            /* exit status, or -1 */
+	int signo;           /* the signal that ended the helper, or 0 */
+	int timed_out;
+	int truncated;       /* either stream lost bytes to the cap */
+	int setup_failed;    /* the helper exited 126 before exec; err holds its message */
+	int aborted;         /* the set was freed while the run went on; err says so */
+	struct lr_buf out, err_out; /* stdout, stderr (empty with inherit_stdio) */
+	char err[LR_EXEC_ERRLEN];
+};
+int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
+		    void (*done)(struct lr_exec *x, void *arg), void *arg, struct lr_exec **out,
+		    char err[LR_EXEC_ERRLEN]);
+const struct lr_exec_result *lr_exec_result(const struct lr_exec *x);
+pid_t lr_exec_pid(const struct lr_exec *x);
+/* Kills the tree if it still runs, reaps, frees. Accepts NULL. */
+void lr_exec_free(struct lr_exec *x);
+
+
 #endif

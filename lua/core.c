@@ -16,6 +16,7 @@ int luaopen_rig_core(lua_State *L)
 	lr__bundle_open(L);
 	lr__store_open(L);
 	lr__json_open(L);
+	lr__executor_open(L);
 	lr__sandbox_open(L);
 	return 1;
 }

@@ -199,4 +199,12 @@ int lr_snapshot_cli(int argc, char **argv);
 /* sandbox_cli.c: `luarig sandbox ...` (argv after "sandbox"); returns the exit code. */
 int lr_sandbox_cli(int argc, char **argv);
 
+/* proc.c, for the sandbox executor: spawn o as a rig.process handle (pushes it or nil, msg, code). */
+int lr__proc_spawn_handle(lua_State *L, const struct lr_proc_opts *o, const char *stdin_data,
+			  size_t stdin_len);
+/* executor.c: rig.sandbox executor sets (rig.core.sandbox_executors). */
+void lr__executor_open(lua_State *L);
+/* sandbox_run.c: `luarig sandbox run ...` (argv after "run"); returns the exit code. */
+int lr_sandbox_run_cli(int argc, char **argv);
+
 #endif

@@ -27,6 +27,11 @@ static void usage(FILE *f)
 	      "                | diff A B | export REF FILE.tar | import FILE.tar | list\n"
 	      "                                            workspace snapshots (state default\n"
 	      "                                            $XDG_STATE_HOME/luarig)\n"
+	      "       luarig sandbox run [--profile readonly|trusted|unconfined] [--workspace DIR]\n"
+	      "                [--allow-net HOST:PORT]... [--timeout S] [--ack-unconfined] -- CMD ARGS...\n"
+	      "                                            run one command confined (exit: the\n"
+	      "                                            command's; 124 timeout, 125 luarig failed,\n"
+	      "                                            126 no confinement, 127 not found)\n"
 	      "       luarig sandbox check                 this machine's confinement tier and\n"
 	      "                                            guarantees\n"
 	      "       luarig version | help\n"
@@ -293,6 +298,8 @@ int main(int argc, char **argv)
 	}
 	if (cmd && strcmp(cmd, "snapshot") == 0)
 		return lr_snapshot_cli(argc - i - 1, argv + i + 1);
+	if (cmd && strcmp(cmd, "sandbox") == 0 && i + 1 < argc && strcmp(argv[i + 1], "run") == 0)
+		return lr_sandbox_run_cli(argc - i - 2, argv + i + 2);
 	if (cmd && strcmp(cmd, "sandbox") == 0)
 		return lr_sandbox_cli(argc - i - 1, argv + i + 1);
 	if (cmd && strcmp(cmd, "inspect") == 0) {

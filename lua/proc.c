@@ -710,6 +710,22 @@ static int proc_spawn(lua_State *L)
 {
 	struct spawn_req r;
 	parse_opts(L, 0, &r);
+	return lr__proc_spawn_handle(L, &r.o, r.stdin_data, r.stdin_len);
+}
+
+/*
+ * For other bindings (the sandbox executor): spawns o as a rig.process
+ * handle (o's on_event and arg are replaced; stdin_data, when given, is
+ * written and stdin closed) and pushes it, or pushes nil, message, code.
+ */
+int lr__proc_spawn_handle(lua_State *L, const struct lr_proc_opts *o, const char *stdin_data,
+			  size_t stdin_len)
+{
+	struct spawn_req r;
+	memset(&r, 0, sizeof r);
+	r.o = *o;
+	r.stdin_data = stdin_data;
+	r.stdin_len = stdin_len;
 	struct handle *h = lua_newuserdatauv(L, sizeof *h, 0);
 	memset(h, 0, sizeof *h);
 	luaL_setmetatable(L, PROC_MT);

@@ -22,7 +22,10 @@
 
 static const char usage_text[] =
 	"usage: luarig sandbox check   the tier and guarantees of this machine for the\n"
-	"                              default sandboxed profile on the current directory\n";
+	"                              default sandboxed profile on the current directory\n"
+	"       luarig sandbox run [--profile readonly|trusted|unconfined] [--workspace DIR]\n"
+	"                [--allow-net HOST:PORT]... [--timeout S] [--ack-unconfined] -- CMD ARGS...\n"
+	"                              one command, confined (see 'luarig help')\n";
 
 __attribute__((format(printf, 1, 2)))
 static int usage_error(const char *fmt, ...)

@@ -29,11 +29,27 @@
 --               "target_network", "process_boundary", "resource_limits", "env_scrub" },
 --     caps = { userns, mountns, pidns, netns, mount_api, seccomp, cgroup, landlock_abi },
 --   }   -- without a profile: the defaults on the current directory
+--
+--   local set = rig.sandbox.executors(profile, { scratch_root = nil, max = 16 })
+--     -- scratch_root must not exist: the set makes it (0700) and removes it on close
+--   local ex = set:get("session-1")  -- one per key ([A-Za-z0-9_.-]{1,64}), own HOME and TMPDIR
+--   local r, err, code = ex:run{ argv = { "make", "test" } | command = "make test" (via /bin/sh -c),
+--     cwd = nil (the workspace; relative to it), env = { NAME = "v" | false },
+--     stdin = nil, timeout = nil, output_limit = 1 << 20 (per stream, head + tail),
+--     grants = { { token =, kind =, target = } }, network = { "host:port" } | false }
+--   -- r = { code, signal, stdout, stderr, truncated, timed_out, report }
+--   local p = ex:spawn{ ..., stdin = "pipe" | data, stdout = "pipe" | "inherit" | "null",
+--     stderr = same }  -- a rig.process handle: read, write, lines, wait, kill, close
+--   ex:report()  -- the guarantee table; ex.key, ex.home, ex.tmpdir, ex.id
+--   ex:grant{ kind =, target =, command =, cwd =, ttl = 60 } --> a single-use token
+--   ex:close(); set:close()  -- end their runs and spawned trees; close removes the scratch root
 
 local core = require "rig.core"
+require "rig.process" -- spawned handles are rig.process handles (p:lines)
 
 return {
   profile = core.sandbox_profile,
   restrict = core.sandbox_restrict,
   check = core.sandbox_check,
+  executors = core.sandbox_executors,
 }

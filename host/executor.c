@@ -1,0 +1,1384 @@
+/*
+ * executor.c — sandboxed executors: sets of executors per profile, the spec
+ * one run compiles to, and running the confinement helper on the loop.
+ *
+ * The spec builder is pure (files are only looked at: stat, a bounded walk
+ * for protected paths, the PATH search), so it is unit-tested directly.
+ * The run side seals the encoded spec in a memfd and spawns
+ * "/proc/self/exe __sandbox-helper" through host/proc.c with the memfd as
+ * fd 3; the helper does every privileged step in its own single-threaded
+ * process (DESIGN §8).
+ */
+#include "host.h"
+
+#include "../sandbox/sandbox.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <linux/landlock.h>
+
+#ifndef LANDLOCK_ACCESS_FS_TRUNCATE
+#define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14)
+#endif
+#ifndef LANDLOCK_ACCESS_FS_IOCTL_DEV
+#define LANDLOCK_ACCESS_FS_IOCTL_DEV (1ULL << 15)
+#endif
+
+extern char **environ;
+
+/* Rights for read-only roots and for writable ones (the helper masks them by the kernel's ABI). */
+#define ACC_READ (LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR)
+#define ACC_EXEC LANDLOCK_ACCESS_FS_EXECUTE
+#define ACC_WRITE                                                                          \
+	(LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR |                   \
+	 LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_DIR |                    \
+	 LANDLOCK_ACCESS_FS_MAKE_REG | LANDLOCK_ACCESS_FS_MAKE_SOCK |                      \
+	 LANDLOCK_ACCESS_FS_MAKE_FIFO | LANDLOCK_ACCESS_FS_MAKE_SYM |                      \
+	 LANDLOCK_ACCESS_FS_REFER | LANDLOCK_ACCESS_FS_TRUNCATE)
+
+#define DEFAULT_OUTPUT_LIMIT (1u << 20)
+#define DEFAULT_MAX 16
+#define PIPE_CHUNK (64u << 10)
+/* The protected-path walk: how deep and how many entries before it stops. */
+#define WALK_DEPTH 12
+#define WALK_ENTRIES 50000
+/* Removing the scratch root: deeper trees are left behind (and reported by the return value). */
+#define RM_DEPTH 256
+
+static const char *const host_roots[] = { "/usr", "/bin", "/sbin", "/lib", "/lib32",
+					  "/lib64", "/libx32", "/etc", "/opt", "/srv", NULL };
+/* Inside a writable root: at its top level only. */
+static const char *const protected_top[] = { ".vscode", ".idea", ".claude", ".cursor",
+					     ".envrc", ".github/workflows", NULL };
+static const char *const env_allow[] = { "PATH", "LANG", "TERM", "TZ", "USER",
+					 "LOGNAME", "SHELL", NULL };
+#define DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+
+__attribute__((format(printf, 2, 3)))
+static void seterr(char *err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, LR_EXEC_ERRLEN, fmt, ap);
+	va_end(ap);
+}
+
+/* ---- small growable lists ---- */
+
+static int grow(void **arr, size_t *cap, size_t n, size_t size)
+{
+	if (n < *cap)
+		return 0;
+	size_t nc = *cap ? *cap * 2 : 8;
+	void *p = realloc(*arr, nc * size);
+	if (!p)
+		return -ENOMEM;
+	*arr = p;
+	*cap = nc;
+	return 0;
+}
+
+struct strv {
+	char **v;
+	size_t n, cap;
+};
+
+static int strv_add(struct strv *sv, char *owned)
+{
+	if (!owned)
+		return -ENOMEM;
+	if (grow((void **)&sv->v, &sv->cap, sv->n + 1, sizeof *sv->v) < 0) {
+		free(owned);
+		return -ENOMEM;
+	}
+	sv->v[sv->n++] = owned;
+	sv->v[sv->n] = NULL;
+	return 0;
+}
+
+static void strv_free(struct strv *sv)
+{
+	for (size_t i = 0; i < sv->n; i++)
+		free(sv->v[i]);
+	free(sv->v);
+	memset(sv, 0, sizeof *sv);
+}
+
+__attribute__((format(printf, 1, 2)))
+static char *xasprintf(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *s = NULL;
+	int n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	return n < 0 ? NULL : s;
+}
+
+/* 1 when path is root or below it (both canonical, absolute). */
+static int path_within(const char *path, const char *root)
+{
+	size_t n = strlen(root);
+	if (n == 1 && root[0] == '/')
+		return path[0] == '/';
+	return strncmp(path, root, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+static int is_dir(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* ---- the spec under construction ---- */
+
+struct build {
+	struct lr_sbx_spec *s;
+	size_t mcap, rcap, rocap;
+	struct strv writable; /* canonical writable roots, for the protected walk */
+	const struct lr_exec_ctx *ctx;
+	char *err;
+};
+
+/* Adds a bind (same path inside) and its Landlock rule; a later bind of the same path wins. */
+static int add_root(struct build *b, const char *path, int writable, int exec)
+{
+	struct lr_sbx_spec *s = b->s;
+	if (grow((void **)&s->mounts, &b->mcap, s->nmounts, sizeof *s->mounts) < 0 ||
+	    grow((void **)&s->rules, &b->rcap, s->nrules, sizeof *s->rules) < 0)
+		return -ENOMEM;
+	char *src = strdup(path), *dst = strdup(path), *rp = strdup(path);
+	if (!src || !dst || !rp) {
+		free(src);
+		free(dst);
+		free(rp);
+		return -ENOMEM;
+	}
+	s->mounts[s->nmounts++] = (struct lr_sbx_mount){ .src = src, .dst = dst, .writable = writable };
+	uint64_t acc = ACC_READ | (exec ? ACC_EXEC : 0) | (writable ? ACC_WRITE : 0);
+	s->rules[s->nrules++] = (struct lr_sbx_path_rule){ .path = rp, .access = acc };
+	if (writable)
+		return strv_add(&b->writable, strdup(path));
+	return 0;
+}
+
+/* A Landlock rule without a bind (the helper's own /dev, /proc, /tmp). */
+static int add_rule(struct build *b, const char *path, uint64_t acc)
+{
+	struct lr_sbx_spec *s = b->s;
+	if (grow((void **)&s->rules, &b->rcap, s->nrules, sizeof *s->rules) < 0)
+		return -ENOMEM;
+	char *rp = strdup(path);
+	if (!rp)
+		return -ENOMEM;
+	s->rules[s->nrules++] = (struct lr_sbx_path_rule){ .path = rp, .access = acc };
+	return 0;
+}
+
+static int granted(const char *const *list, size_t n, const char *path)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(list[i], path) == 0)
+			return 1;
+	return 0;
+}
+
+/* A protected path is dropped when a write grant names it or a place above it. */
+static int unprotected_by_grant(const struct lr_exec_ctx *ctx, const char *path)
+{
+	for (size_t i = 0; i < ctx->ngranted_write; i++)
+		if (path_within(path, ctx->granted_write[i]))
+			return 1;
+	return 0;
+}
+
+static int add_protected(struct build *b, const char *path)
+{
+	struct lr_sbx_spec *s = b->s;
+	if (unprotected_by_grant(b->ctx, path))
+		return 0;
+	for (size_t i = 0; i < s->nreadonly; i++)
+		if (strcmp(s->readonly[i], path) == 0)
+			return 0;
+	if (grow((void **)&s->readonly, &b->rocap, s->nreadonly, sizeof *s->readonly) < 0)
+		return -ENOMEM;
+	char *p = strdup(path);
+	if (!p)
+		return -ENOMEM;
+	s->readonly[s->nreadonly++] = p;
+	return 0;
+}
+
+struct walk {
+	struct build *b;
+	size_t entries;
+	int rc;
+};
+
+/*
+ * Finds .git/hooks and .git/config below dir without following symlinks,
+ * skipping node_modules, at most WALK_DEPTH levels and WALK_ENTRIES entries
+ * (a hostile tree cannot make the spawn slow; beyond the caps nothing more
+ * is protected, which the caps' size makes a deliberate, stated trade).
+ */
+static void walk_git(struct walk *w, const char *dir, int depth)
+{
+	if (w->rc || depth > WALK_DEPTH)
+		return;
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while (!w->rc && (de = readdir(d)) != NULL) {
+		if (++w->entries > WALK_ENTRIES)
+			break;
+		const char *n = de->d_name;
+		if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0 || strcmp(n, "node_modules") == 0)
+			continue;
+		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
+			continue;
+		char *sub = xasprintf("%s/%s", strcmp(dir, "/") == 0 ? "" : dir, n);
+		if (!sub) {
+			w->rc = -ENOMEM;
+			break;
+		}
+		struct stat st;
+		if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
+			if (strcmp(n, ".git") == 0) {
+				static const char *const inside[] = { "hooks", "config" };
+				for (int i = 0; i < 2 && !w->rc; i++) {
+					char *p = xasprintf("%s/%s", sub, inside[i]);
+					struct stat ps;
+					if (!p)
+						w->rc = -ENOMEM;
+					else if (lstat(p, &ps) == 0 && (S_ISDIR(ps.st_mode) || S_ISREG(ps.st_mode)))
+						w->rc = add_protected(w->b, p);
+					free(p);
+				}
+			}
+			walk_git(w, sub, depth + 1);
+		}
+		free(sub);
+	}
+	closedir(d);
+}
+
+static int protect_root(struct build *b, const char *root)
+{
+	for (int i = 0; protected_top[i]; i++) {
+		char *p = xasprintf("%s/%s", root, protected_top[i]);
+		if (!p)
+			return -ENOMEM;
+		struct stat st;
+		int rc = 0;
+		if (lstat(p, &st) == 0 && (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)))
+			rc = add_protected(b, p);
+		free(p);
+		if (rc)
+			return rc;
+	}
+	struct walk w = { .b = b };
+	walk_git(&w, root, 0);
+	return w.rc;
+}
+
+/* ---- the environment ---- */
+
+static int ends_with(const char *name, size_t n, const char *suffix)
+{
+	size_t k = strlen(suffix);
+	return n >= k && memcmp(name + n - k, suffix, k) == 0;
+}
+
+static int starts_with(const char *name, size_t n, const char *prefix)
+{
+	size_t k = strlen(prefix);
+	return n >= k && memcmp(name, prefix, k) == 0;
+}
+
+/* Names that look like credentials: never inherited, only passed explicitly. */
+static int secret_name(const char *name, size_t n)
+{
+	if (ends_with(name, n, "_TOKEN") || ends_with(name, n, "_KEY") ||
+	    ends_with(name, n, "_SECRET") || starts_with(name, n, "AWS_") ||
+	    starts_with(name, n, "GITHUB_") || starts_with(name, n, "OPENAI_") ||
+	    starts_with(name, n, "ANTHROPIC_") || (n == 13 && memcmp(name, "SSH_AUTH_SOCK", 13) == 0))
+		return 1;
+	for (size_t i = 0; i + 8 <= n; i++)
+		if (memcmp(name + i, "PASSWORD", 8) == 0)
+			return 1;
+	return 0;
+}
+
+static int allowed_name(const char *name, size_t n)
+{
+	if (starts_with(name, n, "LC_"))
+		return 1;
+	for (int i = 0; env_allow[i]; i++)
+		if (strlen(env_allow[i]) == n && memcmp(env_allow[i], name, n) == 0)
+			return 1;
+	return 0;
+}
+
+static size_t name_len(const char *entry)
+{
+	const char *eq = strchr(entry, '=');
+	return eq ? (size_t)(eq - entry) : strlen(entry);
+}
+
+/* Removes NAME from the list (all occurrences). */
+static void env_unset(struct strv *env, const char *name, size_t n)
+{
+	size_t j = 0;
+	for (size_t i = 0; i < env->n; i++) {
+		if (name_len(env->v[i]) == n && memcmp(env->v[i], name, n) == 0 &&
+		    env->v[i][n] == '=')
+			free(env->v[i]);
+		else
+			env->v[j++] = env->v[i];
+	}
+	env->n = j;
+	if (env->v)
+		env->v[j] = NULL;
+}
+
+static int env_set(struct strv *env, const char *name, const char *value)
+{
+	env_unset(env, name, strlen(name));
+	return strv_add(env, xasprintf("%s=%s", name, value));
+}
+
+static const char *env_get(char *const *env, const char *name)
+{
+	size_t n = strlen(name);
+	for (; env && *env; env++)
+		if (strncmp(*env, name, n) == 0 && (*env)[n] == '=')
+			return *env + n + 1;
+	return NULL;
+}
+
+/*
+ * The child's environment: the allow-listed names from the host (never a
+ * secret-looking one), then what the request passes explicitly, then the
+ * forced HOME, TMPDIR and, with a proxy, the proxy variables.
+ */
+static int build_env(const struct lr_exec_request *r, const struct lr_exec_ctx *ctx,
+		     const char *home, uint16_t proxy_port, struct strv *env)
+{
+	int rc = 0;
+	char *const *host = ctx->host_env ? ctx->host_env : environ;
+	for (char *const *e = host; *e && !rc; e++) {
+		size_t n = name_len(*e);
+		if ((*e)[n] != '=' || !allowed_name(*e, n) || secret_name(*e, n))
+			continue;
+		env_unset(env, *e, n);
+		rc = strv_add(env, strdup(*e));
+	}
+	for (char *const *e = r->env; e && *e && !rc; e++) {
+		size_t n = name_len(*e);
+		if (n == 0)
+			continue;
+		env_unset(env, *e, n);
+		if ((*e)[n] == '=')
+			rc = strv_add(env, strdup(*e));
+	}
+	if (rc)
+		return rc;
+	if (!env_get(env->v, "PATH") && (rc = env_set(env, "PATH", DEFAULT_PATH)))
+		return rc;
+	if ((rc = env_set(env, "HOME", home)) || (rc = env_set(env, "TMPDIR", ctx->tmpdir)))
+		return rc;
+	if (proxy_port) {
+		char url[64];
+		snprintf(url, sizeof url, "http://127.0.0.1:%u", (unsigned)proxy_port);
+		static const char *const names[] = {
+			"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
+			"all_proxy", "npm_config_proxy", "npm_config_https_proxy", "PIP_PROXY", NULL
+		};
+		for (int i = 0; names[i] && !rc; i++)
+			rc = env_set(env, names[i], url);
+		if (!rc)
+			rc = env_set(env, "NO_PROXY", "localhost,127.0.0.1");
+		if (!rc)
+			rc = env_set(env, "no_proxy", "localhost,127.0.0.1");
+		if (!rc)
+			rc = env_set(env, "NODE_USE_ENV_PROXY", "1");
+	}
+	if (!env->v)
+		rc = grow((void **)&env->v, &env->cap, 1, sizeof *env->v);
+	if (!rc)
+		env->v[env->n] = NULL;
+	return rc;
+}
+
+/* ---- the command ---- */
+
+int lr_executor_command_line(const struct lr_exec_request *r, struct lr_buf *out)
+{
+	if (r->command)
+		return lr_buf_addstr(out, r->command);
+	int rc = 0;
+	for (char *const *a = r->argv; a && *a && !rc; a++) {
+		if (a != r->argv)
+			rc = lr_buf_add(out, " ", 1);
+		if (!rc)
+			rc = lr_buf_addstr(out, *a);
+	}
+	return rc;
+}
+
+/* 1 when dir is visible in the view (inside a bind). */
+static int in_view(const struct lr_sbx_spec *s, const char *path)
+{
+	for (size_t i = 0; i < s->nmounts; i++)
+		if (path_within(path, s->mounts[i].dst))
+			return 1;
+	return 0;
+}
+
+/*
+ * argv[0] as an absolute path: a name is searched in the view's PATH
+ * (directories visible in the view only; unconfined: all of them), a
+ * relative path is taken from cwd.
+ */
+static int resolve_argv0(const struct lr_sbx_spec *s, const char *name, const char *path_var,
+			 const char *cwd, char **out, char *err)
+{
+	if (strchr(name, '/')) {
+		*out = name[0] == '/' ? strdup(name) : xasprintf("%s/%s", cwd, name);
+		return *out ? 0 : -ENOMEM;
+	}
+	const char *p = path_var ? path_var : DEFAULT_PATH;
+	while (*p) {
+		const char *colon = strchr(p, ':');
+		size_t n = colon ? (size_t)(colon - p) : strlen(p);
+		if (n > 0 && p[0] == '/') {
+			char *cand = xasprintf("%.*s/%s", (int)n, p, name);
+			if (!cand)
+				return -ENOMEM;
+			struct stat st;
+			if ((s->unconfined || in_view(s, cand)) && stat(cand, &st) == 0 &&
+			    S_ISREG(st.st_mode) && access(cand, X_OK) == 0) {
+				*out = cand;
+				return 0;
+			}
+			free(cand);
+		}
+		p += n;
+		if (*p == ':')
+			p++;
+	}
+	seterr(err, "executor: command '%s' not found in the sandbox's PATH", name);
+	return LR_ENOTFOUND;
+}
+
+/* ---- the spec ---- */
+
+static int cap_open(enum lr_cap c, int grant)
+{
+	return c == LR_CAP_ALLOW || (c == LR_CAP_GATED && grant);
+}
+
+static int net_target_ok(const struct lr_profile *p, const struct lr_exec_ctx *ctx, const char *t)
+{
+	return p->network == LR_CAP_ALLOW ||
+	       (p->network == LR_CAP_GATED && granted(ctx->granted_net, ctx->ngranted_net, t));
+}
+
+static int build_view(struct build *b, const struct lr_profile *p)
+{
+	const struct lr_exec_ctx *ctx = b->ctx;
+	int rc = 0;
+	if (p->host_read == LR_CAP_ALLOW) {
+		for (int i = 0; host_roots[i] && !rc; i++) {
+			/* A symlinked root (/bin -> usr/bin) is bound at its own path, as what it points at. */
+			if (is_dir(host_roots[i]))
+				rc = add_root(b, host_roots[i], p->host_write == LR_CAP_ALLOW, 1);
+		}
+	}
+	for (size_t i = 0; i < p->nroots && !rc; i++) {
+		const struct lr_sbx_root *x = &p->roots[i];
+		int gw = granted(ctx->granted_write, ctx->ngranted_write, x->path);
+		int gr = gw || granted(ctx->granted_read, ctx->ngranted_read, x->path);
+		if (!is_dir(x->path))
+			continue;
+		if (cap_open(x->write, gw) && cap_open(x->read, 1))
+			rc = add_root(b, x->path, 1, 1);
+		else if (cap_open(x->read, gr))
+			rc = add_root(b, x->path, 0, 1);
+	}
+	if (!rc && p->home == LR_HOME_REAL) {
+		const char *h = env_get(ctx->host_env ? ctx->host_env : environ, "HOME");
+		char real[PATH_MAX];
+		if (h && realpath(h, real) && is_dir(real)) {
+			if (cap_open(p->host_write, 0) && cap_open(p->host_read, 0))
+				rc = add_root(b, real, 1, 1);
+			else if (cap_open(p->host_read, 0))
+				rc = add_root(b, real, 0, 1);
+		}
+	}
+	if (!rc && p->workspace_root) {
+		const char *ws = p->workspace_root;
+		int gw = granted(ctx->granted_write, ctx->ngranted_write, ws);
+		int gr = gw || granted(ctx->granted_read, ctx->ngranted_read, ws);
+		if (cap_open(p->workspace_write, gw) && cap_open(p->workspace_read, 1))
+			rc = add_root(b, ws, 1, 1);
+		else if (cap_open(p->workspace_read, gr))
+			rc = add_root(b, ws, 0, 1);
+	}
+	/* Granted paths not already covered as they were granted. */
+	for (size_t i = 0; i < ctx->ngranted_read && !rc; i++) {
+		const char *g = ctx->granted_read[i];
+		if (!in_view(b->s, g))
+			rc = add_root(b, g, 0, 1);
+	}
+	for (size_t i = 0; i < ctx->ngranted_write && !rc; i++) {
+		const char *g = ctx->granted_write[i];
+		int covered = 0;
+		for (size_t j = 0; j < b->writable.n; j++)
+			if (path_within(g, b->writable.v[j]))
+				covered = 1;
+		if (!covered)
+			rc = add_root(b, g, 1, 1);
+	}
+	if (!rc && ctx->home && p->home == LR_HOME_ISOLATED)
+		rc = add_root(b, ctx->home, 1, 1);
+	if (!rc && ctx->tmpdir)
+		rc = add_root(b, ctx->tmpdir, 1, 1);
+	/* What the helper itself puts in the view: /dev, a fresh /proc, tmpfs /tmp. */
+	if (!rc)
+		rc = add_rule(b, "/dev", ACC_READ | LANDLOCK_ACCESS_FS_WRITE_FILE |
+					   LANDLOCK_ACCESS_FS_IOCTL_DEV | LANDLOCK_ACCESS_FS_TRUNCATE);
+	if (!rc)
+		rc = add_rule(b, "/proc", ACC_READ);
+	if (!rc)
+		rc = add_rule(b, "/tmp", ACC_READ | ACC_WRITE);
+	for (size_t i = 0; i < b->writable.n && !rc; i++)
+		rc = protect_root(b, b->writable.v[i]);
+	return rc;
+}
+
+int lr_executor_build_spec(const struct lr_profile *p, const struct lr_sbx_caps *caps,
+			   const struct lr_exec_request *r, const struct lr_exec_ctx *ctx,
+			   struct lr_sbx_spec *out, char err[LR_EXEC_ERRLEN])
+{
+	memset(out, 0, sizeof *out);
+	err[0] = '\0';
+	if ((!r->argv || !r->argv[0] || !r->argv[0][0]) && !r->command) {
+		seterr(err, "executor: the request needs argv or command");
+		return -EINVAL;
+	}
+	if (p->command == LR_CAP_DENY || (p->command == LR_CAP_GATED && !ctx->command_granted)) {
+		seterr(err, "executor: running commands is %s by the profile%s",
+		       p->command == LR_CAP_DENY ? "denied" : "gated",
+		       p->command == LR_CAP_DENY ? "" : " and no grant was given");
+		return LR_EREFUSED;
+	}
+	struct build b = { .s = out, .ctx = ctx, .err = err };
+	struct strv env = { 0 }, argv = { 0 };
+	int rc = 0;
+	out->exec_id = ctx->exec_id;
+	out->tier = caps ? caps->tier : LR_TIER_NONE;
+	out->unconfined = p->isolation == LR_ISO_UNCONFINED;
+	out->uid = getuid();
+	out->gid = getgid();
+	out->limits = (struct lr_sbx_limits){
+		.as_bytes = 0,
+		.fsize_bytes = 1ull << 30,
+		.nproc = 512,
+		.nofile = 1024,
+		.cpu_seconds = 0,
+		.memory_bytes = 2ull << 30,
+	};
+
+	/* The network: none unless the profile or a grant opens the targets asked for. */
+	int want_proxy = 0;
+	if (out->unconfined) {
+		out->net = LR_SBX_NET_HOST;
+	} else if (r->network && r->network[0]) {
+		for (char *const *t = r->network; *t; t++) {
+			if (!net_target_ok(p, ctx, *t)) {
+				seterr(err, "executor: network target '%s' is %s", *t,
+				       p->network == LR_CAP_DENY ? "denied by the profile"
+								 : "gated and not granted");
+				rc = LR_EREFUSED;
+				goto fail;
+			}
+		}
+		want_proxy = 1;
+	} else if (!r->network && p->network == LR_CAP_ALLOW) {
+		want_proxy = 1;
+	}
+	if (want_proxy) {
+		if (!ctx->proxy_port) {
+			seterr(err, "executor: network access needs the egress proxy, which is not available");
+			rc = LR_EUNAVAILABLE;
+			goto fail;
+		}
+		out->net = LR_SBX_NET_PROXY;
+		out->proxy_port = ctx->proxy_port;
+		out->dns_port = ctx->dns_port;
+	}
+
+	if (!out->unconfined && (rc = build_view(&b, p)) != 0) {
+		seterr(err, "executor: cannot build the view: %s", lr_strerror(rc));
+		goto fail;
+	}
+
+	/* cwd: absolute, or relative to the workspace; it must exist and be in the view. */
+	const char *home = p->home == LR_HOME_REAL ? env_get(ctx->host_env ? ctx->host_env : environ, "HOME")
+						    : ctx->home;
+	if (!home)
+		home = ctx->home ? ctx->home : "/";
+	const char *base = p->workspace_root && (out->unconfined || in_view(out, p->workspace_root))
+				   ? p->workspace_root
+				   : home;
+	char cwd[PATH_MAX];
+	if (r->cwd) {
+		char *joined = r->cwd[0] == '/' ? strdup(r->cwd) : xasprintf("%s/%s", base, r->cwd);
+		if (!joined) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		char *ok = realpath(joined, cwd);
+		if (!ok || !is_dir(cwd)) {
+			seterr(err, "executor: cannot use directory '%s': %s", r->cwd,
+			       ok ? "not a directory" : strerror(errno));
+			free(joined);
+			rc = LR_ENOTFOUND;
+			goto fail;
+		}
+		free(joined);
+	} else {
+		snprintf(cwd, sizeof cwd, "%s", base);
+	}
+	if (!out->unconfined && !in_view(out, cwd)) {
+		seterr(err, "executor: directory '%s' is outside the sandbox's view", cwd);
+		rc = LR_EREFUSED;
+		goto fail;
+	}
+	if (!(out->cwd = strdup(cwd))) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+
+	if ((rc = build_env(r, ctx, home, out->net == LR_SBX_NET_PROXY ? out->proxy_port : 0, &env)) != 0)
+		goto fail;
+
+	/* argv: the command through /bin/sh -c, or the list with argv[0] resolved. */
+	char *first = NULL;
+	if (r->command) {
+		if ((rc = strv_add(&argv, strdup("/bin/sh"))) || (rc = strv_add(&argv, strdup("-c"))) ||
+		    (rc = strv_add(&argv, strdup(r->command))))
+			goto fail;
+	} else {
+		if ((rc = resolve_argv0(out, r->argv[0], env_get(env.v, "PATH"), cwd, &first, err)))
+			goto fail;
+		if ((rc = strv_add(&argv, first)))
+			goto fail;
+		for (char *const *a = r->argv + 1; *a; a++)
+			if ((rc = strv_add(&argv, strdup(*a))))
+				goto fail;
+	}
+	out->argv = argv.v;
+	out->envp = env.v;
+	if (caps && caps->cgroup && caps->cgroup_path[0] && !out->unconfined) {
+		static unsigned long seq;
+		out->cgroup = xasprintf("%s/luarig-%ld-%llu-%lu", caps->cgroup_path, (long)getpid(),
+					(unsigned long long)ctx->exec_id, ++seq);
+		if (!out->cgroup) {
+			rc = -ENOMEM;
+			out->argv = NULL;
+			out->envp = NULL;
+			goto fail;
+		}
+	}
+	strv_free(&b.writable);
+	return 0;
+fail:
+	if (!err[0])
+		seterr(err, "executor: %s", lr_strerror(rc));
+	strv_free(&b.writable);
+	strv_free(&env);
+	strv_free(&argv);
+	out->argv = out->envp = NULL;
+	lr_sbx_spec_release(out);
+	memset(out, 0, sizeof *out);
+	return rc;
+}
+
+/* ---- removing a scratch tree ---- */
+
+/*
+ * Removes everything below the directory open as dfd, making directories
+ * accessible first (a command may leave a 000 directory behind). Symlinks
+ * are removed, never followed. Returns 0 or the first error.
+ */
+static int rm_below(int dfd, int depth)
+{
+	if (depth > RM_DEPTH)
+		return -ELOOP;
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -errno;
+	}
+	int rc = 0;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		const char *n = de->d_name;
+		if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0)
+			continue;
+		struct stat st;
+		if (fstatat(dirfd(d), n, &st, AT_SYMLINK_NOFOLLOW) != 0)
+			continue;
+		if (S_ISDIR(st.st_mode)) {
+			fchmodat(dirfd(d), n, 0700, 0);
+			int sub = openat(dirfd(d), n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0) {
+				int r = rm_below(sub, depth + 1);
+				if (r && !rc)
+					rc = r;
+			}
+			if (unlinkat(dirfd(d), n, AT_REMOVEDIR) != 0 && !rc)
+				rc = -errno;
+		} else if (unlinkat(dirfd(d), n, 0) != 0 && !rc) {
+			rc = -errno;
+		}
+	}
+	closedir(d);
+	return rc;
+}
+
+static int rm_tree(const char *path)
+{
+	chmod(path, 0700);
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	int rc = rm_below(fd, 0);
+	if (rmdir(path) != 0 && !rc)
+		rc = -errno;
+	return rc;
+}
+
+/* ---- sets and executors ---- */
+
+struct lr_executor {
+	struct lr_executor_set *set;
+	uint64_t id;
+	char key[65];
+	char *home, *tmpdir;
+	struct lr_executor *next;
+};
+
+struct lr_executor_set {
+	struct lr_loop *loop;
+	struct lr_profile profile;
+	char fingerprint[65];
+	const struct lr_sbx_caps *caps;
+	struct lr_sbx_report report;
+	struct lr_grants *grants;
+	char *root;
+	size_t max, count;
+	struct lr_executor *executors;
+	struct lr_exec *runs; /* live runs, killed when the set is freed */
+};
+
+struct capture {
+	struct lr_buf head;
+	char *ring;
+	size_t ring_cap, ring_len, ring_start;
+	uint64_t total;
+};
+
+struct lr_exec {
+	struct lr_executor_set *set;
+	struct lr_executor *owner;
+	struct lr_proc *proc;
+	struct lr_exec_result res;
+	struct capture cap[3];
+	int inherit, finished;
+	struct lr_defer defer;
+	void (*done)(struct lr_exec *x, void *arg);
+	void *arg;
+	struct lr_exec *next, *prev;
+};
+
+static uint64_t next_exec_id;
+
+static void exec_unlink(struct lr_exec *x);
+static int capture_finish(struct capture *c, struct lr_buf *out);
+
+int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
+			const char *scratch_root, size_t max, struct lr_executor_set **out,
+			char err[LR_EXEC_ERRLEN])
+{
+	*out = NULL;
+	err[0] = '\0';
+	char perr[LR_SBX_ERRLEN];
+	int rc = lr_profile_validate(p, perr);
+	if (rc) {
+		seterr(err, "%s", perr);
+		return rc;
+	}
+	struct lr_executor_set *s = calloc(1, sizeof *s);
+	if (!s)
+		return -ENOMEM;
+	s->loop = loop;
+	s->max = max ? max : DEFAULT_MAX;
+	if ((rc = lr_profile_copy(p, &s->profile)) != 0) {
+		free(s);
+		seterr(err, "executor: cannot copy the profile: %s", lr_strerror(rc));
+		return rc;
+	}
+	lr_profile_fingerprint(&s->profile, s->fingerprint);
+	s->caps = lr_sbx_probe();
+	rc = lr_sbx_report(&s->profile, s->caps, &s->report, perr);
+	if (rc) {
+		seterr(err, "%s", perr);
+		goto fail;
+	}
+	if ((rc = lr_grants_new(&s->grants)) != 0) {
+		seterr(err, "executor: cannot make the grant store: %s", lr_strerror(rc));
+		goto fail;
+	}
+	if (scratch_root) {
+		if (mkdir(scratch_root, 0700) != 0) {
+			rc = -errno;
+			if (rc == -EEXIST)
+				seterr(err, "executor: scratch root '%s' already exists (the set makes it "
+					    "and removes it)", scratch_root);
+			else
+				seterr(err, "executor: cannot create scratch root '%s': %s", scratch_root,
+				       strerror(errno));
+			goto fail;
+		}
+		char real[PATH_MAX];
+		if (!realpath(scratch_root, real) || !(s->root = strdup(real))) {
+			rc = -errno ? -errno : -ENOMEM;
+			rmdir(scratch_root);
+			seterr(err, "executor: cannot resolve scratch root '%s'", scratch_root);
+			goto fail;
+		}
+	} else {
+		const char *t = getenv("TMPDIR");
+		char *tmpl = xasprintf("%s/luarig-exec-XXXXXX", t && t[0] == '/' ? t : "/tmp");
+		char real[PATH_MAX];
+		if (!tmpl || !mkdtemp(tmpl) || !realpath(tmpl, real) || !(s->root = strdup(real))) {
+			rc = -errno ? -errno : -ENOMEM;
+			seterr(err, "executor: cannot create a scratch root: %s", strerror(errno));
+			free(tmpl);
+			goto fail;
+		}
+		free(tmpl);
+	}
+	*out = s;
+	return 0;
+fail:
+	lr_grants_free(s->grants);
+	lr_profile_release(&s->profile);
+	free(s);
+	return rc;
+}
+
+/*
+ * Ends the runs still going (of one executor, or all): the helper's group is
+ * killed, and their owners hear it through done as usual, marked aborted.
+ */
+static void abort_runs(struct lr_executor_set *s, struct lr_executor *only, const char *why)
+{
+	struct lr_exec *x = s->runs;
+	while (x) {
+		struct lr_exec *next = x->next;
+		if (only && x->owner != only) {
+			x = next;
+			continue;
+		}
+		exec_unlink(x);
+		if (!x->finished) {
+			x->finished = 1;
+			x->res.signo = SIGKILL;
+			snprintf(x->res.err, sizeof x->res.err, "%s", why);
+			x->res.aborted = 1;
+			if (!x->inherit) {
+				capture_finish(&x->cap[1], &x->res.out);
+				capture_finish(&x->cap[2], &x->res.err_out);
+			}
+			lr_defer_schedule(&x->defer);
+		}
+		lr_proc_close(x->proc); /* kills the helper's group */
+		x->proc = NULL;
+		x = next;
+	}
+}
+
+void lr_executor_abort(struct lr_executor *e)
+{
+	abort_runs(e->set, e, "executor: the executor was closed");
+}
+
+void lr_executor_set_free(struct lr_executor_set *s)
+{
+	if (!s)
+		return;
+	abort_runs(s, NULL, "executor: the set was closed");
+	while (s->executors) {
+		struct lr_executor *e = s->executors;
+		s->executors = e->next;
+		free(e->home);
+		free(e->tmpdir);
+		free(e);
+	}
+	if (s->root)
+		rm_tree(s->root);
+	free(s->root);
+	lr_grants_free(s->grants);
+	lr_profile_release(&s->profile);
+	free(s);
+}
+
+const char *lr_executor_set_root(const struct lr_executor_set *s) { return s->root; }
+const struct lr_sbx_report *lr_executor_set_report(const struct lr_executor_set *s) { return &s->report; }
+const struct lr_profile *lr_executor_set_profile(const struct lr_executor_set *s) { return &s->profile; }
+struct lr_grants *lr_executor_set_grants(struct lr_executor_set *s) { return s->grants; }
+uint64_t lr_executor_id(const struct lr_executor *e) { return e->id; }
+const char *lr_executor_home(const struct lr_executor *e) { return e->home; }
+const char *lr_executor_tmpdir(const struct lr_executor *e) { return e->tmpdir; }
+const char *lr_executor_key(const struct lr_executor *e) { return e->key; }
+const char *lr_executor_fingerprint(const struct lr_executor *e) { return e->set->fingerprint; }
+
+static int valid_key(const char *k)
+{
+	size_t n = strlen(k);
+	if (n == 0 || n > 64 || strcmp(k, ".") == 0 || strcmp(k, "..") == 0)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = k[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '.' || c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+int lr_executor_get(struct lr_executor_set *s, const char *key, struct lr_executor **out,
+		    char err[LR_EXEC_ERRLEN])
+{
+	*out = NULL;
+	if (!valid_key(key)) {
+		seterr(err, "executor: key '%.64s' must be 1 to 64 of A-Z a-z 0-9 _ . - (not . or ..)", key);
+		return -EINVAL;
+	}
+	for (struct lr_executor *e = s->executors; e; e = e->next) {
+		if (strcmp(e->key, key) == 0) {
+			*out = e;
+			return 0;
+		}
+	}
+	if (s->count >= s->max) {
+		seterr(err, "executor: the set already holds its maximum of %zu executors", s->max);
+		return LR_ETOOBIG;
+	}
+	struct lr_executor *e = calloc(1, sizeof *e);
+	char *dir = xasprintf("%s/%s", s->root, key);
+	if (!e || !dir) {
+		free(e);
+		free(dir);
+		return -ENOMEM;
+	}
+	snprintf(e->key, sizeof e->key, "%s", key);
+	e->set = s;
+	e->id = ++next_exec_id;
+	e->home = xasprintf("%s/home", dir);
+	e->tmpdir = xasprintf("%s/tmp", dir);
+	int rc = 0;
+	if (!e->home || !e->tmpdir)
+		rc = -ENOMEM;
+	else if (mkdir(dir, 0700) != 0 || mkdir(e->home, 0700) != 0 || mkdir(e->tmpdir, 0700) != 0)
+		rc = -errno;
+	if (rc) {
+		seterr(err, "executor: cannot create the dirs of '%s': %s", key, lr_strerror(rc));
+		rm_tree(dir);
+		free(dir);
+		free(e->home);
+		free(e->tmpdir);
+		free(e);
+		return rc;
+	}
+	free(dir);
+	e->next = s->executors;
+	s->executors = e;
+	s->count++;
+	*out = e;
+	return 0;
+}
+
+/* ---- launching ---- */
+
+static char *const helper_argv[] = { "luarig", "__sandbox-helper", NULL };
+static char *const empty_env[] = { NULL };
+
+static int grant_class(int cls, enum lr_grant_class *out)
+{
+	switch (cls) {
+	case LR_GRANT_FS_READ:
+	case LR_GRANT_FS_WRITE:
+	case LR_GRANT_NETWORK:
+	case LR_GRANT_COMMAND:
+		*out = (enum lr_grant_class)cls;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+struct redeemed {
+	struct strv rd, wr, net;
+	int command;
+};
+
+/*
+ * Redeems every grant of the request against this executor, command line
+ * and cwd (as the caller gave it, or the workspace root). Each token is
+ * consumed by its first attempt, successful or not.
+ */
+static int redeem_all(struct lr_executor *e, const struct lr_exec_request *r, struct redeemed *out,
+		      char *err)
+{
+	struct lr_executor_set *s = e->set;
+	struct lr_buf cmd;
+	lr_buf_init(&cmd, 1u << 20);
+	int rc = lr_executor_command_line(r, &cmd);
+	if (rc) {
+		lr_buf_release(&cmd);
+		return rc;
+	}
+	const char *cwd = r->cwd ? r->cwd : s->profile.workspace_root;
+	for (size_t i = 0; i < r->ngrants && !rc; i++) {
+		const struct lr_exec_grant *g = &r->grants[i];
+		struct lr_grant_req q = {
+			.exec_id = e->id,
+			.command = cmd.data ? cmd.data : "",
+			.cwd = cwd ? cwd : "",
+			.fingerprint = s->fingerprint,
+			.target = g->target ? g->target : "",
+		};
+		if (!g->token || grant_class(g->cls, &q.cls) != 0) {
+			seterr(err, "executor: grant %zu is malformed", i + 1);
+			rc = -EINVAL;
+			break;
+		}
+		char gerr[LR_SBX_ERRLEN];
+		if ((rc = lr_grant_redeem(s->grants, g->token, &q, gerr)) != 0) {
+			seterr(err, "%s", gerr);
+			break;
+		}
+		char real[PATH_MAX];
+		switch (q.cls) {
+		case LR_GRANT_FS_READ:
+		case LR_GRANT_FS_WRITE:
+			if (!realpath(q.target, real)) {
+				rc = -errno;
+				seterr(err, "executor: granted path '%s': %s", q.target, strerror(errno));
+				break;
+			}
+			rc = strv_add(q.cls == LR_GRANT_FS_READ ? &out->rd : &out->wr, strdup(real));
+			break;
+		case LR_GRANT_NETWORK:
+			rc = strv_add(&out->net, strdup(q.target));
+			break;
+		case LR_GRANT_COMMAND:
+			out->command = 1;
+			break;
+		}
+	}
+	lr_buf_release(&cmd);
+	return rc;
+}
+
+int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request *r,
+			    struct lr_exec_launch *l, char err[LR_EXEC_ERRLEN])
+{
+	memset(l, 0, sizeof *l);
+	l->spec_fd = -1;
+	err[0] = '\0';
+	struct lr_executor_set *s = e->set;
+	struct redeemed g = { 0 };
+	int rc = redeem_all(e, r, &g, err);
+	if (rc) {
+		if (!err[0])
+			seterr(err, "executor: grants: %s", lr_strerror(rc));
+		goto out;
+	}
+	struct lr_exec_ctx ctx = {
+		.exec_id = e->id,
+		.home = e->home,
+		.tmpdir = e->tmpdir,
+		.host_env = environ,
+		.granted_read = (const char *const *)g.rd.v,
+		.ngranted_read = g.rd.n,
+		.granted_write = (const char *const *)g.wr.v,
+		.ngranted_write = g.wr.n,
+		.granted_net = (const char *const *)g.net.v,
+		.ngranted_net = g.net.n,
+		.command_granted = g.command,
+	};
+	struct lr_sbx_spec spec;
+	if ((rc = lr_executor_build_spec(&s->profile, s->caps, r, &ctx, &spec, err)) != 0)
+		goto out;
+	char *buf = NULL;
+	size_t len = 0;
+	rc = lr_sbx_spec_encode(&spec, &buf, &len);
+	l->unconfined = spec.unconfined;
+	lr_sbx_spec_release(&spec);
+	if (rc) {
+		seterr(err, "executor: cannot encode the spec: %s", lr_strerror(rc));
+		goto out;
+	}
+	int fd = lr_sbx_seal(buf, len);
+	free(buf);
+	if (fd < 0) {
+		rc = fd;
+		seterr(err, "executor: cannot seal the spec: %s", lr_strerror(rc));
+		goto out;
+	}
+	l->spec_fd = fd;
+	l->fds[0] = fd;
+	l->proc.file = "/proc/self/exe";
+	l->proc.argv = helper_argv;
+	l->proc.envp = empty_env;
+	l->proc.extra_fds = l->fds;
+	l->proc.n_extra = 1;
+out:
+	strv_free(&g.rd);
+	strv_free(&g.wr);
+	strv_free(&g.net);
+	return rc;
+}
+
+void lr_executor_launch_release(struct lr_exec_launch *l)
+{
+	if (l->spec_fd >= 0)
+		close(l->spec_fd);
+	l->spec_fd = -1;
+}
+
+/* ---- running: output capped as head + tail ---- */
+
+static int capture_init(struct capture *c, size_t limit)
+{
+	size_t head = limit / 2;
+	lr_buf_init(&c->head, head + 1);
+	c->ring_cap = limit - head;
+	c->ring = c->ring_cap ? malloc(c->ring_cap) : NULL;
+	return c->ring_cap && !c->ring ? -ENOMEM : 0;
+}
+
+static void capture_release(struct capture *c)
+{
+	lr_buf_release(&c->head);
+	free(c->ring);
+	c->ring = NULL;
+}
+
+static void capture_feed(struct capture *c, const char *p, size_t n)
+{
+	c->total += n;
+	size_t room = c->head.cap - 1 - c->head.len;
+	size_t k = n < room ? n : room;
+	if (k) {
+		lr_buf_add(&c->head, p, k);
+		p += k;
+		n -= k;
+	}
+	if (!c->ring_cap)
+		return;
+	if (n >= c->ring_cap) { /* only the last ring_cap bytes can survive */
+		p += n - c->ring_cap;
+		n = c->ring_cap;
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t at = (c->ring_start + c->ring_len) % c->ring_cap;
+		c->ring[at] = p[i];
+		if (c->ring_len < c->ring_cap)
+			c->ring_len++;
+		else
+			c->ring_start = (c->ring_start + 1) % c->ring_cap;
+	}
+}
+
+/* Head, the marker if bytes were dropped, tail. Returns 1 when truncated. */
+static int capture_finish(struct capture *c, struct lr_buf *out)
+{
+	lr_buf_init(out, c->head.len + c->ring_len + 96);
+	lr_buf_add(out, c->head.data ? c->head.data : "", c->head.len);
+	uint64_t kept = c->head.len + c->ring_len;
+	int truncated = c->total > kept;
+	if (truncated) {
+		if (c->head.len && c->head.data[c->head.len - 1] != '\n')
+			lr_buf_add(out, "\n", 1);
+		lr_buf_printf(out, "[\xe2\x80\xa6 %llu bytes omitted \xe2\x80\xa6]\n",
+			      (unsigned long long)(c->total - kept));
+	}
+	size_t first = c->ring_cap ? c->ring_cap - c->ring_start : 0;
+	if (first > c->ring_len)
+		first = c->ring_len;
+	if (c->ring_len) {
+		lr_buf_add(out, c->ring + c->ring_start, first);
+		lr_buf_add(out, c->ring, c->ring_len - first);
+	}
+	return truncated;
+}
+
+static void exec_unlink(struct lr_exec *x)
+{
+	if (!x->set)
+		return;
+	if (x->prev)
+		x->prev->next = x->next;
+	else
+		x->set->runs = x->next;
+	if (x->next)
+		x->next->prev = x->prev;
+	x->next = x->prev = NULL;
+	x->set = NULL;
+}
+
+static void exec_deferred(struct lr_defer *d, void *arg)
+{
+	(void)d;
+	struct lr_exec *x = arg;
+	if (x->done)
+		x->done(x, x->arg);
+}
+
+static void exec_event(struct lr_proc *p, int events, void *arg)
+{
+	(void)events;
+	struct lr_exec *x = arg;
+	if (x->finished)
+		return;
+	if (!x->inherit) {
+		for (int s = LR_PROC_STDOUT; s <= LR_PROC_STDERR; s++) {
+			const struct lr_buf *b = lr_proc_output(p, s);
+			if (b->len) {
+				size_t n = b->len;
+				capture_feed(&x->cap[s], b->data, n);
+				lr_proc_consume(p, s, n);
+			}
+		}
+	}
+	if (!lr_proc_done(p))
+		return;
+	x->finished = 1;
+	struct lr_exec_result *r = &x->res;
+	lr_proc_status(p, &r->code, &r->signo);
+	r->timed_out = lr_proc_timed_out(p);
+	if (!x->inherit) {
+		int t1 = capture_finish(&x->cap[1], &r->out);
+		int t2 = capture_finish(&x->cap[2], &r->err_out);
+		r->truncated = t1 || t2;
+		static const char prefix[] = "luarig sandbox: ";
+		if (r->code == LR_SBX_EXIT_SETUP && r->err_out.len >= sizeof prefix - 1 &&
+		    memcmp(r->err_out.data, prefix, sizeof prefix - 1) == 0) {
+			r->setup_failed = 1;
+			size_t n = strcspn(r->err_out.data, "\n");
+			snprintf(r->err, sizeof r->err, "%.*s", (int)n, r->err_out.data);
+		}
+	}
+	lr_defer_schedule(&x->defer);
+}
+
+int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
+		    void (*done)(struct lr_exec *x, void *arg), void *arg, struct lr_exec **out,
+		    char err[LR_EXEC_ERRLEN])
+{
+	*out = NULL;
+	struct lr_executor_set *s = e->set;
+	struct lr_exec *x = calloc(1, sizeof *x);
+	if (!x) {
+		seterr(err, "executor: out of memory");
+		return -ENOMEM;
+	}
+	x->done = done;
+	x->arg = arg;
+	x->inherit = r->inherit_stdio;
+	x->res.code = -1;
+	size_t limit = r->output_limit ? r->output_limit : DEFAULT_OUTPUT_LIMIT;
+	int rc = lr_defer_init(s->loop, &x->defer, exec_deferred, x);
+	if (rc) {
+		free(x);
+		seterr(err, "executor: %s", lr_strerror(rc));
+		return rc;
+	}
+	for (int i = 1; i <= 2 && !rc; i++)
+		rc = capture_init(&x->cap[i], x->inherit ? 0 : limit);
+	struct lr_exec_launch l;
+	if (!rc)
+		rc = lr_executor_launch_init(e, r, &l, err);
+	else
+		seterr(err, "executor: out of memory");
+	if (rc) {
+		lr_exec_free(x);
+		return rc;
+	}
+	if (x->inherit) {
+		l.proc.stdio[0] = l.proc.stdio[1] = l.proc.stdio[2] = LR_PROC_INHERIT;
+	} else {
+		l.proc.stdio[0] = r->stdin_data ? LR_PROC_PIPE : LR_PROC_NULL;
+		l.proc.stdio[1] = l.proc.stdio[2] = LR_PROC_PIPE;
+		l.proc.out_cap[1] = l.proc.out_cap[2] = PIPE_CHUNK;
+		l.proc.out_drop = 0;
+	}
+	l.proc.timeout = r->timeout > 0 ? r->timeout : 0;
+	l.proc.on_event = exec_event;
+	l.proc.arg = x;
+	char perr[LR_PROC_ERRLEN];
+	rc = lr_proc_spawn(s->loop, &l.proc, &x->proc, perr);
+	lr_executor_launch_release(&l);
+	if (rc) {
+		seterr(err, "executor: cannot start the sandbox helper: %s", perr);
+		lr_exec_free(x);
+		return rc;
+	}
+	if (!x->inherit && r->stdin_data) {
+		int w = lr_proc_write(x->proc, r->stdin_data, r->stdin_len);
+		(void)w; /* a command that ignores its stdin is fine (-EPIPE) */
+		lr_proc_close_stdin(x->proc);
+	}
+	x->set = s;
+	x->owner = e;
+	x->next = s->runs;
+	if (s->runs)
+		s->runs->prev = x;
+	s->runs = x;
+	*out = x;
+	return 0;
+}
+
+const struct lr_exec_result *lr_exec_result(const struct lr_exec *x) { return &x->res; }
+pid_t lr_exec_pid(const struct lr_exec *x) { return x->proc ? lr_proc_pid(x->proc) : 0; }
+
+void lr_exec_free(struct lr_exec *x)
+{
+	if (!x)
+		return;
+	exec_unlink(x);
+	lr_proc_close(x->proc);
+	lr_defer_release(&x->defer);
+	for (int i = 1; i <= 2; i++)
+		capture_release(&x->cap[i]);
+	lr_buf_release(&x->res.out);
+	lr_buf_release(&x->res.err_out);
+	free(x);
+}

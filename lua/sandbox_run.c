@@ -1,0 +1,245 @@
+/*
+ * sandbox_run.c — `luarig sandbox run [--profile readonly|trusted|unconfined]
+ * [--workspace DIR] [--allow-net HOST:PORT]... [--timeout S]
+ * [--ack-unconfined] -- CMD ARGS...`: one command, confined, with the
+ * terminal's stdin, stdout and stderr.
+ *
+ * The three profiles are this CLI's own (the library has no presets):
+ *   readonly    the workspace and the host readable, nothing writable,
+ *               commands allowed, no network;
+ *   trusted     the workspace read-write, the host readable, no network
+ *               unless --allow-net names targets (through the egress proxy);
+ *   unconfined  everything allowed, no confinement at all; needs
+ *               --ack-unconfined.
+ *
+ * Exit status: the command's (128+N when a signal ended it); 124 when
+ * --timeout killed it; 125 when luarig itself failed (usage included);
+ * 126 when confinement could not be set up (the helper's exit, a missing
+ * guarantee, a refusal); 127 when the command was not found in the view.
+ *
+ * No Lua state is made: the loop, one executor set, one run.
+ */
+#include "internal.h"
+
+#include "../sandbox/sandbox.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define EXIT_TIMEOUT 124
+#define EXIT_FAILED 125
+#define EXIT_SETUP 126
+#define EXIT_NOTFOUND 127
+
+__attribute__((format(printf, 1, 2)))
+static int fail(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("luarig: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return EXIT_FAILED;
+}
+
+struct cli {
+	struct lr_loop *loop;
+	struct lr_exec *x;
+	int done;
+	int signo;
+};
+
+static void on_done(struct lr_exec *x, void *arg)
+{
+	(void)x;
+	struct cli *c = arg;
+	c->done = 1;
+	lr_loop_stop(c->loop);
+}
+
+/* Ctrl-C or SIGTERM: the tree dies with the run, then luarig exits 128+N. */
+static void on_signal(int signo, void *arg)
+{
+	struct cli *c = arg;
+	if (c->done)
+		return;
+	c->signo = signo;
+	lr_exec_free(c->x);
+	c->x = NULL;
+	lr_loop_stop(c->loop);
+}
+
+static int exit_for(int rc)
+{
+	if (rc == LR_ENOTFOUND)
+		return EXIT_NOTFOUND;
+	if (rc == LR_EREFUSED || rc == LR_EUNAVAILABLE)
+		return EXIT_SETUP;
+	return EXIT_FAILED;
+}
+
+int lr_sandbox_run_cli(int argc, char **argv)
+{
+	const char *profile = "trusted", *workspace = ".";
+	double timeout = 0;
+	int ack = 0, i = 0;
+	size_t nnet = 0;
+	char **net = calloc((size_t)argc + 1, sizeof *net);
+	if (!net)
+		return fail("out of memory");
+	for (; i < argc; i++) {
+		const char *a = argv[i];
+		const char *val = NULL;
+		if (strcmp(a, "--") == 0) {
+			i++;
+			break;
+		}
+		if (strcmp(a, "--ack-unconfined") == 0) {
+			ack = 1;
+			continue;
+		}
+		static const char *const with_value[] = { "--profile", "--workspace", "--allow-net",
+							  "--timeout", NULL };
+		int k = 0;
+		for (; with_value[k]; k++) {
+			size_t n = strlen(with_value[k]);
+			if (strncmp(a, with_value[k], n) == 0 && (a[n] == '\0' || a[n] == '=')) {
+				if (a[n] == '=')
+					val = a + n + 1;
+				else if (i + 1 < argc)
+					val = argv[++i];
+				else {
+					free(net);
+					return fail("sandbox run: '%s' needs a value", a);
+				}
+				break;
+			}
+		}
+		if (!with_value[k]) {
+			free(net);
+			return fail("sandbox run: unknown option '%s' (the command follows '--')", a);
+		}
+		if (k == 0) {
+			profile = val;
+		} else if (k == 1) {
+			workspace = val;
+		} else if (k == 2) {
+			const char *colon = strrchr(val, ':');
+			if (!colon || colon == val || !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1)) {
+				free(net);
+				return fail("sandbox run: '--allow-net' wants HOST:PORT, not '%s'", val);
+			}
+			net[nnet++] = (char *)val;
+		} else {
+			char *end;
+			timeout = strtod(val, &end);
+			if (*end || !(timeout > 0) || timeout > 1e9) {
+				free(net);
+				return fail("sandbox run: '--timeout' wants a positive number of seconds, not '%s'", val);
+			}
+		}
+	}
+	if (i >= argc) {
+		free(net);
+		return fail("sandbox run: no command (give it after '--')");
+	}
+
+	struct lr_profile p;
+	memset(&p, 0, sizeof p);
+	char ws[PATH_MAX];
+	if (!realpath(workspace, ws)) {
+		int e = errno;
+		free(net);
+		return fail("sandbox run: workspace '%s': %s", workspace, strerror(e));
+	}
+	p.workspace_root = ws;
+	p.workspace_read = LR_CAP_ALLOW;
+	p.host_read = LR_CAP_ALLOW;
+	p.command = LR_CAP_ALLOW;
+	if (strcmp(profile, "readonly") == 0) {
+		if (nnet) {
+			free(net);
+			return fail("sandbox run: the readonly profile has no network ('--allow-net')");
+		}
+	} else if (strcmp(profile, "trusted") == 0) {
+		p.workspace_write = LR_CAP_ALLOW;
+		p.network = nnet ? LR_CAP_ALLOW : LR_CAP_DENY;
+	} else if (strcmp(profile, "unconfined") == 0) {
+		if (!ack) {
+			free(net);
+			return fail("sandbox run: the unconfined profile runs the command with no confinement at "
+				    "all; say so with --ack-unconfined");
+		}
+		p.workspace_write = p.host_write = p.network = LR_CAP_ALLOW;
+		p.home = LR_HOME_REAL;
+		p.isolation = LR_ISO_UNCONFINED;
+		p.ack_unconfined = 1;
+	} else {
+		free(net);
+		return fail("sandbox run: unknown profile '%s' (readonly, trusted or unconfined)", profile);
+	}
+
+	struct cli c = { 0 };
+	struct lr_executor_set *set = NULL;
+	struct lr_executor *e;
+	char err[LR_EXEC_ERRLEN] = "";
+	int code = EXIT_FAILED, rc;
+	if ((rc = lr_loop_new(&c.loop)) != 0) {
+		free(net);
+		return fail("sandbox run: cannot make the loop: %s", lr_strerror(rc));
+	}
+	if ((rc = lr_executor_set_new(c.loop, &p, NULL, 1, &set, err)) != 0) {
+		fprintf(stderr, "luarig: sandbox run: %s\n", err[0] ? err : lr_strerror(rc));
+		code = rc == LR_EREFUSED ? EXIT_SETUP : EXIT_FAILED;
+		goto out;
+	}
+	if ((rc = lr_executor_get(set, "cli", &e, err)) != 0) {
+		fprintf(stderr, "luarig: sandbox run: %s\n", err[0] ? err : lr_strerror(rc));
+		goto out;
+	}
+	struct lr_exec_request r = {
+		.argv = argv + i,
+		.timeout = timeout,
+		.inherit_stdio = 1,
+		.network = nnet ? net : NULL,
+	};
+	if ((rc = lr_executor_run(e, &r, on_done, &c, &c.x, err)) != 0) {
+		fprintf(stderr, "luarig: sandbox run: %s\n", err[0] ? err : lr_strerror(rc));
+		code = exit_for(rc);
+		goto out;
+	}
+	lr_loop_on_signal(c.loop, SIGINT, on_signal, &c);
+	lr_loop_on_signal(c.loop, SIGTERM, on_signal, &c);
+	lr_loop_on_signal(c.loop, SIGHUP, on_signal, &c);
+	lr_loop_ref(c.loop); /* a child does not hold the loop by itself */
+	lr_loop_run(c.loop);
+	lr_loop_unref(c.loop);
+	if (c.signo) {
+		code = 128 + c.signo;
+	} else if (c.done) {
+		const struct lr_exec_result *res = lr_exec_result(c.x);
+		if (res->timed_out) {
+			fprintf(stderr, "luarig: sandbox run: timed out after %g s; the command was killed\n",
+				timeout);
+			code = EXIT_TIMEOUT;
+		} else if (res->signo) {
+			code = 128 + res->signo;
+		} else if (res->code >= 0) {
+			code = res->code;
+		}
+	}
+out:
+	lr_exec_free(c.x);
+	lr_executor_set_free(set);
+	lr_proc_reap_all(c.loop);
+	lr_loop_free(c.loop);
+	free(net);
+	return code;
+}

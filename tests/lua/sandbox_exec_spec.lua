@@ -1,0 +1,280 @@
+-- rig.sandbox executors: runs confined for real (the helper, the view,
+-- Landlock), output and exit codes, head + tail truncation, timeouts and
+-- cancellation killing the whole tree, HOME per key, writes outside the
+-- workspace (with the unconfined positive control), the scrubbed
+-- environment, grants, spawn, and the set's lifecycle.
+
+local sandbox = rig.sandbox
+local process = rig.process
+
+local function sh(cmd)
+  return assert(process.run{ argv = { "sh", "-c", cmd } })
+end
+
+local function my_pid()
+  local f = assert(io.open("/proc/self/stat"))
+  local pid = f:read("n")
+  f:close()
+  return pid
+end
+
+local base = "/tmp/lr-exec-spec-" .. my_pid() .. "-" .. math.random(1 << 30)
+local ws = base .. "/ws"
+local outside = base .. "/outside"
+sh("mkdir -p '" .. ws .. "' '" .. outside .. "'")
+local scratch_n = 0
+local function scratch()
+  scratch_n = scratch_n + 1
+  return base .. "/scratch" .. scratch_n
+end
+
+local function exists(path)
+  local f = io.open(path)
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- Processes on the host whose command line holds marker.
+local function running(marker)
+  local r = assert(process.run{ argv = { "pgrep", "-f", marker } }) -- pgrep never lists itself
+  return r.stdout ~= ""
+end
+
+local function gone_soon(marker, secs)
+  local deadline = rig.now() + (secs or 2)
+  while running(marker) do
+    if rig.now() > deadline then return false end
+    rig.sleep(0.05)
+  end
+  return true
+end
+
+-- A copy of sleep named by a marker, in the workspace (so it runs inside).
+local function marker_sleep(tag)
+  local m = "lr-exec-marker-" .. my_pid() .. "-" .. tag
+  sh("cp /bin/sleep '" .. ws .. "/" .. m .. "'")
+  return m, ws .. "/" .. m
+end
+
+local function trusted(extra)
+  local t = {
+    workspace_root = ws, workspace_read = "allow", workspace_write = "allow",
+    host_read = "allow", host_write = "deny", network = "deny", command = "allow",
+  }
+  for k, v in pairs(extra or {}) do t[k] = v end
+  return sandbox.profile(t)
+end
+
+local set = assert(sandbox.executors(trusted(), { scratch_root = scratch(), max = 4 }))
+local ex = assert(set:get("main"))
+
+describe("rig.sandbox executors", function()
+  it("runs a command and returns its output and exit code", function()
+    local r = assert(ex:run{ argv = { "sh", "-c", "echo out; echo err >&2; exit 3" } })
+    expect(r.code).to_be(3)
+    expect(r.stdout).to_be("out\n")
+    expect(r.stderr).to_be("err\n")
+    expect(r.truncated).to_be(false)
+    expect(r.timed_out).to_be(false)
+    expect(r.report.tier).to_be("A")
+    expect(r.report.guarantees.write_boundary.enforced).to_be(true)
+    local r2 = assert(ex:run{ command = "cat; pwd", stdin = "hello\n" })
+    expect(r2.stdout).to_be("hello\n" .. ws .. "\n")
+    expect(r2.code).to_be(0)
+  end)
+
+  it("keeps the head and the tail of a long output with a marker", function()
+    local r = assert(ex:run{ argv = { "seq", "1", "20000" }, output_limit = 1000 })
+    local full = {}
+    for i = 1, 20000 do full[i] = tostring(i) end
+    full = table.concat(full, "\n") .. "\n"
+    expect(r.truncated).to_be(true)
+    expect(r.code).to_be(0)
+    expect(r.stdout:sub(1, 500)).to_be(full:sub(1, 500))
+    expect(r.stdout:sub(-500)).to_be(full:sub(-500))
+    local n = r.stdout:match("\n%[\xe2\x80\xa6 (%d+) bytes omitted \xe2\x80\xa6%]\n")
+    expect(tonumber(n)).to_be(#full - 1000)
+    -- under the limit: nothing omitted
+    local r2 = assert(ex:run{ argv = { "seq", "1", "10" }, output_limit = 1000 })
+    expect(r2.truncated).to_be(false)
+    expect(r2.stdout).to_be("1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n")
+  end)
+
+  it("kills the whole tree on timeout", function()
+    local m, path = marker_sleep("timeout")
+    local t0 = rig.now()
+    local r = assert(ex:run{ command = "'" .. path .. "' 300 & '" .. path .. "' 301", timeout = 0.5 })
+    expect(rig.now() - t0).at_most(5)
+    expect(r.timed_out).to_be(true)
+    expect(gone_soon(m)).to_be(true)
+  end)
+
+  it("kills the whole tree when the waiting task is cancelled", function()
+    local m, path = marker_sleep("cancel")
+    local t = rig.spawn(function()
+      return ex:run{ command = "setsid '" .. path .. "' 300 & '" .. path .. "' 301" }
+    end)
+    local deadline = rig.now() + 5
+    repeat rig.sleep(0.05) until running(m) or rig.now() > deadline
+    expect(running(m)).to_be(true) -- the control: it was running
+    local t0 = rig.now()
+    t:cancel()
+    local ok, _, code = t:wait()
+    expect(ok).to_be_nil(); expect(code).to_be("cancelled")
+    expect(gone_soon(m)).to_be(true)
+    expect(rig.now() - t0).at_most(2.5)
+  end)
+
+  it("gives each key its own HOME and TMPDIR, memoized", function()
+    local a, b = assert(set:get("a")), assert(set:get("b"))
+    expect(set:get("a")).to_be(a)
+    expect(a.home ~= b.home).to_be(true)
+    local ra = assert(a:run{ command = 'echo "$HOME $TMPDIR"; echo x > "$HOME/mine"; echo y > "$TMPDIR/t"' })
+    expect(ra.code).to_be(0)
+    expect(ra.stdout).to_be(a.home .. " " .. a.tmpdir .. "\n")
+    expect(exists(a.home .. "/mine")).to_be(true)
+    local rb = assert(b:run{ command = 'ls -A "$HOME"; cat ' .. a.home .. '/mine' })
+    expect(rb.stdout).to_be("") -- b's home is empty and a's is not in b's view
+    expect(rb.code ~= 0).to_be(true)
+  end)
+
+  it("refuses writes outside the workspace; unconfined is the positive control", function()
+    local target = outside .. "/pwned"
+    local r = assert(ex:run{ command = "echo x > '" .. target .. "'" })
+    expect(r.code ~= 0).to_be(true)
+    expect(exists(target)).to_be(false)
+    local inside = assert(ex:run{ command = "echo x > '" .. ws .. "/ok' && cat '" .. ws .. "/ok'" })
+    expect(inside.stdout).to_be("x\n")
+    local open = sandbox.profile{
+      workspace_root = ws, workspace_read = "allow", workspace_write = "allow",
+      host_read = "allow", host_write = "allow", network = "allow", command = "allow",
+      isolation = "unconfined", ack_unconfined = true,
+    }
+    local uset = assert(sandbox.executors(open, { scratch_root = scratch() }))
+    local u = assert(uset:get("u"))
+    local ru = assert(u:run{ command = "echo x > '" .. target .. "'" })
+    expect(ru.code).to_be(0)
+    expect(exists(target)).to_be(true)
+    expect(ru.report.unconfined).to_be(true)
+    os.remove(target)
+    uset:close()
+  end)
+
+  it("keeps .git/hooks and .git/config read-only inside the writable workspace", function()
+    sh("mkdir -p '" .. ws .. "/deep/r/.git/hooks' && : > '" .. ws .. "/deep/r/.git/config'")
+    local r = assert(ex:run{ command = "echo x > deep/r/.git/hooks/pre-commit" })
+    expect(r.code ~= 0).to_be(true)
+    expect(exists(ws .. "/deep/r/.git/hooks/pre-commit")).to_be(false)
+    local r2 = assert(ex:run{ command = "echo x >> deep/r/.git/config" })
+    expect(r2.code ~= 0).to_be(true)
+    local r3 = assert(ex:run{ command = "echo x > deep/r/file && cat deep/r/file" }) -- the control
+    expect(r3.stdout).to_be("x\n")
+  end)
+
+  it("scrubs the environment", function()
+    local r = assert(ex:run{ argv = { "env" }, env = { OPENAI_API_KEY = "passed", EXTRA = "1" } })
+    local names = {}
+    for name in r.stdout:gmatch("([^=\n]+)=[^\n]*") do names[name] = true end
+    expect(names.OPENAI_API_KEY).to_be(true) -- passed explicitly
+    expect(names.EXTRA).to_be(true)
+    expect(names.HOME).to_be(true)
+    expect(names.TMPDIR).to_be(true)
+    local allowed = { PATH = 1, LANG = 1, TERM = 1, TZ = 1, USER = 1, LOGNAME = 1, SHELL = 1,
+      HOME = 1, TMPDIR = 1, OPENAI_API_KEY = 1, EXTRA = 1, PWD = 1, SHLVL = 1, _ = 1 }
+    for name in pairs(names) do
+      if not allowed[name] and not name:match("^LC_") then
+        error("unexpected variable " .. name .. " in the sandbox")
+      end
+    end
+    expect(r.stdout:match("HOME=([^\n]*)")).to_be(ex.home)
+  end)
+
+  it("redeems grants: a gated write opens for the granted command only, once", function()
+    local gset = assert(sandbox.executors(trusted{ workspace_write = "gated" }, { scratch_root = scratch() }))
+    local g = assert(gset:get("g"))
+    local cmd = "echo granted > '" .. ws .. "/g.txt'"
+    local r = assert(g:run{ command = cmd })
+    expect(r.code ~= 0).to_be(true) -- blocked by the OS without a grant
+    expect(exists(ws .. "/g.txt")).to_be(false)
+    local token = assert(g:grant{ kind = "filesystem.write", target = ws, command = cmd })
+    local grants = { { token = token, kind = "filesystem.write", target = ws } }
+    r = assert(g:run{ command = cmd, grants = grants })
+    expect(r.code).to_be(0)
+    expect(exists(ws .. "/g.txt")).to_be(true)
+    local ok, msg, code = g:run{ command = cmd, grants = grants }
+    expect(ok).to_be_nil(); expect(code).to_be("refused"); expect(msg).to_match("already used")
+    local t2 = assert(g:grant{ kind = "filesystem.write", target = ws, command = cmd })
+    ok, msg = g:run{ command = "echo other > x", grants = { { token = t2, kind = "filesystem.write", target = ws } } }
+    expect(ok).to_be_nil(); expect(msg).to_match("another command")
+    -- another executor's grant
+    local h = assert(gset:get("h"))
+    local t3 = assert(g:grant{ kind = "filesystem.write", target = ws, command = cmd })
+    ok, msg = h:run{ command = cmd, grants = { { token = t3, kind = "filesystem.write", target = ws } } }
+    expect(ok).to_be_nil(); expect(msg).to_match("another execution")
+    os.remove(ws .. "/g.txt")
+    gset:close()
+  end)
+
+  it("spawns a streaming handle", function()
+    local p = assert(ex:spawn{ command = "echo hi; cat", stdin = "pipe" })
+    expect(p:write("there\n")).to_be(true)
+    p:close_stdin()
+    local out = {}
+    for line in p:lines() do out[#out + 1] = line end
+    expect(table.concat(out, ",")).to_be("hi,there")
+    expect(p:wait().code).to_be(0)
+    p:close()
+  end)
+
+  it("kills a spawned tree when the executor closes", function()
+    local m, path = marker_sleep("spawnclose")
+    local e2 = assert(set:get("closing"))
+    local p = assert(e2:spawn{ command = "'" .. path .. "' 300", stdout = "null" })
+    local deadline = rig.now() + 5
+    repeat rig.sleep(0.05) until running(m) or rig.now() > deadline
+    expect(running(m)).to_be(true)
+    e2:close()
+    expect(gone_soon(m)).to_be(true)
+    expect(function() return e2:run{ argv = { "true" } } end).to_fail("closed")
+  end)
+
+  it("reports refusals and misuse", function()
+    local ok, msg, code = ex:run{ argv = { "no-such-command-xyz" } }
+    expect(ok).to_be_nil(); expect(code).to_be("not_found"); expect(msg).to_match("not found")
+    ok, msg, code = ex:run{ argv = { "true" }, network = { "example.com:443" } }
+    expect(ok).to_be_nil(); expect(code).to_be("refused"); expect(msg).to_match("example.com:443")
+    ok, msg, code = ex:run{ argv = { "true" }, cwd = "/var" }
+    expect(ok).to_be_nil(); expect(msg).to_match("outside the sandbox's view")
+    expect(function() return ex:run{ argv = { "true" }, tiemout = 1 } end).to_fail("unknown option 'tiemout'")
+    expect(function() return ex:run{ argv = { "true" }, command = "true" } end).to_fail("exactly one")
+    expect(function() return ex:run{ argv = { "true" }, output_limit = 0 } end).to_fail("output_limit")
+    expect(function() return set:get("../x") end).to_fail("key")
+    expect(function() return sandbox.executors(trusted(), { nope = 1 }) end).to_fail("unknown option 'nope'")
+    expect(ex:report().guarantees.read_boundary.enforced).to_be(true)
+  end)
+
+  it("caps the executors and removes the scratch root on close", function()
+    local root = scratch()
+    local s2 = assert(sandbox.executors(trusted(), { scratch_root = root, max = 1 }))
+    local e = assert(s2:get("one"))
+    local ok, msg = s2:get("two")
+    expect(ok).to_be_nil(); expect(msg).to_match("maximum of 1")
+    assert(e:run{ command = 'echo x > "$HOME/f"; mkdir "$HOME/d"; chmod 000 "$HOME/d"' })
+    expect(exists(root)).to_be(true)
+    local ok2, msg2 = sandbox.executors(trusted(), { scratch_root = root })
+    expect(ok2).to_be_nil(); expect(msg2).to_match("already exists")
+    s2:close()
+    expect(exists(root)).to_be(false)
+    expect(function() return s2:get("one") end).to_fail("closed")
+    expect(function() return e:run{ argv = { "true" } } end).to_fail("closed")
+  end)
+end)
+
+-- Leaves nothing behind (the spec's own set too).
+describe("cleanup", function()
+  it("removes the spec's files", function()
+    set:close()
+    sh("rm -rf '" .. base .. "'")
+    expect(exists(base)).to_be(false)
+  end)
+end)
