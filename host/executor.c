@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,6 +49,9 @@ extern char **environ;
 	 LANDLOCK_ACCESS_FS_REFER | LANDLOCK_ACCESS_FS_TRUNCATE)
 
 #define DEFAULT_OUTPUT_LIMIT (1u << 20)
+/* the proxy and the DNS stub on the sandbox's own loopback */
+#define SANDBOX_PROXY_PORT 3128
+#define SANDBOX_DNS_PORT 53
 #define DEFAULT_MAX 16
 #define PIPE_CHUNK (64u << 10)
 /* The protected-path walk: how deep and how many entries before it stops. */
@@ -170,6 +175,52 @@ static int add_root(struct build *b, const char *path, int writable, int exec)
 	if (writable)
 		return strv_add(&b->writable, strdup(path));
 	return 0;
+}
+
+/*
+ * Root's secrets in a read-only host root. The target runs with the real
+ * uid mapped, so when luarig runs as root it owns /etc/shadow and every
+ * other root-only file of the roots it is given; capabilities are dropped
+ * but ownership is not. Each file there that others may not read
+ * (/etc/shadow, /etc/gshadow, ssh host keys, sudoers, ...) gets /dev/null
+ * bound over it. A bounded walk of /etc only: other host roots hold
+ * programs and libraries, not secrets.
+ */
+#define MASK_MAX 256
+static int mask_private(struct build *b, const char *dir, int depth, int *left)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	int rc = 0;
+	struct dirent *e;
+	while (!rc && (e = readdir(d)) != NULL && *left > 0) {
+		if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
+			continue;
+		char path[PATH_MAX];
+		if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path)
+			continue;
+		struct stat st;
+		if (lstat(path, &st) < 0)
+			continue;
+		if (S_ISDIR(st.st_mode) && depth < 3) {
+			rc = mask_private(b, path, depth + 1, left);
+		} else if (S_ISREG(st.st_mode) && !(st.st_mode & S_IROTH)) {
+			struct lr_sbx_spec *s = b->s;
+			if (grow((void **)&s->mounts, &b->mcap, s->nmounts, sizeof *s->mounts) < 0)
+				return -ENOMEM;
+			char *src = strdup("/dev/null"), *dst = strdup(path);
+			if (!src || !dst) {
+				free(src);
+				free(dst);
+				return -ENOMEM;
+			}
+			s->mounts[s->nmounts++] = (struct lr_sbx_mount){ .src = src, .dst = dst, .writable = 0 };
+			(*left)--;
+		}
+	}
+	closedir(d);
+	return rc;
 }
 
 /* A Landlock rule without a bind (the helper's own /dev, /proc, /tmp). */
@@ -505,6 +556,9 @@ static int build_view(struct build *b, const struct lr_profile *p)
 			if (is_dir(host_roots[i]))
 				rc = add_root(b, host_roots[i], p->host_write == LR_CAP_ALLOW, 1);
 		}
+		int left = MASK_MAX;
+		if (!rc && getuid() == 0 && is_dir("/etc"))
+			rc = mask_private(b, "/etc", 0, &left);
 	}
 	for (size_t i = 0; i < p->nroots && !rc; i++) {
 		const struct lr_sbx_root *x = &p->roots[i];
@@ -813,6 +867,14 @@ struct lr_exec {
 	void (*done)(struct lr_exec *x, void *arg);
 	void *arg;
 	struct lr_exec *next, *prev;
+	/* network through the egress proxy (DESIGN §8) */
+	int ctl_fd;                 /* the listeners arrive here, or -1 */
+	struct lr_watch ctl_watch;
+	int ctl_watching;
+	struct lr_egress *egress;
+	char **allow;
+	size_t nallow;
+	int allow_any;
 };
 
 static uint64_t next_exec_id;
@@ -1106,11 +1168,25 @@ static int redeem_all(struct lr_executor *e, const struct lr_exec_request *r, st
 	return rc;
 }
 
+static int allow_add(struct lr_exec_launch *l, const char *target)
+{
+	char **v = realloc(l->allow, (l->nallow + 1) * sizeof *v);
+	if (!v)
+		return -ENOMEM;
+	l->allow = v;
+	if (!(v[l->nallow] = strdup(target)))
+		return -ENOMEM;
+	l->nallow++;
+	return 0;
+}
+
 int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request *r,
 			    struct lr_exec_launch *l, char err[LR_EXEC_ERRLEN])
 {
 	memset(l, 0, sizeof *l);
 	l->spec_fd = -1;
+	l->ctl_fd = -1;
+	l->fds[1] = -1;
 	err[0] = '\0';
 	struct lr_executor_set *s = e->set;
 	struct redeemed g = { 0 };
@@ -1132,6 +1208,9 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 		.granted_net = (const char *const *)g.net.v,
 		.ngranted_net = g.net.n,
 		.command_granted = g.command,
+		/* fixed: every sandbox has a network namespace of its own */
+		.proxy_port = SANDBOX_PROXY_PORT,
+		.dns_port = SANDBOX_DNS_PORT,
 	};
 	struct lr_sbx_spec spec;
 	if ((rc = lr_executor_build_spec(&s->profile, s->caps, r, &ctx, &spec, err)) != 0)
@@ -1140,7 +1219,30 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	size_t len = 0;
 	rc = lr_sbx_spec_encode(&spec, &buf, &len);
 	l->unconfined = spec.unconfined;
+	int want_proxy = spec.net == LR_SBX_NET_PROXY;
 	lr_sbx_spec_release(&spec);
+	if (!rc && want_proxy) {
+		/* the targets the proxy lets through: those asked for (checked
+		   against the profile and grants by build_spec), or any public one */
+		if (r->network && r->network[0]) {
+			for (char *const *t = r->network; *t && !rc; t++)
+				rc = allow_add(l, *t);
+		} else {
+			l->allow_any = 1;
+		}
+		int sp[2];
+		if (!rc && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
+			rc = -errno;
+		if (!rc) {
+			l->ctl_fd = sp[0];
+			l->fds[1] = sp[1];
+		}
+		if (rc) {
+			free(buf);
+			seterr(err, "executor: cannot prepare the egress proxy: %s", lr_strerror(rc));
+			goto out;
+		}
+	}
 	if (rc) {
 		seterr(err, "executor: cannot encode the spec: %s", lr_strerror(rc));
 		goto out;
@@ -1158,7 +1260,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	l->proc.argv = helper_argv;
 	l->proc.envp = empty_env;
 	l->proc.extra_fds = l->fds;
-	l->proc.n_extra = 1;
+	l->proc.n_extra = l->ctl_fd >= 0 ? 2 : 1;
 out:
 	strv_free(&g.rd);
 	strv_free(&g.wr);
@@ -1171,6 +1273,17 @@ void lr_executor_launch_release(struct lr_exec_launch *l)
 	if (l->spec_fd >= 0)
 		close(l->spec_fd);
 	l->spec_fd = -1;
+	if (l->fds[1] >= 0)
+		close(l->fds[1]); /* the helper's end: the child has its copy */
+	l->fds[1] = -1;
+	if (l->ctl_fd >= 0)
+		close(l->ctl_fd);
+	l->ctl_fd = -1;
+	for (size_t i = 0; i < l->nallow; i++)
+		free(l->allow[i]);
+	free(l->allow);
+	l->allow = NULL;
+	l->nallow = 0;
 }
 
 /* ---- running: output capped as head + tail ---- */
@@ -1254,6 +1367,88 @@ static void exec_unlink(struct lr_exec *x)
 	x->set = NULL;
 }
 
+/* ---- the egress proxy of one run ---- */
+
+static void ctl_stop(struct lr_exec *x)
+{
+	if (x->ctl_watching) {
+		lr_watch_stop(&x->ctl_watch);
+		lr_watch_release(&x->ctl_watch);
+		x->ctl_watching = 0;
+	}
+	if (x->ctl_fd >= 0)
+		close(x->ctl_fd);
+	x->ctl_fd = -1;
+}
+
+static int egress_policy(void *arg, const char *host, uint16_t port, int *allow_private)
+{
+	struct lr_exec *x = arg;
+	*allow_private = 0;
+	if (x->allow_any)
+		return 1;
+	char t[300];
+	for (size_t i = 0; i < x->nallow; i++) {
+		const char *a = x->allow[i];
+		const char *colon = strrchr(a, ':');
+		if (!colon)
+			continue;
+		size_t hn = (size_t)(colon - a);
+		if (strlen(host) != hn || strncasecmp(host, a, hn) != 0)
+			continue;
+		snprintf(t, sizeof t, "%u", (unsigned)port);
+		if (port != 0 && strcmp(colon + 1, "*") != 0 && strcmp(colon + 1, t) != 0)
+			continue;
+		/* a target named by its address allows that address even when it is
+		   loopback or private; a name never does (the proxy resolves names
+		   itself, so a rebinding name still cannot reach inside) */
+		struct in6_addr ip;
+		char lit[64];
+		snprintf(lit, sizeof lit, "%.*s", (int)(hn < 63 ? hn : 63), a);
+		if (lit[0] == '[' && hn > 2 && lit[hn - 1] == ']') {
+			memmove(lit, lit + 1, hn - 2);
+			lit[hn - 2] = '\0';
+		}
+		*allow_private = inet_pton(AF_INET, lit, &ip) == 1 || inet_pton(AF_INET6, lit, &ip) == 1;
+		return 1;
+	}
+	return 0;
+}
+
+static void egress_log(void *arg, const struct lr_egress_event *ev)
+{
+	struct lr_exec *x = arg;
+	static const char *const verdicts[] = { "allow", "deny", "fail" };
+	lr_buf_printf(&x->res.net_log, "%s %s %s%s%s\n",
+		      verdicts[ev->verdict <= LR_EGRESS_FAIL ? ev->verdict : LR_EGRESS_FAIL],
+		      ev->kind ? ev->kind : "?", ev->target ? ev->target : "?",
+		      ev->reason && ev->reason[0] ? ": " : "", ev->reason ? ev->reason : "");
+}
+
+/* The helper sent the proxy's listeners (or died first): serve them. */
+static void ctl_ready(struct lr_watch *w, int events, void *arg)
+{
+	(void)w;
+	(void)events;
+	struct lr_exec *x = arg;
+	int tcp = -1, udp = -1;
+	int rc = lr_sbx_recv_listeners(x->ctl_fd, &tcp, &udp);
+	if (rc == -EAGAIN)
+		return;
+	ctl_stop(x);
+	if (rc)
+		return; /* the helper failed before sending: it reports that itself */
+	struct lr_egress_config cfg = {
+		.exec_id = x->owner ? lr_executor_id(x->owner) : 0,
+		.policy = egress_policy,
+		.log = egress_log,
+		.arg = x,
+	};
+	char err[LR_EXEC_ERRLEN];
+	if (lr_egress_open(x->set->loop, &cfg, tcp, udp, &x->egress, err, sizeof err))
+		lr_buf_printf(&x->res.net_log, "fail proxy: %s\n", err);
+}
+
 static void exec_deferred(struct lr_defer *d, void *arg)
 {
 	(void)d;
@@ -1281,6 +1476,9 @@ static void exec_event(struct lr_proc *p, int events, void *arg)
 	if (!lr_proc_done(p))
 		return;
 	x->finished = 1;
+	ctl_stop(x);
+	lr_egress_close(x->egress);
+	x->egress = NULL;
 	struct lr_exec_result *r = &x->res;
 	lr_proc_status(p, &r->code, &r->signo);
 	r->timed_out = lr_proc_timed_out(p);
@@ -1312,6 +1510,7 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 	}
 	x->done = done;
 	x->arg = arg;
+	x->ctl_fd = -1;
 	x->inherit = r->inherit_stdio;
 	x->res.code = -1;
 	size_t limit = r->output_limit ? r->output_limit : DEFAULT_OUTPUT_LIMIT;
@@ -1344,10 +1543,33 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 	l.proc.on_event = exec_event;
 	l.proc.arg = x;
 	char perr[LR_PROC_ERRLEN];
+	x->set = s;
+	x->owner = e;
 	rc = lr_proc_spawn(s->loop, &l.proc, &x->proc, perr);
+	if (!rc && l.ctl_fd >= 0) {
+		/* the proxy starts once the helper hands over its listeners */
+		x->ctl_fd = l.ctl_fd;
+		l.ctl_fd = -1;
+		x->allow = l.allow;
+		x->nallow = l.nallow;
+		x->allow_any = l.allow_any;
+		l.allow = NULL;
+		l.nallow = 0;
+		fcntl(x->ctl_fd, F_SETFL, fcntl(x->ctl_fd, F_GETFL) | O_NONBLOCK);
+		rc = lr_watch_init(s->loop, &x->ctl_watch, x->ctl_fd, ctl_ready, x);
+		if (!rc) {
+			x->ctl_watching = 1;
+			rc = lr_watch_start(&x->ctl_watch, LR_READ);
+		}
+		if (rc)
+			snprintf(perr, sizeof perr, "cannot watch the proxy's control socket: %s",
+				 lr_strerror(rc));
+	}
 	lr_executor_launch_release(&l);
 	if (rc) {
 		seterr(err, "executor: cannot start the sandbox helper: %s", perr);
+		x->set = NULL;
+		x->owner = NULL;
 		lr_exec_free(x);
 		return rc;
 	}
@@ -1374,6 +1596,13 @@ void lr_exec_free(struct lr_exec *x)
 	if (!x)
 		return;
 	exec_unlink(x);
+	ctl_stop(x);
+	lr_egress_close(x->egress);
+	x->egress = NULL;
+	for (size_t i = 0; i < x->nallow; i++)
+		free(x->allow[i]);
+	free(x->allow);
+	lr_buf_release(&x->res.net_log);
 	lr_proc_close(x->proc);
 	lr_defer_release(&x->defer);
 	for (int i = 1; i <= 2; i++)

@@ -872,9 +872,20 @@ void lr_executor_abort(struct lr_executor *e);
  */
 struct lr_exec_launch {
 	int spec_fd;
-	int fds[1];
+	int fds[2];
 	struct lr_proc_opts proc;
 	int unconfined;
+	/*
+	 * With network through the proxy: the host end of the helper's control
+	 * socket (fd 4 in the helper; the listeners arrive on it), and the
+	 * allow-list (owned, "host:port" patterns; allow_any: every public
+	 * target). -1 / empty otherwise. lr_executor_run serves the proxy; a
+	 * caller that cannot must refuse a launch with ctl_fd >= 0.
+	 */
+	int ctl_fd;
+	char **allow;
+	size_t nallow;
+	int allow_any;
 };
 int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request *r,
 			    struct lr_exec_launch *l, char err[LR_EXEC_ERRLEN]);
@@ -895,6 +906,8 @@ struct lr_exec_result {
 	int setup_failed;    /* the helper exited 126 before exec; err holds its message */
 	int aborted;         /* the set was freed while the run went on; err says so */
 	struct lr_buf out, err_out; /* stdout, stderr (empty with inherit_stdio) */
+	struct lr_buf net_log;      /* the egress proxy's verdicts, one line each:
+				       "allow|deny|fail connect|http|dns TARGET: reason" */
 	char err[LR_EXEC_ERRLEN];
 };
 int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,

@@ -428,6 +428,10 @@ static int run_k(lua_State *L, int status, lua_KContext ctx)
 	lua_setfield(L, -2, "stderr");
 	lua_pushboolean(L, r->truncated);
 	lua_setfield(L, -2, "truncated");
+	if (r->net_log.len) {
+		lua_pushlstring(L, r->net_log.data, r->net_log.len);
+		lua_setfield(L, -2, "net_log");
+	}
 	lua_pushboolean(L, r->timed_out);
 	lua_setfield(L, -2, "timed_out");
 	op->x = NULL;
@@ -466,6 +470,12 @@ static int exec_spawn(lua_State *L)
 	int rc = lr_executor_launch_init(u->e, &q.r, &l, err);
 	if (rc)
 		return lr_pushfail(L, rc, "%s", err);
+	if (l.ctl_fd >= 0) {
+		/* the egress proxy lives as long as a run; a spawned handle has no owner for it yet */
+		lr_executor_launch_release(&l);
+		return lr_pushfail(L, LR_EUNAVAILABLE, "executor:spawn: network through the egress "
+				   "proxy is only available to executor:run");
+	}
 	l.proc.stdio[0] = (q.r.stdin_data || q.stdin_pipe) ? LR_PROC_PIPE : LR_PROC_NULL;
 	l.proc.stdio[1] = q.stdio[1];
 	l.proc.stdio[2] = q.stdio[2];

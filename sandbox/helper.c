@@ -29,6 +29,7 @@
 #include "sandbox.h"
 
 #include <dirent.h>
+#include <sys/time.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
@@ -788,17 +789,72 @@ static void kill_children(void)
 }
 
 /*
+ * The process cap. RLIMIT_NPROC does not bind uid 0 (the kernel exempts
+ * the initial user's root), so when luarig runs as root a fork bomb inside
+ * would only meet the machine's own limits; and this machine has no pids
+ * cgroup. So the reaper, pid 1 of the sandbox's pid namespace, counts the
+ * namespace's processes every 10 ms and kills them all past the cap.
+ */
+static volatile sig_atomic_t g_tick;
+
+static void on_tick(int sig)
+{
+	(void)sig;
+	g_tick = 1;
+}
+
+static void start_ticks(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_tick; /* no SA_RESTART: waitpid returns EINTR */
+	sigaction(SIGALRM, &sa, NULL);
+	struct itimerval it = { { 0, 10000 }, { 0, 10000 } };
+	setitimer(ITIMER_REAL, &it, NULL);
+}
+
+static long count_procs(void)
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return -1;
+	long n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] >= '1' && e->d_name[0] <= '9')
+			n++;
+	closedir(d);
+	return n;
+}
+
+/*
  * Waits for the target, then kills whatever is left (kill(-1) from the pid
  * namespace's init reaches every process in it; in tier B the inherited
- * orphans, round after round) and reaps them all.
+ * orphans, round after round) and reaps them all. cap: the most processes
+ * the namespace may hold (0: no cap).
  */
-static int reap(pid_t target, int pid_ns)
+static int reap(pid_t target, int pid_ns, uint64_t cap)
 {
-	int code = -1, st;
+	int code = -1, st, over = 0;
+	if (pid_ns && cap)
+		start_ticks();
 	for (;;) {
 		pid_t p = waitpid(-1, &st, 0);
-		if (p < 0 && errno == EINTR)
+		if (p < 0 && errno == EINTR) {
+			if (g_tick) {
+				g_tick = 0;
+				long n = count_procs();
+				if (n > 0 && (uint64_t)n > cap + 1) { /* +1: the reaper itself */
+					if (!over)
+						fprintf(stderr, "luarig sandbox: the command exceeded its "
+							"limit of %llu processes and was killed\n",
+							(unsigned long long)cap);
+					over = 1;
+					kill(-1, SIGKILL);
+				}
+			}
 			continue;
+		}
 		if (p < 0)
 			break;
 		if (p == target) {
@@ -842,7 +898,7 @@ static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter)
 	if (t == 0)
 		exec_target(s, filter);
 	g_target = t;
-	_exit(reap(t, 1));
+	_exit(reap(t, 1, s->limits.nproc));
 }
 
 int lr_sbx_helper_main(int argc, char **argv)
@@ -887,5 +943,5 @@ int lr_sbx_helper_main(int argc, char **argv)
 	 * _exit, not return: in tier A this process shares the view's mount
 	 * namespace but not its pid namespace, and nothing at exit may run here.
 	 */
-	_exit(reap(child, 0));
+	_exit(reap(child, 0, 0));
 }

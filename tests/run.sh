@@ -37,6 +37,7 @@ for f in tests/lua/*_spec.lua; do
 done
 suite cli sh tests/cli/run.sh
 [ -f tests/repl/run.sh ] && suite repl sh tests/repl/run.sh
+[ -f tests/sandbox/run.sh ] && suite sandbox sh tests/sandbox/run.sh
 for r in "$BUILD"/tests/fuzz/*_replay; do
 	[ -x "$r" ] || continue
 	n=$(basename "$r" _fuzz_replay)
