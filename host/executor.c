@@ -223,6 +223,43 @@ static int mask_private(struct build *b, const char *dir, int depth, int *left)
 	return rc;
 }
 
+/*
+ * With the proxy, names resolve through the DNS stub on the sandbox's own
+ * loopback: a resolv.conf saying so (written into the executor's TMPDIR)
+ * is bound over /etc/resolv.conf when that is a plain file in the view.
+ */
+static int in_view(const struct lr_sbx_spec *s, const char *path);
+
+static int point_resolver(struct build *b, const struct lr_exec_ctx *ctx)
+{
+	struct stat st;
+	if (!ctx->tmpdir || lstat("/etc/resolv.conf", &st) < 0 || !S_ISREG(st.st_mode) ||
+	    !in_view(b->s, "/etc/resolv.conf"))
+		return 0;
+	char path[PATH_MAX];
+	if (snprintf(path, sizeof path, "%s/.resolv.conf", ctx->tmpdir) >= (int)sizeof path)
+		return -ENAMETOOLONG;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return -errno;
+	static const char text[] = "# luarig sandbox: the egress proxy's DNS stub\nnameserver 127.0.0.1\n";
+	ssize_t w = write(fd, text, sizeof text - 1);
+	close(fd);
+	if (w != (ssize_t)(sizeof text - 1))
+		return -EIO;
+	struct lr_sbx_spec *s = b->s;
+	if (grow((void **)&s->mounts, &b->mcap, s->nmounts, sizeof *s->mounts) < 0)
+		return -ENOMEM;
+	char *src = strdup(path), *dst = strdup("/etc/resolv.conf");
+	if (!src || !dst) {
+		free(src);
+		free(dst);
+		return -ENOMEM;
+	}
+	s->mounts[s->nmounts++] = (struct lr_sbx_mount){ .src = src, .dst = dst, .writable = 0 };
+	return 0;
+}
+
 /* A Landlock rule without a bind (the helper's own /dev, /proc, /tmp). */
 static int add_rule(struct build *b, const char *path, uint64_t acc)
 {
@@ -686,6 +723,10 @@ int lr_executor_build_spec(const struct lr_profile *p, const struct lr_sbx_caps 
 
 	if (!out->unconfined && (rc = build_view(&b, p)) != 0) {
 		seterr(err, "executor: cannot build the view: %s", lr_strerror(rc));
+		goto fail;
+	}
+	if (out->net == LR_SBX_NET_PROXY && (rc = point_resolver(&b, ctx)) != 0) {
+		seterr(err, "executor: cannot point the resolver at the DNS stub: %s", lr_strerror(rc));
 		goto fail;
 	}
 

@@ -375,6 +375,18 @@ d=1
 [ "$code" = 403 ] && d=0
 check 21 "an allowed name resolving to loopback is refused by the proxy (got '$code')" $c $d
 
+# 2 (DNS): inside, names resolve only through the proxy's stub, and only allow-listed ones
+DNSP="import socket,sys
+assert socket.gethostbyname('allowed.invalid') == '127.0.0.1'
+try:
+    socket.gethostbyname('other.invalid'); sys.exit(1)
+except socket.gaierror:
+    pass"
+$PY -c "import socket; socket.gethostbyname('localhost')" 2>/dev/null; c=$?
+"$LUARIG" sandbox run --profile trusted --workspace "$WS" --allow-net allowed.invalid:443 -- \
+	$PY -c "$DNSP" >/dev/null 2>&1; d=$?
+check 20 "DNS inside answers allow-listed names only (with the proxy's address)" $c $d
+
 # ---- development work (26) ----
 R=$WS/dev
 git init -q "$R" 2>/dev/null; c=$?
