@@ -309,9 +309,45 @@ static int add_protected(struct build *b, const char *path)
 
 struct walk {
 	struct build *b;
+	const char *root; /* the writable root being walked */
 	size_t entries;
 	int rc;
 };
+
+/*
+ * A rename cannot move a mount point (EBUSY). So that `mv .git .git2` (or
+ * renaming the repository's directory) cannot sidestep the read-only hooks
+ * and config by putting a fresh .git in place, every directory from below
+ * the writable root down to the .git itself is bound onto itself, writable.
+ */
+static int pin_chain(struct walk *w, const char *gitdir)
+{
+	struct lr_sbx_spec *s = w->b->s;
+	size_t rl = strlen(w->root);
+	for (const char *p = gitdir + rl + 1; p && *p;) {
+		const char *slash = strchr(p, '/');
+		size_t len = slash ? (size_t)(slash - gitdir) : strlen(gitdir);
+		char *dir = strndup(gitdir, len);
+		if (!dir)
+			return -ENOMEM;
+		int have = 0;
+		for (size_t i = 0; i < s->nmounts && !have; i++)
+			have = strcmp(s->mounts[i].dst, dir) == 0;
+		if (!have) {
+			char *src = strdup(dir);
+			if (!src || grow((void **)&s->mounts, &w->b->mcap, s->nmounts, sizeof *s->mounts) < 0) {
+				free(src);
+				free(dir);
+				return -ENOMEM;
+			}
+			s->mounts[s->nmounts++] = (struct lr_sbx_mount){ .src = src, .dst = dir, .writable = 1 };
+		} else {
+			free(dir);
+		}
+		p = slash ? slash + 1 : NULL;
+	}
+	return 0;
+}
 
 /*
  * Finds .git/hooks and .git/config below dir without following symlinks,
@@ -344,6 +380,7 @@ static void walk_git(struct walk *w, const char *dir, int depth)
 		if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
 			if (strcmp(n, ".git") == 0) {
 				static const char *const inside[] = { "hooks", "config" };
+				w->rc = pin_chain(w, sub);
 				for (int i = 0; i < 2 && !w->rc; i++) {
 					char *p = xasprintf("%s/%s", sub, inside[i]);
 					struct stat ps;
@@ -375,7 +412,7 @@ static int protect_root(struct build *b, const char *root)
 		if (rc)
 			return rc;
 	}
-	struct walk w = { .b = b };
+	struct walk w = { .b = b, .root = root };
 	walk_git(&w, root, 0);
 	return w.rc;
 }

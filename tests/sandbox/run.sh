@@ -118,7 +118,11 @@ sh_box "echo '#!/bin/sh' > '$G/.git/hooks/pre-commit'" >/dev/null 2>&1 && d=1
 sh_box "echo '[core] hooksPath=/tmp' >> '$G/.git/config'" >/dev/null 2>&1 && d=1
 cmp -s "$G/.git/config" "$T/gitconfig.orig" || d=1
 sh_box "cd '$G' && echo hi > f && git add f && git -c user.name=t -c user.email=t@e commit -q -m c" >/dev/null 2>&1 || d=1
-check 5 ".git/hooks and .git/config stay read-only; git commit works" $c $d
+# nor can a fresh .git be put in place by renaming the old one or the repository away
+sh_box "mv '$G/.git' '$G/.git-old'" >/dev/null 2>&1 && d=1
+sh_box "mv '$G' '$WS/repo-old'" >/dev/null 2>&1 && d=1
+[ -d "$G/.git" ] || d=1
+check 5 ".git/hooks and .git/config stay read-only, .git and its repository cannot be renamed away; git commit works" $c $d
 
 # 6: the real home's dotfiles
 cp "$H/.gitconfig" "$T/gc.orig"
