@@ -136,6 +136,8 @@ check 6 "~/.bashrc and ~/.gitconfig of the real home are not writable" $c $d
 # A listener on every host address (TCP v4/v6, UDP), reached by the host's own address.
 V4=$(ip -o -4 addr show scope global 2>/dev/null | awk '{split($4,a,"/"); print a[1]; exit}')
 V6=$(ip -o -6 addr show scope global 2>/dev/null | awk '{split($4,a,"/"); print a[1]; exit}')
+# without iproute2: the address a datagram socket would leave from (nothing is sent)
+[ -n "$V4" ] || V4=$($PY -c "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('192.0.2.1', 9)); a=s.getsockname()[0]; print('' if a.startswith('127.') else a)" 2>/dev/null)
 PORT=$((20000 + $$ % 20000))
 $PY - "$PORT" <<'EOF' >/dev/null 2>&1 &
 import socket, sys, threading
@@ -170,7 +172,8 @@ if [ -n "$V4" ]; then
 	box $PY -c "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2); s.sendto(b'q',('$V4', 53)); s.recvfrom(16)" >/dev/null 2>&1 && d=1
 	check 7 "TCP and UDP (also to port 53) to a non-loopback IPv4 address are blocked" $c $d
 else
-	notok "7 no global IPv4 address on this machine for the positive control"
+	# no address but loopback: nothing to reach, so no positive control is possible
+	ok "7 # SKIP this machine has no non-loopback IPv4 address"
 fi
 if [ -n "$V6" ]; then
 	probe_tcp "$V6" $PORT 2>/dev/null; c=$?
