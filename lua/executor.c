@@ -161,25 +161,6 @@ struct req {
 	int stdin_pipe;
 };
 
-static int parse_stdio(lua_State *L, const char *fname, const char *field)
-{
-	int t = lua_getfield(L, 1, field);
-	int mode = LR_PROC_PIPE;
-	if (t != LUA_TNIL) {
-		const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
-		if (strcmp(s, "pipe") == 0)
-			mode = LR_PROC_PIPE;
-		else if (strcmp(s, "inherit") == 0)
-			mode = LR_PROC_INHERIT;
-		else if (strcmp(s, "null") == 0)
-			mode = LR_PROC_NULL;
-		else
-			luaL_error(L, "%s: '%s' must be \"pipe\", \"inherit\" or \"null\"", fname, field);
-	}
-	lua_pop(L, 1);
-	return mode;
-}
-
 /*
  * Reads the options table at index 2 into q. Anchors (arrays, strings) are
  * left on the stack above it and must stay there until the spawn.
@@ -299,8 +280,8 @@ static void parse_req(lua_State *L, int is_run, struct req *q)
 		}
 		lua_pop(L, 1);
 	} else {
-		q->stdio[1] = parse_stdio(L, fname, "stdout");
-		q->stdio[2] = parse_stdio(L, fname, "stderr");
+		q->stdio[1] = lr__proc_stdio_mode(L, 2, fname, "stdout");
+		q->stdio[2] = lr__proc_stdio_mode(L, 2, fname, "stderr");
 	}
 
 	/* network: a list of "host:port", or false for none */
@@ -388,16 +369,6 @@ static int runop_gc(lua_State *L)
 	return 0;
 }
 
-static const char *signal_name(int signo, char *buf, size_t n)
-{
-	const char *abbr = sigabbrev_np(signo);
-	if (abbr)
-		snprintf(buf, n, "SIG%s", abbr);
-	else
-		snprintf(buf, n, "SIG%d", signo);
-	return buf;
-}
-
 static int run_k(lua_State *L, int status, lua_KContext ctx)
 {
 	(void)status;
@@ -419,7 +390,7 @@ static int run_k(lua_State *L, int status, lua_KContext ctx)
 	}
 	if (r->signo) {
 		char buf[32];
-		lua_pushstring(L, signal_name(r->signo, buf, sizeof buf));
+		lua_pushstring(L, lr__signal_name(r->signo, buf, sizeof buf));
 		lua_setfield(L, -2, "signal");
 	}
 	lua_pushlstring(L, r->out.len ? r->out.data : "", r->out.len);

@@ -202,6 +202,10 @@ int lr_sandbox_cli(int argc, char **argv);
 /* proc.c, for the sandbox executor: spawn o as a rig.process handle (pushes it or nil, msg, code). */
 int lr__proc_spawn_handle(lua_State *L, const struct lr_proc_opts *o, const char *stdin_data,
 			  size_t stdin_len);
+/* proc.c: a "pipe" | "inherit" | "null" option of the table at idx (pipe when absent; raises otherwise). */
+int lr__proc_stdio_mode(lua_State *L, int idx, const char *fname, const char *field);
+/* proc.c: "SIGTERM", "SIGRTMIN+2", "SIG99" */
+const char *lr__signal_name(int signo, char *buf, size_t n);
 /* executor.c: rig.sandbox executor sets (rig.core.sandbox_executors). */
 void lr__executor_open(lua_State *L);
 /* sandbox_run.c: `luarig sandbox run ...` (argv after "run"); returns the exit code. */

@@ -114,9 +114,9 @@ static char **build_env(lua_State *L, int idx, int clear, const char *fname)
 	return arr;
 }
 
-static int parse_stdio(lua_State *L, const char *fname, const char *field)
+int lr__proc_stdio_mode(lua_State *L, int idx, const char *fname, const char *field)
 {
-	int t = lua_getfield(L, 1, field);
+	int t = lua_getfield(L, idx, field);
 	int mode = LR_PROC_PIPE;
 	if (t != LUA_TNIL) {
 		const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
@@ -250,8 +250,8 @@ static void parse_opts(lua_State *L, int is_run, struct spawn_req *r)
 		r->o.out_cap[1] = r->o.out_cap[2] = limit;
 		r->o.out_drop = 1;
 	} else {
-		r->o.stdio[1] = parse_stdio(L, fname, "stdout");
-		r->o.stdio[2] = parse_stdio(L, fname, "stderr");
+		r->o.stdio[1] = lr__proc_stdio_mode(L, 1, fname, "stdout");
+		r->o.stdio[2] = lr__proc_stdio_mode(L, 1, fname, "stderr");
 		r->o.out_cap[1] = r->o.out_cap[2] = SPAWN_BUFFER;
 		r->o.out_drop = 0;
 	}
@@ -276,7 +276,7 @@ static int do_spawn(lua_State *L, struct spawn_req *r, struct lr_proc **out)
 	return 0;
 }
 
-static const char *signal_name(int signo, char *buf, size_t n)
+const char *lr__signal_name(int signo, char *buf, size_t n)
 {
 	const char *abbr = sigabbrev_np(signo);
 	if (abbr)
@@ -299,7 +299,7 @@ static void push_status_fields(lua_State *L, struct lr_proc *p)
 	}
 	if (signo) {
 		char buf[32];
-		lua_pushstring(L, signal_name(signo, buf, sizeof buf));
+		lua_pushstring(L, lr__signal_name(signo, buf, sizeof buf));
 		lua_setfield(L, -2, "signal");
 	}
 	lua_pushboolean(L, lr_proc_timed_out(p));
