@@ -285,25 +285,35 @@ end
 ---------------------------------------------------------------------------
 -- Response
 
-function codec.classify(status, body, headers)
+-- Shared by both OpenAI APIs: the error of a non-2xx body.
+function shared.classify_body(status, body)
   local pcode, ptype, message = shared.error_fields(body)
   return shared.classify(status, pcode, ptype, message), pcode or ptype
 end
 
--- prompt_tokens includes cached tokens; completion_tokens includes reasoning.
-local function usage_of(u)
-  local ptd = type(u.prompt_tokens_details) == "table" and u.prompt_tokens_details or {}
-  local ctd = type(u.completion_tokens_details) == "table" and u.completion_tokens_details or {}
-  local prompt, completion = shared.count(u.prompt_tokens), shared.count(u.completion_tokens)
-  local cached, reasoning = shared.count(ptd.cached_tokens), shared.count(ctd.reasoning_tokens)
-  if prompt == false or completion == false or cached == false or reasoning == false then
+function codec.classify(status, body) return shared.classify_body(status, body) end
+
+-- Usage of either API, whose fields differ only in name: the input count
+-- includes cached tokens (subtracted here), the output count reasoning.
+-- Returns the normalized table, false when nothing was reported, or nil and
+-- a message for a count that is not one.
+function shared.usage(u, input_key, output_key, input_details, output_details)
+  local id = type(u[input_details]) == "table" and u[input_details] or {}
+  local od = type(u[output_details]) == "table" and u[output_details] or {}
+  local input, output = shared.count(u[input_key]), shared.count(u[output_key])
+  local cached, reasoning = shared.count(id.cached_tokens), shared.count(od.reasoning_tokens)
+  if input == false or output == false or cached == false or reasoning == false then
     return nil, "a usage count is not a non-negative integer"
   end
-  if prompt == nil and completion == nil then return false end
-  local out = { output_tokens = completion, cache_read_tokens = cached,
-                reasoning_tokens = reasoning }
-  if prompt then out.input_tokens = math.max(prompt - (cached or 0), 0) end
+  if input == nil and output == nil then return false end
+  local out = { output_tokens = output, cache_read_tokens = cached, reasoning_tokens = reasoning }
+  if input then out.input_tokens = math.max(input - (cached or 0), 0) end
   return out
+end
+
+local function usage_of(u)
+  return shared.usage(u, "prompt_tokens", "completion_tokens", "prompt_tokens_details",
+                      "completion_tokens_details")
 end
 
 local function protocol(provider, what)

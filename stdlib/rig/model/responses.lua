@@ -143,23 +143,11 @@ end
 ---------------------------------------------------------------------------
 -- Response
 
-function codec.classify(status, body, headers)
-  local pcode, ptype, message = shared.error_fields(body)
-  return shared.classify(status, pcode, ptype, message), pcode or ptype
-end
+function codec.classify(status, body) return shared.classify_body(status, body) end
 
 local function usage_of(u)
-  local itd = type(u.input_tokens_details) == "table" and u.input_tokens_details or {}
-  local otd = type(u.output_tokens_details) == "table" and u.output_tokens_details or {}
-  local input, output = shared.count(u.input_tokens), shared.count(u.output_tokens)
-  local cached, reasoning = shared.count(itd.cached_tokens), shared.count(otd.reasoning_tokens)
-  if input == false or output == false or cached == false or reasoning == false then
-    return nil, "a usage count is not a non-negative integer"
-  end
-  if input == nil and output == nil then return false end
-  local out = { output_tokens = output, cache_read_tokens = cached, reasoning_tokens = reasoning }
-  if input then out.input_tokens = math.max(input - (cached or 0), 0) end
-  return out
+  return shared.usage(u, "input_tokens", "output_tokens", "input_tokens_details",
+                      "output_tokens_details")
 end
 
 local function protocol(what)
