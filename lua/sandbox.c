@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -140,6 +141,27 @@ static void read_roots(lua_State *L, int idx, struct lr_profile *p)
 	}
 }
 
+
+/* The capability state a field name stands for, or NULL. */
+static enum lr_cap *cap_field(struct lr_profile *p, const char *k)
+{
+	static const struct {
+		const char *name;
+		size_t off;
+	} caps[] = {
+		{ "workspace_read", offsetof(struct lr_profile, workspace_read) },
+		{ "workspace_write", offsetof(struct lr_profile, workspace_write) },
+		{ "host_read", offsetof(struct lr_profile, host_read) },
+		{ "host_write", offsetof(struct lr_profile, host_write) },
+		{ "network", offsetof(struct lr_profile, network) },
+		{ "command", offsetof(struct lr_profile, command) },
+	};
+	for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
+		if (strcmp(k, caps[i].name) == 0)
+			return (enum lr_cap *)((char *)p + caps[i].off);
+	return NULL;
+}
+
 static int sandbox_profile(lua_State *L)
 {
 	luaL_checktype(L, 1, LUA_TTABLE);
@@ -150,19 +172,7 @@ static int sandbox_profile(lua_State *L)
 		if (lua_type(L, -2) != LUA_TSTRING)
 			return luaL_error(L, "%s: field names must be strings", FN);
 		const char *k = lua_tostring(L, -2);
-		enum lr_cap *cap = NULL;
-		if (strcmp(k, "workspace_read") == 0)
-			cap = &p->workspace_read;
-		else if (strcmp(k, "workspace_write") == 0)
-			cap = &p->workspace_write;
-		else if (strcmp(k, "host_read") == 0)
-			cap = &p->host_read;
-		else if (strcmp(k, "host_write") == 0)
-			cap = &p->host_write;
-		else if (strcmp(k, "network") == 0)
-			cap = &p->network;
-		else if (strcmp(k, "command") == 0)
-			cap = &p->command;
+		enum lr_cap *cap = cap_field(p, k);
 		if (cap) {
 			*cap = opt_cap(L, -1, k);
 		} else if (strcmp(k, "workspace_root") == 0) {
@@ -246,19 +256,7 @@ static int profile_index(lua_State *L)
 	struct profile_ud *u = check_ud(L, 1);
 	const struct lr_profile *p = &u->p;
 	const char *k = luaL_checkstring(L, 2);
-	const enum lr_cap *cap = NULL;
-	if (strcmp(k, "workspace_read") == 0)
-		cap = &p->workspace_read;
-	else if (strcmp(k, "workspace_write") == 0)
-		cap = &p->workspace_write;
-	else if (strcmp(k, "host_read") == 0)
-		cap = &p->host_read;
-	else if (strcmp(k, "host_write") == 0)
-		cap = &p->host_write;
-	else if (strcmp(k, "network") == 0)
-		cap = &p->network;
-	else if (strcmp(k, "command") == 0)
-		cap = &p->command;
+	const enum lr_cap *cap = cap_field((struct lr_profile *)p, k);
 	if (cap)
 		lua_pushstring(L, lr_cap_name(*cap));
 	else if (strcmp(k, "workspace_root") == 0)
