@@ -1304,7 +1304,8 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 		   against the profile and grants by build_spec), or any public one */
 		if (r->network && r->network[0]) {
 			for (char *const *t = r->network; *t && !rc; t++)
-				rc = allow_add(l, *t);
+				rc = lr_egress_rule_check(*t, err, LR_EXEC_ERRLEN) ? LR_EREFUSED
+										   : allow_add(l, *t);
 		} else {
 			l->allow_any = 1;
 		}
@@ -1317,7 +1318,9 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 		}
 		if (rc) {
 			free(buf);
-			seterr(err, "executor: cannot prepare the egress proxy: %s", lr_strerror(rc));
+			if (rc != LR_EREFUSED) /* a refused rule already said why */
+				seterr(err, "executor: cannot prepare the egress proxy: %s",
+				       lr_strerror(rc));
 			goto out;
 		}
 	}
@@ -1459,38 +1462,32 @@ static void ctl_stop(struct lr_exec *x)
 	x->ctl_fd = -1;
 }
 
-static int egress_policy(void *arg, const char *host, uint16_t port, int *allow_private)
+/* network allow: every public target (the proxy still refuses private ones) */
+static int egress_any(void *arg, const char *host, uint16_t port, int *allow_private)
 {
-	struct lr_exec *x = arg;
+	(void)arg, (void)host, (void)port;
 	*allow_private = 0;
-	if (x->allow_any)
-		return 1;
-	char t[300];
-	for (size_t i = 0; i < x->nallow; i++) {
-		const char *a = x->allow[i];
-		const char *colon = strrchr(a, ':');
-		if (!colon)
-			continue;
-		size_t hn = (size_t)(colon - a);
-		if (strlen(host) != hn || strncasecmp(host, a, hn) != 0)
-			continue;
-		snprintf(t, sizeof t, "%u", (unsigned)port);
-		if (port != 0 && strcmp(colon + 1, "*") != 0 && strcmp(colon + 1, t) != 0)
-			continue;
-		/* a target named by its address allows that address even when it is
-		   loopback or private; a name never does (the proxy resolves names
-		   itself, so a rebinding name still cannot reach inside) */
-		struct in6_addr ip;
-		char lit[64];
-		snprintf(lit, sizeof lit, "%.*s", (int)(hn < 63 ? hn : 63), a);
-		if (lit[0] == '[' && hn > 2 && lit[hn - 1] == ']') {
-			memmove(lit, lit + 1, hn - 2);
-			lit[hn - 2] = '\0';
-		}
-		*allow_private = inet_pton(AF_INET, lit, &ip) == 1 || inet_pton(AF_INET6, lit, &ip) == 1;
-		return 1;
-	}
-	return 0;
+	return 1;
+}
+
+/*
+ * A target named by its address ("127.0.0.1:8080", "[::1]:80") allows that
+ * address even when it is loopback or private; a name never does (the
+ * proxy resolves names itself, so a rebinding name still cannot reach in).
+ */
+static int names_an_address(const char *pattern)
+{
+	const char *colon = strrchr(pattern, ':');
+	size_t hn = colon ? (size_t)(colon - pattern) : strlen(pattern);
+	if (hn > 2 && pattern[0] == '[' && pattern[hn - 1] == ']')
+		pattern++, hn -= 2;
+	char lit[64];
+	struct in6_addr ip;
+	if (hn >= sizeof lit)
+		return 0;
+	memcpy(lit, pattern, hn);
+	lit[hn] = '\0';
+	return inet_pton(AF_INET, lit, &ip) == 1 || inet_pton(AF_INET6, lit, &ip) == 1;
 }
 
 static void egress_log(void *arg, const struct lr_egress_event *ev)
@@ -1516,15 +1513,27 @@ static void ctl_ready(struct lr_watch *w, int events, void *arg)
 	ctl_stop(x);
 	if (rc)
 		return; /* the helper failed before sending: it reports that itself */
+	struct lr_egress_rule *rules = calloc(x->nallow ? x->nallow : 1, sizeof *rules);
+	if (!rules) {
+		close(tcp);
+		close(udp);
+		lr_buf_printf(&x->res.net_log, "fail proxy: out of memory\n");
+		return;
+	}
+	for (size_t i = 0; i < x->nallow; i++)
+		rules[i] = (struct lr_egress_rule){ x->allow[i], names_an_address(x->allow[i]) };
 	struct lr_egress_config cfg = {
 		.exec_id = x->owner ? lr_executor_id(x->owner) : 0,
-		.policy = egress_policy,
+		.rules = rules,
+		.nrules = x->nallow,
+		.policy = x->allow_any ? egress_any : NULL,
 		.log = egress_log,
 		.arg = x,
 	};
 	char err[LR_EXEC_ERRLEN];
 	if (lr_egress_open(x->set->loop, &cfg, tcp, udp, &x->egress, err, sizeof err))
 		lr_buf_printf(&x->res.net_log, "fail proxy: %s\n", err);
+	free(rules); /* copied by lr_egress_open */
 }
 
 static void exec_deferred(struct lr_defer *d, void *arg)

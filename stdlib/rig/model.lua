@@ -342,7 +342,6 @@ local function redact(msg)
   msg = msg:gsub("([Bb]earer%s+)%S+", "%1[redacted]")
   return msg
 end
-M._redact = redact
 
 local function stream_fail(st, msg, code, detail)
   msg = redact(msg)
@@ -587,10 +586,7 @@ M._make = make
 M._check_model = check_model
 M._check_common = check_common
 M._checked = checked
-M._stream_mt = Stream
 M._providers = providers
-M._backoff = backoff
-M._add_cost = add_cost
 M._http_open = http_open
 
 function M.script(def)

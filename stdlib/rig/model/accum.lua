@@ -83,15 +83,6 @@ function accum:add(c)
   return true
 end
 
--- The text so far of every text block, concatenated (for previews).
-function accum:text()
-  local out = {}
-  for _, b in ipairs(self.blocks) do
-    if b.type == "text" then out[#out + 1] = table.concat(b.parts) end
-  end
-  return table.concat(out)
-end
-
 -- Parses one tool call's arguments: an object, or {} with an error the loop can
 -- report to the model.
 local function finish_tool(b, raw, truncated)
