@@ -756,6 +756,13 @@ struct cap {
 	uint64_t gen;  /* the store's GC generation at the start */
 	int gen_same;  /* the old cache was written in this generation */
 	pthread_mutex_t mu; /* files and skipped, while subtrees are walked in parallel */
+	/*
+	 * Two files with the same bytes hash to one blob key on two threads: the
+	 * check, the write and (for a file that changed while it was stored) the
+	 * delete of a key happen under one of these, so a blob is written once
+	 * and never deleted under a file that still needs it.
+	 */
+	pthread_mutex_t blob_mu[64];
 	struct node *par_dir; /* the directory whose subdirectories walk_job walks */
 	int par_dirfd;
 	size_t *par_sub;
@@ -1154,6 +1161,8 @@ static int hash_once(struct cap *c, struct node *nd, struct lr_err *e)
 	}
 	atomic_fetch_add(&c->hashed, 1);
 	lr__snap_blob_key(key, "blobs", nd->hash);
+	pthread_mutex_t *bmu = &c->blob_mu[nd->hash[0] % 64];
+	pthread_mutex_lock(bmu);
 	uint64_t have;
 	rc = lr_store_blob_stat(s, key, &have, e);
 	if (rc == LR_ENOTFOUND) {
@@ -1173,6 +1182,7 @@ static int hash_once(struct cap *c, struct node *nd, struct lr_err *e)
 		if (!rc)
 			atomic_fetch_add(&c->written, 1);
 	}
+	pthread_mutex_unlock(bmu);
 	if (!rc) {
 		nd->size = size;
 		nd->mode = (uint16_t)(b.st_mode & 0777);
@@ -1374,6 +1384,8 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 		return rc;
 	struct cap c = { .sn = sn, .r = r, .start_ns = wall_ns() };
 	pthread_mutex_init(&c.mu, NULL);
+	for (int i = 0; i < 64; i++)
+		pthread_mutex_init(&c.blob_mu[i], NULL);
 	atomic_init(&c.hashed, 0);
 	atomic_init(&c.written, 0);
 	struct node root = { 0 };
@@ -1471,6 +1483,8 @@ out:
 	close(c.rootfd);
 	free(canon);
 	pthread_mutex_destroy(&c.mu);
+	for (int i = 0; i < 64; i++)
+		pthread_mutex_destroy(&c.blob_mu[i]);
 	return rc;
 }
 
