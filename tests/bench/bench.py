@@ -90,7 +90,7 @@ def store_bench():
 
 def main():
     which = set(sys.argv[1:]) or {"startup", "rss", "sse", "json", "model", "store", "journal",
-                                  "snapshot", "sandbox"}
+                                  "snapshot", "sandbox", "session"}
     lua = shutil.which("lua5.4")
     node = shutil.which("node")
     if "startup" in which:
@@ -111,6 +111,11 @@ def main():
     if "model" in which:
         # Decoding a 10k-chunk OpenAI stream against the openai npm SDK (CPU per chunk).
         subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "model_stream.py")],
+                       env=dict(os.environ, LUARIG=LUARIG), check=False)
+    if "session" in which:
+        # N sessions x 10 turns against a mock OpenAI server, @openai/agents the peer;
+        # step overhead (scripted model) and memory per idle session.
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "session_bench.py")],
                        env=dict(os.environ, LUARIG=LUARIG), check=False)
     if "sandbox" in which:
         # `true` confined against bwrap, a plain fork+exec and srt (npm).

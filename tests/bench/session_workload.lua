@@ -1,0 +1,106 @@
+-- The luarig side of tests/bench/session_bench.py.
+--
+--   luarig session_workload.lua mock BASE_URL N TURNS
+--     N sessions of one rig run concurrently (one task each); each submits
+--     TURNS messages in a row, waiting for the session to be idle after
+--     each. Every turn: the model (openai-compatible, the mock server at
+--     BASE_URL) calls the tool "lookup" once, then answers with text.
+--   luarig session_workload.lua scripted N TURNS
+--     the same with a zero-latency rig.model.script (one function step per
+--     model call, same rule as the mock): the runtime's cost per step.
+--
+-- Prints one JSON line: cpu_s (os.clock: every thread of the process),
+-- wall_s, maxrss_kib (VmHWM), turns, steps, texts (turns that ended with
+-- TurnDone, counted from the journals after the clock stopped), failed.
+
+local mode = arg[1]
+local base, n, turns
+if mode == "mock" then
+  base, n, turns = arg[2], tonumber(arg[3]), tonumber(arg[4])
+elseif mode == "scripted" then
+  n, turns = tonumber(arg[2]), tonumber(arg[3])
+end
+if not n or not turns then
+  io.stderr:write("usage: session_workload.lua mock BASE_URL N TURNS | scripted N TURNS\n")
+  os.exit(2)
+end
+
+local function status_kib(field)
+  local f = assert(io.open("/proc/self/status"))
+  local s = f:read("a")
+  f:close()
+  return tonumber(s:match(field .. ":%s*(%d+)"))
+end
+
+local model
+if mode == "mock" then
+  model = rig.model{ provider = "openai-compatible", base_url = base, name = "mock",
+                     retry = { attempts = 1 } }
+else
+  -- The mock server's rule: a tool call after the user, a text after a tool result.
+  local k = 0
+  local function step(req)
+    local last = req.messages[#req.messages]
+    if last.role == "tool" then return { text = "The answer is 42." } end
+    k = k + 1
+    return { tool_calls = { { name = "lookup", input = { q = "question" }, id = "call_" .. k } } }
+  end
+  local steps = {}
+  for i = 1, n * turns * 2 do steps[i] = step end
+  model = rig.model.script{ steps = steps }
+end
+
+local lookup = rig.tool{
+  name = "lookup", description = "Look a question up.",
+  schema = { type = "object", properties = { q = { type = "string" } }, required = { "q" } },
+  prepare = function(args) return { summary = "lookup " .. args.q, requirements = {} } end,
+  run = function() return "lookup result: 42" end,
+}
+local g = rig.gate{
+  access = { ["filesystem.read"] = "allow", ["filesystem.write"] = "allow",
+             network = "allow", ["command.execute"] = "allow" },
+  approver = "headless",
+}
+local l = rig.loop{ name = "assistant", model = model,
+                    system = "You are a benchmark assistant. Use lookup once, then answer.",
+                    tools = { lookup }, gate = g, policy_revision = "bench" }
+local r = rig.define{ loops = { l }, primers = { "assistant" }, store = rig.store.memory() }
+
+local sessions = {}
+local c0, w0 = os.clock(), rig.now()
+local tasks = {}
+for i = 1, n do
+  tasks[i] = rig.spawn(function()
+    local s = assert(r:session())
+    sessions[i] = s
+    for t = 1, turns do
+      s:submit(string.format("session %d question %d", i, t))
+      s:wait_idle()
+    end
+    return true
+  end)
+end
+for i = 1, n do assert(tasks[i]:wait()) end
+local cpu, wall = os.clock() - c0, rig.now() - w0
+local hwm = status_kib("VmHWM")
+
+-- Check the work was done: every turn ended with TurnDone after two steps.
+local texts, steps, failed = 0, 0, {}
+for i = 1, n do
+  for rec in sessions[i]:journal{ from = 1 } do
+    if rec.type == "TurnDone" then
+      texts = texts + 1
+    elseif rec.type == "StepDone" then
+      steps = steps + 1
+    elseif rec.type == "TurnFailed" or rec.type == "TurnInterrupted" or rec.type == "TurnRejected" then
+      if #failed < 3 then
+        failed[#failed + 1] = rec.type .. ": " .. tostring(rec.error or rec.reason or rec.message or "")
+      end
+    end
+  end
+  sessions[i]:shutdown()
+end
+
+print(string.format('{"cpu_s":%.6f,"wall_s":%.6f,"maxrss_kib":%d,"turns":%d,"steps":%d,"texts":%d,"failed":%s}',
+  cpu, wall, hwm, n * turns, steps, texts,
+  failed[1] and rig.json.encode(failed) or "[]"))
