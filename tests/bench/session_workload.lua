@@ -74,8 +74,8 @@ for i = 1, n do
     local s = assert(r:session())
     sessions[i] = s
     for t = 1, turns do
-      s:submit(string.format("session %d question %d", i, t))
-      s:wait_idle()
+      assert(s:submit(string.format("session %d question %d", i, t)))
+      assert(s:wait_idle())
     end
     return true
   end)
