@@ -17,7 +17,8 @@
 2. session_step_overhead: the same workload with a zero-latency scripted
    model in-process (rig.model.script with function steps; the SDK's own
    ScriptedModel with responder steps for the peer), wall time per model
-   step. Also printed against the absolute goal (peer=goal, 50 us).
+   step, the best of three processes each. Also printed against the
+   absolute goal (peer=goal, 50 us).
 3. session_idle_memory_{memory,lmdb}: RSS growth per idle session with
    10,000 sessions open in one process (tests/bench/session_idle.lua),
    against the absolute goal (peer=goal, 64 KiB). An LMDB session keeps its
@@ -48,6 +49,7 @@ NS = [int(x) for x in os.environ.get("SESSION_BENCH_NS", "10,100").split(",") if
 TURNS = int(os.environ.get("SESSION_BENCH_TURNS", "10"))
 IDLE = int(os.environ.get("SESSION_BENCH_IDLE", "10000"))
 STEP_N = 100  # sessions in the step-overhead run (x TURNS turns x 2 steps)
+STEP_RUNS = 3
 
 
 def bench_line(name, value, unit, peer, peer_value):
@@ -182,34 +184,43 @@ def workload(mock, version):
 
 
 def step_overhead(version):
-    theirs = None
-    if version:
-        p = run(["node", os.path.join(HERE, "session_agents.js"), "scripted", str(STEP_N),
-                 str(TURNS)], env=node_env())
-        theirs = last_json(p, "@openai/agents (scripted)")
-    p = run([LUARIG, os.path.join(HERE, "session_workload.lua"), "scripted", str(STEP_N), str(TURNS)])
-    ours = last_json(p, "luarig (scripted)")
+    """Best (least) wall time of STEP_RUNS processes each: the other core's
+    noise only ever adds time."""
     turns = STEP_N * TURNS
-    if ours and ours.get("texts") != turns:
-        say(f"luarig (scripted): {ours.get('texts')} of {turns} turns ended in text "
-            f"{ours.get('failed') or ''}")
-        ours = None
-    if theirs and theirs.get("texts") != turns:
-        say(f"@openai/agents (scripted): {theirs.get('texts')} of {turns} turns ended in text")
-        theirs = None
     steps = 2 * turns
-    if not ours:
+    mine, theirs, cpu = [], [], []
+    for _ in range(STEP_RUNS):
+        if version:
+            p = run(["node", os.path.join(HERE, "session_agents.js"), "scripted", str(STEP_N),
+                     str(TURNS)], env=node_env())
+            t = last_json(p, "@openai/agents (scripted)")
+            if t and t.get("texts") != turns:
+                say(f"@openai/agents (scripted): {t.get('texts')} of {turns} turns ended in text")
+                t = None
+            if t:
+                theirs.append(t["wall_s"] * 1e6 / steps)
+        p = run([LUARIG, os.path.join(HERE, "session_workload.lua"), "scripted", str(STEP_N),
+                 str(TURNS)])
+        o = last_json(p, "luarig (scripted)")
+        if o and o.get("texts") != turns:
+            say(f"luarig (scripted): {o.get('texts')} of {turns} turns ended in text "
+                f"{o.get('failed') or ''}")
+            o = None
+        if not o:
+            break
+        mine.append(o["wall_s"] * 1e6 / steps)
+        cpu.append(o["cpu_s"] * 1e6 / steps)
+    if not mine:
         if theirs:
             say(f"step overhead skipped for luarig; @openai/agents ScriptedModel: "
-                f"{theirs['wall_s'] * 1e6 / steps:.1f} us/step")
+                f"{min(theirs):.1f} us/step")
         return
-    mine = ours["wall_s"] * 1e6 / steps
     if theirs:
-        bench_line("session_step_overhead", mine, "us/step",
-                   f"openai-agents-{version}-ScriptedModel", theirs["wall_s"] * 1e6 / steps)
-    bench_line("session_step_overhead", mine, "us/step", "goal", 50)
+        bench_line("session_step_overhead", min(mine), "us/step",
+                   f"openai-agents-{version}-ScriptedModel", min(theirs))
+    bench_line("session_step_overhead", min(mine), "us/step", "goal", 50)
     print(f"# step overhead: {STEP_N} sessions x {TURNS} turns x 2 steps, zero-latency "
-          f"scripted model; luarig {ours['cpu_s'] * 1e6 / steps:.1f} us CPU/step", flush=True)
+          f"scripted model, best of {len(mine)}; luarig {min(cpu):.1f} us CPU/step", flush=True)
 
 
 def raise_nofile(want):
