@@ -265,7 +265,8 @@ def idle_memory():
             continue
         bench_line(f"session_idle_memory_{kind}", ours["per_session_kib"], "KiB/session", "goal", 64)
         print(f"# idle sessions ({kind}): {ours['count']} opened in {ours['open_s']:.2f} s, RSS "
-              f"{ours['rss_before_kib'] / 1024:.1f} -> {ours['rss_after_kib'] / 1024:.1f} MiB",
+              f"{ours['rss_before_kib'] / 1024:.1f} -> {ours['rss_after_kib'] / 1024:.1f} MiB, "
+              f"{ours['fds']} fds open",
               flush=True)
 
 

@@ -9,7 +9,7 @@
 -- An LMDB session holds its lease's lock file open: COUNT sessions need
 -- RLIMIT_NOFILE above COUNT (the harness raises the soft limit).
 -- Prints one JSON line: count, rss_before_kib, rss_after_kib, open_s (wall
--- time to open the COUNT sessions), per_session_kib.
+-- time to open the COUNT sessions), per_session_kib, fds (open in the end).
 
 local count, kind, root = tonumber(arg[1]), arg[2], arg[3]
 if not count or (kind ~= "memory" and kind ~= "lmdb") or (kind == "lmdb" and not root) then
@@ -66,6 +66,15 @@ local t0 = rig.now()
 each(101, 100 + count, function(i) open[i] = assert(r:session()) end)
 local open_s = rig.now() - t0
 local after = rss_kib()
-print(string.format('{"count":%d,"rss_before_kib":%d,"rss_after_kib":%d,"open_s":%.3f,"per_session_kib":%.3f}',
-  count, before, after, open_s, (after - before) / count))
+local function open_fds()
+  local f = assert(io.open("/proc/self/stat"))
+  local pid = f:read("a"):match("^(%d+)")
+  f:close()
+  local p = assert(io.popen("ls /proc/" .. pid .. "/fd | wc -l"))
+  local n = tonumber(p:read("a"))
+  p:close()
+  return n
+end
+print(string.format('{"count":%d,"rss_before_kib":%d,"rss_after_kib":%d,"open_s":%.3f,"per_session_kib":%.3f,"fds":%d}',
+  count, before, after, open_s, (after - before) / count, open_fds()))
 each(1, #open, function(i) open[i]:shutdown() end)
