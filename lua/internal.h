@@ -162,6 +162,9 @@ void lr__bundle_open(lua_State *L);
 void lr__store_open(lua_State *L);
 void lr__json_open(lua_State *L);
 void lr__sandbox_open(lua_State *L);
+/* hash.c: core.sha256_hex; fs.c: core.fs_* (policy files: lstat, private read, atomic write). */
+void lr__hash_open(lua_State *L);
+void lr__fs_open(lua_State *L);
 /* sandbox.c: the profile held by the rig.sandbox.profile userdata at idx
  * (raises when it is not one); borrowed, valid while the userdata lives. */
 struct lr_profile;
