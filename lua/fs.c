@@ -3,7 +3,8 @@
  * hold policy (rig.permissions.file), where io.open is not careful enough.
  *
  *   core.fs_lstat(path) -> { type = "file" | "dir" | "link" | "other",
- *                            uid =, gid =, mode = (permission bits), size = }
+ *                            uid =, gid =, mode = (permission bits), size =,
+ *                            ino =, mtime_ns = }
  *                        | nil, msg, code ("ENOENT", ...)
  *   core.fs_getuid() -> the effective uid
  *   core.fs_read_private(path, max_bytes) -> bytes | nil, msg, code
@@ -46,7 +47,7 @@ static int fs_lstat(lua_State *L)
 	struct stat st;
 	if (lstat(path, &st) != 0)
 		return lr_pushfail(L, -errno, "'%s': %s", path, strerror(errno));
-	lua_createtable(L, 0, 5);
+	lua_createtable(L, 0, 7);
 	lua_pushstring(L, type_name(st.st_mode));
 	lua_setfield(L, -2, "type");
 	lua_pushinteger(L, (lua_Integer)st.st_uid);
@@ -57,6 +58,10 @@ static int fs_lstat(lua_State *L)
 	lua_setfield(L, -2, "mode");
 	lua_pushinteger(L, (lua_Integer)st.st_size);
 	lua_setfield(L, -2, "size");
+	lua_pushinteger(L, (lua_Integer)st.st_ino);
+	lua_setfield(L, -2, "ino");
+	lua_pushinteger(L, (lua_Integer)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec);
+	lua_setfield(L, -2, "mtime_ns");
 	return 1;
 }
 
