@@ -7,8 +7,8 @@
 --   schema.validate(s, value) -> true | nil, "$.items[2].name: expected string, got number"
 --     s must have passed check. value is what rig.json.decode returns
 --     (json.null for null, arrays marked) or a plain Lua table (a table with
---     keys 1..n is an array; an empty unmarked table is an empty object, and
---     also passes "type": "array"). Paths are JSONPath as the model sees its
+--     keys 1..n is an array; an empty table is an object unless marked with
+--     json.array, as rig.json.encode would send it). Paths are JSONPath as the model sees its
 --     own arguments: "$" the root, ".name" or ["odd name"] for a property,
 --     [i] for an array element counting from 0.
 --
@@ -310,9 +310,6 @@ local function fail(path, msg) return nil, path .. ": " .. msg end
 local function type_ok(t, k, v)
   if t == k then return true end
   if t == "integer" then return k == "number" and is_integer(v) end
-  if t == "number" then return false end
-  -- an empty unmarked Lua table could be either
-  if t == "array" and k == "object" and next(v) == nil and not is_marked(v) then return true end
   return false
 end
 
@@ -403,10 +400,8 @@ validate = function(root, s, v, path, depth)
       end
       if not ok then return fail(path, "must be a multiple of " .. show(m)) end
     end
-  elseif k == "array" or (k == "object" and next(v) == nil and not is_marked(v)
-                          and (s.items ~= nil or s.prefixItems ~= nil or s.minItems ~= nil)
-                          and s.properties == nil) then
-    local n = k == "array" and #v or 0
+  elseif k == "array" then
+    local n = #v
     if s.minItems and n < s.minItems then
       return fail(path, "must hold at least " .. s.minItems .. " items")
     end
