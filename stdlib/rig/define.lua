@@ -50,7 +50,7 @@ end
 
 local function is_store(v)
   if type(v) ~= "userdata" then return false end
-  local mt = getmetatable(v)
+  local mt = debug.getmetatable(v)
   return type(mt) == "table" and mt.__name == "rig.store"
 end
 

@@ -43,9 +43,10 @@ local fields = { access = true, rules = true, approver = true }
 
 local private = setmetatable({}, { __mode = "k" })
 
+-- debug.getmetatable: a profile's metatable is hidden behind __metatable = false
 local function is_profile(v)
   if type(v) ~= "userdata" then return false end
-  local mt = getmetatable(v)
+  local mt = debug.getmetatable(v)
   return type(mt) == "table" and mt.__name == "rig.sandbox.profile"
 end
 

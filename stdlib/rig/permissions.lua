@@ -123,11 +123,17 @@ local function match_command(rule, cmd)
 end
 
 -- Does the (valid) rule match the requirement (kind, match)?
+-- A requirement without a match (not normalized by rig.tool) uses its scope.
 local function rule_matches(rule, req)
-  if rule.kind ~= req.kind or type(req.match) ~= "string" then return false end
-  if rule.kind == "command.execute" then return match_command(rule.match, req.match) end
-  if rule.kind == "network" then return match_network(rule.match, req.match) end
-  local path = clean_path(req.match)
+  if rule.kind ~= req.kind then return false end
+  local m = req.match
+  if m == nil and type(req.scope) == "string" then
+    m = req.kind == "network" and ("tcp://" .. req.scope) or req.scope
+  end
+  if type(m) ~= "string" then return false end
+  if rule.kind == "command.execute" then return match_command(rule.match, m) end
+  if rule.kind == "network" then return match_network(rule.match, m) end
+  local path = clean_path(m)
   if not path then return false end
   return match_segments(rule.segments, 1, path, 1)
 end
