@@ -914,7 +914,7 @@ TEST(async_many_journals_lmdb)
 	for (int k = 0; k < NJ; k++) {
 		CHECK_EQ_INT(lr_journal_new_id(sids[k]), 0);
 		char name[64];
-		snprintf(name, sizeof name, "sessions/%s", sids[k]);
+		snprintf(name, sizeof name, "sessions/%.36s", sids[k]);
 		CHECK_EQ_INT(lr_store_acquire(s, name, &ls[k], &e), 0);
 		CHECK_EQ_INT(lr_journal_open(s, sids[k], ls[k], &js[k], &e), 0);
 	}
