@@ -162,6 +162,16 @@ void lr__bundle_open(lua_State *L);
 void lr__store_open(lua_State *L);
 void lr__json_open(lua_State *L);
 void lr__sandbox_open(lua_State *L);
+/*
+ * store.c: the backend of the rig.store at idx (raises when it is not one
+ * or closed) with a reference that keeps it open: drop it with
+ * lr__store_unref (loop thread only).
+ */
+struct lr_store;
+void *lr__store_ref(lua_State *L, int idx, struct lr_store **out);
+void lr__store_unref(void *ref);
+/* session.c: sessions, the journal and the catalog (rig.core.session_open, ...). */
+void lr__session_open(lua_State *L);
 /* sandbox.c: the profile held by the rig.sandbox.profile userdata at idx
  * (raises when it is not one); borrowed, valid while the userdata lives. */
 struct lr_profile;
