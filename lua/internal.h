@@ -206,6 +206,10 @@ int lr_bundle_inspect(const char *path);
 int lr_repl_run(struct lr_state *S, const char *script);
 /* snapshot_cli.c: `luarig snapshot ...` (argv after "snapshot"); returns the exit code. */
 int lr_snapshot_cli(int argc, char **argv);
+/* snapshot_cli.c: the state root: opt, else $XDG_STATE_HOME/luarig, else ~/.local/state/luarig (absolute). */
+int lr__cli_state_root(const char *opt, char *out, size_t cap);
+/* session_cli.c: `luarig sessions|show|log ...` (cmd and the argv after it); returns the exit code. */
+int lr_session_cli(const char *cmd, int argc, char **argv);
 /* sandbox_cli.c: `luarig sandbox ...` (argv after "sandbox"); returns the exit code. */
 int lr_sandbox_cli(int argc, char **argv);
 
