@@ -18,5 +18,8 @@ int luaopen_rig_core(lua_State *L)
 	lr__json_open(L);
 	lr__executor_open(L);
 	lr__sandbox_open(L);
+	lr__hash_open(L);
+	lr__fs_open(L);
+	lr__session_open(L);
 	return 1;
 }

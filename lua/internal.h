@@ -162,6 +162,19 @@ void lr__bundle_open(lua_State *L);
 void lr__store_open(lua_State *L);
 void lr__json_open(lua_State *L);
 void lr__sandbox_open(lua_State *L);
+/* hash.c: core.sha256_hex; fs.c: core.fs_* (policy files: lstat, private read, atomic write). */
+void lr__hash_open(lua_State *L);
+void lr__fs_open(lua_State *L);
+/*
+ * store.c: the backend of the rig.store at idx (raises when it is not one
+ * or closed) with a reference that keeps it open: drop it with
+ * lr__store_unref (loop thread only).
+ */
+struct lr_store;
+void *lr__store_ref(lua_State *L, int idx, struct lr_store **out);
+void lr__store_unref(void *ref);
+/* session.c: sessions, the journal and the catalog (rig.core.session_open, ...). */
+void lr__session_open(lua_State *L);
 /* sandbox.c: the profile held by the rig.sandbox.profile userdata at idx
  * (raises when it is not one); borrowed, valid while the userdata lives. */
 struct lr_profile;
@@ -196,6 +209,10 @@ int lr_bundle_inspect(const char *path);
 int lr_repl_run(struct lr_state *S, const char *script);
 /* snapshot_cli.c: `luarig snapshot ...` (argv after "snapshot"); returns the exit code. */
 int lr_snapshot_cli(int argc, char **argv);
+/* snapshot_cli.c: the state root: opt, else $XDG_STATE_HOME/luarig, else ~/.local/state/luarig (absolute). */
+int lr__cli_state_root(const char *opt, char *out, size_t cap);
+/* session_cli.c: `luarig sessions|show|log ...` (cmd and the argv after it); returns the exit code. */
+int lr_session_cli(const char *cmd, int argc, char **argv);
 /* sandbox_cli.c: `luarig sandbox ...` (argv after "sandbox"); returns the exit code. */
 int lr_sandbox_cli(int argc, char **argv);
 

@@ -27,6 +27,10 @@ static void usage(FILE *f)
 	      "                | diff A B | export REF FILE.tar | import FILE.tar | list\n"
 	      "                                            workspace snapshots (state default\n"
 	      "                                            $XDG_STATE_HOME/luarig)\n"
+	      "       luarig sessions [--state DIR] [--json]  the session catalog\n"
+	      "       luarig show [--state DIR] ID         one session's catalog entry and tip\n"
+	      "       luarig log [--state DIR] ID [--from N] [--follow]\n"
+	      "                                            a session's journal, one JSON per line\n"
 	      "       luarig sandbox run [--profile readonly|trusted|unconfined] [--workspace DIR]\n"
 	      "                [--allow-net HOST:PORT]... [--timeout S] [--ack-unconfined] -- CMD ARGS...\n"
 	      "                                            run one command confined (exit: the\n"
@@ -298,6 +302,9 @@ int main(int argc, char **argv)
 	}
 	if (cmd && strcmp(cmd, "snapshot") == 0)
 		return lr_snapshot_cli(argc - i - 1, argv + i + 1);
+	if (cmd && (strcmp(cmd, "sessions") == 0 || strcmp(cmd, "show") == 0 ||
+		    strcmp(cmd, "log") == 0))
+		return lr_session_cli(cmd, argc - i - 1, argv + i + 1);
 	if (cmd && strcmp(cmd, "sandbox") == 0 && i + 1 < argc && strcmp(argv[i + 1], "run") == 0)
 		return lr_sandbox_run_cli(argc - i - 2, argv + i + 2);
 	if (cmd && strcmp(cmd, "sandbox") == 0)

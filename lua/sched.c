@@ -611,6 +611,155 @@ static int core_time(lua_State *L)
 	return 1;
 }
 
+/*
+ * Conditions: c:wait([timeout]) parks the task until c:signal() wakes
+ * every waiter. Waiters are the wait ops on the coroutine stacks, linked
+ * in the condition; a cancelled or timed-out waiter unlinks itself.
+ */
+#define COND_MT "rig.cond"
+#define CONDOP_MT "rig.op.cond"
+
+struct cond {
+	struct lr_wait *waiters;
+};
+
+struct condop {
+	struct lr_wait wait; /* wait.next links the condition's waiters */
+	struct cond *c;
+	struct lr_timer timer;
+	int has_timer, timed_out;
+};
+
+static void condop_unlink(struct condop *op)
+{
+	if (!op->c)
+		return;
+	struct lr_wait **pp = &op->c->waiters;
+	while (*pp && *pp != &op->wait)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = op->wait.next;
+	op->wait.next = NULL;
+	op->c = NULL;
+}
+
+static void cond_cancel(struct lr_wait *w)
+{
+	struct condop *op = (struct condop *)w;
+	condop_unlink(op);
+	if (op->has_timer)
+		lr_timer_stop(&op->timer);
+}
+
+static void cond_timeout(struct lr_timer *t, void *arg)
+{
+	(void)t;
+	struct condop *op = arg;
+	condop_unlink(op);
+	op->timed_out = 1;
+	lr_sched_wake(&op->wait);
+}
+
+static int condop_gc(lua_State *L)
+{
+	struct condop *op = lua_touserdata(L, 1);
+	condop_unlink(op);
+	if (op->has_timer)
+		lr_timer_release(&op->timer);
+	op->has_timer = 0;
+	return 0;
+}
+
+static int cond_wait_k(lua_State *L, int status, lua_KContext ctx)
+{
+	(void)status;
+	struct condop *op = (struct condop *)ctx;
+	if (op->has_timer)
+		lr_timer_stop(&op->timer);
+	condop_unlink(op);
+	lr_sched_resumed(L, &op->wait);
+	if (op->timed_out) {
+		luaL_pushfail(L);
+		lua_pushliteral(L, "timeout");
+		lua_pushliteral(L, "timeout");
+		return 3;
+	}
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+/* c:wait([timeout]) -> true | nil, "timeout", "timeout" */
+static int cond_wait(lua_State *L)
+{
+	struct cond *c = luaL_checkudata(L, 1, COND_MT);
+	double timeout = luaL_optnumber(L, 2, -1);
+	luaL_argcheck(L, timeout == timeout, 2, "must be a number");
+	lr_sched_enter(L);
+	struct condop *op = lua_newuserdatauv(L, sizeof *op, 0);
+	memset(op, 0, sizeof *op);
+	luaL_setmetatable(L, CONDOP_MT);
+	op->c = c;
+	op->wait.cancel = cond_cancel;
+	if (timeout >= 0) {
+		if (lr_timer_init(lr_state_of(L)->loop, &op->timer, cond_timeout, op))
+			return luaL_error(L, "out of memory");
+		op->has_timer = 1;
+		lr_timer_start(&op->timer, timeout);
+	}
+	/* Appended at the tail: waiters wake in the order they came. */
+	struct lr_wait **pp = &c->waiters;
+	while (*pp)
+		pp = &(*pp)->next;
+	op->wait.next = NULL;
+	*pp = &op->wait;
+	return lr_sched_await(L, &op->wait, (lua_KContext)op, cond_wait_k);
+}
+
+/* c:signal() -> n: wakes every waiter */
+static int cond_signal(lua_State *L)
+{
+	struct cond *c = luaL_checkudata(L, 1, COND_MT);
+	struct lr_wait *w = c->waiters;
+	c->waiters = NULL;
+	lua_Integer n = 0;
+	while (w) {
+		struct lr_wait *next = w->next;
+		struct condop *op = (struct condop *)w;
+		w->next = NULL;
+		op->c = NULL;
+		if (op->has_timer)
+			lr_timer_stop(&op->timer);
+		lr_sched_wake(w);
+		n++;
+		w = next;
+	}
+	lua_pushinteger(L, n);
+	return 1;
+}
+
+/* A condition collected while tasks wait on it: they keep waiting (for a timeout or a cancel). */
+static int cond_gc(lua_State *L)
+{
+	struct cond *c = luaL_checkudata(L, 1, COND_MT);
+	for (struct lr_wait *w = c->waiters; w;) {
+		struct lr_wait *next = w->next;
+		w->next = NULL;
+		((struct condop *)w)->c = NULL;
+		w = next;
+	}
+	c->waiters = NULL;
+	return 0;
+}
+
+/* rig.core.cond() -> c */
+static int core_cond(lua_State *L)
+{
+	struct cond *c = lua_newuserdatauv(L, sizeof *c, 0);
+	c->waiters = NULL;
+	luaL_setmetatable(L, COND_MT);
+	return 1;
+}
+
 /* rig.core.yield_marker(): the value a waiting task yields (for the coroutine wrappers). */
 static int core_marker(lua_State *L)
 {
@@ -646,7 +795,24 @@ void lr__sched_open(lua_State *L)
 	lua_setfield(L, -2, "__gc");
 	lua_pop(L, 1);
 
+	static const luaL_Reg cond_methods[] = {
+		{ "wait", cond_wait },
+		{ "signal", cond_signal },
+		{ NULL, NULL },
+	};
+	luaL_newmetatable(L, COND_MT);
+	luaL_newlib(L, cond_methods);
+	lua_setfield(L, -2, "__index");
+	lua_pushcfunction(L, cond_gc);
+	lua_setfield(L, -2, "__gc");
+	lua_pop(L, 1);
+	luaL_newmetatable(L, CONDOP_MT);
+	lua_pushcfunction(L, condop_gc);
+	lua_setfield(L, -2, "__gc");
+	lua_pop(L, 1);
+
 	static const luaL_Reg funcs[] = {
+		{ "cond", core_cond },
 		{ "spawn", core_spawn },
 		{ "current", core_current },
 		{ "sleep", core_sleep },

@@ -64,7 +64,7 @@ static int mkdirs(char *path)
 	return 0;
 }
 
-static int state_root(const char *opt, char *out, size_t cap)
+int lr__cli_state_root(const char *opt, char *out, size_t cap)
 {
 	const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
 	if (opt)
@@ -251,7 +251,7 @@ int lr_snapshot_cli(int argc, char **argv)
 		return usage_error("snapshot %s needs %d argument%s", sub, want, want == 1 ? "" : "s");
 
 	char root[PATH_MAX], cache[PATH_MAX + 16];
-	if (state_root(state, root, sizeof root))
+	if (lr__cli_state_root(state, root, sizeof root))
 		return usage_error("%s", "no state directory: set --state, XDG_STATE_HOME or HOME");
 	int rc = mkdirs(root);
 	if (rc) {

@@ -351,6 +351,21 @@ static int store_gc(lua_State *L)
 	return sop_start(L, sh, op);
 }
 
+void *lr__store_ref(lua_State *L, int idx, struct lr_store **out)
+{
+	struct shared **p = luaL_checkudata(L, idx, STORE_MT);
+	if (!*p)
+		luaL_error(L, "attempt to use a closed rig.store");
+	(*p)->refs++;
+	*out = (*p)->s;
+	return *p;
+}
+
+void lr__store_unref(void *ref)
+{
+	shared_unref(ref);
+}
+
 static int store_close(lua_State *L)
 {
 	struct shared **p = luaL_checkudata(L, 1, STORE_MT);

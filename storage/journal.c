@@ -494,7 +494,12 @@ struct lr_journal {
 	char name[LR_JOURNAL_NAME_LEN];
 	uint64_t tip, epoch;
 	struct index index;
-	struct lr_buf frame;
+	struct lr_buf frame;      /* the record in flight (kept until its outcome is known) */
+	/* async appends: one in flight (busy), the rest queued; sync appends wait for !busy */
+	pthread_cond_t idle;
+	int busy, pumping, closing;
+	int inside; /* completions still running journal code after their callback */
+	struct lr_journal_op *qhead, *qtail;
 };
 
 static void journal_on_lost(struct lr_lease *l, void *arg)
@@ -543,6 +548,7 @@ static void journal_free(struct lr_journal *j)
 {
 	index_release(&j->index);
 	lr_buf_release(&j->frame);
+	pthread_cond_destroy(&j->idle);
 	pthread_mutex_destroy(&j->mu);
 	free(j);
 }
@@ -575,6 +581,7 @@ int lr_journal_open(struct lr_store *store, const char *sid, struct lr_lease *le
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&j->mu, NULL);
+	pthread_cond_init(&j->idle, NULL);
 	j->store = store;
 	j->lease = lease;
 	j->epoch = lease->epoch;
@@ -633,6 +640,22 @@ void lr_journal_close(struct lr_journal *j)
 {
 	if (!j)
 		return;
+	pthread_mutex_lock(&j->mu);
+	j->closing = 1;
+	struct lr_journal_op *q = j->qhead;
+	j->qhead = j->qtail = NULL;
+	pthread_mutex_unlock(&j->mu);
+	while (q) {
+		struct lr_journal_op *op = q;
+		q = q->next;
+		op->rc = LR_ECLOSED;
+		lr_err_set(&op->err, "journal: '%s' was closed before this append started", j->name);
+		op->cb(op);
+	}
+	pthread_mutex_lock(&j->mu);
+	while (j->busy || j->pumping || j->inside)
+		pthread_cond_wait(&j->idle, &j->mu);
+	pthread_mutex_unlock(&j->mu);
 	if (!lease_lost(j) && j->lease->on_lost == journal_on_lost && j->lease->on_lost_arg == j) {
 		j->lease->on_lost = j->prev_on_lost;
 		j->lease->on_lost_arg = j->prev_arg;
@@ -742,16 +765,10 @@ static int fenced(struct lr_journal *j, struct lr_err *e)
 	return refuse(j, e);
 }
 
-int lr_journal_append(struct lr_journal *j, int kind, const char *id, const void *body,
-		      size_t len, uint64_t *seq, int *appended, struct lr_err *e)
+/* Argument checks shared by the sync and async appends (no lock). */
+static int append_check(struct lr_journal *j, int kind, const char *id, size_t idl, size_t len,
+			struct lr_err *e)
 {
-	if (seq)
-		*seq = 0;
-	if (appended)
-		*appended = 0;
-	if (!id)
-		id = "";
-	size_t idl = strnlen(id, LR_JOURNAL_ID_MAX + 1);
 	if (kind != LR_JOURNAL_EVENT && kind != LR_JOURNAL_COMMAND &&
 	    kind != LR_JOURNAL_GATE_PREPARED) {
 		lr_err_set(e, "journal: append to '%s': kind %d cannot be appended", j->name, kind);
@@ -767,20 +784,65 @@ int lr_journal_append(struct lr_journal *j, int kind, const char *id, const void
 			   len, LR_JOURNAL_BODY_MAX);
 		return LR_ETOOBIG;
 	}
-	pthread_mutex_lock(&j->mu);
-	int rc = 0;
-	if (j->dead) {
-		rc = refuse(j, e);
-		goto out;
-	}
+	return 0;
+}
+
+/* Refuses when dead or the lease is lost (latching that); 0 when appends may go on. Under mu. */
+static int refused(struct lr_journal *j, struct lr_err *e)
+{
+	if (j->dead)
+		return refuse(j, e);
 	if (lease_lost(j)) {
 		j->dead = LR_ELEASELOST;
 		snprintf(j->dead_msg, sizeof j->dead_msg,
 			 "journal: writer for '%s' lost its lease (epoch %" PRIu64 ")", j->name,
 			 j->epoch);
-		rc = refuse(j, e);
-		goto out;
+		return refuse(j, e);
 	}
+	return 0;
+}
+
+/*
+ * The outcome of the definite append of j->frame at j->tip: a conflict
+ * means we were fenced, an ambiguity latches, success moves the tip and
+ * indexes the id. Under mu.
+ */
+static int settle_append(struct lr_journal *j, int rc, const char *id, size_t idl, uint64_t *seq,
+			 int *appended, struct lr_err *e)
+{
+	if (rc == LR_ECONFLICT)
+		return fenced(j, e);
+	if (rc == LR_EAMBIGUOUS) {
+		j->dead = LR_EAMBIGUOUS;
+		snprintf(j->dead_msg, sizeof j->dead_msg,
+			 "journal: '%s' has an append of unknown outcome at %" PRIu64
+			 "; reopen the journal", j->name, j->tip + 1);
+		return rc;
+	}
+	if (rc)
+		return rc;
+	j->tip++;
+	if (idl && index_put(&j->index, id, j->tip)) {
+		/* The record is durable; only dedup of this id is lost. Refuse to go on blind. */
+		j->dead = -ENOMEM;
+		snprintf(j->dead_msg, sizeof j->dead_msg,
+			 "journal: '%s': out of memory indexing record %" PRIu64, j->name, j->tip);
+	}
+	if (seq)
+		*seq = j->tip;
+	if (appended)
+		*appended = 1;
+	return 0;
+}
+
+/* The whole append, blocking, under mu (checks done). */
+static int append_locked(struct lr_journal *j, int kind, const char *id, size_t idl,
+			 const void *body, size_t len, uint64_t *seq, int *appended,
+			 struct lr_err *e)
+{
+	int rc = refused(j, e);
+	if (rc)
+		return rc;
 	struct slot *hit = idl ? index_find(&j->index, id) : NULL;
 	if (hit) {
 		struct same_ctx c = { kind, body, len, 0, 0, { "" } };
@@ -793,16 +855,15 @@ int lr_journal_append(struct lr_journal *j, int kind, const char *id, const void
 		if (rc == 1)
 			rc = 0;
 		if (rc)
-			goto out;
+			return rc;
 		if (!c.same) {
 			lr_err_set(e, "journal: idempotency collision in '%s': id '%s' was recorded "
 				      "at %" PRIu64 " with other bytes", j->name, id, orig);
-			rc = LR_ECONFLICT;
-			goto out;
+			return LR_ECONFLICT;
 		}
 		if (seq)
 			*seq = orig;
-		goto out;
+		return 0;
 	}
 	if (len > LR_JOURNAL_INLINE_MAX) {
 		unsigned char ptr[LR_JOURNAL_BLOBPTR_LEN] = { 0 };
@@ -812,48 +873,201 @@ int lr_journal_append(struct lr_journal *j, int kind, const char *id, const void
 		if (rc) {
 			lr_err_set(e, "journal: append to '%s': cannot hash the body: %s", j->name,
 				   lr_strerror(rc));
-			goto out;
+			return rc;
 		}
 		char hex[2 * LR_SHA256_LEN + 1], key[LR_JOURNAL_NAME_LEN + 8 + sizeof hex];
 		lr_hex(ptr + 12, LR_SHA256_LEN, hex);
 		snprintf(key, sizeof key, "%s/blobs/%s", j->name, hex);
 		rc = lr_store_blob_put(j->store, key, body, len, e);
 		if (rc)
-			goto out;
+			return rc;
 		rc = lr_journal_encode(&j->frame, LR_JOURNAL_BLOBPTR, id, idl, ptr, sizeof ptr);
 	} else {
 		rc = lr_journal_encode(&j->frame, kind, id, idl, body, len);
 	}
 	if (rc) {
 		lr_err_set(e, "journal: append to '%s': %s", j->name, lr_strerror(rc));
-		goto out;
+		return rc;
 	}
 	rc = lr_store_append_definitely(j->store, j->name, j->tip, j->frame.data, j->frame.len, e);
-	if (rc == LR_ECONFLICT) {
-		rc = fenced(j, e);
-		goto out;
-	}
-	if (rc == LR_EAMBIGUOUS) {
-		j->dead = LR_EAMBIGUOUS;
-		snprintf(j->dead_msg, sizeof j->dead_msg,
-			 "journal: '%s' has an append of unknown outcome at %" PRIu64
-			 "; reopen the journal", j->name, j->tip + 1);
-		goto out;
-	}
-	if (rc)
-		goto out;
-	j->tip++;
-	if (idl && index_put(&j->index, id, j->tip)) {
-		/* The record is durable; only dedup of this id is lost. Refuse to go on blind. */
-		j->dead = -ENOMEM;
-		snprintf(j->dead_msg, sizeof j->dead_msg,
-			 "journal: '%s': out of memory indexing record %" PRIu64, j->name, j->tip);
-	}
+	return settle_append(j, rc, id, idl, seq, appended, e);
+}
+
+int lr_journal_append(struct lr_journal *j, int kind, const char *id, const void *body,
+		      size_t len, uint64_t *seq, int *appended, struct lr_err *e)
+{
 	if (seq)
-		*seq = j->tip;
+		*seq = 0;
 	if (appended)
-		*appended = 1;
-out:
+		*appended = 0;
+	if (!id)
+		id = "";
+	size_t idl = strnlen(id, LR_JOURNAL_ID_MAX + 1);
+	int rc = append_check(j, kind, id, idl, len, e);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&j->mu);
+	while (j->busy)
+		pthread_cond_wait(&j->idle, &j->mu);
+	rc = append_locked(j, kind, id, idl, body, len, seq, appended, e);
 	pthread_mutex_unlock(&j->mu);
 	return rc;
+}
+
+/* ---- async appends ---- */
+
+static void pump(struct lr_journal *j);
+
+static const char *op_id(const struct lr_journal_op *op, size_t *idl)
+{
+	const char *id = op->id ? op->id : "";
+	*idl = strnlen(id, LR_JOURNAL_ID_MAX + 1);
+	return id;
+}
+
+/* The end of the one append in flight (under mu): the next may start. */
+static void unbusy(struct lr_journal *j)
+{
+	j->busy = 0;
+	pthread_cond_broadcast(&j->idle);
+}
+
+/* The backend's completion: on its thread (or inline). Never blocks. */
+static void store_done(void *arg, int rc, uint64_t seq, const struct lr_err *e)
+{
+	(void)seq;
+	struct lr_journal_op *op = arg;
+	struct lr_journal *j = op->j;
+	if (rc == LR_ECONFLICT || rc == LR_EAMBIGUOUS) {
+		/* Resolving reads the ledger (and may append again): the caller's pool does it. */
+		op->resolve = 1;
+		op->slow = 1;
+		op->cb(op);
+		return;
+	}
+	size_t idl;
+	const char *id = op_id(op, &idl);
+	pthread_mutex_lock(&j->mu);
+	if (rc)
+		op->err = *e;
+	op->rc = settle_append(j, rc, id, idl, &op->seq, &op->appended, &op->err);
+	unbusy(j);
+	j->inside++; /* the callback may lead to lr_journal_close: it waits for us */
+	pthread_mutex_unlock(&j->mu);
+	op->cb(op);
+	pump(j);
+	pthread_mutex_lock(&j->mu);
+	j->inside--;
+	pthread_cond_broadcast(&j->idle);
+	pthread_mutex_unlock(&j->mu);
+}
+
+/*
+ * Starts queued appends while none is in flight. Completions may arrive
+ * inline (the memory backend) and call pump again: the pumping flag keeps
+ * that from recursing, the outer loop picks the next one up instead.
+ */
+static void pump(struct lr_journal *j)
+{
+	pthread_mutex_lock(&j->mu);
+	if (j->pumping) {
+		pthread_mutex_unlock(&j->mu);
+		return;
+	}
+	j->pumping = 1;
+	while (!j->busy && j->qhead) {
+		struct lr_journal_op *op = j->qhead;
+		j->qhead = op->next;
+		if (!j->qhead)
+			j->qtail = NULL;
+		op->next = NULL;
+		j->busy = 1;
+		size_t idl;
+		const char *id = op_id(op, &idl);
+		int rc = refused(j, &op->err);
+		if (!rc && ((idl && index_find(&j->index, id)) || op->len > LR_JOURNAL_INLINE_MAX)) {
+			op->slow = 1;
+			pthread_mutex_unlock(&j->mu);
+			op->cb(op);
+			pthread_mutex_lock(&j->mu);
+			continue;
+		}
+		if (!rc) {
+			rc = lr_journal_encode(&j->frame, op->kind, id, idl, op->body, op->len);
+			if (rc)
+				lr_err_set(&op->err, "journal: append to '%s': %s", j->name,
+					   lr_strerror(rc));
+		}
+		if (rc) {
+			op->rc = rc;
+			unbusy(j);
+			pthread_mutex_unlock(&j->mu);
+			op->cb(op);
+			pthread_mutex_lock(&j->mu);
+			continue;
+		}
+		uint64_t tip = j->tip;
+		pthread_mutex_unlock(&j->mu);
+		lr_store_append_async(j->store, j->name, tip, j->frame.data, j->frame.len, store_done,
+				      op);
+		pthread_mutex_lock(&j->mu);
+	}
+	j->pumping = 0;
+	pthread_cond_broadcast(&j->idle);
+	pthread_mutex_unlock(&j->mu);
+}
+
+void lr_journal_append_async(struct lr_journal *j, struct lr_journal_op *op)
+{
+	op->j = j;
+	op->rc = 0;
+	op->slow = 0;
+	op->appended = 0;
+	op->seq = 0;
+	op->resolve = 0;
+	op->next = NULL;
+	op->err.msg[0] = 0;
+	size_t idl;
+	const char *id = op_id(op, &idl);
+	int rc = append_check(j, op->kind, id, idl, op->len, &op->err);
+	pthread_mutex_lock(&j->mu);
+	if (!rc && j->closing) {
+		lr_err_set(&op->err, "journal: '%s' is closed", j->name);
+		rc = LR_ECLOSED;
+	}
+	if (!rc) {
+		if (j->qtail)
+			j->qtail->next = op;
+		else
+			j->qhead = op;
+		j->qtail = op;
+	}
+	pthread_mutex_unlock(&j->mu);
+	if (rc) {
+		op->rc = rc;
+		op->cb(op);
+		return;
+	}
+	pump(j);
+}
+
+void lr_journal_append_slow(struct lr_journal_op *op)
+{
+	struct lr_journal *j = op->j;
+	size_t idl;
+	const char *id = op_id(op, &idl);
+	pthread_mutex_lock(&j->mu);
+	if (op->resolve) {
+		int rc = lr_store_append_definitely(j->store, j->name, j->tip, j->frame.data,
+						    j->frame.len, &op->err);
+		op->rc = settle_append(j, rc, id, idl, &op->seq, &op->appended, &op->err);
+	} else {
+		op->rc = append_locked(j, op->kind, id, idl, op->body, op->len, &op->seq,
+				       &op->appended, &op->err);
+	}
+	op->slow = 0;
+	op->resolve = 0;
+	unbusy(j);
+	pthread_mutex_unlock(&j->mu);
+	pump(j);
 }

@@ -131,9 +131,10 @@ struct lr_store_ops {
 	void (*close)(struct lr_store *s);
 };
 
-/* The common head of every backend's handle. */
+/* The common head of every backend's handle (backends calloc it: zero is the default). */
 struct lr_store {
 	const struct lr_store_ops *ops;
+	long inject_append; /* atomic; tests only: see lr_store_inject_failure */
 };
 
 /*
@@ -208,6 +209,14 @@ int lr_store_blob_list(struct lr_store *s, const char *prefix, lr_name_cb cb, vo
 
 /* Accepts NULL. Every lease must have been released first. */
 void lr_store_close(struct lr_store *s);
+
+/*
+ * Tests only: after `after` more ledger appends through this handle
+ * (lr_store_append, lr_store_append_async, lr_store_append_definitely:
+ * each call counts once) every append fails with -EIO ("injected
+ * failure") without reaching the backend. after < 0 turns it off.
+ */
+void lr_store_inject_failure(struct lr_store *s, long after);
 
 /* ---- session journal (storage/journal.c) ---- */
 
@@ -349,11 +358,55 @@ int lr_journal_open(struct lr_store *store, const char *sid, struct lr_lease *le
  */
 int lr_journal_append(struct lr_journal *j, int kind, const char *id, const void *body,
 		      size_t len, uint64_t *seq, int *appended, struct lr_err *e);
+/*
+ * Asynchronous appends. The caller fills kind, id, body, len, cb and arg
+ * of an lr_journal_op it owns and keeps (with id and body) until the
+ * final completion. One journal has one append in flight at a time:
+ * others queue in submission order behind it (many journals' appends
+ * meet in the backend's group commit). The guarantees are those of
+ * lr_journal_append: idempotency, the fence, latching on a lost lease,
+ * a fence or an ambiguous outcome.
+ *
+ * cb(op) runs once, on a backend thread or inline inside this call, and
+ * never blocks the backend: when the work needs blocking calls (a body
+ * over LR_JOURNAL_INLINE_MAX, an id already in the index that must be
+ * compared, an ambiguous or conflicting result to resolve) cb runs with
+ * op->slow = 1 and the append is NOT finished: the caller must then call
+ * lr_journal_append_slow(op) on a thread that may block (a worker pool),
+ * which finishes it and fills the results without calling cb again. The
+ * journal's later appends wait until it has. Otherwise op->rc, seq,
+ * appended and err hold the result (err only when rc != 0).
+ * Sync appends on the same journal wait for the async ones in flight.
+ */
+struct lr_journal_op {
+	int kind;
+	const char *id;           /* NULL or "": no idempotency */
+	const void *body;
+	size_t len;
+	void (*cb)(struct lr_journal_op *op);
+	void *arg;
+	/* results */
+	int rc;
+	int slow;
+	int appended;
+	uint64_t seq;
+	struct lr_err err;
+	/* the journal's */
+	struct lr_journal *j;
+	struct lr_journal_op *next;
+	int resolve; /* slow: 0 the whole append, 1 resolve the frame's outcome */
+};
+void lr_journal_append_async(struct lr_journal *j, struct lr_journal_op *op);
+void lr_journal_append_slow(struct lr_journal_op *op);
 /* The sequence of the writer's last record (its opening fence at least). */
 uint64_t lr_journal_tip(struct lr_journal *j);
 /* The lease epoch the journal was opened with. */
 uint64_t lr_journal_epoch(struct lr_journal *j);
-/* Accepts NULL. Does not release the lease (the caller owns it). */
+/*
+ * Accepts NULL. Does not release the lease (the caller owns it). Waits
+ * for an async append in flight (a slow one must be finished by its
+ * caller first); queued ones complete with LR_ECLOSED.
+ */
 void lr_journal_close(struct lr_journal *j);
 
 /*

@@ -80,10 +80,30 @@ bad:
 			return rc_;                             \
 	} while (0)
 
+void lr_store_inject_failure(struct lr_store *s, long after)
+{
+	__atomic_store_n(&s->inject_append, after < 0 ? 0 : after + 1, __ATOMIC_SEQ_CST);
+}
+
+/* 1 when this append must fail: inject_append is 0 (off), 1 (failing) or n + 1 (n to go). */
+static int injected(struct lr_store *s, const char *name, struct lr_err *e)
+{
+	long v = __atomic_load_n(&s->inject_append, __ATOMIC_SEQ_CST);
+	while (v > 1 && !__atomic_compare_exchange_n(&s->inject_append, &v, v - 1, 0,
+						     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		;
+	if (v != 1)
+		return 0;
+	lr_err_set(e, "storage: append to '%s': injected failure", name);
+	return 1;
+}
+
 int lr_store_append(struct lr_store *s, const char *name, uint64_t expected_tip,
 		    const void *rec, size_t len, struct lr_err *e)
 {
 	CHECK_NAME(name);
+	if (injected(s, name, e))
+		return -EIO;
 	return s->ops->append(s, name, expected_tip, rec, len, e);
 }
 
@@ -94,6 +114,10 @@ void lr_store_append_async(struct lr_store *s, const char *name, uint64_t expect
 	int rc = lr_store_name_check(name, &e);
 	if (rc) {
 		cb(arg, rc, 0, &e);
+		return;
+	}
+	if (injected(s, name, &e)) {
+		cb(arg, -EIO, 0, &e);
 		return;
 	}
 	s->ops->append_async(s, name, expected_tip, rec, len, cb, arg);
@@ -117,6 +141,8 @@ int lr_store_append_definitely(struct lr_store *s, const char *name, uint64_t ex
 			       const void *rec, size_t len, struct lr_err *e)
 {
 	CHECK_NAME(name);
+	if (injected(s, name, e))
+		return -EIO;
 	int rc = s->ops->append(s, name, expected_tip, rec, len, e);
 	struct lr_err first;
 	if (rc == LR_EAMBIGUOUS) {

@@ -149,6 +149,11 @@ void lr__sha256_small(const void *p, size_t n, unsigned char out[LR_SHA256_LEN])
 	}
 }
 
+void lr_sha256_builtin(const void *p, size_t n, unsigned char out[LR_SHA256_LEN])
+{
+	lr__sha256_small(p, n, out);
+}
+
 int lr_sha256(const void *p, size_t n, unsigned char out[LR_SHA256_LEN])
 {
 	if (n <= SMALL_MAX) {

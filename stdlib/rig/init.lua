@@ -55,6 +55,12 @@ local areas = {
   store = "rig.store",
   model = "rig.model",
   sandbox = "rig.sandbox",
+  tool = "rig.tool",
+  loop = "rig.loop",
+  define = "rig.define",
+  gate = "rig.gate",
+  permissions = "rig.permissions",
+  schema = "rig.schema",
 }
 
 return setmetatable(rig, {

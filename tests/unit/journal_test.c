@@ -681,8 +681,271 @@ TEST(concurrent_appends_one_journal)
 	lr_store_close(s);
 }
 
+/* ---- async appends, on both backends ---- */
+
+static char lmdb_base[256];
+static int lmdb_n;
+
+/* A fresh store: the memory backend, or LMDB in a new directory (no fsync). */
+static struct lr_store *fresh(int lmdb)
+{
+	if (!lmdb)
+		return mem();
+	char root[300];
+	snprintf(root, sizeof root, "%s/r%d", lmdb_base, lmdb_n++);
+	struct lr_lmdb_opts o = { root, 0, 0, 1 };
+	struct lr_store *s = NULL;
+	struct lr_err e;
+	if (lr_store_lmdb_open(&o, &s, &e) != 0) {
+		fprintf(stderr, "lmdb: %s\n", e.msg);
+		abort();
+	}
+	return s;
+}
+
+#define NOPS 200
+
+struct acb {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done;
+	struct lr_journal_op *slow[NOPS];
+	int nslow;
+};
+
+static void acb_init(struct acb *a)
+{
+	memset(a, 0, sizeof *a);
+	pthread_mutex_init(&a->mu, NULL);
+	pthread_cond_init(&a->cv, NULL);
+}
+
+static void acb_release(struct acb *a)
+{
+	pthread_mutex_destroy(&a->mu);
+	pthread_cond_destroy(&a->cv);
+}
+
+static void op_cb(struct lr_journal_op *op)
+{
+	struct acb *a = op->arg;
+	pthread_mutex_lock(&a->mu);
+	if (op->slow)
+		a->slow[a->nslow++] = op;
+	else
+		a->done++;
+	pthread_cond_broadcast(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+}
+
+/* Waits for n completions, finishing slow ones on this thread (as a pool would). */
+static void acb_wait(struct acb *a, int n)
+{
+	pthread_mutex_lock(&a->mu);
+	while (a->done < n) {
+		if (a->nslow) {
+			struct lr_journal_op *op = a->slow[--a->nslow];
+			pthread_mutex_unlock(&a->mu);
+			lr_journal_append_slow(op);
+			pthread_mutex_lock(&a->mu);
+			a->done++;
+			continue;
+		}
+		pthread_cond_wait(&a->cv, &a->mu);
+	}
+	pthread_mutex_unlock(&a->mu);
+}
+
+static void async_order_on(int lmdb)
+{
+	struct lr_store *s = fresh(lmdb);
+	struct lr_lease *l;
+	struct lr_err e;
+	acquire(s, &l);
+	struct lr_journal *j;
+	CHECK_EQ_INT(lr_journal_open(s, SID, l, &j, &e), 0);
+	static struct lr_journal_op ops[NOPS];
+	static char ids[NOPS][16], bodies[NOPS][32];
+	struct acb a;
+	acb_init(&a);
+	for (int i = 0; i < NOPS; i++) {
+		snprintf(ids[i], sizeof ids[i], "e%d", i);
+		snprintf(bodies[i], sizeof bodies[i], "{\"n\":%d}", i);
+		ops[i] = (struct lr_journal_op){ .kind = LR_JOURNAL_EVENT, .id = ids[i],
+						 .body = bodies[i], .len = strlen(bodies[i]),
+						 .cb = op_cb, .arg = &a };
+		lr_journal_append_async(j, &ops[i]);
+	}
+	acb_wait(&a, NOPS);
+	int ok = 1;
+	for (int i = 0; i < NOPS; i++)
+		ok &= ops[i].rc == 0 && ops[i].seq == (uint64_t)i + 2 && ops[i].appended;
+	CHECK(ok);
+	CHECK_EQ_INT(lr_journal_tip(j), NOPS + 1);
+	/* The same id and bytes again: the slow path (a compare) gives the original seq. */
+	struct acb b;
+	acb_init(&b);
+	struct lr_journal_op dup = { .kind = LR_JOURNAL_EVENT, .id = ids[5], .body = bodies[5],
+				     .len = strlen(bodies[5]), .cb = op_cb, .arg = &b };
+	lr_journal_append_async(j, &dup);
+	acb_wait(&b, 1);
+	CHECK_EQ_INT(dup.rc, 0);
+	CHECK_EQ_INT(dup.seq, 7);
+	CHECK_EQ_INT(dup.appended, 0);
+	/* Other bytes: a collision, nothing written. */
+	struct lr_journal_op col = { .kind = LR_JOURNAL_EVENT, .id = ids[5], .body = "{}",
+				     .len = 2, .cb = op_cb, .arg = &b };
+	lr_journal_append_async(j, &col);
+	acb_wait(&b, 2);
+	CHECK_EQ_INT(col.rc, LR_ECONFLICT);
+	CHECK(strstr(col.err.msg, "idempotency collision") != NULL);
+	/* A body over the inline limit goes to a blob through the slow path. */
+	size_t big = LR_JOURNAL_INLINE_MAX + 10;
+	char *bb = malloc(big);
+	memset(bb, 'x', big);
+	struct lr_journal_op large = { .kind = LR_JOURNAL_COMMAND, .id = "big", .body = bb,
+				       .len = big, .cb = op_cb, .arg = &b };
+	struct lr_journal_op after = { .kind = LR_JOURNAL_EVENT, .id = "after", .body = "{}",
+				       .len = 2, .cb = op_cb, .arg = &b };
+	lr_journal_append_async(j, &large);
+	lr_journal_append_async(j, &after); /* queued behind the slow one */
+	acb_wait(&b, 4);
+	CHECK_EQ_INT(large.rc, 0);
+	CHECK_EQ_INT(large.seq, NOPS + 2);
+	CHECK_EQ_INT(after.rc, 0);
+	CHECK_EQ_INT(after.seq, NOPS + 3);
+	free(bb);
+	/* An injected failure fails one append and leaves the journal usable. */
+	lr_store_inject_failure(s, 0);
+	struct lr_journal_op f = { .kind = LR_JOURNAL_EVENT, .id = "f", .body = "{}", .len = 2,
+				   .cb = op_cb, .arg = &b };
+	lr_journal_append_async(j, &f);
+	acb_wait(&b, 5);
+	CHECK_EQ_INT(f.rc, -EIO);
+	CHECK(strstr(f.err.msg, "injected failure") != NULL);
+	lr_store_inject_failure(s, -1);
+	lr_journal_append_async(j, &f);
+	acb_wait(&b, 6);
+	CHECK_EQ_INT(f.rc, 0);
+	CHECK_EQ_INT(f.seq, NOPS + 4);
+	int n = 0;
+	CHECK_EQ_INT(lr_journal_replay(s, SID, 0, count_ids, &n, &e), 0);
+	CHECK_EQ_INT(n, NOPS + 2);
+	acb_release(&a);
+	acb_release(&b);
+	lr_journal_close(j);
+	lr_store_release(l, &e);
+	lr_store_close(s);
+}
+
+TEST(async_appends_in_order_memory)
+{
+	async_order_on(0);
+}
+
+TEST(async_appends_in_order_lmdb)
+{
+	async_order_on(1);
+}
+
+/* A stale async writer: the conflict is resolved on the slow path and latches. */
+static void async_fenced_on(int lmdb)
+{
+	struct lr_store *s = fresh(lmdb);
+	struct lr_lease *l;
+	struct lr_err e;
+	acquire(s, &l);
+	struct lr_journal *j;
+	CHECK_EQ_INT(lr_journal_open(s, SID, l, &j, &e), 0);
+	struct lr_buf b;
+	lr_buf_init(&b, 4096);
+	unsigned char body[8] = { 0 };
+	uint64_t ep = l->epoch + 1;
+	for (int i = 0; i < 8; i++)
+		body[i] = (unsigned char)(ep >> (8 * i));
+	char fid[24];
+	snprintf(fid, sizeof fid, "%llu", (unsigned long long)ep);
+	CHECK_EQ_INT(lr_journal_encode(&b, LR_JOURNAL_FENCE, fid, strlen(fid), body, 8), 0);
+	CHECK_EQ_INT(lr_store_append(s, LEDGER, 1, b.data, b.len, &e), 0);
+	struct acb a;
+	acb_init(&a);
+	struct lr_journal_op x = { .kind = LR_JOURNAL_EVENT, .id = "x", .body = "{}", .len = 2,
+				   .cb = op_cb, .arg = &a };
+	struct lr_journal_op y = { .kind = LR_JOURNAL_EVENT, .id = "y", .body = "{}", .len = 2,
+				   .cb = op_cb, .arg = &a };
+	lr_journal_append_async(j, &x);
+	lr_journal_append_async(j, &y);
+	acb_wait(&a, 2);
+	CHECK_EQ_INT(x.rc, LR_ELEASELOST);
+	CHECK(strstr(x.err.msg, "was fenced by epoch") != NULL);
+	CHECK_EQ_INT(y.rc, LR_ELEASELOST);
+	uint64_t tip;
+	CHECK_EQ_INT(lr_store_tip(s, LEDGER, &tip, &e), 0);
+	CHECK_EQ_INT(tip, 2);
+	acb_release(&a);
+	lr_buf_release(&b);
+	lr_journal_close(j);
+	lr_store_release(l, &e);
+	lr_store_close(s);
+}
+
+TEST(async_stale_writer_memory)
+{
+	async_fenced_on(0);
+}
+
+TEST(async_stale_writer_lmdb)
+{
+	async_fenced_on(1);
+}
+
+/* Many journals' async appends in one store: every one lands, each journal gap-free. */
+TEST(async_many_journals_lmdb)
+{
+	struct lr_store *s = fresh(1);
+	struct lr_err e;
+	enum { NJ = 16, PER = 20 };
+	char sids[NJ][37];
+	struct lr_lease *ls[NJ];
+	struct lr_journal *js[NJ];
+	static struct lr_journal_op ops[NJ][PER];
+	struct acb a;
+	acb_init(&a);
+	for (int k = 0; k < NJ; k++) {
+		CHECK_EQ_INT(lr_journal_new_id(sids[k]), 0);
+		char name[64];
+		snprintf(name, sizeof name, "sessions/%.36s", sids[k]);
+		CHECK_EQ_INT(lr_store_acquire(s, name, &ls[k], &e), 0);
+		CHECK_EQ_INT(lr_journal_open(s, sids[k], ls[k], &js[k], &e), 0);
+	}
+	for (int i = 0; i < PER; i++)
+		for (int k = 0; k < NJ; k++) {
+			ops[k][i] = (struct lr_journal_op){ .kind = LR_JOURNAL_EVENT, .body = "{}",
+							    .len = 2, .cb = op_cb, .arg = &a, .id = "" };
+			lr_journal_append_async(js[k], &ops[k][i]);
+		}
+	acb_wait(&a, NJ * PER);
+	int ok = 1;
+	for (int k = 0; k < NJ; k++) {
+		for (int i = 0; i < PER; i++)
+			ok &= ops[k][i].rc == 0 && ops[k][i].seq == (uint64_t)i + 2;
+		ok &= lr_journal_tip(js[k]) == PER + 1;
+		lr_journal_close(js[k]);
+		lr_store_release(ls[k], &e);
+	}
+	CHECK(ok);
+	acb_release(&a);
+	lr_store_close(s);
+}
+
 int main(void)
 {
+	const char *tmp = getenv("TMPDIR");
+	snprintf(lmdb_base, sizeof lmdb_base, "%s/lr-journal-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(lmdb_base)) {
+		perror("mkdtemp");
+		return 1;
+	}
 	RUN(crc32c_known_vectors);
 	RUN(session_ids);
 	RUN(frame_round_trip_and_strictness);
@@ -697,5 +960,14 @@ int main(void)
 	RUN(replay_notices_a_gap);
 	RUN(replay_callback_stops);
 	RUN(concurrent_appends_one_journal);
+	RUN(async_appends_in_order_memory);
+	RUN(async_appends_in_order_lmdb);
+	RUN(async_stale_writer_memory);
+	RUN(async_stale_writer_lmdb);
+	RUN(async_many_journals_lmdb);
+	char cmd[600];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", lmdb_base);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", lmdb_base);
 	return test_summary();
 }

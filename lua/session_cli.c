@@ -1,0 +1,305 @@
+/*
+ * session_cli.c — `luarig sessions`, `luarig show ID`, `luarig log ID`:
+ * the session catalog and journals from the shell, on the LMDB store
+ * under the state root (--state DIR, the same default as `luarig
+ * snapshot`). Plain C over storage/: no Lua state is opened.
+ *
+ * log prints one JSON object per line: an event, command or gate_prepared
+ * record as stored with "seq" spliced in first, a fence as
+ * {"seq":N,"type":"Fence","epoch":E}. --follow polls for new records
+ * every 100 ms until a SessionStopped event is printed or SIGINT/SIGTERM.
+ *
+ * Exit codes: 0 ok, 1 the work failed (an unknown session), 2 usage.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../storage/storage.h"
+
+static const char usage_text[] =
+	"usage: luarig sessions [--state DIR] [--json]\n"
+	"       luarig show [--state DIR] ID\n"
+	"       luarig log [--state DIR] ID [--from N] [--follow]\n";
+
+__attribute__((format(printf, 1, 2)))
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("luarig: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	fputs(usage_text, stderr);
+	return 2;
+}
+
+static int fail(const char *msg)
+{
+	fprintf(stderr, "luarig: %s\n", msg);
+	return 1;
+}
+
+static void iso_time(double t, char out[32])
+{
+	time_t s = (time_t)t;
+	struct tm tm;
+	if (t <= 0 || !gmtime_r(&s, &tm)) {
+		snprintf(out, 32, "-");
+		return;
+	}
+	strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static json_t *entry_json(const struct lr_catalog_entry *c)
+{
+	const char *status = lr_catalog_status_name(c->status);
+	const char *state = lr_catalog_state_name(c->state);
+	return json_pack("{s:s, s:s, s:f, s:f, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:s}",
+			 "id", c->id, "title", c->title, "created_at", c->created_at,
+			 "last_active_at", c->last_active_at, "status", status ? status : "unknown",
+			 "state", state ? state : "unknown", "loop_count", (json_int_t)c->loop_count,
+			 "last_seq", (json_int_t)c->last_seq, "input_tokens",
+			 (json_int_t)c->input_tokens, "output_tokens", (json_int_t)c->output_tokens,
+			 "cache_read_tokens", (json_int_t)c->cache_read_tokens, "cost", c->cost,
+			 "workspace_ref", c->workspace_ref);
+}
+
+/* Prints one JSON value on its own line (keys in insertion order). */
+static void print_json(json_t *o)
+{
+	char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15)) : NULL;
+	if (s) {
+		puts(s);
+		free(s);
+	}
+	json_decref(o);
+}
+
+/* A title on one table line: control characters become spaces. */
+static void print_title(const char *t)
+{
+	for (const unsigned char *c = (const unsigned char *)t; *c; c++)
+		putchar(*c < 0x20 || *c == 0x7f ? ' ' : *c);
+}
+
+struct list_ctx {
+	int json;
+	int n;
+};
+
+static int list_one(void *arg, const struct lr_catalog_entry *c)
+{
+	struct list_ctx *x = arg;
+	if (x->json) {
+		print_json(entry_json(c));
+		return 0;
+	}
+	if (x->n++ == 0)
+		printf("%-36s  %-15s  %-20s  %8s  %10s  %9s  %s\n", "ID", "STATE", "LAST ACTIVE",
+		       "SEQ", "TOKENS", "COST", "TITLE");
+	char when[32];
+	iso_time(c->last_active_at, when);
+	const char *state = lr_catalog_state_name(c->state);
+	printf("%-36s  %-15s  %-20s  %8" PRIu64 "  %10" PRIu64 "  %9.4f  ", c->id,
+	       state ? state : "unknown", when, c->last_seq, c->input_tokens + c->output_tokens,
+	       c->cost);
+	print_title(c->title);
+	putchar('\n');
+	return 0;
+}
+
+static int cmd_sessions(struct lr_store *s, int json)
+{
+	struct list_ctx x = { json, 0 };
+	struct lr_err e;
+	if (lr_catalog_list(s, list_one, &x, &e) != 0)
+		return fail(e.msg);
+	if (!json && x.n == 0)
+		puts("no sessions");
+	return 0;
+}
+
+static int cmd_show(struct lr_store *s, const char *sid)
+{
+	struct lr_catalog_entry c;
+	struct lr_err e;
+	char name[LR_JOURNAL_NAME_LEN];
+	snprintf(name, sizeof name, "sessions/%s", sid);
+	uint64_t tip = 0;
+	if (lr_store_tip(s, name, &tip, &e) != 0)
+		return fail(e.msg);
+	int rc = lr_catalog_get(s, sid, &c, &e);
+	if (rc == LR_ENOTFOUND && tip == 0) {
+		fprintf(stderr, "luarig: session '%s' not found\n", sid);
+		return 1;
+	}
+	json_t *o;
+	if (rc == LR_ENOTFOUND) /* a journal without a catalog entry */
+		o = json_pack("{s:s}", "id", sid);
+	else if (rc)
+		return fail(e.msg);
+	else
+		o = entry_json(&c);
+	if (o)
+		json_object_set_new(o, "tip", json_integer((json_int_t)tip));
+	print_json(o);
+	return 0;
+}
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int signo)
+{
+	stop_signal = signo;
+}
+
+struct log_ctx {
+	uint64_t next;
+	int stopped; /* a SessionStopped event was printed */
+};
+
+static int log_one(void *arg, const struct lr_journal_rec *r)
+{
+	struct log_ctx *x = arg;
+	x->next = r->seq + 1;
+	if (r->kind == LR_JOURNAL_FENCE) {
+		printf("{\"seq\":%" PRIu64 ",\"type\":\"Fence\",\"epoch\":%" PRIu64 "}\n", r->seq,
+		       r->epoch);
+		return 0;
+	}
+	const char *b = r->body;
+	size_t n = r->len, i = 0;
+	while (i < n && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r'))
+		i++;
+	json_error_t je;
+	json_t *o = json_loadb(b, n, 0, &je);
+	if (i == n || b[i] != '{' || !json_is_object(o)) {
+		/* Not an object (never written by the runtime): shown as a string. */
+		json_t *w = json_pack("{s:I, s:s, s:s%}", "seq", (json_int_t)r->seq, "type",
+				      r->kind == LR_JOURNAL_COMMAND ? "Command" : "Record", "raw",
+				      b, n);
+		print_json(w);
+		json_decref(o);
+		return 0;
+	}
+	json_t *t = json_object_get(o, "type");
+	if (r->kind == LR_JOURNAL_EVENT && json_is_string(t) &&
+	    strcmp(json_string_value(t), "SessionStopped") == 0)
+		x->stopped = 1;
+	int empty = json_object_size(o) == 0;
+	json_decref(o);
+	printf("{\"seq\":%" PRIu64 "%s", r->seq, empty ? "}" : ",");
+	if (!empty)
+		fwrite(b + i + 1, 1, n - i - 1, stdout);
+	putchar('\n');
+	return 0;
+}
+
+static int cmd_log(struct lr_store *s, const char *sid, uint64_t from, int follow)
+{
+	char name[LR_JOURNAL_NAME_LEN];
+	snprintf(name, sizeof name, "sessions/%s", sid);
+	struct lr_err e;
+	uint64_t tip = 0;
+	if (lr_store_tip(s, name, &tip, &e) != 0)
+		return fail(e.msg);
+	if (tip == 0) {
+		fprintf(stderr, "luarig: session '%s' not found\n", sid);
+		return 1;
+	}
+	if (follow) {
+		struct sigaction sa;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = on_stop;
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+	}
+	struct log_ctx x = { from ? from : 1, 0 };
+	for (;;) {
+		int rc = lr_journal_replay(s, sid, x.next, log_one, &x, &e);
+		fflush(stdout);
+		if (rc)
+			return fail(e.msg);
+		if (!follow || x.stopped || stop_signal)
+			return 0;
+		struct timespec ts = { 0, 100 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+		if (stop_signal)
+			return 0;
+	}
+}
+
+int lr_session_cli(const char *cmd, int argc, char **argv)
+{
+	const char *state = NULL, *id = NULL;
+	int json = 0, follow = 0;
+	uint64_t from = 1;
+	for (int i = 0; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "--state") == 0) {
+			if (i + 1 >= argc)
+				return usage_error("'--state' needs a directory");
+			state = argv[++i];
+		} else if (strncmp(a, "--state=", 8) == 0) {
+			state = a + 8;
+		} else if (strcmp(a, "--json") == 0 && strcmp(cmd, "sessions") == 0) {
+			json = 1;
+		} else if (strcmp(a, "--follow") == 0 && strcmp(cmd, "log") == 0) {
+			follow = 1;
+		} else if (strcmp(a, "--from") == 0 && strcmp(cmd, "log") == 0) {
+			if (i + 1 >= argc)
+				return usage_error("'--from' needs a sequence number");
+			char *end;
+			errno = 0;
+			unsigned long long v = strtoull(argv[++i], &end, 10);
+			if (errno || *end || !*argv[i] || argv[i][0] == '-' || v == 0)
+				return usage_error("'--from' needs a sequence number >= 1, not '%s'",
+						   argv[i]);
+			from = v;
+		} else if (strcmp(a, "help") == 0 || strcmp(a, "--help") == 0) {
+			fputs(usage_text, stdout);
+			return 0;
+		} else if (a[0] == '-') {
+			return usage_error("%s: unknown option '%s'", cmd, a);
+		} else if (!id && strcmp(cmd, "sessions") != 0) {
+			id = a;
+		} else {
+			return usage_error("%s: unexpected argument '%s'", cmd, a);
+		}
+	}
+	if (strcmp(cmd, "sessions") != 0) {
+		if (!id)
+			return usage_error("%s needs a session id", cmd);
+		struct lr_err e;
+		if (lr_journal_id_check(id, &e) != 0)
+			return usage_error("%s: '%s' is not a session id (a lower-case uuid)", cmd, id);
+	}
+	char root[PATH_MAX];
+	if (lr__cli_state_root(state, root, sizeof root))
+		return fail("no state directory: pass --state DIR or set HOME");
+	struct lr_lmdb_opts o = { .root = root };
+	struct lr_store *s;
+	struct lr_err e;
+	if (lr_store_lmdb_open(&o, &s, &e) != 0)
+		return fail(e.msg);
+	int rc;
+	if (strcmp(cmd, "sessions") == 0)
+		rc = cmd_sessions(s, json);
+	else if (strcmp(cmd, "show") == 0)
+		rc = cmd_show(s, id);
+	else
+		rc = cmd_log(s, id, from, follow);
+	lr_store_close(s);
+	return rc;
+}

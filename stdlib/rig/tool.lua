@@ -1,0 +1,240 @@
+-- rig.tool: a tool definition, validated and frozen (DESIGN §9).
+--
+--   local t = rig.tool{
+--     name = "lookup",                   -- 1 to 64 letters, digits, '_' or '-'
+--     description = "…",                 -- what the model reads
+--     schema = { type = "object", … },   -- JSON Schema of the arguments (rig.schema's
+--                                        -- subset); default: an object with no properties
+--     prepare = function(args) return request end,  -- or nil, message; optional
+--     run = function(request, ctx) return "text" end, -- or nil, message
+--     sequential = false,                -- true: runs alone, never beside another call
+--   }
+--   t.name, t.description, t.schema (a copy), t.sequential, t.prepare, t.run: read-only
+--   t:check_args(args) -> true | nil, "$.q: expected string, got number"
+--   t:check_request(req) -> request (a normalized copy) | nil, message
+--     request = { summary = "…", requirements = { requirement, … }, command = "…"?,
+--                 cwd = "…"? }
+--     requirement = { kind = "filesystem.read" | "filesystem.write" | "network"
+--                     | "command.execute", scope = "…", match = "…", description = "…"? }
+--       scope is what the access source routes on (a path for filesystem kinds,
+--       "host:port" for network, the command line for command.execute); match is
+--       what saved permission rules match (a path, "tcp://host:port", a command
+--       line). Give either: the other is derived (network: "tcp://" .. scope).
+--   t:spec() -> { name =, description =, schema = } (the tool as a model request lists it)
+--
+-- A tool without prepare cannot be gated, so the runner fails every call to it
+-- closed ("permission denied: tool has no call preparation").
+
+local json = require "rig.json"
+local schema_mod = require "rig.schema"
+local request_mod = require "rig.model.request"
+
+local M = {}
+
+local fields = { name = true, description = true, schema = true, prepare = true, run = true,
+                 sequential = true }
+
+local KINDS = { ["filesystem.read"] = true, ["filesystem.write"] = true, network = true,
+                ["command.execute"] = true }
+M.kinds = KINDS
+
+local private = setmetatable({}, { __mode = "k" })
+
+local function fail(msg) error("rig.tool: " .. msg, 0) end
+
+local function checked(level, f, ...)
+  local ok, a, b = pcall(f, ...)
+  if not ok then error(a, level + 1) end
+  return a, b
+end
+
+local function deep_copy(v)
+  if type(v) ~= "table" or v == json.null then return v end
+  local out = {}
+  for k, x in pairs(v) do out[k] = deep_copy(x) end
+  if json.is_array(v) then json.array(out) end
+  return out
+end
+M._deep_copy = deep_copy
+
+local function check_tool(def)
+  if type(def) ~= "table" then fail("expects a table of fields") end
+  for k in pairs(def) do
+    if not fields[k] then fail("unknown field '" .. tostring(k) .. "'") end
+  end
+  local name = def.name
+  if type(name) ~= "string" or #name < 1 or #name > 64 or not name:match("^[%w_-]+$") then
+    fail("field 'name' must be 1 to 64 letters, digits, '_' or '-' (got "
+      .. (type(name) == "string" and ("'" .. name .. "'") or type(name)) .. ")")
+  end
+  local where = "rig.tool '" .. name .. "'"
+  local function bad(msg) error(where .. ": " .. msg, 0) end
+  if type(def.description) ~= "string" or def.description == "" then
+    bad("field 'description' must be a non-empty string")
+  end
+  local schema = def.schema
+  if schema == nil then schema = { type = "object", properties = {} } end
+  if type(schema) ~= "table" then bad("field 'schema' must be a table (a JSON Schema)") end
+  local function schema_fail(msg)
+    msg = tostring(msg):gsub("^rig%.model: ", "")
+    local path, rest = msg:match("^(%S+): (.*)$")
+    bad(path and ("field '" .. path .. "': " .. rest) or ("field 'schema': " .. msg))
+  end
+  local ok, copy = pcall(request_mod.copy_schema, schema, "schema")
+  if not ok then schema_fail(copy) end
+  local sok, serr = schema_mod.check(copy)
+  if not sok then schema_fail(serr) end
+  if copy.type ~= "object" then
+    bad("field 'schema.type' must be \"object\" (tool arguments are an object)")
+  end
+  if def.prepare ~= nil and type(def.prepare) ~= "function" then
+    bad("field 'prepare' must be a function")
+  end
+  if type(def.run) ~= "function" then bad("field 'run' must be a function") end
+  if def.sequential ~= nil and type(def.sequential) ~= "boolean" then
+    bad("field 'sequential' must be a boolean")
+  end
+  return { name = name, description = def.description, schema = copy, prepare = def.prepare,
+           run = def.run, sequential = def.sequential == true }
+end
+
+-- ---- requests ----
+
+local request_fields = { summary = true, requirements = true, command = true, cwd = true }
+local requirement_fields = { kind = true, scope = true, match = true, description = true }
+
+local function one_line(v, path, optional)
+  if v == nil and optional then return nil end
+  if type(v) ~= "string" or v == "" then return nil, path .. " must be a non-empty string" end
+  if #v > 4096 then return nil, path .. " is longer than 4096 bytes" end
+  if v:find("[%z\r\n]") then return nil, path .. " must be one line" end
+  return v
+end
+
+-- Normalizes one requirement: both scope and match present.
+local function check_requirement(r, path)
+  if type(r) ~= "table" then return nil, path .. " must be a table" end
+  for k in pairs(r) do
+    if not requirement_fields[k] then return nil, path .. ": unknown field '" .. tostring(k) .. "'" end
+  end
+  if not KINDS[r.kind] then
+    return nil, path .. ".kind must be one of filesystem.read, filesystem.write, network, "
+      .. "command.execute (got " .. (type(r.kind) == "string" and ("'" .. r.kind .. "'")
+      or tostring(r.kind)) .. ")"
+  end
+  local scope, err = one_line(r.scope, path .. ".scope", true)
+  if err then return nil, err end
+  local match
+  match, err = one_line(r.match, path .. ".match", true)
+  if err then return nil, err end
+  local desc
+  desc, err = one_line(r.description, path .. ".description", true)
+  if err then return nil, err end
+  if not scope and not match then return nil, path .. " needs a scope or a match" end
+  if r.kind == "network" then
+    if match and not match:match("^tcp://[^/%s]+:%d+$") then
+      return nil, path .. ".match must be 'tcp://host:port' (got '" .. match .. "')"
+    end
+    if scope and not scope:match("^[^/%s]+:%d+$") then
+      return nil, path .. ".scope must be 'host:port' (got '" .. scope .. "')"
+    end
+    scope = scope or match:sub(7)
+    match = match or ("tcp://" .. scope)
+  else
+    scope = scope or match
+    match = match or scope
+  end
+  return { kind = r.kind, scope = scope, match = match, description = desc }
+end
+
+-- check_request(req) -> normalized copy | nil, message (never raises: req comes from prepare).
+function M.check_request(req)
+  if type(req) ~= "table" then return nil, "invalid request: prepare must return a table" end
+  for k in pairs(req) do
+    if not request_fields[k] then
+      return nil, "invalid request: unknown field '" .. tostring(k) .. "'"
+    end
+  end
+  local out = {}
+  local err
+  out.summary, err = one_line(req.summary, "summary")
+  if err then return nil, "invalid request: " .. err end
+  out.command, err = one_line(req.command, "command", true)
+  if err then return nil, "invalid request: " .. err end
+  out.cwd, err = one_line(req.cwd, "cwd", true)
+  if err then return nil, "invalid request: " .. err end
+  local reqs = req.requirements
+  local list = {}
+  if reqs ~= nil then
+    if type(reqs) ~= "table" then return nil, "invalid request: requirements must be a list" end
+    local n = #reqs
+    for k in pairs(reqs) do
+      if math.type(k) ~= "integer" or k < 1 or k > n then
+        return nil, "invalid request: requirements must be a list"
+      end
+    end
+    if n > 256 then return nil, "invalid request: more than 256 requirements" end
+    for i = 1, n do
+      local r
+      r, err = check_requirement(reqs[i], "requirements[" .. i .. "]")
+      if not r then return nil, "invalid request: " .. err end
+      list[i] = r
+    end
+  end
+  out.requirements = list
+  return out
+end
+
+-- ---- the frozen object ----
+
+local Tool = {}
+
+function Tool:check_args(args)
+  local p = private[self]
+  return schema_mod.validate(p.schema, args)
+end
+
+function Tool:check_request(req)
+  return M.check_request(req)
+end
+
+function Tool:spec()
+  local p = private[self]
+  return { name = p.name, description = p.description, schema = deep_copy(p.schema) }
+end
+
+local tool_mt = {
+  __index = function(t, k)
+    local f = Tool[k]
+    if f then return f end
+    local p = private[t]
+    if k == "schema" then return deep_copy(p.schema) end
+    return p[k]
+  end,
+  __newindex = function(t, k)
+    error("rig.tool: tool '" .. private[t].name .. "' is frozen (cannot set '" .. tostring(k)
+      .. "')", 2)
+  end,
+  __tostring = function(t) return "rig.tool(" .. private[t].name .. ")" end,
+  __metatable = "rig.tool",
+}
+
+function M.is_tool(v)
+  return type(v) == "table" and getmetatable(v) == "rig.tool" and private[v] ~= nil
+end
+
+-- The fields a loop's revision hashes (name, description, schema, sequential).
+function M._projection(t)
+  local p = private[t]
+  return { name = p.name, description = p.description, schema = p.schema,
+           sequential = p.sequential }
+end
+
+return setmetatable(M, {
+  __call = function(_, def)
+    local p = checked(2, check_tool, def)
+    local t = setmetatable({}, tool_mt)
+    private[t] = p
+    return t
+  end,
+})

@@ -1,0 +1,206 @@
+local json = require "rig.json"
+
+local function tool(name, over)
+  local def = { name = name or "lookup", description = "look",
+    schema = { type = "object", properties = { q = { type = "string" } } },
+    prepare = function() return { summary = "s" } end, run = function() return "r" end }
+  for k, v in pairs(over or {}) do def[k] = v end
+  return rig.tool(def)
+end
+
+local model = rig.model.script{ { text = "hi" } }
+local gate = rig.gate{ access = { network = "gated" }, approver = "headless" }
+
+local function loop(over)
+  local def = { name = "assistant", model = model, system = "be brief", tools = { tool() } }
+  for k, v in pairs(over or {}) do def[k] = v end
+  return rig.loop(def)
+end
+
+local function raises(f, ...)
+  local ok, err = pcall(f, ...)
+  expect(ok).to_be(false)
+  return tostring(err)
+end
+
+describe("rig.loop", function()
+  it("fills defaults and exposes read-only fields", function()
+    local l = loop()
+    expect(l.name).to_be("assistant")
+    expect(l.system).to_be("be brief")
+    expect(l.model).to_be(model)
+    expect(#l.tools).to_be(1)
+    expect(l:tool("lookup").name).to_be("lookup")
+    expect(l:tool("nope")).to_be_nil()
+    expect(l.limits).to_equal({ iterations = 25, calls = 100, parallel = 8, result_bytes = 32768 })
+    expect(l.limits.max_tokens).to_be_nil()
+    expect(#l.delegates).to_be(0)
+    expect(l.gate).to_be_nil()
+    expect(l.policy_revision).to_be_nil()
+  end)
+
+  it("raises at the caller's line naming the field", function()
+    local ok, err = pcall(function() rig.loop{ name = "a", model = 1 } end)
+    expect(ok).to_be(false)
+    expect(err).to_match("loop_define_spec%.lua:%d+: rig%.loop 'a': field 'model' must be a rig%.model")
+    expect(raises(rig.loop, { name = "a#1", model = model })).to_match("field 'name'")
+    expect(raises(loop, { sytem = "x" })).to_match("unknown field 'sytem'")
+    expect(raises(loop, { system = 1 })).to_match("field 'system' must be a string")
+    expect(raises(loop, { tools = { 1 } })).to_match("field 'tools%[1%]' must be a rig.tool")
+    expect(raises(loop, { tools = { tool(), tool() } })).to_match("duplicate tool name 'lookup'")
+    expect(raises(loop, { gate = {} })).to_match("field 'gate' must be a rig.gate")
+    expect(raises(loop, { gate = gate })).to_match("field 'policy_revision' is required with a gate")
+    expect(raises(loop, { limits = { iteration = 3 } })).to_match("unknown field 'limits.iteration'")
+    expect(raises(loop, { limits = { calls = 0 } })).to_match("field 'limits.calls' must be at least 1")
+    expect(raises(loop, { limits = { parallel = 1.5 } })).to_match("field 'limits.parallel' must be an integer")
+    expect(raises(loop, { limits = { result_bytes = 100 } })).to_match("0 %(no cap%) or at least 256")
+    expect(raises(loop, { limits = { max_cost = -1 } })).to_match("limits.max_cost")
+    expect(raises(loop, { delegates = { "x", "x" } })).to_match("lists 'x' twice")
+    expect(raises(loop, { delegates = "x" })).to_match("field 'delegates' must be a list")
+  end)
+
+  it("is frozen and independent of its source table", function()
+    local tools = { tool() }
+    local limits = { iterations = 3 }
+    local l = loop{ tools = tools, limits = limits, delegates = { "b" } }
+    local rev = l:revision()
+    tools[2] = tool("other")
+    limits.iterations = 99
+    expect(#l.tools).to_be(1)
+    expect(l.limits.iterations).to_be(3)
+    local got = l.limits
+    got.iterations = 1000
+    expect(l.limits.iterations).to_be(3)
+    local ts = l.tools
+    ts[1] = nil
+    expect(#l.tools).to_be(1)
+    expect(function() l.name = "x" end).to_fail("frozen")
+    expect(l:revision()).to_be(rev)
+  end)
+
+  it("hashes a canonical projection into its revision", function()
+    local a = loop{ delegates = { "b", "a" } }
+    local b = loop{ delegates = { "a", "b" } }
+    expect(a:revision()).to_match("^%x+$")
+    expect(#a:revision()).to_be(64)
+    expect(a:revision()).to_be(b:revision())      -- delegates sorted
+    expect(a:revision()).to_be(require("rig.core").sha256_hex(a:canonical()))
+    local revs = {
+      loop():revision(),
+      loop{ system = "other" }:revision(),
+      loop{ name = "other" }:revision(),
+      loop{ tools = { tool("lookup", { description = "different" }) } }:revision(),
+      loop{ tools = { tool("lookup", { sequential = true }) } }:revision(),
+      loop{ tools = { tool("lookup", { schema = { type = "object" } }) } }:revision(),
+      loop{ limits = { calls = 5 } }:revision(),
+      loop{ gate = gate, policy_revision = "v1" }:revision(),
+      loop{ gate = gate, policy_revision = "v2" }:revision(),
+      loop{ model = rig.model.script{ name = "other", steps = { { text = "x" } } } }:revision(),
+    }
+    local seen = {}
+    for i, r in ipairs(revs) do
+      if seen[r] then error("revision " .. i .. " equals revision " .. seen[r]) end
+      seen[r] = i
+    end
+    -- the run/prepare functions and the description are not part of it
+    expect(loop{ tools = { tool("lookup", { run = function() return "x" end }) } }:revision())
+      .to_be(loop():revision())
+    expect(loop{ description = "d" }:revision()).to_be(loop():revision())
+  end)
+
+  it("keeps secrets out of the revision", function()
+    local m = rig.model{ provider = "openai", name = "gpt-x", headers = { ["x-team"] = "secret-team" } }
+    local c = loop{ model = m }:canonical()
+    expect(c:find("secret-team", 1, true)).to_be_nil()
+    expect(c).to_match('"provider":"openai"')
+  end)
+end)
+
+describe("rig.define", function()
+  local store = rig.store.memory()
+
+  local function define(over)
+    local def = { loops = { loop() }, primers = { "assistant" }, store = store }
+    for k, v in pairs(over or {}) do def[k] = v end
+    return rig.define(def)
+  end
+
+  it("builds a rig with read-only fields", function()
+    local a = loop{ delegates = { "helper" } }
+    local h = loop{ name = "helper" }
+    local r = define{ loops = { a, h }, delegation_limits = { depth = 2 } }
+    expect(#r.loops).to_be(2)
+    expect(r:loop("helper")).to_be(h)
+    expect(r:loop("none")).to_be_nil()
+    expect(r.primers).to_equal({ "assistant" })
+    expect(r.active_primer).to_be("assistant")
+    expect(r.store).to_be(store)
+    expect(r.delegation_limits).to_equal({ depth = 2, quota = 64 })
+    expect(function() r.store = nil end).to_fail("frozen")
+    expect(#r:fingerprint()).to_be(64)
+  end)
+
+  it("refuses what the reference refuses, naming the field", function()
+    local a = loop{ delegates = { "helper" } }
+    local h = loop{ name = "helper" }
+    local x = loop{ name = "orphan" }
+    local ok, err = pcall(function() rig.define{ loops = {}, primers = {}, store = store } end)
+    expect(err).to_match("loop_define_spec%.lua:%d+: rig%.define: field 'loops' must hold at least one")
+    expect(raises(define, { loops = false })).to_match("field 'loops' must be a list")
+    expect(raises(rig.define, { primers = { "a" }, store = store })).to_match("field 'loops' is required")
+    expect(raises(define, { loops = { loop(), loop() } })).to_match("duplicate loop name 'assistant'")
+    expect(raises(define, { primers = {} })).to_match("field 'primers' must name at least one")
+    expect(raises(define, { primers = { "ghost" } })).to_match("unknown loop 'ghost'")
+    expect(raises(define, { loops = { a } })).to_match("'delegates%[1%]' names no loop of this rig %('helper'%)")
+    expect(raises(define, { loops = { a, h, x } })).to_match("loop 'orphan' is unreachable")
+    expect(raises(define, { store = false })).to_match("field 'store' must be a rig.store")
+    expect(raises(rig.define, { loops = { loop() }, primers = { "assistant" } })).to_match("field 'store' is required")
+    expect(raises(define, { loops = { loop(), x }, primers = { "assistant", "orphan" } }))
+      .to_match("field 'active_primer' is required with more than one primer")
+    expect(raises(define, { active_primer = "helper" })).to_match("must be one of the primers")
+    expect(raises(define, { workspace = {} })).to_match("unknown field 'workspace'")
+    expect(raises(define, { delegation_limits = { depth = 0 } })).to_match("delegation_limits.depth' must be a positive integer")
+    expect(raises(define, { delegation_limits = { deep = 1 } })).to_match("unknown field 'delegation_limits.deep'")
+  end)
+
+  it("takes an explicit active primer among several", function()
+    local x = loop{ name = "second" }
+    local r = define{ loops = { loop(), x }, primers = { "assistant", "second" }, active_primer = "second" }
+    expect(r.active_primer).to_be("second")
+  end)
+
+  it("fingerprints loops' revisions, primers and limits", function()
+    local a, b = loop(), loop{ name = "b" }
+    local base = define{ loops = { a, b }, primers = { "assistant", "b" }, active_primer = "assistant" }
+    local same = define{ loops = { b, a }, primers = { "assistant", "b" }, active_primer = "assistant" }
+    expect(same:fingerprint()).to_be(base:fingerprint())
+    local others = {
+      define{ loops = { a, b }, primers = { "b", "assistant" }, active_primer = "assistant" },
+      define{ loops = { a, b }, primers = { "assistant", "b" }, active_primer = "b" },
+      define{ loops = { a, b }, primers = { "assistant", "b" }, active_primer = "assistant",
+              delegation_limits = { quota = 1 } },
+      define{ loops = { loop{ system = "x" }, b }, primers = { "assistant", "b" }, active_primer = "assistant" },
+    }
+    for i, r in ipairs(others) do
+      if r:fingerprint() == base:fingerprint() then error("fingerprint " .. i .. " did not change") end
+    end
+  end)
+
+  it("looks session methods up in rig.session lazily", function()
+    local r = define()
+    local called
+    package.loaded["rig.session"] = nil
+    package.preload["rig.session"] = function()
+      return { rig_methods = {
+        session = function(self, ...) called = { self, ... }; return "a session" end,
+        sessions = function() return {} end,
+      } }
+    end
+    expect(r:session("x")).to_be("a session")
+    expect(called[1]).to_be(r)
+    expect(called[2]).to_be("x")
+    expect(type(r.sessions)).to_be("function")
+    expect(r.restore).to_be_nil()
+    expect(r[1]).to_be_nil()
+  end)
+end)
