@@ -1,0 +1,1015 @@
+-- rig.session: live sessions of a rig — turns and steps, the queue, gates,
+-- interrupt, restore (DESIGN §5). The durable part (lease, journal, hub,
+-- catalog) is C behind rig.core; this module decides what happens and
+-- emits the events.
+--
+--   local s = r:session()            -- or r:restore(id [, { accept_drift = true }])
+--   s.id
+--   s:submit(text | blocks [, { loop = "name" }]) -> command id (never waits on the turn)
+--   local sub = s:subscribe{ loops = "all" | { names }, ephemeral = true, buffer = 1024 }
+--   for ev in sub:events() do … end  -- ev.type, ev.seq (enduring), ev.loop_id, ev.turn_id,
+--                                    -- ev.ends_turn; sub:next([timeout]), sub.error, sub:close()
+--   s:respond_gate(gate_id, "approve" | "approve_always" | "deny") -> true | nil, msg, code
+--   s:gates()                        -- the open gates { { gate_id, loop_id, tool, request, unmet } }
+--   s:interrupt() -> true if a turn was cancelled
+--   s:wait_idle([timeout]) -> true | nil, msg, code ("faulted", "timeout")
+--   s:shutdown()
+--   for rec in s:journal{ from = 1 } do … end   -- rec.seq, rec.type, the event's fields
+--   s:history([loop]) -> the loop's conversation (the messages the model sees)
+--   s:usage() -> { input_tokens, output_tokens, cache_read_tokens, …, cost }
+--   r:sessions() -> catalog entries
+--
+-- Events are flat JSON objects: v, type, session_id, loop_id, turn_id,
+-- step_id, event_id, created_at, cause, ends_turn (terminals) and the type's
+-- fields. Enduring ones are journaled before anyone sees them; the runner
+-- applies an event to its own state when it queues it and waits for the
+-- append before it acts on it (a failed append faults the session, whose
+-- state then only matters to a restore, which rebuilds it from the journal).
+
+local core = require "rig.core"
+local json = require "rig.json"
+
+local M = {}
+
+local ENDURING = {
+  SessionStarted = true, SessionActive = true, SessionIdle = true, SessionStopped = true,
+  RestoreStarted = true, RestoreDone = true, RestoreErrored = true,
+  LoopStarted = true, LoopIdle = true,
+  TurnStarted = true, TurnRejected = true, TurnFoldedInto = true, InputCancelled = true,
+  StepDone = true, TurnDone = true, TurnFailed = true, TurnInterrupted = true,
+  PermissionRequested = true, PermissionDecided = true, GateOpened = true, GateResolved = true,
+  UserInputRequested = true, WorkspaceCheckpointed = true, WorkspaceRestored = true,
+  ActiveLoopChanged = true, CompactionCommitted = true, ContextMeasured = true,
+}
+local EPHEMERAL = { TokenDelta = true, ToolCallStarted = true, ToolCallCompleted = true,
+                    InputQueued = true }
+local TERMINAL = { TurnDone = true, TurnFailed = true, TurnInterrupted = true }
+M.ENDURING, M.EPHEMERAL, M.TERMINAL = ENDURING, EPHEMERAL, TERMINAL
+
+local QUEUE_MAX = 64
+local ACTIONS = { approve = true, approve_always = true, deny = true }
+
+local Session = {}
+Session.__index = Session
+
+local function fail(where, msg, level)
+  error("rig.session: " .. where .. ": " .. msg, (level or 1) + 1)
+end
+
+-- ---- ids and events ----
+
+local function next_id(S, prefix)
+  local n = S.counter + 1
+  S.counter = n
+  return prefix .. S.epoch .. "." .. n
+end
+
+-- Queues one event (and waits for it when it is enduring and wait is not
+-- false). Returns the seq (enduring), true (ephemeral or not waited), or
+-- nil, message, code. fields may hold loop_id, turn_id, step_id, cause.
+local function emit(S, etype, fields, wait)
+  local enduring = ENDURING[etype]
+  if not enduring and not EPHEMERAL[etype] then
+    error("rig.session: internal: unknown event type '" .. tostring(etype) .. "'", 2)
+  end
+  local ev = fields or {}
+  ev.v = 1
+  ev.type = etype
+  ev.session_id = S.id
+  ev.event_id = next_id(S, "e")
+  ev.created_at = core.time()
+  if TERMINAL[etype] then ev.ends_turn = true end
+  local text, err = json.encode(ev)
+  if not text then
+    error("rig.session: internal: cannot encode " .. etype .. ": " .. tostring(err), 2)
+  end
+  return S.core:emit(text, { type = etype, loop_id = ev.loop_id, enduring = enduring == true,
+    ends_turn = TERMINAL[etype] == true, id = enduring and ev.event_id or nil,
+    wait = enduring and wait ~= false })
+end
+
+local function catalog(S, t)
+  if S.closed then return end
+  S.core:catalog(t)
+end
+
+local function add_usage(sum, u)
+  if not u then return end
+  for _, k in ipairs({ "input_tokens", "output_tokens", "cache_read_tokens",
+                       "cache_creation_tokens", "reasoning_tokens" }) do
+    if u[k] then sum[k] = (sum[k] or 0) + u[k] end
+  end
+  if u.cost then sum.cost = (sum.cost or 0) + u.cost end
+end
+
+local function new_usage()
+  return { input_tokens = 0, output_tokens = 0, cache_read_tokens = 0,
+           cache_creation_tokens = 0, reasoning_tokens = 0 }
+end
+
+local function note_usage(S)
+  local u = S.usage_sum
+  catalog(S, { input_tokens = u.input_tokens, output_tokens = u.output_tokens,
+               cache_read_tokens = u.cache_read_tokens, cost = u.cost or 0 })
+end
+
+-- ---- messages ----
+
+local function user_message(input)
+  if type(input) == "string" then
+    return { role = "user", content = json.array({ { type = "text", text = input } }) }
+  end
+  local blocks = {}
+  for i, b in ipairs(input) do
+    if type(b) ~= "table" or b.type ~= "text" or type(b.text) ~= "string" then
+      return nil, "input[" .. i .. "] must be a { type = \"text\", text = … } block"
+    end
+    blocks[i] = { type = "text", text = b.text }
+  end
+  if #blocks == 0 then return nil, "input must hold at least one block" end
+  return { role = "user", content = json.array(blocks) }
+end
+
+local function title_of(msg)
+  for _, b in ipairs(msg.content) do
+    if b.type == "text" then
+      local line = b.text:match("^%s*([^\n]*)") or ""
+      -- at most 80 code points
+      local n, cut = 0, #line
+      for p in utf8.codes(line, true) do
+        n = n + 1
+        if n > 80 then cut = p - 1 break end
+      end
+      return line:sub(1, cut)
+    end
+  end
+  return ""
+end
+
+-- Head + tail of an over-long result, with a marker saying what was left out.
+local function cap_result(text, cap)
+  if not cap or cap == 0 or #text <= cap then return text end
+  local marker = "\n[tool output truncated: omitted %d of %d bytes]\n"
+  local room = cap - #marker - 20
+  if room < 64 then room = 64 end
+  local head = room // 2
+  local tail = room - head
+  -- do not cut inside a UTF-8 sequence
+  while head > 0 and (text:byte(head + 1) or 0) & 0xC0 == 0x80 do head = head - 1 end
+  local ts = #text - tail + 1
+  while ts <= #text and (text:byte(ts) or 0) & 0xC0 == 0x80 do ts = ts + 1 end
+  local omitted = ts - head - 1
+  return text:sub(1, head) .. string.format(marker, omitted, #text) .. text:sub(ts)
+end
+M.cap_result = cap_result
+
+-- ---- tools and gates ----
+
+local function tool_result(id, text, is_error)
+  return { type = "tool_result", tool_use_id = id, content = text, is_error = is_error == true }
+end
+
+-- Waits for the person's answer to an open gate. Returns the action.
+local function open_gate(S, inst, turn, call, tool, req, decision)
+  local gid = next_id(S, "g")
+  local g = { gate_id = gid, loop_id = inst.id, turn_id = turn.id, call_id = call.id,
+              tool = tool.name, request = req, unmet = decision.unmet,
+              candidates = decision.candidates, cond = core.cond() }
+  S.open_gates[gid] = g
+  S.gate_order[#S.gate_order + 1] = gid
+  local base = { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
+                 gate_id = gid, tool = tool.name, call_id = call.id }
+  local f = {}
+  for k, v in pairs(base) do f[k] = v end
+  f.request = req
+  f.unmet = json.array(decision.unmet or {})
+  f.candidates = json.array(decision.candidates or {})
+  local ok, msg, code = emit(S, "PermissionRequested", f, false)
+  if ok then
+    f = {}
+    for k, v in pairs(base) do f[k] = v end
+    f.summary = req.summary
+    ok, msg, code = emit(S, "GateOpened", f)
+  end
+  if not ok then
+    S.open_gates[gid] = nil
+    return nil, msg, code
+  end
+  catalog(S, { state = "waiting_on_gate" })
+  while not g.answer do g.cond:wait() end
+  return g.answer, g
+end
+
+local function close_gate(S, g, action, source)
+  S.open_gates[g.gate_id] = nil
+  for i, id in ipairs(S.gate_order) do
+    if id == g.gate_id then table.remove(S.gate_order, i) break end
+  end
+  return emit(S, "GateResolved", { loop_id = g.loop_id, turn_id = g.turn_id,
+    gate_id = g.gate_id, action = action, source = source or "user" })
+end
+
+-- One tool call: check, prepare, gate, run. Returns the tool_result block.
+local function run_call(S, inst, turn, call)
+  local def = inst.def
+  local tool = def:tool(call.name)
+  if not tool then
+    return tool_result(call.id, "error: unknown tool '" .. tostring(call.name) .. "'", true)
+  end
+  if call.error then
+    return tool_result(call.id, "error: invalid arguments: " .. call.error, true)
+  end
+  local ok, msg = tool:check_args(call.input or {})
+  if not ok then
+    return tool_result(call.id, "error: invalid arguments: " .. tostring(msg), true)
+  end
+  if tool.prepare == nil then
+    return tool_result(call.id, "error: permission denied: tool has no call preparation", true)
+  end
+  local pok, req, perr = pcall(tool.prepare, call.input or {})
+  if not pok then
+    return tool_result(call.id, "error: preparation failed: " .. tostring(req), true)
+  end
+  if req == nil then
+    return tool_result(call.id, "error: preparation failed: " .. tostring(perr), true)
+  end
+  local nreq, rerr = tool:check_request(req)
+  if not nreq then
+    return tool_result(call.id, "error: preparation failed: invalid request: " .. tostring(rerr),
+      true)
+  end
+  req = nreq
+  local gate = def.gate
+  if not gate then
+    local m = "permission denied: loop '" .. def.name .. "' has no gate"
+    emit(S, "PermissionDecided", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
+      tool = tool.name, call_id = call.id, verdict = "deny", source = "default", reason = m }, false)
+    return tool_result(call.id, "error: " .. m, true)
+  end
+  local d = gate:evaluate(req)
+  if d.verdict == "gated" then
+    local action, g = open_gate(S, inst, turn, call, tool, req, d)
+    if not action then
+      return tool_result(call.id, "error: " .. tostring(g), true)
+    end
+    if action == "approve_always" then
+      local wok, werr = gate:approve_always(d.candidates or {})
+      if not wok then
+        close_gate(S, g, "deny", "rule_write_failed")
+        return tool_result(call.id, "error: permission denied: the rule could not be saved: "
+          .. tostring(werr), true)
+      end
+    end
+    local cok, cmsg, ccode = close_gate(S, g, action)
+    if not cok then return tool_result(call.id, "error: " .. tostring(cmsg), true), ccode end
+    catalog(S, { state = "running" })
+    if action == "deny" then
+      return tool_result(call.id, "error: permission denied: denied by the user", true)
+    end
+  else
+    local e, emsg = emit(S, "PermissionDecided", { loop_id = inst.id, turn_id = turn.id,
+      step_id = turn.step_id, tool = tool.name, call_id = call.id, verdict = d.verdict,
+      source = d.source, reason = d.reason }, false)
+    if not e then return tool_result(call.id, "error: " .. tostring(emsg), true) end
+    if d.verdict ~= "allow" then
+      local reason = d.reason or "permission denied"
+      if not reason:find("^permission denied") then reason = "permission denied: " .. reason end
+      return tool_result(call.id, "error: " .. reason, true)
+    end
+  end
+  if S.want_ephemeral > 0 then
+    emit(S, "ToolCallStarted", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
+      tool = tool.name, call_id = call.id, summary = req.summary })
+  end
+  local ctx = { session_id = S.id, loop_id = inst.id, turn_id = turn.id, call_id = call.id,
+                tool = tool.name, request = req }
+  local rok, out, rmsg = pcall(tool.run, req, ctx)
+  local text, is_error
+  if not rok then
+    text, is_error = "error: " .. tostring(out), true
+  elseif out == nil then
+    text, is_error = "error: " .. tostring(rmsg or "the tool failed"), true
+  elseif type(out) == "string" then
+    text = out
+  else
+    local enc = json.encode(out)
+    text = enc or tostring(out)
+  end
+  text = cap_result(text, def.limits.result_bytes)
+  if S.want_ephemeral > 0 then
+    emit(S, "ToolCallCompleted", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
+      tool = tool.name, call_id = call.id, is_error = is_error == true,
+      preview = text:sub(1, 200) })
+  end
+  return tool_result(call.id, text, is_error)
+end
+
+-- Runs the step's calls: consecutive non-sequential tools together (at most
+-- `parallel` at a time), a sequential tool alone. Results in call order.
+local function run_calls(S, inst, turn, calls)
+  local results = {}
+  local parallel = inst.def.limits.parallel or 8
+  local i, n = 1, #calls
+  while i <= n do
+    local c = calls[i]
+    local tool = inst.def:tool(c.name)
+    if (tool and tool.sequential) or parallel <= 1 then
+      results[i] = run_call(S, inst, turn, c)
+      i = i + 1
+    else
+      local batch = {}
+      while i <= n and #batch < parallel do
+        local t2 = inst.def:tool(calls[i].name)
+        if t2 and t2.sequential then break end
+        batch[#batch + 1] = i
+        i = i + 1
+      end
+      if #batch == 1 then
+        results[batch[1]] = run_call(S, inst, turn, calls[batch[1]])
+      else
+        local tasks = {}
+        for k, idx in ipairs(batch) do
+          tasks[k] = core.spawn(run_call, S, inst, turn, calls[idx])
+        end
+        for k, idx in ipairs(batch) do
+          local r, msg, code = tasks[k]:wait()
+          if r == nil then
+            if code == "cancelled" then error("cancelled", 0) end
+            r = tool_result(calls[idx].id, "error: " .. tostring(msg), true)
+          end
+          results[idx] = r
+        end
+      end
+    end
+  end
+  return results
+end
+
+-- ---- turns ----
+
+local function history_request(inst)
+  local def = inst.def
+  local tools
+  if #def.tools > 0 then
+    tools = {}
+    for i, t in ipairs(def.tools) do tools[i] = t:spec() end
+  end
+  return { system = def.system, messages = inst.history, tools = tools }
+end
+
+local function limit_failure(name, value, what)
+  return { code = "limit", limit = name,
+           message = string.format("the turn reached its %s limit (%s)", what or name,
+             tostring(value)) }
+end
+
+-- Folds queued input into the running turn (at a tool-result boundary).
+local function fold_queue(S, inst, turn)
+  while #inst.queue > 0 do
+    local item = table.remove(inst.queue, 1)
+    inst.history[#inst.history + 1] = item.message
+    local ok, msg, code = emit(S, "TurnFoldedInto", { loop_id = inst.id, turn_id = turn.id,
+      message = item.message, cause = { command_id = item.command_id } })
+    if not ok then return nil, msg, code end
+  end
+  return true
+end
+
+-- The body of one turn, in its own task (interrupt cancels it). Returns the
+-- terminal event's type and fields.
+local function run_turn(S, inst, item)
+  local def = inst.def
+  local limits = def.limits
+  local turn = inst.turn
+  inst.history[#inst.history + 1] = item.message
+  local ok, msg, code = emit(S, "TurnStarted", { loop_id = inst.id, turn_id = turn.id,
+    message = item.message, cause = { command_id = item.command_id } })
+  if not ok then return nil, msg, code end
+  local sum = new_usage()
+  turn.usage = sum
+  local calls_total = 0
+  local iterations = 0
+  while true do
+    iterations = iterations + 1
+    if iterations > limits.iterations then
+      return "TurnFailed", { error = limit_failure("iterations", limits.iterations) }
+    end
+    local step_id = next_id(S, "s")
+    turn.step_id = step_id
+    local st, serr, scode = def.model:stream(history_request(inst))
+    if not st then
+      return "TurnFailed", { error = { code = scode or "model", message = tostring(serr) } }
+    end
+    local deltas = S.want_ephemeral > 0
+    for chunk in st:chunks() do
+      if deltas then
+        emit(S, "TokenDelta", { loop_id = inst.id, turn_id = turn.id, step_id = step_id,
+          delta = chunk })
+      end
+    end
+    local resp, rerr, rcode = st:result()
+    st:close()
+    if not resp then
+      return "TurnFailed", { error = { code = rcode or "model", message = tostring(rerr) } }
+    end
+    add_usage(sum, resp.usage)
+    local message = resp.message
+    local calls = {}
+    for _, b in ipairs(message.content) do
+      if b.type == "tool_use" then calls[#calls + 1] = b end
+    end
+    if #calls == 0 then
+      if #message.content == 0 then
+        return "TurnFailed", { error = { code = "empty_response",
+          message = "the model returned an empty response" } }
+      end
+      inst.history[#inst.history + 1] = message
+      add_usage(S.usage_sum, resp.usage)
+      ok, msg, code = emit(S, "StepDone", { loop_id = inst.id, turn_id = turn.id,
+        step_id = step_id, message = message, usage = resp.usage,
+        finish_reason = resp.finish_reason })
+      if not ok then return nil, msg, code end
+      return "TurnDone", { message = message, usage = sum }
+    end
+    calls_total = calls_total + #calls
+    if calls_total > limits.calls then
+      return "TurnFailed", { error = limit_failure("calls", limits.calls, "tool calls") }
+    end
+    local results = run_calls(S, inst, turn, calls)
+    local tool_msg = { role = "tool", content = json.array(results) }
+    inst.history[#inst.history + 1] = message
+    inst.history[#inst.history + 1] = tool_msg
+    add_usage(S.usage_sum, resp.usage)
+    ok, msg, code = emit(S, "StepDone", { loop_id = inst.id, turn_id = turn.id,
+      step_id = step_id, message = message, results = tool_msg, usage = resp.usage,
+      finish_reason = resp.finish_reason })
+    if not ok then return nil, msg, code end
+    note_usage(S)
+    local tokens = sum.input_tokens + sum.output_tokens
+    if limits.max_tokens and tokens >= limits.max_tokens then
+      return "TurnFailed", { error = limit_failure("max_tokens", limits.max_tokens, "token") }
+    end
+    if limits.max_cost and (sum.cost or 0) >= limits.max_cost then
+      return "TurnFailed", { error = limit_failure("max_cost", limits.max_cost, "cost") }
+    end
+    ok, msg, code = fold_queue(S, inst, turn)
+    if not ok then return nil, msg, code end
+  end
+end
+
+local function cancel_queue(S, inst, reason)
+  while #inst.queue > 0 do
+    local item = table.remove(inst.queue, 1)
+    emit(S, "InputCancelled", { loop_id = inst.id, cause = { command_id = item.command_id },
+      reason = reason }, false)
+  end
+end
+
+-- Resolves the gates a cancelled turn left open.
+local function cancel_gates(S, turn_id)
+  for _, gid in ipairs({ table.unpack(S.gate_order) }) do
+    local g = S.open_gates[gid]
+    if g and g.turn_id == turn_id and not g.restored then
+      close_gate(S, g, "cancelled", "interrupt")
+    end
+  end
+end
+
+-- The loop instance's actor: runs queued input as turns until none is left.
+local function drive(S, inst)
+  while (inst.starting or #inst.queue > 0) and not S.faulted_msg do
+    local item = inst.starting or table.remove(inst.queue, 1)
+    inst.starting = nil
+    inst.turn = { id = next_id(S, "t"), command_id = item.command_id }
+    local turn = inst.turn
+    if S.title == nil or S.title == "" then
+      S.title = title_of(item.message)
+      catalog(S, { state = "running", title = S.title })
+    else
+      catalog(S, { state = "running" })
+    end
+    local task = core.spawn(run_turn, S, inst, item)
+    inst.task = task
+    local etype, fields, code = task:wait()
+    inst.task = nil
+    local state
+    if etype == nil and code == "cancelled" then
+      cancel_gates(S, turn.id)
+      etype, fields = "TurnInterrupted", { reason = turn.interrupt_reason or "interrupted" }
+      state = "interrupted"
+      cancel_queue(S, inst, "interrupted")
+    elseif etype == nil then
+      -- the turn's task failed: a faulted session or a bug in a tool or the runner
+      if S.core:faulted() then
+        S.faulted_msg = S.core:faulted()
+        inst.turn = nil
+        break
+      end
+      etype, fields = "TurnFailed", { error = { code = "internal", message = tostring(fields) } }
+      state = "failed"
+    elseif etype == "TurnDone" then
+      state = "idle"
+    else
+      state = "failed"
+    end
+    fields.loop_id, fields.turn_id = inst.id, turn.id
+    fields.cause = { command_id = turn.command_id }
+    if etype ~= "TurnDone" then
+      fields.usage = turn.usage
+      if etype == "TurnFailed" then cancel_queue(S, inst, "turn_failed") end
+    end
+    inst.turn = nil
+    local ok = emit(S, etype, fields)
+    if not ok then
+      S.faulted_msg = S.core:faulted() or "the journal append failed"
+      break
+    end
+    note_usage(S)
+    catalog(S, { state = state })
+  end
+  inst.busy = false
+  S.busy = S.busy - 1
+  if S.faulted_msg then
+    catalog(S, { state = "failed" })
+    S.idle_cond:signal()
+    return
+  end
+  emit(S, "LoopIdle", { loop_id = inst.id }, false)
+  if S.busy == 0 then
+    emit(S, "SessionIdle", {})
+    S.idle_cond:signal()
+  end
+end
+
+-- ---- the session object ----
+
+local function new_session(r, csess)
+  local S = setmetatable({
+    id = csess.id, rig = r, core = csess, epoch = csess:epoch(), counter = 0,
+    loops = {}, loop_order = {}, busy = 0, open_gates = {}, gate_order = {},
+    idle_cond = core.cond(), usage_sum = new_usage(), want_ephemeral = 0,
+    subs = setmetatable({}, { __mode = "k" }), closed = false,
+  }, Session)
+  return S
+end
+
+local function new_instance(S, def, id)
+  local inst = { id = id, def = def, history = {}, queue = {}, busy = false, turn_index = 0 }
+  S.loops[id] = inst
+  S.loop_order[#S.loop_order + 1] = id
+  return inst
+end
+
+function Session:__tostring()
+  return string.format("rig.session(%s)", self.id)
+end
+
+local function check_open(S, where)
+  if S.closed then fail(where, "the session is shut down", 3) end
+end
+
+-- The intent log: every submit is journaled as a command record (audit only:
+-- queued input that never started a turn is not replayed).
+local function emit_command(S, cid, loop_id, msg)
+  local body = json.encode({ v = 1, type = "UserInput", command_id = cid, loop_id = loop_id,
+    message = msg, created_at = core.time() })
+  S.core:emit(body, { type = "UserInput", loop_id = loop_id, kind = "command", id = cid,
+    wait = false })
+end
+
+function Session:submit(input, opts)
+  check_open(self, "submit")
+  local msg, err = user_message(input)
+  if not msg then fail("submit", err, 2) end
+  local target = self.rig.active_primer or self.rig.primers[1]
+  if opts ~= nil then
+    if type(opts) ~= "table" then fail("submit", "options must be a table", 2) end
+    for k in pairs(opts) do
+      if k ~= "loop" then fail("submit", "unknown option '" .. tostring(k) .. "'", 2) end
+    end
+    if opts.loop ~= nil then target = opts.loop end
+  end
+  local inst = self.loops[target]
+  if not inst then fail("submit", "no loop '" .. tostring(target) .. "' in this session", 2) end
+  local cid = next_id(self, "c")
+  if self.faulted_msg or self.core:faulted() then
+    return nil, "session " .. self.id .. " is faulted: " ..
+      tostring(self.faulted_msg or self.core:faulted()), "faulted"
+  end
+  emit_command(self, cid, inst.id, msg)
+  if inst.busy then
+    if #inst.queue >= QUEUE_MAX then
+      emit(self, "TurnRejected", { loop_id = inst.id, cause = { command_id = cid },
+        reason = "queue_full" }, false)
+      return cid
+    end
+    inst.queue[#inst.queue + 1] = { command_id = cid, message = msg }
+    if self.want_ephemeral > 0 then
+      emit(self, "InputQueued", { loop_id = inst.id, cause = { command_id = cid },
+        position = #inst.queue })
+    end
+    return cid
+  end
+  inst.starting = { command_id = cid, message = msg }
+  inst.busy = true
+  self.busy = self.busy + 1
+  if self.busy == 1 then emit(self, "SessionActive", {}, false) end
+  inst.driver = core.spawn(drive, self, inst)
+  return cid
+end
+
+function Session:interrupt()
+  check_open(self, "interrupt")
+  local any = false
+  for _, id in ipairs(self.loop_order) do
+    local inst = self.loops[id]
+    if inst.task and inst.task:status() ~= "done" then
+      if inst.turn then inst.turn.interrupt_reason = "interrupted" end
+      if inst.task:cancel() then any = true end
+    end
+  end
+  return any
+end
+
+function Session:respond_gate(gate_id, action)
+  check_open(self, "respond_gate")
+  if type(gate_id) ~= "string" then fail("respond_gate", "gate id must be a string", 2) end
+  if not ACTIONS[action] then
+    fail("respond_gate", "action must be 'approve', 'approve_always' or 'deny' (got '" ..
+      tostring(action) .. "')", 2)
+  end
+  local g = self.open_gates[gate_id]
+  if not g then return nil, "no open gate '" .. gate_id .. "'", "not_found" end
+  if g.answer then return nil, "gate '" .. gate_id .. "' is already answered", "conflict" end
+  if g.restored then
+    -- its turn ended with the crash: the answer is recorded, and an
+    -- approve_always still saves its rules
+    g.answer = action
+    local source
+    if action == "approve_always" then
+      local gate = self.loops[g.loop_id] and self.loops[g.loop_id].def.gate
+      local ok, err = gate and gate:approve_always(g.candidates or {})
+      if gate and not ok then
+        action, source = "deny", "rule_write_failed"
+        close_gate(self, g, action, source)
+        return nil, "the rule could not be saved: " .. tostring(err), "io"
+      end
+    end
+    local ok, msg, code = close_gate(self, g, action, source)
+    if not ok then return nil, msg, code end
+    return true
+  end
+  g.answer = action
+  g.cond:signal()
+  return true
+end
+
+function Session:gates()
+  local out = {}
+  for _, gid in ipairs(self.gate_order) do
+    local g = self.open_gates[gid]
+    if g then
+      out[#out + 1] = { gate_id = gid, loop_id = g.loop_id, turn_id = g.turn_id, tool = g.tool,
+                        request = g.request, unmet = g.unmet, restored = g.restored == true }
+    end
+  end
+  return out
+end
+
+function Session:wait_idle(timeout)
+  local deadline = timeout and (core.now() + timeout)
+  while true do
+    local f = self.faulted_msg or self.core:faulted()
+    if f then return nil, "session " .. self.id .. " is faulted: " .. tostring(f), "faulted" end
+    if self.busy == 0 then return true end
+    local left = deadline and (deadline - core.now())
+    if left and left <= 0 then return nil, "timeout", "timeout" end
+    self.idle_cond:wait(left)
+  end
+end
+
+function Session:faulted()
+  return self.faulted_msg or self.core:faulted()
+end
+
+function Session:shutdown()
+  if self.closed then return true end
+  for _, id in ipairs(self.loop_order) do
+    local inst = self.loops[id]
+    if inst.turn then inst.turn.interrupt_reason = "shutdown" end
+    cancel_queue(self, inst, "shutting_down")
+    if inst.task then inst.task:cancel() end
+  end
+  for _, id in ipairs(self.loop_order) do
+    local inst = self.loops[id]
+    if inst.driver then inst.driver:wait() end
+  end
+  if not self:faulted() then
+    emit(self, "SessionStopped", {})
+    catalog(self, { status = "stopped", state = "stopped" })
+  end
+  self.closed = true
+  self.core:close()
+  return true
+end
+
+function Session:history(loop)
+  local inst = self.loops[loop or self.rig.active_primer or self.rig.primers[1]]
+  if not inst then fail("history", "no loop '" .. tostring(loop) .. "'", 2) end
+  return inst.history
+end
+
+function Session:usage()
+  local out = {}
+  for k, v in pairs(self.usage_sum) do out[k] = v end
+  out.cost = out.cost or 0
+  return out
+end
+
+-- ---- subscriptions ----
+
+local Sub = {}
+Sub.__index = Sub
+
+local function decode_event(text, seq)
+  local ev, err = json.decode(text)
+  if not ev then error("rig.session: a journal event is not JSON: " .. tostring(err), 0) end
+  ev.seq = seq
+  return ev
+end
+
+function Session:subscribe(opts)
+  check_open(self, "subscribe")
+  opts = opts or {}
+  if type(opts) ~= "table" then fail("subscribe", "options must be a table", 2) end
+  for k in pairs(opts) do
+    if k ~= "loops" and k ~= "ephemeral" and k ~= "buffer" then
+      fail("subscribe", "unknown option '" .. tostring(k) .. "'", 2)
+    end
+  end
+  local loops = opts.loops
+  if loops == nil then loops = "all" end
+  if loops ~= "all" and type(loops) ~= "table" then
+    fail("subscribe", "field 'loops' must be \"all\" or a list of loop names", 2)
+  end
+  local ephemeral = opts.ephemeral ~= false
+  local csub = self.core:subscribe{ loops = loops, ephemeral = ephemeral,
+    buffer = opts.buffer or 1024 }
+  local sub = setmetatable({ c = csub, S = self, ephemeral = ephemeral }, Sub)
+  if ephemeral then self.want_ephemeral = self.want_ephemeral + 1 end
+  self.subs[sub] = true
+  return sub
+end
+
+function Sub:next(timeout)
+  local text, seq, code = self.c:next(timeout)
+  if not text then
+    if code ~= "timeout" then self.error = seq end
+    return nil, seq, code
+  end
+  return decode_event(text, seq)
+end
+
+function Sub:events(timeout)
+  return function()
+    local ev, msg, code = self:next(timeout)
+    if ev then return ev end
+    if code ~= "closed" then self.error, self.code = msg, code end
+    return nil
+  end
+end
+
+function Sub:close()
+  if not self.closed then
+    self.closed = true
+    if self.ephemeral then self.S.want_ephemeral = self.S.want_ephemeral - 1 end
+    self.c:close()
+  end
+end
+Sub.__close = Sub.close
+Sub.__gc = function(self)
+  if not self.closed and self.ephemeral then self.S.want_ephemeral = self.S.want_ephemeral - 1 end
+end
+
+-- ---- reading the journal ----
+
+local function record_table(r)
+  if r.kind == "fence" then
+    return { seq = r.seq, type = "Fence", epoch = r.epoch }
+  end
+  local t = decode_event(r.body, r.seq)
+  t.kind = r.kind ~= "event" and r.kind or nil
+  return t
+end
+
+local function journal_iter(store, sid, from)
+  local buf, i, nxt = {}, 1, from or 1
+  local done = false
+  return function()
+    if i > #buf then
+      if done then return nil end
+      local recs, tip = core.journal_read(store, sid, nxt, 256)
+      if not recs then error("rig.session: " .. tostring(tip), 2) end
+      buf, i = recs, 1
+      if #recs == 0 then done = true return nil end
+      nxt = recs[#recs].seq + 1
+      if nxt > tip then done = true end
+    end
+    local r = buf[i]
+    i = i + 1
+    return record_table(r)
+  end
+end
+
+function Session:journal(opts)
+  local from = 1
+  if opts ~= nil then
+    if type(opts) ~= "table" then fail("journal", "options must be a table", 2) end
+    for k in pairs(opts) do
+      if k ~= "from" then fail("journal", "unknown option '" .. tostring(k) .. "'", 2) end
+    end
+    from = opts.from or 1
+  end
+  return journal_iter(self.rig.store, self.id, from)
+end
+
+-- ---- creating and restoring ----
+
+local function loop_revisions(r)
+  local revs = {}
+  for _, l in ipairs(r.loops) do revs[l.name] = l:revision() end
+  return revs
+end
+
+local function create(r, opts)
+  if opts ~= nil then
+    if type(opts) ~= "table" then fail("session", "options must be a table", 2) end
+    for k in pairs(opts) do fail("session", "unknown option '" .. tostring(k) .. "'", 2) end
+  end
+  local csess, msg, code = core.session_open(r.store, nil)
+  if not csess then return nil, msg, code end
+  local S = new_session(r, csess)
+  local ok
+  ok, msg, code = emit(S, "SessionStarted", { fingerprint = r:fingerprint(),
+    loops = loop_revisions(r), primers = json.array({ table.unpack(r.primers) }),
+    active_primer = r.active_primer })
+  if not ok then csess:close() return nil, msg, code end
+  for i, name in ipairs(r.primers) do
+    new_instance(S, r:loop(name), name)
+    -- the last one waits: the session is fully started when it is returned
+    ok, msg, code = emit(S, "LoopStarted", { loop_id = name, loop = name,
+      revision = r:loop(name):revision() }, i == #r.primers)
+    if not ok then csess:close() return nil, msg, code end
+  end
+  catalog(S, { state = "idle", status = "active", loop_count = #r.primers })
+  return S
+end
+
+-- Folds the journal into loops, open turns and open gates (no I/O).
+local function fold(records)
+  local st = { loops = {}, order = {}, gates = {}, gate_order = {}, started = nil,
+               last_quiescence = nil, counter = 0, usage = new_usage(), title = nil }
+  local function inst(id)
+    local l = st.loops[id]
+    if not l then
+      l = { id = id, history = {}, open_turn = nil }
+      st.loops[id] = l
+      st.order[#st.order + 1] = id
+    end
+    return l
+  end
+  for _, r in ipairs(records) do
+    if r.kind == "event" then
+      local ev = json.decode(r.body)
+      local t = ev.type
+      if t == "SessionStarted" then
+        st.started = st.started or ev
+      elseif t == "LoopStarted" then
+        inst(ev.loop_id).loop = ev.loop
+      elseif t == "TurnStarted" then
+        local l = inst(ev.loop_id)
+        l.history[#l.history + 1] = ev.message
+        l.open_turn = ev.turn_id
+        l.open_cause = ev.cause
+        if not st.title then st.title = title_of(ev.message) end
+      elseif t == "StepDone" then
+        local l = inst(ev.loop_id)
+        l.history[#l.history + 1] = ev.message
+        if ev.results then l.history[#l.history + 1] = ev.results end
+        add_usage(st.usage, ev.usage)
+      elseif t == "TurnFoldedInto" then
+        local l = inst(ev.loop_id)
+        l.history[#l.history + 1] = ev.message
+      elseif TERMINAL[t] then
+        inst(ev.loop_id).open_turn = nil
+      elseif t == "PermissionRequested" then
+        st.gates[ev.gate_id] = ev
+        st.gate_order[#st.gate_order + 1] = ev.gate_id
+      elseif t == "GateResolved" then
+        st.gates[ev.gate_id] = nil
+      elseif t == "SessionActive" or t == "SessionIdle" then
+        st.last_quiescence = t
+      end
+    end
+  end
+  return st
+end
+
+local function restore(r, id, opts)
+  if type(id) ~= "string" then fail("restore", "session id must be a string", 2) end
+  local accept_drift = false
+  if opts ~= nil then
+    if type(opts) ~= "table" then fail("restore", "options must be a table", 2) end
+    for k in pairs(opts) do
+      if k ~= "accept_drift" then fail("restore", "unknown option '" .. tostring(k) .. "'", 2) end
+    end
+    accept_drift = opts.accept_drift == true
+  end
+  local csess, msg, code = core.session_open(r.store, id)
+  if not csess then return nil, msg, code end
+  local records, rerr, rcode = core.journal_read(r.store, id, 1, 0)
+  if not records then csess:close() return nil, rerr, rcode end
+  local st = fold(records)
+  local S = new_session(r, csess)
+  if not st.started then
+    emit(S, "RestoreErrored", { reason = "the journal has no SessionStarted" })
+    csess:close()
+    return nil, "session " .. id .. " has no SessionStarted record", "corrupt"
+  end
+  -- drift: every loop's policy revision against the one it started with
+  local now = loop_revisions(r)
+  local changed = {}
+  for name, rev in pairs(st.started.loops or {}) do
+    if now[name] ~= rev then changed[#changed + 1] = name end
+  end
+  for name in pairs(now) do
+    if not (st.started.loops or {})[name] then changed[#changed + 1] = name end
+  end
+  table.sort(changed)
+  if #changed > 0 and not accept_drift then
+    local m = "the policy of loop(s) " .. table.concat(changed, ", ") ..
+      " changed since the session started (pass { accept_drift = true } to accept)"
+    emit(S, "RestoreErrored", { reason = m, drift = json.array(changed) })
+    csess:close()
+    return nil, m, "drift"
+  end
+  local ok
+  ok, msg, code = emit(S, "RestoreStarted", { drift = json.array(changed),
+    accepted = #changed > 0 or nil })
+  if not ok then csess:close() return nil, msg, code end
+  for _, lid in ipairs(st.order) do
+    local f = st.loops[lid]
+    local name = f.loop or lid:match("^[^#]+")
+    local def = r:loop(name)
+    if def then
+      local inst = new_instance(S, def, lid)
+      inst.history = f.history
+      if f.open_turn then
+        emit(S, "TurnInterrupted", { loop_id = lid, turn_id = f.open_turn, reason = "restored",
+          cause = f.open_cause }, false)
+        emit(S, "LoopIdle", { loop_id = lid }, false)
+      end
+    end
+  end
+  for _, name in ipairs(r.primers) do
+    if not S.loops[name] then
+      new_instance(S, r:loop(name), name)
+      emit(S, "LoopStarted", { loop_id = name, loop = name,
+        revision = r:loop(name):revision() }, false)
+    end
+  end
+  for _, gid in ipairs(st.gate_order) do
+    local g = st.gates[gid]
+    if g then
+      S.open_gates[gid] = { gate_id = gid, loop_id = g.loop_id, turn_id = g.turn_id,
+        call_id = g.call_id, tool = g.tool, request = g.request, unmet = g.unmet,
+        candidates = g.candidates, restored = true }
+      S.gate_order[#S.gate_order + 1] = gid
+    end
+  end
+  if st.last_quiescence == "SessionActive" then emit(S, "SessionIdle", {}, false) end
+  S.usage_sum = st.usage
+  S.title = st.title
+  ok, msg, code = emit(S, "RestoreDone", { loops = #S.loop_order,
+    open_gates = #S.gate_order })
+  if not ok then csess:close() return nil, msg, code end
+  catalog(S, { state = #S.gate_order > 0 and "waiting_on_gate" or "idle", status = "active",
+    loop_count = #S.loop_order, title = S.title })
+  note_usage(S)
+  return S
+end
+
+local function sessions(r)
+  local list, msg, code = core.catalog_list(r.store)
+  if not list then return nil, msg, code end
+  return list
+end
+
+M.rig_methods = {
+  session = function(r, opts) return create(r, opts) end,
+  restore = function(r, id, opts) return restore(r, id, opts) end,
+  sessions = sessions,
+}
+M.Session = Session
+
+return M
