@@ -11,7 +11,10 @@
 --   "openai-compatible" (chat completions at any base_url: Ollama, vLLM, llama.cpp).
 --
 --   local resp = m:invoke(request)      -- or nil, message, code, detail
---   local st = m:stream(request)        -- or nil, message, code, detail
+--   local st = m:stream(request [, { cache = c }]) -- or nil, message, code, detail
+--     cache: a table the caller keeps across calls, { messages = setmetatable({},
+--     { __mode = "k" }) }: messages (and a tools list) passed before are not
+--     checked and copied again; the caller promises not to change them
 --   for chunk in st:chunks() do … end   -- { type = "text"|"thinking"|"tool_use"|"refusal", … }
 --   local resp = st:result()            -- nil, message, code, detail on failure
 --   resp = { message = { role = "assistant", content = { blocks } }, usage = { input_tokens,
@@ -505,13 +508,28 @@ end
 
 local Model = {}
 
-local function start(self, request, invoke)
+local function start(self, request, invoke, opts)
   local m, codec = self._m, self._codec
-  local req = checked(3, request_mod.normalize, request, m)
+  local cache
+  if opts ~= nil then
+    if type(opts) ~= "table" then error("rig.model: options must be a table", 3) end
+    for k in pairs(opts) do
+      if k ~= "cache" then error("rig.model: unknown option '" .. tostring(k) .. "'", 3) end
+    end
+    cache = opts.cache
+    if cache ~= nil and type(cache) ~= "table" then
+      error("rig.model: option 'cache' must be a table", 3)
+    end
+  end
+  local req = checked(3, request_mod.normalize, request, m, nil, cache)
   local body, err = codec.encode(m, req)
   if not body then error("rig.model: " .. tostring(err), 3) end
-  local text, jerr = json.encode(body)
-  if not text then error("rig.model: cannot encode the request: " .. tostring(jerr), 3) end
+  local text
+  if not codec.lazy_body then -- the script model encodes only when it estimates usage
+    local jerr
+    text, jerr = json.encode(body)
+    if not text then error("rig.model: cannot encode the request: " .. tostring(jerr), 3) end
+  end
   local st = setmetatable({ m = m, codec = codec, req = req, body = text, attempts = 0,
     queue = {}, qhead = 1, qtail = 0, state = "open", emitted = false, open = self._open or http_open,
     on_end = self._on_end }, Stream)
@@ -523,8 +541,8 @@ local function start(self, request, invoke)
 end
 
 -- m:stream(request) -> st | nil, message, code, detail
-function Model:stream(request)
-  return start(self, request, false)
+function Model:stream(request, opts)
+  return start(self, request, false, opts)
 end
 
 -- m:invoke(request) -> resp | nil, message, code, detail (streams underneath)

@@ -93,11 +93,15 @@ local function catalog(S, t)
   S.core:catalog(t)
 end
 
+local USAGE_KEYS = { "input_tokens", "output_tokens", "cache_read_tokens",
+                     "cache_creation_tokens", "reasoning_tokens" }
+
 local function add_usage(sum, u)
   if not u then return end
-  for _, k in ipairs({ "input_tokens", "output_tokens", "cache_read_tokens",
-                       "cache_creation_tokens", "reasoning_tokens" }) do
-    if u[k] then sum[k] = (sum[k] or 0) + u[k] end
+  for i = 1, #USAGE_KEYS do
+    local k = USAGE_KEYS[i]
+    local v = u[k]
+    if v then sum[k] = (sum[k] or 0) + v end
   end
   if u.cost then sum.cost = (sum.cost or 0) + u.cost end
 end
@@ -212,7 +216,7 @@ end
 -- One tool call: check, prepare, gate, run. Returns the tool_result block.
 local function run_call(S, inst, turn, call)
   local def = inst.def
-  local tool = def:tool(call.name)
+  local tool = inst.tools[call.name]
   if not tool then
     return tool_result(call.id, "error: unknown tool '" .. tostring(call.name) .. "'", true)
   end
@@ -239,9 +243,9 @@ local function run_call(S, inst, turn, call)
       true)
   end
   req = nreq
-  local gate = def.gate
+  local gate = inst.gate
   if not gate then
-    local m = "permission denied: loop '" .. def.name .. "' has no gate"
+    local m = "permission denied: loop '" .. inst.name .. "' has no gate"
     emit(S, "PermissionDecided", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
       tool = tool.name, call_id = call.id, verdict = "deny", source = "default", reason = m }, false)
     return tool_result(call.id, "error: " .. m, true)
@@ -295,7 +299,7 @@ local function run_call(S, inst, turn, call)
     local enc = json.encode(out)
     text = enc or tostring(out)
   end
-  text = cap_result(text, def.limits.result_bytes)
+  text = cap_result(text, inst.limits.result_bytes)
   if S.want_ephemeral > 0 then
     emit(S, "ToolCallCompleted", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
       tool = tool.name, call_id = call.id, is_error = is_error == true,
@@ -308,18 +312,18 @@ end
 -- `parallel` at a time), a sequential tool alone. Results in call order.
 local function run_calls(S, inst, turn, calls)
   local results = {}
-  local parallel = inst.def.limits.parallel or 8
+  local parallel = inst.limits.parallel or 8
   local i, n = 1, #calls
   while i <= n do
     local c = calls[i]
-    local tool = inst.def:tool(c.name)
+    local tool = inst.tools[c.name]
     if (tool and tool.sequential) or parallel <= 1 then
       results[i] = run_call(S, inst, turn, c)
       i = i + 1
     else
       local batch = {}
       while i <= n and #batch < parallel do
-        local t2 = inst.def:tool(calls[i].name)
+        local t2 = inst.tools[calls[i].name]
         if t2 and t2.sequential then break end
         batch[#batch + 1] = i
         i = i + 1
@@ -347,14 +351,20 @@ end
 
 -- ---- turns ----
 
+-- The loop's request: its tools' specs built once per instance, and a cache
+-- so the model checks and copies each committed message once, not per step.
 local function history_request(inst)
   local def = inst.def
-  local tools
-  if #def.tools > 0 then
-    tools = {}
-    for i, t in ipairs(def.tools) do tools[i] = t:spec() end
+  if inst.tool_specs == nil then
+    local tools = false
+    if #inst.tool_list > 0 then
+      tools = {}
+      for i, t in ipairs(inst.tool_list) do tools[i] = t:spec() end
+    end
+    inst.tool_specs = tools
+    inst.req_cache = { messages = setmetatable({}, { __mode = "k" }) }
   end
-  return { system = def.system, messages = inst.history, tools = tools }
+  return { system = inst.system, messages = inst.history, tools = inst.tool_specs or nil }
 end
 
 local function limit_failure(name, value, what)
@@ -379,7 +389,7 @@ end
 -- terminal event's type and fields.
 local function run_turn(S, inst, item)
   local def = inst.def
-  local limits = def.limits
+  local limits = inst.limits
   local turn = inst.turn
   inst.history[#inst.history + 1] = item.message
   local ok, msg, code = emit(S, "TurnStarted", { loop_id = inst.id, turn_id = turn.id,
@@ -396,7 +406,7 @@ local function run_turn(S, inst, item)
     end
     local step_id = next_id(S, "s")
     turn.step_id = step_id
-    local st, serr, scode = def.model:stream(history_request(inst))
+    local st, serr, scode = inst.model:stream(history_request(inst), { cache = inst.req_cache })
     if not st then
       return "TurnFailed", { error = { code = scode or "model", message = tostring(serr) } }
     end
@@ -444,7 +454,6 @@ local function run_turn(S, inst, item)
       step_id = step_id, message = message, results = tool_msg, usage = resp.usage,
       finish_reason = resp.finish_reason })
     if not ok then return nil, msg, code end
-    note_usage(S)
     local tokens = sum.input_tokens + sum.output_tokens
     if limits.max_tokens and tokens >= limits.max_tokens then
       return "TurnFailed", { error = limit_failure("max_tokens", limits.max_tokens, "token") }
@@ -554,7 +563,13 @@ local function new_session(r, csess)
 end
 
 local function new_instance(S, def, id)
-  local inst = { id = id, def = def, history = {}, queue = {}, busy = false, turn_index = 0 }
+  -- the definition's fields, read once (a frozen definition copies its
+  -- lists on every read)
+  local tools, list = {}, def.tools
+  for _, t in ipairs(list) do tools[t.name] = t end
+  local inst = { id = id, def = def, name = def.name, model = def.model, system = def.system,
+                 gate = def.gate, limits = def.limits, tool_list = list, tools = tools,
+                 history = {}, queue = {}, busy = false, turn_index = 0 }
   S.loops[id] = inst
   S.loop_order[#S.loop_order + 1] = id
   return inst
@@ -647,7 +662,7 @@ function Session:respond_gate(gate_id, action)
     g.answer = action
     local source
     if action == "approve_always" then
-      local gate = self.loops[g.loop_id] and self.loops[g.loop_id].def.gate
+      local gate = self.loops[g.loop_id] and self.loops[g.loop_id].gate
       local ok, err = gate and gate:approve_always(g.candidates or {})
       if gate and not ok then
         action, source = "deny", "rule_write_failed"

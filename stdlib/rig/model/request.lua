@@ -194,18 +194,41 @@ end
 
 local TOOL_NAME = "^[%w_-]+$"
 
-function R.normalize(request, model, level)
+-- cache (optional, owned by the caller): { messages = weak-keyed table } —
+-- a message table seen before is not checked and copied again, and the same
+-- tools list as last time reuses its copy. The caller promises not to change
+-- a message or the tools list after passing it (the session runner's
+-- committed history never changes).
+function R.normalize(request, model, level, cache)
   level = (level or 1) + 1
   if type(request) ~= "table" then fail("request", "must be a table", level) end
   check_fields(request, request_fields, "request", level)
   local out = { stream = true }
   out.system = str(request.system, "request.system", level, true)
-  local n = check_list(request.messages, "request.messages", level)
+  -- with a cache the caller vouches for its list (a strict check is O(n) per call)
+  local n
+  if cache and type(request.messages) == "table" then
+    n = #request.messages
+  else
+    n = check_list(request.messages, "request.messages", level)
+  end
   if n == 0 then fail("request.messages", "must hold at least one message", level) end
   local msgs = {}
-  for i = 1, n do
-    local path = "request.messages[" .. i .. "]"
+  local seen = cache and cache.messages
+  local first = 1
+  -- the same list as last time, grown at its end: copy the normalized prefix
+  if seen and cache.list == request.messages and cache.n <= n then
+    table.move(cache.msgs, 1, cache.n, 1, msgs)
+    first = cache.n + 1
+  end
+  for i = first, n do
     local msg = request.messages[i]
+    local done = seen and seen[msg]
+    if done then
+      msgs[i] = done
+      goto next_message
+    end
+    local path = "request.messages[" .. i .. "]"
     if type(msg) ~= "table" then fail(path, "must be a table", level) end
     check_fields(msg, { role = true, content = true }, path, level)
     local role = msg.role
@@ -227,11 +250,16 @@ function R.normalize(request, model, level)
       end
     end
     msgs[i] = { role = role, content = content }
+    if seen then seen[msg] = msgs[i] end
+    ::next_message::
   end
   out.messages = msgs
+  if seen then cache.list, cache.msgs, cache.n = request.messages, msgs, n end
 
   local names = {}
-  if request.tools ~= nil then
+  if cache and request.tools ~= nil and cache.tools_src == request.tools then
+    out.tools, names = cache.tools, cache.names
+  elseif request.tools ~= nil then
     local tn = check_list(request.tools, "request.tools", level)
     if tn > 0 and not model.tools then
       fail("request.tools", "model '" .. model.name .. "' is declared without tools (tools = false)",
@@ -261,6 +289,7 @@ function R.normalize(request, model, level)
         true), schema = schema }
     end
     if tn > 0 then out.tools = tools end
+    if cache then cache.tools_src, cache.tools, cache.names = request.tools, out.tools, names end
   end
 
   local choice = request.tool_choice

@@ -169,7 +169,7 @@ local function plan(step, n, body)
 end
 
 -- The codec of a script model: the "wire" carries chunk tables.
-local codec = { path = "" }
+local codec = { path = "", lazy_body = true }
 function codec.encode(_, req) return req end
 function codec.headers() return {} end
 function codec.classify() return "server" end
@@ -231,31 +231,36 @@ function S.new(def, M)
   local m = M._checked(3, M._check_common, "rig.model.script",
     { retry = opts.retry or { attempts = 1 }, prices = opts.prices }, { provider = "script", name = name })
 
-  local calls, n = {}, 0
+  local calls, n, head, total = {}, 0, 1, #list
   local function open(st)
     if st.attempts == 1 then
       n = n + 1
       calls[n] = st.req
     end
-    local step = list[1]
+    local step = list[head]
     if step == nil then
       error("rig.model.script: no step left for call " .. n .. " (the script has "
         .. (n - 1) .. ")", 0)
     end
-    table.remove(list, 1)
+    list[head] = nil
+    head = head + 1
     if type(step) == "function" then
       step = step(st.req, n)
       check_step(step, "the step returned for call " .. n, 1)
       if type(step) == "function" then error("rig.model.script: a step function returned a function", 0) end
     end
     if step.delay and step.delay > 0 then rig.sleep(step.delay) end
-    local items = plan(step, n, st.body)
+    local body = st.body
+    if not step.usage and not step.error then
+      body = assert(json.encode(st.req))
+    end
+    local items = plan(step, n, body)
     if items[1].error then return nil, items[1].error[1], items[1].error[2] end
     return setmetatable({ items = items, i = 1, chunk_delay = step.chunk_delay }, Transport)
   end
   local model = M._make(m, codec, { _open = open })
   rawset(model, "calls", function() return calls end)
-  rawset(model, "remaining", function() return #list end)
+  rawset(model, "remaining", function() return total - head + 1 end)
   return model
 end
 
