@@ -404,6 +404,23 @@ static void spec_mount(int old_fd, int new_fd, const struct lr_sbx_mount *m)
 		close(src);
 		return;
 	}
+	if (S_ISCHR(st.st_mode)) {
+		/* A mask (src /dev/null): over a directory of the view, an empty
+		   read-only tmpfs nobody may enter; over a file, the device. */
+		int at = openat2_path(new_fd, m->dst, RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS, 1);
+		struct stat dst_st;
+		if (at >= 0 && fstat(at, &dst_st) == 0 && S_ISDIR(dst_st.st_mode)) {
+			char what[PATH_MAX + 16];
+			snprintf(what, sizeof what, "mask of '%s'", m->dst);
+			mount_fs("tmpfs", "0000", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+				 MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, at, what);
+			close(at);
+			close(src);
+			return;
+		}
+		if (at >= 0)
+			close(at);
+	}
 	int dst = make_point(new_fd, m->dst, !S_ISDIR(st.st_mode));
 	if (dst < 0)
 		die(errno, "mount point '%s'", m->dst);

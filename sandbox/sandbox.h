@@ -162,7 +162,11 @@ struct lr_sbx_path_rule {
 	uint64_t access;
 };
 
-/* One bind in the mount view: host path src visible at dst. */
+/*
+ * One bind in the mount view: host path src visible at dst. A character
+ * device as src (the host's /dev/null) is a mask: bound over a file, and
+ * over a directory replaced by an empty read-only tmpfs of mode 0000.
+ */
 struct lr_sbx_mount {
 	char *src, *dst;
 	int writable;
