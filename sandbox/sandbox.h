@@ -128,9 +128,18 @@ struct lr_sbx_caps {
 	 * (v2, v1/v2 hybrid, v1 only), where the unified hierarchy is, and
 	 * whether memory and pids can be limited there. */
 	char cgroup_note[256];
+	int cached;          /* the namespace and seccomp results came from the per-boot cache */
 };
-/* Probes once per process (cached); safe to call from any thread after the first. */
+/*
+ * Probes once per process (cached); safe to call from any thread after the
+ * first. A tier-A result is also remembered for the boot in a file only the
+ * user can write (probe.c says where and why that cannot weaken anything);
+ * a later process that finds it sets caps->cached and forks no test child.
+ */
 const struct lr_sbx_caps *lr_sbx_probe(void);
+/* The same, ignoring a remembered result (and rewriting it): `sandbox check`.
+   Only before the first lr_sbx_probe of the process. */
+const struct lr_sbx_caps *lr_sbx_probe_fresh(void);
 
 /* The guarantees of DESIGN §8, in report order. */
 enum lr_guarantee {
