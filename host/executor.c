@@ -152,6 +152,7 @@ struct build {
 	size_t mcap, rcap, rocap;
 	struct strv writable; /* canonical writable roots, for the protected walk */
 	const struct lr_exec_ctx *ctx;
+	const struct lr_sbx_caps *caps;
 	char *err;
 };
 
@@ -670,7 +671,12 @@ static int build_view(struct build *b, const struct lr_profile *p)
 				rc = add_root(b, host_roots[i], p->host_write == LR_CAP_ALLOW, 1);
 		}
 		int left = MASK_MAX;
-		if (!rc && getuid() == 0) {
+		/* As root, /etc as others see it: one idmapped mount when the helper
+		   can make it (tier A, /etc read-only), else the walk's masks. */
+		if (!rc && getuid() == 0 && b->caps && b->caps->tier == LR_TIER_A &&
+		    b->caps->etc_idmap && p->host_write != LR_CAP_ALLOW) {
+			b->s->etc_idmap = 1;
+		} else if (!rc && getuid() == 0) {
 			char path[PATH_MAX] = "/etc";
 			int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (fd >= 0)
@@ -758,7 +764,7 @@ int lr_executor_build_spec(const struct lr_profile *p, const struct lr_sbx_caps 
 		       p->command == LR_CAP_DENY ? "" : " and no grant was given");
 		return LR_EREFUSED;
 	}
-	struct build b = { .s = out, .ctx = ctx, .err = err };
+	struct build b = { .s = out, .ctx = ctx, .caps = caps, .err = err };
 	struct strv env = { 0 }, argv = { 0 };
 	int rc = 0;
 	out->exec_id = ctx->exec_id;

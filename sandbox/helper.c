@@ -279,6 +279,88 @@ static void enter_namespaces(const struct lr_sbx_spec *s)
 	write_proc("/proc/self/gid_map", map);
 }
 
+/* ---- /etc as others see it (luarig as root) ---- */
+
+/* A user namespace whose only mapping is 0 -> 65534, as an fd; or -errno. */
+static int idmap_userns(void)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	pid_t c = fork();
+	if (c < 0) {
+		int e = errno;
+		close(p[0]);
+		close(p[1]);
+		return -e;
+	}
+	if (c == 0) {
+		char x = unshare(CLONE_NEWUSER) == 0 ? 'u' : 'e';
+		if (write(p[1], &x, 1) == 1)
+			pause(); /* until the parent has the namespace and kills it */
+		_exit(0);
+	}
+	close(p[1]);
+	char x = 0;
+	ssize_t n;
+	while ((n = read(p[0], &x, 1)) < 0 && errno == EINTR)
+		;
+	close(p[0]);
+	int rc = n == 1 && x == 'u' ? 0 : -EPERM, fd = -1;
+	static const char *const maps[] = { "uid_map", "gid_map" };
+	char path[64];
+	for (int i = 0; i < 2 && !rc; i++) {
+		snprintf(path, sizeof path, "/proc/%ld/%s", (long)c, maps[i]);
+		int m = open(path, O_WRONLY | O_CLOEXEC);
+		if (m < 0 || write(m, "0 65534 1\n", 10) != 10)
+			rc = -errno;
+		if (m >= 0)
+			close(m);
+	}
+	if (!rc) {
+		snprintf(path, sizeof path, "/proc/%ld/ns/user", (long)c);
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			rc = -errno;
+	}
+	kill(c, SIGKILL);
+	while (waitpid(c, NULL, 0) < 0 && errno == EINTR)
+		;
+	return rc ? rc : fd;
+}
+
+/*
+ * A detached, read-only clone of the host's /etc whose owners are mapped
+ * through a namespace that maps only uid/gid 0 to 65534: every file shows an
+ * owner the target is not, so uid 0 without capabilities reads exactly what
+ * others may (no /etc/shadow, no ssh host keys, no 0700 directory), at any
+ * depth, with one mount instead of a walk. Made in the host's user
+ * namespace (idmapping needs CAP_SYS_ADMIN over the filesystem).
+ */
+int lr__sbx_etc_idmapped(void)
+{
+	int ns = idmap_userns();
+	if (ns < 0)
+		return ns;
+	int t = open_tree(AT_FDCWD, "/etc", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+	if (t < 0) {
+		int e = errno;
+		close(ns);
+		return -e;
+	}
+	struct mount_attr a = { .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+					    MOUNT_ATTR_NODEV,
+				.userns_fd = (uint64_t)ns };
+	int rc = mount_setattr(t, "", AT_EMPTY_PATH | AT_RECURSIVE, &a, sizeof a) < 0 ? -errno : 0;
+	close(ns);
+	if (rc) {
+		close(t);
+		return rc;
+	}
+	return t;
+}
+
+static int g_etc = -1; /* the idmapped /etc, made before unshare, attached in the view */
+
 /* ---- the mount view (tier A, in the reaper) ---- */
 
 static int openat2_path(int dirfd, const char *path, uint64_t resolve, int nofollow)
@@ -381,6 +463,16 @@ static int by_depth(const void *a, const void *b)
 
 static void spec_mount(int old_fd, int new_fd, const struct lr_sbx_mount *m)
 {
+	if (g_etc >= 0 && !m->writable && strcmp(m->dst, "/etc") == 0 &&
+	    strcmp(m->src, "/etc") == 0) {
+		int dst = make_point(new_fd, "etc", 0);
+		if (dst < 0)
+			die(errno, "mount point '/etc'");
+		attach(g_etc, dst, "the idmapped /etc");
+		g_etc = -1;
+		close(dst);
+		return;
+	}
 	int src = openat2_path(old_fd, m->src, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS, 1);
 	if (src < 0)
 		die(errno, "mount source '%s'", m->src);
@@ -545,6 +637,10 @@ static void build_view(struct lr_sbx_spec *s)
 	qsort(s->mounts, s->nmounts, sizeof *s->mounts, by_depth);
 	for (size_t i = 0; i < s->nmounts; i++)
 		spec_mount(old_fd, new_fd, &s->mounts[i]);
+	if (g_etc >= 0) { /* no read-only /etc in this view */
+		close(g_etc);
+		g_etc = -1;
+	}
 	for (size_t i = 0; i < s->nreadonly; i++)
 		readonly_mount(new_fd, s->readonly[i]);
 	build_dev(old_fd, new_fd);
@@ -940,6 +1036,13 @@ int lr_sbx_helper_main(int argc, char **argv)
 	int tier_a = s.tier == LR_TIER_A && !s.unconfined;
 	if (!tier_a && s.net == LR_SBX_NET_PROXY)
 		die(0, "proxy networking needs tier A");
+	if (s.etc_idmap) {
+		if (!tier_a || getuid() != 0)
+			die(0, "an idmapped /etc is for a tier A helper running as root");
+		g_etc = lr__sbx_etc_idmapped();
+		if (g_etc < 0)
+			die(-g_etc, "making the idmapped /etc");
+	}
 	if (tier_a)
 		enter_namespaces(&s);
 	else if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)

@@ -470,40 +470,52 @@ static int cache_key(char *out, size_t len)
 	if (strlen(boot) != 36 || uname(&u) < 0 || stat("/proc/self/exe", &exe) < 0)
 		return -1;
 	int n = snprintf(out, len, "luarig probe v%d boot=%s kernel=%.64s %.100s exe=%llx:%llx:%lld:%lld.%09ld "
-			 "uid=%lu gid=%lu tier=A\n", CACHE_VERSION, boot, u.release, u.version,
+			 "uid=%lu gid=%lu tier=A", CACHE_VERSION, boot, u.release, u.version,
 			 (unsigned long long)exe.st_dev, (unsigned long long)exe.st_ino,
 			 (long long)exe.st_size, (long long)exe.st_mtim.tv_sec, exe.st_mtim.tv_nsec,
 			 (unsigned long)getuid(), (unsigned long)getgid());
 	return n > 0 && (size_t)n < len ? 0 : -1;
 }
 
+/* The line after the key: " idmap=0\n" or " idmap=1\n" (an idmapped /etc can be made). */
+#define CACHE_TAIL_LEN 9
+
+/* -1: a miss; else the remembered idmap result (0 or 1). */
 static int cache_hit(void)
 {
-	char key[CACHE_LINE], got[CACHE_LINE + 1];
+	char key[CACHE_LINE], got[CACHE_LINE + CACHE_TAIL_LEN + 1];
 	if (cache_key(key, sizeof key))
-		return 0;
+		return -1;
 	int dir = cache_dir();
 	if (dir < 0)
-		return 0;
+		return -1;
 	int fd = openat(dir, "probe", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	close(dir);
 	if (fd < 0)
-		return 0;
+		return -1;
 	struct stat st;
+	size_t len = strlen(key);
 	ssize_t n = -1;
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-	    (st.st_mode & 022) == 0 && st.st_size == (off_t)strlen(key))
+	    (st.st_mode & 022) == 0 && st.st_size == (off_t)(len + CACHE_TAIL_LEN))
 		n = read(fd, got, sizeof got);
 	close(fd);
-	return n == (ssize_t)strlen(key) && memcmp(got, key, (size_t)n) == 0;
+	if (n != (ssize_t)(len + CACHE_TAIL_LEN) || memcmp(got, key, len) != 0)
+		return -1;
+	if (memcmp(got + len, " idmap=0\n", CACHE_TAIL_LEN) == 0)
+		return 0;
+	if (memcmp(got + len, " idmap=1\n", CACHE_TAIL_LEN) == 0)
+		return 1;
+	return -1;
 }
 
 /* Best effort: a write that fails leaves no file or the old one. */
-static void cache_store(void)
+static void cache_store(int idmap)
 {
-	char key[CACHE_LINE], tmp[32];
-	if (cache_key(key, sizeof key))
+	char key[CACHE_LINE + CACHE_TAIL_LEN + 1], tmp[32];
+	if (cache_key(key, CACHE_LINE))
 		return;
+	strcat(key, idmap ? " idmap=1\n" : " idmap=0\n");
 	int dir = cache_dir();
 	if (dir < 0)
 		return;
@@ -525,10 +537,29 @@ static const char *const step_names[] = { "making / private", "fsopen", "fsconfi
 
 static int fresh_only; /* lr_sbx_probe_fresh: skip the cache's answer */
 
+/* As root: can the helper make an idmapped /etc? Tried in a child; the fds die with it. */
+static void idmap_child(int fd, void *arg)
+{
+	(void)arg;
+	int t = lr__sbx_etc_idmapped();
+	int ok = t >= 0;
+	ssize_t n = write(fd, &ok, sizeof ok);
+	_exit(n == (ssize_t)sizeof ok ? 0 : 1);
+}
+
+static int probe_idmap(void)
+{
+	int ok = 0;
+	if (geteuid() != 0 || getuid() != 0 || in_child(idmap_child, NULL, &ok, sizeof ok))
+		return 0;
+	return ok;
+}
+
 /* What the cache stands for: every namespace, the uid map, the mount API and seccomp work. */
-static void probe_cached(struct lr_sbx_caps *c)
+static void probe_cached(struct lr_sbx_caps *c, int idmap)
 {
 	c->userns = c->mountns = c->pidns = c->netns = c->mount_api = c->seccomp = 1;
+	c->etc_idmap = idmap;
 	c->cached = 1;
 	long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
 	c->landlock_abi = abi > 0 ? (int)abi : 0;
@@ -542,8 +573,9 @@ static void probe(void)
 {
 	struct lr_sbx_caps *c = &caps;
 	memset(c, 0, sizeof *c);
-	if (!fresh_only && cache_hit()) {
-		probe_cached(c);
+	int hit = fresh_only ? -1 : cache_hit();
+	if (hit >= 0) {
+		probe_cached(c, hit);
 		return;
 	}
 
@@ -589,7 +621,8 @@ static void probe(void)
 	int all_ns = c->userns && c->mountns && c->pidns && c->netns && ns.ipc && ns.uts && ns.all;
 	if (all_ns && c->mount_api && c->landlock_abi >= 1 && c->seccomp) {
 		c->tier = LR_TIER_A;
-		cache_store();
+		c->etc_idmap = probe_idmap();
+		cache_store(c->etc_idmap);
 	}
 	else if (c->landlock_abi >= 1 && c->seccomp)
 		c->tier = LR_TIER_B;
