@@ -35,6 +35,7 @@
 #include <linux/capability.h>
 #include <linux/landlock.h>
 #include <linux/openat2.h>
+#include <linux/sched.h>
 #include <linux/securebits.h>
 #include <net/if.h>
 #include <sched.h>
@@ -281,32 +282,21 @@ static void enter_namespaces(const struct lr_sbx_spec *s)
 
 /* ---- /etc as others see it (luarig as root) ---- */
 
-/* A user namespace whose only mapping is 0 -> 65534, as an fd; or -errno. */
+/*
+ * A user namespace whose only mapping is 0 -> 65534, as an fd; or -errno.
+ * A child is cloned into a new user namespace and exits at once: its
+ * namespace stays reachable through /proc/PID until it is reaped, so the
+ * maps are written and the namespace opened without waiting for it to run.
+ */
 static int idmap_userns(void)
 {
-	int p[2];
-	if (pipe2(p, O_CLOEXEC) < 0)
+	struct clone_args ca = { .flags = CLONE_NEWUSER, .exit_signal = SIGCHLD };
+	pid_t c = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+	if (c < 0)
 		return -errno;
-	pid_t c = fork();
-	if (c < 0) {
-		int e = errno;
-		close(p[0]);
-		close(p[1]);
-		return -e;
-	}
-	if (c == 0) {
-		char x = unshare(CLONE_NEWUSER) == 0 ? 'u' : 'e';
-		if (write(p[1], &x, 1) == 1)
-			pause(); /* until the parent has the namespace and kills it */
+	if (c == 0)
 		_exit(0);
-	}
-	close(p[1]);
-	char x = 0;
-	ssize_t n;
-	while ((n = read(p[0], &x, 1)) < 0 && errno == EINTR)
-		;
-	close(p[0]);
-	int rc = n == 1 && x == 'u' ? 0 : -EPERM, fd = -1;
+	int rc = 0, fd = -1;
 	static const char *const maps[] = { "uid_map", "gid_map" };
 	char path[64];
 	for (int i = 0; i < 2 && !rc; i++) {
@@ -322,7 +312,6 @@ static int idmap_userns(void)
 		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
 			rc = -errno;
 	}
-	kill(c, SIGKILL);
 	while (waitpid(c, NULL, 0) < 0 && errno == EINTR)
 		;
 	return rc ? rc : fd;
