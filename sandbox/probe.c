@@ -483,7 +483,7 @@ static int cache_key(char *out, size_t len)
 /* -1: a miss; else the remembered idmap result (0 or 1). */
 static int cache_hit(void)
 {
-	char key[CACHE_LINE], got[CACHE_LINE + CACHE_TAIL_LEN + 1];
+	char key[CACHE_LINE], got[CACHE_LINE + CACHE_TAIL_LEN + 1] = "";
 	if (cache_key(key, sizeof key))
 		return -1;
 	int dir = cache_dir();
