@@ -152,6 +152,7 @@ struct build {
 	size_t mcap, rcap, rocap;
 	struct strv writable; /* canonical writable roots, for the protected walk */
 	const struct lr_exec_ctx *ctx;
+	const struct lr_sbx_caps *caps;
 	char *err;
 };
 
@@ -181,43 +182,82 @@ static int add_root(struct build *b, const char *path, int writable, int exec)
  * Root's secrets in a read-only host root. The target runs with the real
  * uid mapped, so when luarig runs as root it owns /etc/shadow and every
  * other root-only file of the roots it is given; capabilities are dropped
- * but ownership is not. Each file there that others may not read
- * (/etc/shadow, /etc/gshadow, ssh host keys, sudoers, ...) gets /dev/null
- * bound over it. A bounded walk of /etc only: other host roots hold
- * programs and libraries, not secrets.
+ * but ownership is not. So the view shows /etc as others see it: each
+ * regular file there that others may not read (/etc/shadow, /etc/gshadow,
+ * ssh host keys, sudoers, ...) gets /dev/null bound over it, and each
+ * directory others may not search (/etc/ssl/private, polkit rules) is
+ * covered whole by an empty read-only tmpfs (the spec says "src /dev/null"
+ * for both; the helper picks by what dst is). A walk of /etc only: other
+ * host roots hold programs and libraries, not secrets.
+ *
+ * The walk is dirfd-relative (no path is resolved twice) and trusts d_type
+ * to skip symlinks without a stat (most of /etc: alternatives, rc.d);
+ * DT_UNKNOWN gets an fstatat. It fails closed: a directory at the depth
+ * limit is masked whole rather than left unchecked, and more than
+ * MASK_MAX masks refuses the run instead of leaving the rest readable.
  */
-#define MASK_MAX 256
-static int mask_private(struct build *b, const char *dir, int depth, int *left)
+#define MASK_MAX 128 /* the spec holds at most LR_SBX_MAX_MOUNTS (256) binds */
+#define MASK_DEPTH 8
+
+static int add_mask(struct build *b, const char *path)
 {
-	DIR *d = opendir(dir);
-	if (!d)
+	struct lr_sbx_spec *s = b->s;
+	if (grow((void **)&s->mounts, &b->mcap, s->nmounts, sizeof *s->mounts) < 0)
+		return -ENOMEM;
+	char *src = strdup("/dev/null"), *dst = strdup(path);
+	if (!src || !dst) {
+		free(src);
+		free(dst);
+		return -ENOMEM;
+	}
+	s->mounts[s->nmounts++] = (struct lr_sbx_mount){ .src = src, .dst = dst, .writable = 0 };
+	return 0;
+}
+
+static int mask_private(struct build *b, int dfd, char *path, size_t plen, int depth, int *left)
+{
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
 		return 0;
+	}
 	int rc = 0;
 	struct dirent *e;
-	while (!rc && (e = readdir(d)) != NULL && *left > 0) {
+	while (!rc && (e = readdir(d)) != NULL) {
 		if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
 			continue;
-		char path[PATH_MAX];
-		if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path)
+		unsigned char t = e->d_type;
+		if (t != DT_REG && t != DT_DIR && t != DT_UNKNOWN)
+			continue; /* symlinks, devices, fifos, sockets: nothing to read through */
+		size_t n = strlen(e->d_name);
+		if (plen + 1 + n >= PATH_MAX)
 			continue;
 		struct stat st;
-		if (lstat(path, &st) < 0)
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
-		if (S_ISDIR(st.st_mode) && depth < 3) {
-			rc = mask_private(b, path, depth + 1, left);
-		} else if (S_ISREG(st.st_mode) && !(st.st_mode & S_IROTH)) {
-			struct lr_sbx_spec *s = b->s;
-			if (grow((void **)&s->mounts, &b->mcap, s->nmounts, sizeof *s->mounts) < 0)
-				return -ENOMEM;
-			char *src = strdup("/dev/null"), *dst = strdup(path);
-			if (!src || !dst) {
-				free(src);
-				free(dst);
-				return -ENOMEM;
-			}
-			s->mounts[s->nmounts++] = (struct lr_sbx_mount){ .src = src, .dst = dst, .writable = 0 };
-			(*left)--;
+		int mask = 0, descend = 0;
+		if (S_ISREG(st.st_mode))
+			mask = !(st.st_mode & S_IROTH);
+		else if (S_ISDIR(st.st_mode)) {
+			mask = !(st.st_mode & S_IXOTH) || depth + 1 >= MASK_DEPTH;
+			descend = !mask;
 		}
+		if (!mask && !descend)
+			continue;
+		path[plen] = '/';
+		memcpy(path + plen + 1, e->d_name, n + 1);
+		if (mask) {
+			if (--*left < 0)
+				rc = -E2BIG;
+			else
+				rc = add_mask(b, path);
+		} else {
+			int sub = openat(dirfd(d), e->d_name,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0)
+				rc = mask_private(b, sub, path, plen + 1 + n, depth + 1, left);
+		}
+		path[plen] = '\0';
 	}
 	closedir(d);
 	return rc;
@@ -631,8 +671,20 @@ static int build_view(struct build *b, const struct lr_profile *p)
 				rc = add_root(b, host_roots[i], p->host_write == LR_CAP_ALLOW, 1);
 		}
 		int left = MASK_MAX;
-		if (!rc && getuid() == 0 && is_dir("/etc"))
-			rc = mask_private(b, "/etc", 0, &left);
+		/* As root, /etc as others see it: one idmapped mount when the helper
+		   can make it (tier A, /etc read-only), else the walk's masks. */
+		if (!rc && getuid() == 0 && b->caps && b->caps->tier == LR_TIER_A &&
+		    b->caps->etc_idmap && p->host_write != LR_CAP_ALLOW) {
+			b->s->etc_idmap = 1;
+		} else if (!rc && getuid() == 0) {
+			char path[PATH_MAX] = "/etc";
+			int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (fd >= 0)
+				rc = mask_private(b, fd, path, strlen(path), 0, &left);
+			if (rc == -E2BIG)
+				seterr(b->err, "executor: more than %d files of /etc are private to root; "
+				       "refusing rather than leaving some readable", MASK_MAX);
+		}
 	}
 	for (size_t i = 0; i < p->nroots && !rc; i++) {
 		const struct lr_sbx_root *x = &p->roots[i];
@@ -712,7 +764,7 @@ int lr_executor_build_spec(const struct lr_profile *p, const struct lr_sbx_caps 
 		       p->command == LR_CAP_DENY ? "" : " and no grant was given");
 		return LR_EREFUSED;
 	}
-	struct build b = { .s = out, .ctx = ctx, .err = err };
+	struct build b = { .s = out, .ctx = ctx, .caps = caps, .err = err };
 	struct strv env = { 0 }, argv = { 0 };
 	int rc = 0;
 	out->exec_id = ctx->exec_id;
@@ -759,7 +811,8 @@ int lr_executor_build_spec(const struct lr_profile *p, const struct lr_sbx_caps 
 	}
 
 	if (!out->unconfined && (rc = build_view(&b, p)) != 0) {
-		seterr(err, "executor: cannot build the view: %s", lr_strerror(rc));
+		if (!err[0])
+			seterr(err, "executor: cannot build the view: %s", lr_strerror(rc));
 		goto fail;
 	}
 	if (out->net == LR_SBX_NET_PROXY && (rc = point_resolver(&b, ctx)) != 0) {

@@ -49,7 +49,7 @@ static int cmd_check(void)
 	struct lr_profile p;
 	lr_profile_init(&p);
 	p.workspace_root = cwd;
-	const struct lr_sbx_caps *c = lr_sbx_probe();
+	const struct lr_sbx_caps *c = lr_sbx_probe_fresh();
 	struct lr_sbx_report r;
 	int rc = lr_sbx_report(&p, c, &r, err);
 	printf("tier: %s\n", c->tier == LR_TIER_A ? "A" : c->tier == LR_TIER_B ? "B" : "none");

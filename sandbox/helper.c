@@ -35,6 +35,7 @@
 #include <linux/capability.h>
 #include <linux/landlock.h>
 #include <linux/openat2.h>
+#include <linux/sched.h>
 #include <linux/securebits.h>
 #include <net/if.h>
 #include <sched.h>
@@ -279,6 +280,76 @@ static void enter_namespaces(const struct lr_sbx_spec *s)
 	write_proc("/proc/self/gid_map", map);
 }
 
+/* ---- /etc as others see it (luarig as root) ---- */
+
+/*
+ * A user namespace whose only mapping is 0 -> 65534, as an fd; or -errno.
+ * A child is cloned into a new user namespace and exits at once: its
+ * namespace stays reachable through /proc/PID until it is reaped, so the
+ * maps are written and the namespace opened without waiting for it to run.
+ */
+static int idmap_userns(void)
+{
+	struct clone_args ca = { .flags = CLONE_NEWUSER, .exit_signal = SIGCHLD };
+	pid_t c = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+	if (c < 0)
+		return -errno;
+	if (c == 0)
+		_exit(0);
+	int rc = 0, fd = -1;
+	static const char *const maps[] = { "uid_map", "gid_map" };
+	char path[64];
+	for (int i = 0; i < 2 && !rc; i++) {
+		snprintf(path, sizeof path, "/proc/%ld/%s", (long)c, maps[i]);
+		int m = open(path, O_WRONLY | O_CLOEXEC);
+		if (m < 0 || write(m, "0 65534 1\n", 10) != 10)
+			rc = -errno;
+		if (m >= 0)
+			close(m);
+	}
+	if (!rc) {
+		snprintf(path, sizeof path, "/proc/%ld/ns/user", (long)c);
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			rc = -errno;
+	}
+	while (waitpid(c, NULL, 0) < 0 && errno == EINTR)
+		;
+	return rc ? rc : fd;
+}
+
+/*
+ * A detached, read-only clone of the host's /etc whose owners are mapped
+ * through a namespace that maps only uid/gid 0 to 65534: every file shows an
+ * owner the target is not, so uid 0 without capabilities reads exactly what
+ * others may (no /etc/shadow, no ssh host keys, no 0700 directory), at any
+ * depth, with one mount instead of a walk. Made in the host's user
+ * namespace (idmapping needs CAP_SYS_ADMIN over the filesystem).
+ */
+int lr__sbx_etc_idmapped(void)
+{
+	int ns = idmap_userns();
+	if (ns < 0)
+		return ns;
+	int t = open_tree(AT_FDCWD, "/etc", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+	if (t < 0) {
+		int e = errno;
+		close(ns);
+		return -e;
+	}
+	struct mount_attr a = { .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+					    MOUNT_ATTR_NODEV,
+				.userns_fd = (uint64_t)ns };
+	int rc = mount_setattr(t, "", AT_EMPTY_PATH | AT_RECURSIVE, &a, sizeof a) < 0 ? -errno : 0;
+	close(ns);
+	if (rc) {
+		close(t);
+		return rc;
+	}
+	return t;
+}
+
+static int g_etc = -1; /* the idmapped /etc, made before unshare, attached in the view */
+
 /* ---- the mount view (tier A, in the reaper) ---- */
 
 static int openat2_path(int dirfd, const char *path, uint64_t resolve, int nofollow)
@@ -381,6 +452,16 @@ static int by_depth(const void *a, const void *b)
 
 static void spec_mount(int old_fd, int new_fd, const struct lr_sbx_mount *m)
 {
+	if (g_etc >= 0 && !m->writable && strcmp(m->dst, "/etc") == 0 &&
+	    strcmp(m->src, "/etc") == 0) {
+		int dst = make_point(new_fd, "etc", 0);
+		if (dst < 0)
+			die(errno, "mount point '/etc'");
+		attach(g_etc, dst, "the idmapped /etc");
+		g_etc = -1;
+		close(dst);
+		return;
+	}
 	int src = openat2_path(old_fd, m->src, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS, 1);
 	if (src < 0)
 		die(errno, "mount source '%s'", m->src);
@@ -403,6 +484,23 @@ static void spec_mount(int old_fd, int new_fd, const struct lr_sbx_mount *m)
 		close(pfd);
 		close(src);
 		return;
+	}
+	if (S_ISCHR(st.st_mode)) {
+		/* A mask (src /dev/null): over a directory of the view, an empty
+		   read-only tmpfs nobody may enter; over a file, the device. */
+		int at = openat2_path(new_fd, m->dst, RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS, 1);
+		struct stat dst_st;
+		if (at >= 0 && fstat(at, &dst_st) == 0 && S_ISDIR(dst_st.st_mode)) {
+			char what[PATH_MAX + 16];
+			snprintf(what, sizeof what, "mask of '%s'", m->dst);
+			mount_fs("tmpfs", "0000", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+				 MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, at, what);
+			close(at);
+			close(src);
+			return;
+		}
+		if (at >= 0)
+			close(at);
 	}
 	int dst = make_point(new_fd, m->dst, !S_ISDIR(st.st_mode));
 	if (dst < 0)
@@ -528,6 +626,10 @@ static void build_view(struct lr_sbx_spec *s)
 	qsort(s->mounts, s->nmounts, sizeof *s->mounts, by_depth);
 	for (size_t i = 0; i < s->nmounts; i++)
 		spec_mount(old_fd, new_fd, &s->mounts[i]);
+	if (g_etc >= 0) { /* no read-only /etc in this view */
+		close(g_etc);
+		g_etc = -1;
+	}
 	for (size_t i = 0; i < s->nreadonly; i++)
 		readonly_mount(new_fd, s->readonly[i]);
 	build_dev(old_fd, new_fd);
@@ -923,6 +1025,13 @@ int lr_sbx_helper_main(int argc, char **argv)
 	int tier_a = s.tier == LR_TIER_A && !s.unconfined;
 	if (!tier_a && s.net == LR_SBX_NET_PROXY)
 		die(0, "proxy networking needs tier A");
+	if (s.etc_idmap) {
+		if (!tier_a || getuid() != 0)
+			die(0, "an idmapped /etc is for a tier A helper running as root");
+		g_etc = lr__sbx_etc_idmapped();
+		if (g_etc < 0)
+			die(-g_etc, "making the idmapped /etc");
+	}
 	if (tier_a)
 		enter_namespaces(&s);
 	else if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)

@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -385,14 +386,198 @@ static void add_why(struct lr_sbx_caps *c, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* ------------------------------------------------------------------ */
+/* the per-boot cache of a tier-A result                                */
+
+/*
+ * The namespace and seccomp probes fork test children (~3 ms); their
+ * answer changes only with the kernel, its settings or luarig itself. So a
+ * complete tier-A result is remembered for the boot, in a file only the
+ * user can write: root's in /run/luarig, another user's in
+ * $XDG_RUNTIME_DIR/luarig or /tmp/luarig-UID. Each directory is opened
+ * without following links and used only when it is a directory owned by
+ * the user with no group or other permissions; the file only when it is a
+ * regular file of the user's that nobody else may write.
+ *
+ * The file holds one line, the key: a format version, the boot id, the
+ * kernel's release and version, the luarig binary's identity (device,
+ * inode, size, mtime: another build may probe differently) and the uid and
+ * gid. A line equal to the one this process would write is a hit; anything
+ * else is a miss and the probe runs.
+ *
+ * Why this cannot weaken anything: the cache can only say "tier A", and
+ * every step of tier A is redone by the helper, which dies with exit 126
+ * when one fails (unshare, the uid map, the mount API, libseccomp, the
+ * filter). A stale or forged line on a machine that lost a capability
+ * (a sysctl turned user namespaces off) makes runs fail closed, never run
+ * with less. Landlock's ABI and the cgroup layout (which differs per
+ * process) are read fresh every time. A degraded result is not cached, so a
+ * machine that gains a capability uses it at once. `luarig sandbox check`
+ * always probes afresh and rewrites the file.
+ */
+#define CACHE_VERSION 1
+#define CACHE_LINE 512
+
+static int cache_dir_ok(int fd)
+{
+	struct stat st;
+	return fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) &&
+	       st.st_uid == geteuid() && (st.st_mode & 077) == 0;
+}
+
+/* The cache directory, checked, or -1 (no cache here). */
+static int cache_dir(void)
+{
+	const int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+	int fd = -1;
+	if (geteuid() == 0) {
+		if (mkdir("/run/luarig", 0700) < 0 && errno != EEXIST)
+			return -1;
+		fd = open("/run/luarig", flags);
+	} else {
+		const char *x = getenv("XDG_RUNTIME_DIR");
+		int base = x && x[0] == '/' ? open(x, flags) : -1;
+		if (cache_dir_ok(base)) {
+			if (mkdirat(base, "luarig", 0700) < 0 && errno != EEXIST) {
+				close(base);
+				return -1;
+			}
+			fd = openat(base, "luarig", flags);
+		} else {
+			char tmp[64];
+			snprintf(tmp, sizeof tmp, "/tmp/luarig-%lu", (unsigned long)geteuid());
+			if (mkdir(tmp, 0700) == 0 || errno == EEXIST)
+				fd = open(tmp, flags);
+		}
+		if (base >= 0)
+			close(base);
+	}
+	if (!cache_dir_ok(fd)) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* The line this process would write; 0, or -1 when a part is unknown (no cache). */
+static int cache_key(char *out, size_t len)
+{
+	char boot[64];
+	read_small("/proc/sys/kernel/random/boot_id", boot, sizeof boot);
+	struct utsname u;
+	struct stat exe;
+	if (strlen(boot) != 36 || uname(&u) < 0 || stat("/proc/self/exe", &exe) < 0)
+		return -1;
+	int n = snprintf(out, len, "luarig probe v%d boot=%s kernel=%.64s %.100s exe=%llx:%llx:%lld:%lld.%09ld "
+			 "uid=%lu gid=%lu tier=A", CACHE_VERSION, boot, u.release, u.version,
+			 (unsigned long long)exe.st_dev, (unsigned long long)exe.st_ino,
+			 (long long)exe.st_size, (long long)exe.st_mtim.tv_sec, exe.st_mtim.tv_nsec,
+			 (unsigned long)getuid(), (unsigned long)getgid());
+	return n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+/* The line after the key: " idmap=0\n" or " idmap=1\n" (an idmapped /etc can be made). */
+#define CACHE_TAIL_LEN 9
+
+/* -1: a miss; else the remembered idmap result (0 or 1). */
+static int cache_hit(void)
+{
+	char key[CACHE_LINE], got[CACHE_LINE + CACHE_TAIL_LEN + 1] = "";
+	if (cache_key(key, sizeof key))
+		return -1;
+	int dir = cache_dir();
+	if (dir < 0)
+		return -1;
+	int fd = openat(dir, "probe", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	close(dir);
+	if (fd < 0)
+		return -1;
+	struct stat st;
+	size_t len = strlen(key);
+	ssize_t n = -1;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+	    (st.st_mode & 022) == 0 && st.st_size == (off_t)(len + CACHE_TAIL_LEN))
+		n = read(fd, got, sizeof got);
+	close(fd);
+	if (n != (ssize_t)(len + CACHE_TAIL_LEN) || memcmp(got, key, len) != 0)
+		return -1;
+	if (memcmp(got + len, " idmap=0\n", CACHE_TAIL_LEN) == 0)
+		return 0;
+	if (memcmp(got + len, " idmap=1\n", CACHE_TAIL_LEN) == 0)
+		return 1;
+	return -1;
+}
+
+/* Best effort: a write that fails leaves no file or the old one. */
+static void cache_store(int idmap)
+{
+	char key[CACHE_LINE + CACHE_TAIL_LEN + 1], tmp[32];
+	if (cache_key(key, CACHE_LINE))
+		return;
+	strcat(key, idmap ? " idmap=1\n" : " idmap=0\n");
+	int dir = cache_dir();
+	if (dir < 0)
+		return;
+	snprintf(tmp, sizeof tmp, "probe.%ld", (long)getpid());
+	int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		size_t len = strlen(key);
+		int ok = write(fd, key, len) == (ssize_t)len;
+		ok = close(fd) == 0 && ok;
+		if (!ok || renameat(dir, tmp, dir, "probe") < 0)
+			unlinkat(dir, tmp, 0);
+	}
+	close(dir);
+}
+
 static const char *const step_names[] = { "making / private", "fsopen", "fsconfig", "fsmount",
 					  "move_mount", "open_tree", "mkdir", "move_mount",
 					  "checking the moved tree" };
+
+static int fresh_only; /* lr_sbx_probe_fresh: skip the cache's answer */
+
+/* As root: can the helper make an idmapped /etc? Tried in a child; the fds die with it. */
+static void idmap_child(int fd, void *arg)
+{
+	(void)arg;
+	int t = lr__sbx_etc_idmapped();
+	int ok = t >= 0;
+	ssize_t n = write(fd, &ok, sizeof ok);
+	_exit(n == (ssize_t)sizeof ok ? 0 : 1);
+}
+
+static int probe_idmap(void)
+{
+	int ok = 0;
+	if (geteuid() != 0 || getuid() != 0 || in_child(idmap_child, NULL, &ok, sizeof ok))
+		return 0;
+	return ok;
+}
+
+/* What the cache stands for: every namespace, the uid map, the mount API and seccomp work. */
+static void probe_cached(struct lr_sbx_caps *c, int idmap)
+{
+	c->userns = c->mountns = c->pidns = c->netns = c->mount_api = c->seccomp = 1;
+	c->etc_idmap = idmap;
+	c->cached = 1;
+	long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+	c->landlock_abi = abi > 0 ? (int)abi : 0;
+	if (abi <= 0)
+		add_why(c, "no landlock: %s", strerror(errno));
+	probe_cgroup(c);
+	c->tier = c->landlock_abi >= 1 ? LR_TIER_A : LR_TIER_NONE;
+}
 
 static void probe(void)
 {
 	struct lr_sbx_caps *c = &caps;
 	memset(c, 0, sizeof *c);
+	int hit = fresh_only ? -1 : cache_hit();
+	if (hit >= 0) {
+		probe_cached(c, hit);
+		return;
+	}
 
 	struct ids ids = { getuid(), getgid() };
 	struct ns_result ns;
@@ -434,8 +619,11 @@ static void probe(void)
 	probe_cgroup(c);
 
 	int all_ns = c->userns && c->mountns && c->pidns && c->netns && ns.ipc && ns.uts && ns.all;
-	if (all_ns && c->mount_api && c->landlock_abi >= 1 && c->seccomp)
+	if (all_ns && c->mount_api && c->landlock_abi >= 1 && c->seccomp) {
 		c->tier = LR_TIER_A;
+		c->etc_idmap = probe_idmap();
+		cache_store(c->etc_idmap);
+	}
 	else if (c->landlock_abi >= 1 && c->seccomp)
 		c->tier = LR_TIER_B;
 	else
@@ -446,6 +634,12 @@ const struct lr_sbx_caps *lr_sbx_probe(void)
 {
 	pthread_once(&once, probe);
 	return &caps;
+}
+
+const struct lr_sbx_caps *lr_sbx_probe_fresh(void)
+{
+	fresh_only = 1;
+	return lr_sbx_probe();
 }
 
 /* ------------------------------------------------------------------ */

@@ -128,9 +128,19 @@ struct lr_sbx_caps {
 	 * (v2, v1/v2 hybrid, v1 only), where the unified hierarchy is, and
 	 * whether memory and pids can be limited there. */
 	char cgroup_note[256];
+	int cached;          /* the namespace and seccomp results came from the per-boot cache */
+	int etc_idmap;       /* as root: an idmapped clone of /etc can be made (spec etc_idmap) */
 };
-/* Probes once per process (cached); safe to call from any thread after the first. */
+/*
+ * Probes once per process (cached); safe to call from any thread after the
+ * first. A tier-A result is also remembered for the boot in a file only the
+ * user can write (probe.c says where and why that cannot weaken anything);
+ * a later process that finds it sets caps->cached and forks no test child.
+ */
 const struct lr_sbx_caps *lr_sbx_probe(void);
+/* The same, ignoring a remembered result (and rewriting it): `sandbox check`.
+   Only before the first lr_sbx_probe of the process. */
+const struct lr_sbx_caps *lr_sbx_probe_fresh(void);
 
 /* The guarantees of DESIGN §8, in report order. */
 enum lr_guarantee {
@@ -162,7 +172,11 @@ struct lr_sbx_path_rule {
 	uint64_t access;
 };
 
-/* One bind in the mount view: host path src visible at dst. */
+/*
+ * One bind in the mount view: host path src visible at dst. A character
+ * device as src (the host's /dev/null) is a mask: bound over a file, and
+ * over a directory replaced by an empty read-only tmpfs of mode 0000.
+ */
 struct lr_sbx_mount {
 	char *src, *dst;
 	int writable;
@@ -201,6 +215,13 @@ struct lr_sbx_spec {
 	uint16_t proxy_port;       /* LR_SBX_NET_PROXY: the loopback port of the HTTP/CONNECT listener */
 	uint16_t dns_port;         /* and of the DNS stub (UDP) */
 	char *cgroup;              /* a cgroup directory to create and enter, or NULL */
+	/*
+	 * luarig runs as root: /etc is bound through an idmapped mount (every
+	 * owner shown as an unmapped id), so the target, uid 0 without
+	 * capabilities, reads there only what others may read. The helper
+	 * makes it before it leaves the host's user namespace, or exits 126.
+	 */
+	int etc_idmap;
 	uid_t uid;                 /* the real uid/gid mapped inside */
 	gid_t gid;
 };
@@ -228,6 +249,12 @@ enum { LR_SBX_FD_SPEC = 3, LR_SBX_FD_CONTROL = 4 };
  * (a message on stderr starting "luarig sandbox: ").
  */
 int lr_sbx_helper_main(int argc, char **argv);
+/*
+ * (folder-internal, helper.c) As root: a detached read-only clone of /etc,
+ * idmapped so that every owner is one the target is not. A mount fd, or
+ * -errno. The probe tries it; the helper attaches it for spec etc_idmap.
+ */
+int lr__sbx_etc_idmapped(void);
 
 /* ---- sbx-helper: the spec's caps and the proxy listeners (sandbox/spec.c, helper.c) ---- */
 

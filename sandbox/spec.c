@@ -92,6 +92,7 @@ int lr_sbx_spec_encode(const struct lr_sbx_spec *s, char **out, size_t *len)
 	if (!rc) rc = set_new(o, "exec_id", uint_json(s->exec_id));
 	if (!rc) rc = set_new(o, "tier", json_string(s->tier == LR_TIER_A ? "A" : "B"));
 	if (!rc) rc = set_new(o, "unconfined", json_boolean(s->unconfined));
+	if (!rc && s->etc_idmap) rc = set_new(o, "etc_idmap", json_true());
 	if (!rc) rc = set_new(o, "argv", strv_json(s->argv, strv_len(s->argv)));
 	if (!rc) rc = set_new(o, "envp", strv_json(s->envp, strv_len(s->envp)));
 	if (!rc) rc = set_new(o, "cwd", json_string(s->cwd));
@@ -352,7 +353,8 @@ static int decode_object(json_t *o, struct lr_sbx_spec *s, char err[LR_SBX_ERRLE
 {
 	static const char *const keys[] = {
 		"v", "exec_id", "tier", "unconfined", "argv", "envp", "cwd", "mounts", "rules",
-		"readonly", "limits", "net", "proxy_port", "dns_port", "cgroup", "uid", "gid", NULL
+		"readonly", "limits", "net", "proxy_port", "dns_port", "cgroup", "uid", "gid",
+		"etc_idmap", NULL
 	};
 	json_t *v;
 	uint64_t u;
@@ -382,6 +384,11 @@ static int decode_object(json_t *o, struct lr_sbx_spec *s, char err[LR_SBX_ERRLE
 		if (!json_is_boolean(v))
 			return fail(err, "'unconfined' must be a boolean");
 		s->unconfined = json_is_true(v);
+	}
+	if ((v = json_object_get(o, "etc_idmap"))) {
+		if (!json_is_boolean(v))
+			return fail(err, "'etc_idmap' must be a boolean");
+		s->etc_idmap = json_is_true(v);
 	}
 	if ((rc = need(o, "argv", &v, err)) ||
 	    (rc = decode_strv(v, LR_SBX_MAX_ARGS, LR_SBX_MAX_ARG, 0, "argv", &s->argv, &n, err)))

@@ -11,6 +11,9 @@ missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
+# npm (the sandbox suite's npm-through-the-proxy case, the bench's srt peer): Debian ships
+# it apart from nodejs; NodeSource's nodejs bundles it (and conflicts with Debian's npm).
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" != 0 ]; then
 	echo "deps: missing packages:$missing" >&2
@@ -22,5 +25,5 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 # nodejs may come from another repository with its own package name; it is only a benchmark peer.
 apt-get install -y -qq --no-install-recommends $missing >/dev/null || {
-	apt-get install -y -qq --no-install-recommends $(echo "$missing" | sed 's/ nodejs//') >/dev/null
+	apt-get install -y -qq --no-install-recommends $(echo "$missing" | sed 's/ nodejs//; s/ npm//') >/dev/null
 }

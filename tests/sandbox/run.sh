@@ -74,6 +74,23 @@ if [ "$(id -u)" = 0 ] && [ -f /etc/shadow ]; then
 	! sh_box "head -c 1 /etc/shadow | grep -q ." >/dev/null 2>&1; d=$?
 	check 1 "as root, /etc/shadow of a read-only host root is not readable" $c $d
 fi
+# ... nor a file below a directory of /etc others cannot search (masked whole), at any depth
+if [ "$(id -u)" = 0 ] && [ -d /etc ]; then
+	PD=/etc/lr-sbx-private-$$
+	mkdir -p "$PD/a/b/c/d/e/f/g/h/i" && chmod 700 "$PD" && echo secret >"$PD/a/key" &&
+		echo deep >"$PD/a/b/c/d/e/f/g/h/i/key" && chmod 644 "$PD/a/key"
+	DEEP=/etc/lr-sbx-deep-$$
+	mkdir -p "$DEEP/a/b/c/d/e/f/g/h/i" && echo deep >"$DEEP/a/b/c/d/e/f/g/h/i/key" &&
+		chmod 600 "$DEEP/a/b/c/d/e/f/g/h/i/key"
+	cat "$PD/a/key" "$DEEP/a/b/c/d/e/f/g/h/i/key" >/dev/null 2>&1; c=$?
+	d=0
+	sh_box "cat '$PD/a/key'" >/dev/null 2>&1 && d=1
+	sh_box "ls '$PD'" >/dev/null 2>&1 && d=1
+	sh_box "cat '$DEEP/a/b/c/d/e/f/g/h/i/key'" >/dev/null 2>&1 && d=1
+	sh_box "cat /etc/hostname /etc/passwd >/dev/null" >/dev/null 2>&1 || d=1
+	rm -rf "$PD" "$DEEP"
+	check 1 "as root, a directory of /etc others cannot search and a private file below the walk's depth are not readable; public files are" $c $d
+fi
 
 # 2: a symlink planted in the workspace pointing at a secret
 ln -s "$H/.ssh/id_rsa" "$WS/planted"
@@ -382,6 +399,41 @@ d=1
 [ "$code" = 403 ] && d=0
 check 21 "an allowed name resolving to loopback is refused by the proxy (got '$code')" $c $d
 
+# 8 (npm): npm install through the egress proxy from an allow-listed local registry.
+# The registry listens on 127.0.0.2: the child's NO_PROXY names localhost and
+# 127.0.0.1, and a name is never allowed to a private address (rebinding).
+if command -v npm >/dev/null && command -v node >/dev/null; then
+	NP=$((PORT + 3))
+	$PY "$(dirname "$0")/npm_registry.py" 127.0.0.2 "$NP" 2>"$T/npm-registry.log" &
+	pids="$pids $!"
+	sleep 0.5
+	NPMF="--registry http://127.0.0.2:$NP/ --no-audit --no-fund --no-update-notifier --fetch-retries=0 --fetch-timeout=20000 --loglevel=error"
+	npm_ws() { # a fresh workspace depending on lr-sbx-demo
+		rm -rf "$1"
+		mkdir -p "$1"
+		echo '{"name":"t","version":"1.0.0","private":true,"dependencies":{"lr-sbx-demo":"1.0.0"}}' >"$1/package.json"
+	}
+	NW=$T/npmc
+	npm_ws "$NW"
+	(cd "$NW" && HOME="$T/npmhome" npm install $NPMF >/dev/null 2>&1 &&
+		node -e 'require("lr-sbx-demo")' >/dev/null 2>&1); c=$?
+	NW=$WS/npm
+	npm_run() { # allow-net args...: npm install confined in $NW, then require the package
+		npm_ws "$NW"
+		"$LUARIG" sandbox run --profile trusted --workspace "$WS" "$@" --timeout 120 -- /bin/sh -c \
+			"cd '$NW' && npm install $NPMF && node -e 'require(\"lr-sbx-demo\")'" >"$T/npm.out" 2>&1
+	}
+	npm_run --allow-net "127.0.0.2:$NP"; r_ok=$?
+	npm_run --allow-net "127.0.0.2:$((NP + 1))"; r_other=$?
+	npm_run; r_none=$?
+	d=0
+	[ "$r_ok" = 0 ] || d=1
+	[ "$r_other" != 0 ] && [ "$r_none" != 0 ] || d=1
+	check 8 "npm install through the proxy from an allow-listed local registry works (status $r_ok); another allow-list ($r_other) or none ($r_none) fails" $c $d
+else
+	ok "8 npm through the proxy # skip: npm or node not installed (tools/deps.sh installs them)"
+fi
+
 # 2 (DNS): inside, names resolve only through the proxy's stub, and only allow-listed ones
 DNSP="import socket,sys
 assert socket.gethostbyname('allowed.invalid') == '127.0.0.1'
@@ -393,6 +445,54 @@ $PY -c "import socket; socket.gethostbyname('localhost')" 2>/dev/null; c=$?
 "$LUARIG" sandbox run --profile trusted --workspace "$WS" --allow-net allowed.invalid:443 -- \
 	$PY -c "$DNSP" >/dev/null 2>&1; d=$?
 check 20 "DNS inside answers allow-listed names only (with the proxy's address)" $c $d
+
+# ---- the per-boot probe cache (9: never says more than the machine gives) ----
+# A luarig inside a sandbox cannot make namespaces (seccomp), so it probes
+# tier B and runs degraded (the control). With a forged cache line there
+# claiming tier A, its helper's unshare fails: exit 126, the target never runs.
+NEST=$T/nest
+mkdir -p "$NEST"
+cp "$LUARIG" "$NEST/luarig"
+cat >"$NEST/forge.sh" <<'EOF2'
+# the line sandbox/probe.c (cache_key) writes for ./luarig on this boot
+set -- $(stat -L -c '%d %i %s %.9Y' ./luarig)
+printf 'luarig probe v1 boot=%s kernel=%s %s exe=%x:%x:%s:%s uid=%s gid=%s tier=A idmap=0\n' \
+	"$(cat /proc/sys/kernel/random/boot_id)" "$(uname -r)" "$(uname -v)" "$1" "$2" "$3" "$4" \
+	"$(id -u)" "$(id -g)"
+EOF2
+nest() { # script run inside a sandbox on $NEST (a sanitizer build: LeakSanitizer needs ptrace, refused inside)
+	"$LUARIG" sandbox run --profile trusted --workspace "$NEST" --timeout 60 -- /bin/sh -c \
+		"cd '$NEST'; export ASAN_OPTIONS=detect_leaks=0; $1"
+}
+CACHE_DIR='if [ "$(id -u)" = 0 ]; then echo /run/luarig; else echo "${XDG_RUNTIME_DIR:-/tmp}/luarig"; fi'
+out=$(nest "mkdir -p /tmp/w; ./luarig sandbox run --workspace /tmp/w -- /bin/echo inner-ran" 2>&1); c=$?
+[ "$out" = inner-ran ] || c=1
+out=$(nest "mkdir -p /tmp/w; D=\$($CACHE_DIR); mkdir -p \$D; chmod 700 \$D;
+	sh forge.sh >\$D/probe; chmod 600 \$D/probe;
+	./luarig sandbox run --workspace /tmp/w -- /bin/echo inner-ran" 2>&1); r=$?
+d=1
+[ "$r" = 126 ] && case "$out" in *inner-ran*) ;; *unshare*) d=0 ;; esac
+check probe-cache "a forged tier-A probe cache fails closed (status $r), never runs degraded" $c $d
+# the cache as root: /run/luarig 0700, probe 0600, and a garbage line is a miss
+if [ "$(id -u)" = 0 ]; then
+	"$LUARIG" sandbox check >/dev/null 2>&1; c=$?
+	d=0
+	[ "$(stat -c '%a %U' /run/luarig 2>/dev/null)" = "700 root" ] || d=1
+	[ "$(stat -c '%a %U' /run/luarig/probe 2>/dev/null)" = "600 root" ] || d=1
+	grep -q "^luarig probe v1 boot=$(cat /proc/sys/kernel/random/boot_id) " /run/luarig/probe || d=1
+	echo "luarig probe v1 garbage tier=A" >/run/luarig/probe
+	box /bin/true || d=1
+	! grep -q garbage /run/luarig/probe || d=1 # rewritten after the fresh probe
+	# a remembered "no idmapped /etc": the spec carries the walk's masks instead
+	if grep -q ' idmap=1$' /run/luarig/probe; then
+		sed -i 's/ idmap=1$/ idmap=0/' /run/luarig/probe
+		sh_box "head -c 1 /etc/shadow | grep -q ." >/dev/null 2>&1 && d=1
+		sh_box "ls /etc/ssl/private 2>/dev/null | grep -q ." >/dev/null 2>&1 && d=1
+		sh_box "cat /etc/passwd >/dev/null" >/dev/null 2>&1 || d=1
+		"$LUARIG" sandbox check >/dev/null 2>&1 # probes afresh: the true line again
+	fi
+	check probe-cache "the probe cache is root's 0600 file in a 0700 /run/luarig; a garbage line is re-probed; without the idmapped /etc the masks hide root's files" $c $d
+fi
 
 # ---- development work (26) ----
 R=$WS/dev
@@ -413,6 +513,7 @@ if [ "$(id -u)" = 0 ] && command -v useradd >/dev/null; then
 		setup_home "$UH"
 		chown -R "$U:$U" "$UH"
 		UWS=$UH/ws
+		rm -rf "/tmp/luarig-$(id -u "$U")" # the probe cache the user's first run writes
 		mkdir -p "$UWS" && chown "$U:$U" "$UWS"
 		as_user() { runuser -u "$U" -- env HOME="$UH" PATH=/usr/bin:/bin "$@"; }
 		ubox() { as_user "$LUARIG" sandbox run --profile trusted --workspace "$UWS" --timeout 60 -- /bin/sh -c "$1"; }
@@ -435,6 +536,9 @@ if [ "$(id -u)" = 0 ] && command -v useradd >/dev/null; then
 		inside=$(ubox "awk '/^CapEff/ {print \$2}' /proc/self/status" 2>/dev/null)
 		[ "$inside" = 0000000000000000 ]; d=$?
 		check 13 "as user $U: CapEff is 0 inside" 0 $d
+		UC=/tmp/luarig-$(id -u "$U")
+		[ "$(stat -c '%a %U' "$UC" 2>/dev/null) $(stat -c '%a %U' "$UC/probe" 2>/dev/null)" = "700 $U 600 $U" ]; d=$?
+		check probe-cache "as user $U: the probe cache is the user's 0600 file in a 0700 $UC" 0 $d
 	else
 		notok "user cases: cannot create the unprivileged user $U"
 	fi

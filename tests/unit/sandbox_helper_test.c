@@ -321,6 +321,7 @@ TEST(spec_round_trip)
 	b.s.limits.nproc = 64;
 	b.s.limits.memory_bytes = 1 << 28;
 	b.s.cgroup = "/sys/fs/cgroup/luarig/x1";
+	b.s.etc_idmap = 1;
 	char *e1, *e2;
 	size_t n1, n2;
 	CHECK_EQ_INT(lr_sbx_spec_encode(&b.s, &e1, &n1), 0);
@@ -331,6 +332,7 @@ TEST(spec_round_trip)
 	CHECK_EQ_INT(d.nmounts, b.s.nmounts);
 	CHECK_EQ_INT(d.limits.nproc, 64);
 	CHECK_EQ_STR(d.cgroup, "/sys/fs/cgroup/luarig/x1");
+	CHECK_EQ_INT(d.etc_idmap, 1);
 	CHECK_EQ_INT(lr_sbx_spec_encode(&d, &e2, &n2), 0);
 	CHECK(n1 == n2 && memcmp(e1, e2, n1) == 0);
 	lr_sbx_spec_release(&d);
@@ -355,6 +357,8 @@ TEST(spec_strict)
 		{ "\"net\":\"none\",\"uid\":0,\"gid\":0,\"cgroup\":\"/tmp/cg\"}", "under /sys/fs/cgroup" },
 		{ "\"net\":\"none\",\"uid\":0,\"gid\":0,\"cwd\":\"/\"}", "duplicate" },
 		{ "\"net\":\"none\",\"uid\":0,\"gid\":0} x", "invalid JSON" },
+		{ "\"net\":\"none\",\"uid\":0,\"gid\":0,\"etc_idmap\":true}", NULL },
+		{ "\"net\":\"none\",\"uid\":0,\"gid\":0,\"etc_idmap\":1}", "'etc_idmap' must be a boolean" },
 	};
 	char buf[1024], err[LR_SBX_ERRLEN];
 	struct lr_sbx_spec s;
