@@ -173,6 +173,12 @@ local function tool_result(id, text, is_error)
   return { type = "tool_result", tool_use_id = id, content = text, is_error = is_error == true }
 end
 
+-- A task's cancellation travels as the error "cancelled": a tool's pcall must
+-- pass it on, or the step would commit with a result the interrupt cut short.
+local function is_cancel(e)
+  return e == "cancelled" or (type(e) == "string" and e:find("^cancelled") ~= nil)
+end
+
 -- Waits for the person's answer to an open gate. Returns the action.
 local function open_gate(S, inst, turn, call, tool, req, decision)
   local gid = next_id(S, "g")
@@ -230,7 +236,9 @@ local function run_call(S, inst, turn, call)
   if tool.prepare == nil then
     return tool_result(call.id, "error: permission denied: tool has no call preparation", true)
   end
-  local pok, req, perr = pcall(tool.prepare, call.input or {})
+  local pok, req, perr = pcall(tool.prepare, call.input or {}, { session_id = S.id,
+    loop_id = inst.id, workspace = S.workspace })
+  if not pok and is_cancel(req) then error(req, 0) end
   if not pok then
     return tool_result(call.id, "error: preparation failed: " .. tostring(req), true)
   end
@@ -251,6 +259,7 @@ local function run_call(S, inst, turn, call)
     return tool_result(call.id, "error: " .. m, true)
   end
   local d = gate:evaluate(req)
+  local approved
   if d.verdict == "gated" then
     local action, g = open_gate(S, inst, turn, call, tool, req, d)
     if not action then
@@ -270,6 +279,7 @@ local function run_call(S, inst, turn, call)
     if action == "deny" then
       return tool_result(call.id, "error: permission denied: denied by the user", true)
     end
+    approved = d.unmet
   else
     local e, emsg = emit(S, "PermissionDecided", { loop_id = inst.id, turn_id = turn.id,
       step_id = turn.step_id, tool = tool.name, call_id = call.id, verdict = d.verdict,
@@ -286,8 +296,10 @@ local function run_call(S, inst, turn, call)
       tool = tool.name, call_id = call.id, summary = req.summary })
   end
   local ctx = { session_id = S.id, loop_id = inst.id, turn_id = turn.id, call_id = call.id,
-                tool = tool.name, request = req }
+                tool = tool.name, request = req, workspace = S.workspace,
+                observations = inst.observations, approved = approved }
   local rok, out, rmsg = pcall(tool.run, req, ctx)
+  if not rok and is_cancel(out) then error(out, 0) end
   local text, is_error
   if not rok then
     text, is_error = "error: " .. tostring(out), true
@@ -446,6 +458,7 @@ local function run_turn(S, inst, item)
       return "TurnFailed", { error = limit_failure("calls", limits.calls, "tool calls") }
     end
     local results = run_calls(S, inst, turn, calls)
+    if turn.interrupt_reason then error("cancelled", 0) end
     local tool_msg = { role = "tool", content = json.array(results) }
     inst.history[#inst.history + 1] = message
     inst.history[#inst.history + 1] = tool_msg
@@ -569,7 +582,7 @@ local function new_instance(S, def, id)
   for _, t in ipairs(list) do tools[t.name] = t end
   local inst = { id = id, def = def, name = def.name, model = def.model, system = def.system,
                  gate = def.gate, limits = def.limits, tool_list = list, tools = tools,
-                 history = {}, queue = {}, busy = false, turn_index = 0 }
+                 history = {}, queue = {}, busy = false, turn_index = 0, observations = {} }
   S.loops[id] = inst
   S.loop_order[#S.loop_order + 1] = id
   return inst

@@ -247,6 +247,9 @@ describe("rig sessions", function()
     expect(s:interrupt()).to_be(true)
     local evs = until_terminal(sub)
     expect(evs[#evs].type).to_be("TurnInterrupted")
+    -- the step the tool was part of is discarded, in memory and in the journal
+    expect(#s:history()).to_be(1)
+    for rec in s:journal{ from = 1 } do expect(rec.type ~= "StepDone").to_be(true) end
     rig.sleep(0.1)
     -- gone, or a zombie its handle has not reaped yet: not running
     local st = io.open("/proc/" .. pid .. "/stat")
