@@ -21,5 +21,6 @@ int luaopen_rig_core(lua_State *L)
 	lr__hash_open(L);
 	lr__fs_open(L);
 	lr__session_open(L);
+	lr__workspace_open(L);
 	return 1;
 }

@@ -175,6 +175,8 @@ void *lr__store_ref(lua_State *L, int idx, struct lr_store **out);
 void lr__store_unref(void *ref);
 /* session.c: sessions, the journal and the catalog (rig.core.session_open, ...). */
 void lr__session_open(lua_State *L);
+/* workspace.c: core.lease_acquire (a named lease on a store) and core.ws_* directory calls. */
+void lr__workspace_open(lua_State *L);
 /* sandbox.c: the profile held by the rig.sandbox.profile userdata at idx
  * (raises when it is not one); borrowed, valid while the userdata lives. */
 struct lr_profile;

@@ -28,6 +28,7 @@ struct shared {
 	struct lr_store *s;
 	struct lr_snap *sn;
 	int refs;
+	char *root; /* an lmdb store's state root (NULL for memory) */
 };
 
 static void shared_unref(struct shared *sh)
@@ -35,6 +36,7 @@ static void shared_unref(struct shared *sh)
 	if (sh && --sh->refs == 0) {
 		lr_snap_free(sh->sn);
 		lr_store_close(sh->s);
+		free(sh->root);
 		free(sh);
 	}
 }
@@ -384,6 +386,17 @@ static int store_tostring(lua_State *L)
 	return 1;
 }
 
+/* store:root() -> the lmdb state root | nil (a memory store) */
+static int store_root(lua_State *L)
+{
+	struct shared *sh = check_store(L);
+	if (sh->root)
+		lua_pushstring(L, sh->root);
+	else
+		lua_pushnil(L);
+	return 1;
+}
+
 static int store_kind(lua_State *L)
 {
 	lua_pushstring(L, check_store(L)->s->ops->kind);
@@ -445,7 +458,12 @@ static int core_store_lmdb(lua_State *L)
 	if (rc)
 		return lr_pushfail(L, rc, "%s", e.msg);
 	/* Many puts in flight let the LMDB writer group them into few commits. */
-	return push_store(L, s, cache, 32);
+	push_store(L, s, cache, 32);
+	struct shared **p = lua_touserdata(L, -1);
+	(*p)->root = strdup(root);
+	if (!(*p)->root)
+		return luaL_error(L, "rig.store: out of memory");
+	return 1;
 }
 
 void lr__store_open(lua_State *L)
@@ -465,6 +483,7 @@ void lr__store_open(lua_State *L)
 		{ "gc", store_gc },
 		{ "list", store_list },
 		{ "kind", store_kind },
+		{ "root", store_root },
 		{ "close", store_close },
 		{ NULL, NULL },
 	};

@@ -6,25 +6,32 @@
 --     active_primer = "assistant",        -- required when there is more than one primer
 --     store = store,                      -- a rig.store (memory or lmdb); required
 --     delegation_limits = { depth = 3, quota = 64 },  -- spawn-chain depth, sub-loops per session
+--     workspace = rig.workspace.exclusive{ root = dir },  -- or per_session{ base }, shared{ root }
+--     snapshots = { trigger = "idle", priority = "best_effort", timeout = 60 },  -- see rig.workspace
 --   }
 --   r.loops (a new list each read), r:loop(name) -> rig.loop | nil, r.primers (a copy),
---   r.active_primer, r.store, r.delegation_limits (a copy): read-only
+--   r.active_primer, r.store, r.delegation_limits (a copy), r.workspace (the placement or nil),
+--   r.snapshots (a copy of the normalized policy, nil without a workspace): read-only
 --   r:fingerprint() -> 64 hex: SHA-256 over every loop's revision (by name), the
---     primers in order, the active primer and the delegation limits
+--     primers in order, the active primer, the delegation limits and, with a workspace,
+--     its placement (kind and canonical path) and snapshot policy
 --   r:session(), r:restore(id, opts), r:sessions(): from rig.session (looked up on first use)
 --
 -- Refused (raising, naming the field): no loops, a duplicate loop name, no primers, an
 -- unknown or repeated primer, an active primer that is not a primer, a delegate that
--- names no loop, a loop no primer reaches through delegates, no store, an unknown field.
+-- names no loop, a loop no primer reaches through delegates, no store, an unknown field,
+-- snapshots without a workspace, required snapshots of a shared workspace, a store root
+-- that overlaps the workspace.
 
 local core = require "rig.core"
 local json = require "rig.json"
 local loop_mod = require "rig.loop"
+local workspace = require "rig.workspace"
 
 local M = {}
 
 local fields = { loops = true, primers = true, store = true, active_primer = true,
-                 delegation_limits = true }
+                 delegation_limits = true, workspace = true, snapshots = true }
 local DELEGATION = { depth = 3, quota = 64 }
 
 local private = setmetatable({}, { __mode = "k" })
@@ -139,6 +146,13 @@ local function check_rig(def)
     end
   end
   p.delegation_limits = lim
+
+  local ok, pol = pcall(workspace.check, def.workspace, def.snapshots, p.store)
+  if not ok then bad(pol) end
+  if def.workspace ~= nil then
+    p.workspace = def.workspace
+    p.snapshots = pol
+  end
   return p
 end
 
@@ -155,6 +169,9 @@ local function fingerprint(p)
     active_primer = p.active_primer,
     delegation_limits = { depth = p.delegation_limits.depth, quota = p.delegation_limits.quota },
   }
+  if p.workspace then
+    doc.workspace, doc.snapshots = workspace.identity(p.workspace, p.snapshots)
+  end
   return core.sha256_hex(assert(json.encode(doc)))
 end
 
@@ -172,8 +189,8 @@ function Rig:fingerprint()
   return p.fingerprint
 end
 
-local copied = { loops = true, primers = true, delegation_limits = true }
-local plain = { store = true, active_primer = true }
+local copied = { loops = true, primers = true, delegation_limits = true, snapshots = true }
+local plain = { store = true, active_primer = true, workspace = true }
 
 -- rig.session is another module (the runner); it may not be installed in every build,
 -- so a missing module means "no such method" rather than an error.
@@ -197,6 +214,7 @@ local rig_mt = {
     if f then return f end
     local p = private[t]
     if copied[k] then
+      if p[k] == nil then return nil end
       local out = {}
       for a, b in pairs(p[k]) do out[a] = b end
       return out

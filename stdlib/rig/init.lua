@@ -53,6 +53,7 @@ local areas = {
   process = "rig.process",
   json = "rig.json",
   store = "rig.store",
+  workspace = "rig.workspace",
   model = "rig.model",
   sandbox = "rig.sandbox",
   tool = "rig.tool",

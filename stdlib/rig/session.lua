@@ -361,6 +361,21 @@ local function run_calls(S, inst, turn, calls)
   return results
 end
 
+-- ---- the workspace (rig.workspace owns placements and the snapshot policy) ----
+
+local workspace_mod
+local function ws()
+  workspace_mod = workspace_mod or require "rig.workspace"
+  return workspace_mod
+end
+
+-- The one hook at a trigger edge ("turn_start", "step_done", "turn_done",
+-- "idle"): false when a required capture failed (the workspace is faulted).
+local function snapshot_edge(S, trigger, fields)
+  if not S.ws then return true end
+  return ws().edge(S, trigger, fields)
+end
+
 -- ---- turns ----
 
 -- The loop's request: its tools' specs built once per instance, and a cache
@@ -467,6 +482,9 @@ local function run_turn(S, inst, item)
       step_id = step_id, message = message, results = tool_msg, usage = resp.usage,
       finish_reason = resp.finish_reason })
     if not ok then return nil, msg, code end
+    if not snapshot_edge(S, "step_done", { loop_id = inst.id, turn_id = turn.id }) then
+      return "TurnFailed", { error = ws().failure(S) }
+    end
     local tokens = sum.input_tokens + sum.output_tokens
     if limits.max_tokens and tokens >= limits.max_tokens then
       return "TurnFailed", { error = limit_failure("max_tokens", limits.max_tokens, "token") }
@@ -499,11 +517,13 @@ end
 
 -- The loop instance's actor: runs queued input as turns until none is left.
 local function drive(S, inst)
+  ::again::
   while (inst.starting or #inst.queue > 0) and not S.faulted_msg do
     local item = inst.starting or table.remove(inst.queue, 1)
     inst.starting = nil
     inst.turn = { id = next_id(S, "t"), command_id = item.command_id }
     local turn = inst.turn
+    snapshot_edge(S, "turn_start")
     if S.title == nil or S.title == "" then
       S.title = title_of(item.message)
       catalog(S, { state = "running", title = S.title })
@@ -548,6 +568,14 @@ local function drive(S, inst)
     end
     note_usage(S)
     catalog(S, { state = state })
+    if not snapshot_edge(S, "turn_done", { loop_id = inst.id, turn_id = turn.id }) then
+      cancel_queue(S, inst, "workspace_faulted")
+    end
+  end
+  -- the session goes idle with this loop: a required capture holds it busy
+  if not S.faulted_msg and S.busy == 1 then
+    snapshot_edge(S, "idle", { loop_id = inst.id })
+    if (inst.starting or #inst.queue > 0) and not S.faulted_msg then goto again end
   end
   inst.busy = false
   S.busy = S.busy - 1
@@ -623,6 +651,10 @@ function Session:submit(input, opts)
   if self.faulted_msg or self.core:faulted() then
     return nil, "session " .. self.id .. " is faulted: " ..
       tostring(self.faulted_msg or self.core:faulted()), "faulted"
+  end
+  if self.ws then
+    local wmsg, wcode = ws().refusal(self)
+    if wmsg then return nil, wmsg, wcode end
   end
   emit_command(self, cid, inst.id, msg)
   if inst.busy then
@@ -732,6 +764,7 @@ function Session:shutdown()
     local inst = self.loops[id]
     if inst.driver then inst.driver:wait() end
   end
+  if self.ws then ws().close(self) end
   if not self:faulted() then
     emit(self, "SessionStopped", {})
     catalog(self, { status = "stopped", state = "stopped" })
@@ -739,6 +772,24 @@ function Session:shutdown()
   self.closed = true
   self.core:close()
   return true
+end
+
+-- The workspace: a manual capture, a rewind (idle only), the checkpoints.
+function Session:checkpoint()
+  check_open(self, "checkpoint")
+  if not self.ws then return nil, "the rig has no workspace", "refused" end
+  return ws().checkpoint(self)
+end
+
+function Session:rewind(ref)
+  check_open(self, "rewind")
+  if type(ref) ~= "string" then fail("rewind", "ref must be a snapshot ref string", 2) end
+  if not self.ws then return nil, "the rig has no workspace", "refused" end
+  return ws().rewind(self, ref)
+end
+
+function Session:snapshots()
+  return ws().snapshots(self)
 end
 
 function Session:history(loop)
@@ -869,25 +920,42 @@ local function loop_revisions(r)
   return revs
 end
 
+local function ws_hooks(S)
+  return { emit = function(etype, fields, wait) return emit(S, etype, fields, wait) end,
+           catalog = function(t) catalog(S, t) end }
+end
+
 local function create(r, opts)
+  local seed
   if opts ~= nil then
     if type(opts) ~= "table" then fail("session", "options must be a table", 2) end
-    for k in pairs(opts) do fail("session", "unknown option '" .. tostring(k) .. "'", 2) end
+    for k in pairs(opts) do
+      if k ~= "seed" then fail("session", "unknown option '" .. tostring(k) .. "'", 2) end
+    end
+    seed = opts.seed
+    if seed ~= nil and type(seed) ~= "string" then
+      fail("session", "option 'seed' must be a snapshot ref string", 2)
+    end
   end
   local csess, msg, code = core.session_open(r.store, nil)
   if not csess then return nil, msg, code end
   local S = new_session(r, csess)
   local ok
+  if r.workspace or seed ~= nil then
+    ok, msg, code = ws().create(S, r, seed, ws_hooks(S))
+    if not ok then csess:close() return nil, msg, code end
+  end
   ok, msg, code = emit(S, "SessionStarted", { fingerprint = r:fingerprint(),
     loops = loop_revisions(r), primers = json.array({ table.unpack(r.primers) }),
-    active_primer = r.active_primer })
-  if not ok then csess:close() return nil, msg, code end
+    active_primer = r.active_primer, workspace = S.workspace })
+  if ok and S.ws then ok, msg, code = ws().started(S) end
+  if not ok then ws().release(S.ws) csess:close() return nil, msg, code end
   for i, name in ipairs(r.primers) do
     new_instance(S, r:loop(name), name)
     -- the last one waits: the session is fully started when it is returned
     ok, msg, code = emit(S, "LoopStarted", { loop_id = name, loop = name,
       revision = r:loop(name):revision() }, i == #r.primers)
-    if not ok then csess:close() return nil, msg, code end
+    if not ok then ws().release(S.ws) csess:close() return nil, msg, code end
   end
   catalog(S, { state = "idle", status = "active", loop_count = #r.primers })
   return S
@@ -943,6 +1011,21 @@ local function fold(records)
   return st
 end
 
+-- The workspace events of a journal, decoded, with their seq.
+local function workspace_events(records)
+  local out = {}
+  for _, r in ipairs(records) do
+    if r.kind == "event" and r.body:find("\"Workspace", 1, true) then
+      local ev = json.decode(r.body)
+      if ev and (ev.type == "WorkspaceCheckpointed" or ev.type == "WorkspaceRestored") then
+        ev.seq = r.seq
+        out[#out + 1] = ev
+      end
+    end
+  end
+  return out
+end
+
 local function restore(r, id, opts)
   if type(id) ~= "string" then fail("restore", "session id must be a string", 2) end
   local accept_drift = false
@@ -982,9 +1065,17 @@ local function restore(r, id, opts)
     return nil, m, "drift"
   end
   local ok
+  if r.workspace then
+    ok, msg, code = ws().reopen(S, r, workspace_events(records), ws_hooks(S))
+    if not ok then
+      emit(S, "RestoreErrored", { reason = "workspace: " .. tostring(msg) })
+      csess:close()
+      return nil, msg, code
+    end
+  end
   ok, msg, code = emit(S, "RestoreStarted", { drift = json.array(changed),
     accepted = #changed > 0 or nil })
-  if not ok then csess:close() return nil, msg, code end
+  if not ok then ws().release(S.ws) csess:close() return nil, msg, code end
   for _, lid in ipairs(st.order) do
     local f = st.loops[lid]
     local name = f.loop or lid:match("^[^#]+")
@@ -1018,9 +1109,22 @@ local function restore(r, id, opts)
   if st.last_quiescence == "SessionActive" then emit(S, "SessionIdle", {}, false) end
   S.usage_sum = st.usage
   S.title = st.title
+  -- the workspace at its last checkpoint-or-restore ref, failing closed
+  local wstate = "none"
+  if S.ws then
+    wstate, msg, code = ws().materialize(S)
+    if not wstate then
+      emit(S, "RestoreErrored", { reason = "workspace: " .. tostring(msg) })
+      ws().release(S.ws)
+      csess:close()
+      return nil, msg, code
+    end
+  end
   ok, msg, code = emit(S, "RestoreDone", { loops = #S.loop_order,
-    open_gates = #S.gate_order })
-  if not ok then csess:close() return nil, msg, code end
+    open_gates = #S.gate_order, workspace = wstate,
+    workspace_ref = S.ws and S.ws.current or nil })
+  if not ok then ws().release(S.ws) csess:close() return nil, msg, code end
+  if S.ws and S.ws.current then catalog(S, { workspace_ref = S.ws.current }) end
   catalog(S, { state = #S.gate_order > 0 and "waiting_on_gate" or "idle", status = "active",
     loop_count = #S.loop_order, title = S.title })
   note_usage(S)

@@ -11,6 +11,7 @@
 --   store:import("x.tar")          -- ref (hostile archives are refused)
 --   store:gc{ live refs }          -- { kept = n, deleted = n }
 --   store:list()                   -- { { ref, time, files, bytes }, ... } newest first
+--   store:root()                   -- the lmdb state root, or nil for a memory store
 --   store:close()                  -- also on collection and with <close>
 --
 -- Every call waits on a worker thread (the loop keeps running) and returns
