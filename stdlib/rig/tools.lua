@@ -58,7 +58,8 @@
 --   Runs `/bin/sh -c command` through the executor in cwd (a directory in the
 --   workspace). When ctx.approved holds the command.execute requirement (a person
 --   approved it at this call's gate), the tool mints ex:grant{ kind =
---   "command.execute", command =, cwd = } and passes it to that one ex:run. A run
+--   "command.execute", target = command, command =, cwd = } and passes it to that
+--   one ex:run. A run
 --   invalidates every read this loop recorded (ctx.observations.reads).
 --   result: stdout, then "[stderr]\n" and stderr when there is any, then
 --   "[exit code: N]" (or "[killed by signal N]"); over max_output the head and the tail
@@ -667,9 +668,10 @@ function M.bash(opts)
       local grants
       for _, r in ipairs(ctx.approved or {}) do
         if r.kind == "command.execute" and r.match == a.cmd then
-          local token, gerr = ex:grant{ kind = "command.execute", command = a.cmd, cwd = a.p.abs }
+          local token, gerr = ex:grant{ kind = "command.execute", target = a.cmd, command = a.cmd,
+                                        cwd = a.p.abs }
           if not token then return nil, "cannot grant the approved command: " .. tostring(gerr) end
-          grants = { { token = token, kind = "command.execute" } }
+          grants = { { token = token, kind = "command.execute", target = a.cmd } }
         end
       end
       local reads = reads_of(ctx)
