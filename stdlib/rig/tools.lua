@@ -345,8 +345,9 @@ function M.read_file(opts)
     prepare = function(args, pctx)
       local p, err = resolve(pctx and pctx.workspace, args.path)
       if not p then return nil, err end
+      if p.rel == "" then return nil, "'.' is a directory (the workspace itself)" end
       local g = guarded(p.rel, o.deny)
-      if g then return nil, quote(show(p.rel)) .. " is refused by the read guard (" .. g .. ")" end
+      if g then return nil, quote(p.rel) .. " is refused by the read guard (" .. g .. ")" end
       local s, e = args.start_line or 1, args.end_line
       if e and e < s then return nil, "end_line is before start_line" end
       local range = (args.start_line or e) and (" lines " .. s .. "-" .. (e or "end")) or ""
