@@ -553,14 +553,12 @@ function M.edit_file(opts)
       if not a then return nil, NOT_PREPARED end
       local ok, err = check_root(ctx, a.p)
       if not ok then return nil, err end
-      local cur, existed = stale_check(ctx, a, o.max_bytes)
-      if not cur then
-        if tostring(existed):find("stale write: read") and
-           core.fs_lstat(a.p.abs) and core.fs_lstat(a.p.abs).size > o.max_bytes then
-          return nil, quote(a.p.rel) .. " is larger than " .. o.max_bytes .. " bytes"
-        end
-        return nil, existed
+      local st = core.fs_lstat(a.p.abs)
+      if st and st.type == "file" and st.size > o.max_bytes then
+        return nil, quote(a.p.rel) .. " is larger than " .. o.max_bytes .. " bytes (edit_file's cap)"
       end
+      local cur, existed = stale_check(ctx, a, o.max_bytes)
+      if not cur then return nil, existed end
       if not existed then return nil, quote(a.p.rel) .. " does not exist" end
       local starts = {}
       local from = 1
