@@ -57,6 +57,7 @@ local areas = {
   model = "rig.model",
   sandbox = "rig.sandbox",
   tool = "rig.tool",
+  tools = "rig.tools",
   loop = "rig.loop",
   define = "rig.define",
   gate = "rig.gate",
