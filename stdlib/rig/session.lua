@@ -453,6 +453,7 @@ end
 
 -- ---- compaction ----
 
+local loop_mod = require "rig.loop"
 local SUMMARY_HEAD = "[summary of the earlier conversation]\n\n"
 M.SUMMARY_HEAD = SUMMARY_HEAD
 local COMPACTION_DEFAULT = { at = false, keep = 4 }
@@ -534,7 +535,7 @@ local function compact(S, inst, trigger, turn)
   end
   local model = cfg.model or inst.model
   local resp, err, code = model:invoke{
-    system = cfg.prompt or require("rig.loop").SUMMARY_PROMPT,
+    system = cfg.prompt or loop_mod.SUMMARY_PROMPT,
     messages = { { role = "user", content = "Summarize the conversation below; your summary "
       .. "will replace it.\n\n<conversation>\n" .. transcript(h, cut - 1)
       .. "\n</conversation>" } },
