@@ -12,14 +12,31 @@
 --                max_tokens = nil, max_cost = nil },
 --     delegates = { "researcher" },-- loop names this loop may start (resolved by rig.define)
 --     description = "…",           -- what a delegating loop reads about this one
+--     output_schema = { name = "answer", schema = { type = "object", … },
+--                       description = "…"?, strict = true? },
+--                                  -- each turn's final answer is a JSON object valid
+--                                  -- against schema (rig.schema's subset): natively when
+--                                  -- the model has structured_output, else through the
+--                                  -- runner's reserved tool "final_answer"
+--     compaction = { at = 0.8, model = nil, keep = 4, prompt = nil },
+--                                  -- at: the share of model.context_window (required then)
+--                                  -- the last step's context reaches to compact before the
+--                                  -- next model call; false: only s:compact(); model: the
+--                                  -- summarizer (default the loop's); keep: the recent
+--                                  -- messages kept verbatim (at least; the tail never
+--                                  -- starts with tool results); prompt: the summarizer's
+--                                  -- system prompt
 --   }
 --   l.name, l.model, l.system, l.tools (a new list each read), l.gate, l.limits (a copy,
---   defaults filled), l.delegates (a copy), l.policy_revision, l.description: read-only
+--   defaults filled), l.delegates (a copy), l.policy_revision, l.description,
+--   l.output_schema, l.compaction (deep copies, defaults filled; nil when not given): read-only
 --   l:tool(name) -> the rig.tool | nil
 --   l:revision() -> 64 hex: SHA-256 of the canonical JSON of { name, model identity
 --     (provider, name, base_url, effort, max_tokens, temperature, top_p, stop, thinking,
 --     tools — no key, no headers), system, tools (name, description, schema, sequential,
---     in order), limits, delegates (sorted), policy_revision }. Same definition, same
+--     in order), limits, delegates (sorted), policy_revision, and when given output_schema
+--     (with the model's structured_output) and compaction (with the summarizer's identity
+--     and the model's context_window) }. Same definition, same
 --     revision, in any process; a restore compares it to what the session journaled.
 --
 -- limits: iterations (model calls per turn, >= 1), calls (tool calls per turn, >= 1),
@@ -30,11 +47,22 @@
 local core = require "rig.core"
 local json = require "rig.json"
 local tool_mod = require "rig.tool"
+local schema_mod = require "rig.schema"
+local request_mod = require "rig.model.request"
 
 local M = {}
 
 local fields = { name = true, model = true, system = true, tools = true, gate = true,
-                 policy_revision = true, limits = true, delegates = true, description = true }
+                 policy_revision = true, limits = true, delegates = true, description = true,
+                 output_schema = true, compaction = true }
+
+local COMPACTION_DEFAULT = { at = 0.8, keep = 4 }
+M.SUMMARY_PROMPT = "You summarize a conversation between a user and an AI assistant so that "
+  .. "the assistant can go on working from the summary in place of the earlier messages. Keep "
+  .. "every fact, decision, name, path, identifier, result, open question and unfinished task "
+  .. "that the rest of the conversation may need; drop pleasantries and repetition. Write plain "
+  .. "text, no preamble."
+
 
 local LIMITS = { iterations = 25, calls = 100, parallel = 8, result_bytes = 32768 }
 local limit_fields = { iterations = true, calls = true, parallel = true, result_bytes = true,
@@ -164,6 +192,81 @@ local function check_loop(def)
       p.delegates[i] = d
     end
   end
+
+  if def.output_schema ~= nil then
+    local o = def.output_schema
+    if type(o) ~= "table" then bad("field 'output_schema' must be a table { name, schema }") end
+    for k in pairs(o) do
+      if k ~= "name" and k ~= "schema" and k ~= "description" and k ~= "strict" then
+        bad("unknown field 'output_schema." .. tostring(k) .. "'")
+      end
+    end
+    if type(o.name) ~= "string" or #o.name > 64 or not o.name:match("^[%a_][%w_-]*$") then
+      bad("field 'output_schema.name' must be a letter or '_' then up to 63 letters, digits, "
+        .. "'_' or '-'")
+    end
+    if type(o.schema) ~= "table" then bad("field 'output_schema.schema' must be a JSON Schema") end
+    local ok, copy = pcall(request_mod.copy_schema, o.schema, "output_schema.schema")
+    if not ok then
+      local msg = tostring(copy):gsub("^rig%.model: ", "")
+      local path, rest = msg:match("^(%S+): (.*)$")
+      bad(path and ("field '" .. path .. "': " .. rest) or ("field 'output_schema.schema': " .. msg))
+    end
+    local sok, serr = schema_mod.check(copy)
+    if not sok then
+      local path, rest = tostring(serr):match("^(%S+): (.*)$")
+      bad(path and ("field 'output_schema." .. path .. "': " .. rest)
+        or ("field 'output_schema.schema': " .. tostring(serr)))
+    end
+    if copy.type ~= "object" then bad("field 'output_schema.schema.type' must be \"object\"") end
+    if o.description ~= nil and type(o.description) ~= "string" then
+      bad("field 'output_schema.description' must be a string")
+    end
+    if o.strict ~= nil and type(o.strict) ~= "boolean" then
+      bad("field 'output_schema.strict' must be a boolean")
+    end
+    if not p.model.structured_output and not p.model.tools then
+      bad("field 'output_schema' needs a model with structured_output or with tools (the "
+        .. "final answer tool)")
+    end
+    p.output_schema = { name = o.name, schema = copy, description = o.description,
+                        strict = o.strict ~= false }
+  end
+
+  if def.compaction ~= nil then
+    local c = def.compaction
+    if type(c) ~= "table" then bad("field 'compaction' must be a table") end
+    for k in pairs(c) do
+      if k ~= "at" and k ~= "model" and k ~= "keep" and k ~= "prompt" then
+        bad("unknown field 'compaction." .. tostring(k) .. "'")
+      end
+    end
+    local out = { at = COMPACTION_DEFAULT.at, keep = COMPACTION_DEFAULT.keep }
+    if c.at == false then
+      out.at = false
+    elseif c.at ~= nil then
+      if type(c.at) ~= "number" or c.at ~= c.at or c.at <= 0 or c.at > 1 then
+        bad("field 'compaction.at' must be a share of the context window in (0, 1], or false")
+      end
+      out.at = c.at
+    end
+    if out.at and not p.model.context_window then
+      bad("field 'compaction.at' needs the model's context_window (rig.model{ context_window "
+        .. "= … }), or at = false for manual compaction only")
+    end
+    if c.model ~= nil and not is_model(c.model) then
+      bad("field 'compaction.model' must be a rig.model")
+    end
+    out.model = c.model
+    if c.keep ~= nil then out.keep = int_limit(c.keep, "keep", 1, function(m)
+      bad((m:gsub("limits%.keep", "compaction.keep")))
+    end) end
+    if c.prompt ~= nil and (type(c.prompt) ~= "string" or c.prompt == "") then
+      bad("field 'compaction.prompt' must be a non-empty string")
+    end
+    out.prompt = c.prompt
+    p.compaction = out
+  end
   return p
 end
 
@@ -204,6 +307,18 @@ local function revision(p)
     delegates = json.array(delegates),
     policy_revision = or_null(p.policy_revision),
   }
+  -- added only when given, so a loop without them keeps its revision
+  local o = p.output_schema
+  if o then
+    doc.output_schema = { name = o.name, schema = o.schema, description = or_null(o.description),
+                          strict = o.strict, native = p.model.structured_output == true }
+  end
+  local c = p.compaction
+  if c then
+    doc.compaction = { at = c.at, keep = c.keep, prompt = or_null(c.prompt),
+                       model = c.model and model_identity(c.model) or json.null,
+                       context_window = or_null(p.model.context_window) }
+  end
   local text = assert(json.encode(doc))
   return core.sha256_hex(text), text
 end
@@ -241,6 +356,13 @@ local loop_mt = {
       return out
     end
     if k == "by_name" or k == "revision" or k == "canonical" then return nil end
+    if k == "output_schema" or k == "compaction" then
+      local v = p[k]
+      if v == nil then return nil end
+      local out = {}
+      for a, b in pairs(v) do out[a] = a == "model" and b or tool_mod._deep_copy(b) end
+      return out
+    end
     return p[k]
   end,
   __newindex = function(t, k)

@@ -6,7 +6,13 @@
 --     prices = { input =, output =, cache_read =, cache_creation = },  -- $ per million tokens
 --     retry = { attempts = 5, delay = 1, max_delay = 30, retry_after_max = 60 },
 --     timeouts = { connect = 10, header = 60, idle = 120, total = 600 },
---     headers = { ["anthropic-beta"] = "…" } }
+--     headers = { ["anthropic-beta"] = "…" },
+--     context_window = nil,     -- tokens the model reads at most (input + output); the
+--                               -- base of a loop's automatic compaction (rig.loop compaction.at)
+--     structured_output = nil } -- the model takes request.output_schema natively: default
+--                               -- true for openai, openai-responses, anthropic; false for
+--                               -- openai-compatible and rig.model.script (a loop's
+--                               -- output_schema then goes through a reserved final tool)
 --   provider: "openai" (chat completions), "openai-responses", "anthropic",
 --   "openai-compatible" (chat completions at any base_url: Ollama, vLLM, llama.cpp).
 --
@@ -55,7 +61,11 @@ local fields = {
   provider = true, name = true, api_key_env = true, base_url = true, tools = true,
   thinking = true, max_tokens = true, temperature = true, top_p = true, stop = true,
   effort = true, prices = true, retry = true, timeouts = true, headers = true,
+  context_window = true, structured_output = true,
 }
+
+-- Providers whose codec sends request.output_schema natively by default.
+local NATIVE_OUTPUT = { openai = true, ["openai-responses"] = true, anthropic = true }
 
 local RETRY_DEFAULT = { attempts = 5, delay = 1, max_delay = 30, retry_after_max = 60 }
 local TIMEOUTS_DEFAULT = { connect = 10, header = 60, idle = 120, total = 600 }
@@ -138,6 +148,17 @@ local function check_common(where, def, m)
     fail(where, "field 'tools' must be a boolean", 3)
   end
   m.tools = def.tools ~= false
+  if def.context_window ~= nil then
+    m.context_window = check_number(where, "context_window", def.context_window, 1, 1e9, true)
+  end
+  if def.structured_output ~= nil and type(def.structured_output) ~= "boolean" then
+    fail(where, "field 'structured_output' must be a boolean", 3)
+  end
+  if def.structured_output == nil then
+    m.structured_output = NATIVE_OUTPUT[m.provider] == true
+  else
+    m.structured_output = def.structured_output
+  end
   if def.thinking ~= nil and type(def.thinking) ~= "boolean" then
     fail(where, "field 'thinking' must be a boolean", 3)
   end

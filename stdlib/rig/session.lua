@@ -16,6 +16,9 @@
 --   s:shutdown()
 --   for rec in s:journal{ from = 1 } do … end   -- rec.seq, rec.type, the event's fields
 --   s:history([loop]) -> the loop's conversation (the messages the model sees)
+--   s:compact([loop]) -> { replaced, retained, summary } | nil, msg, code ("busy",
+--     "nothing_to_compact", "empty_summary", "faulted", "cancelled", the summarizer's code):
+--     an idle loop's older history becomes one summary message (CompactionCommitted)
 --   s:usage() -> { input_tokens, output_tokens, cache_read_tokens, …, cost }
 --   r:sessions() -> catalog entries
 --
@@ -378,20 +381,230 @@ end
 
 -- ---- turns ----
 
+-- The reserved tool a loop's output_schema goes through when its model has no
+-- native structured output (rig.tool refuses the name).
+local FINAL_TOOL = "final_answer"
+M.FINAL_TOOL = FINAL_TOOL
+
+-- The definition's output_schema and compaction, read once per instance.
+local function out_setup(inst)
+  if inst.out_ready then return end
+  inst.out_ready = true
+  local def = inst.def
+  local output = def.output_schema
+  inst.output = output
+  inst.output_native = output ~= nil and inst.model.structured_output == true
+  inst.compaction = def.compaction
+  inst.context_window = inst.model.context_window
+end
+
 -- The loop's request: its tools' specs built once per instance, and a cache
 -- so the model checks and copies each committed message once, not per step.
+-- An output_schema goes natively into the request, or as the final tool the
+-- model must call (tool_choice "required": every step calls a tool).
 local function history_request(inst)
-  local def = inst.def
   if inst.tool_specs == nil then
+    out_setup(inst)
+    local final = inst.output and not inst.output_native
     local tools = false
-    if #inst.tool_list > 0 then
+    if #inst.tool_list > 0 or final then
       tools = {}
       for i, t in ipairs(inst.tool_list) do tools[i] = t:spec() end
+      if final then
+        tools[#tools + 1] = { name = FINAL_TOOL, schema = inst.output.schema,
+          description = "Give the final answer of this turn (\"" .. inst.output.name .. "\""
+            .. (inst.output.description and (": " .. inst.output.description) or "")
+            .. ") as this tool's arguments. Call it alone, once, when the work is done." }
+      end
     end
     inst.tool_specs = tools
     inst.req_cache = { messages = setmetatable({}, { __mode = "k" }) }
   end
-  return { system = inst.system, messages = inst.history, tools = inst.tool_specs or nil }
+  local req = { system = inst.system, messages = inst.history, tools = inst.tool_specs or nil }
+  if inst.output then
+    if inst.output_native then
+      req.output_schema = inst.output
+    else
+      req.tool_choice = "required"
+    end
+  end
+  return req
+end
+
+-- ---- structured output ----
+
+local schema_mod = require "rig.schema"
+
+local function invalid_output(inst, msg)
+  return { code = "invalid_output", schema = inst.output.name,
+           message = "the final answer does not match output schema '" .. inst.output.name
+             .. "': " .. msg }
+end
+
+-- Checks a decoded final answer. Returns the value, or nil and the failure.
+local function check_output(inst, value)
+  if type(value) ~= "table" or json.is_array(value) then
+    return nil, invalid_output(inst, "it is not a JSON object")
+  end
+  local ok, err = schema_mod.validate(inst.output.schema, value)
+  if not ok then return nil, invalid_output(inst, err) end
+  return value
+end
+
+-- A native answer: the message's text is the JSON.
+local function native_output(inst, message)
+  local parts = {}
+  for _, b in ipairs(message.content) do
+    if b.type == "text" then parts[#parts + 1] = b.text end
+    if b.type == "refusal" then
+      return nil, invalid_output(inst, "the model refused: " .. tostring(b.text))
+    end
+  end
+  local text = table.concat(parts)
+  local value, err = json.decode(text)
+  if value == nil then return nil, invalid_output(inst, "not JSON: " .. tostring(err)) end
+  return check_output(inst, value)
+end
+
+-- ---- compaction ----
+
+local loop_mod = require "rig.loop"
+local SUMMARY_HEAD = "[summary of the earlier conversation]\n\n"
+M.SUMMARY_HEAD = SUMMARY_HEAD
+local COMPACTION_DEFAULT = { at = false, keep = 4 }
+local CLIP = 2000
+
+-- What the last step's context held: the next request holds at least this.
+local function context_of(u)
+  if not u or not u.input_tokens then return nil end
+  return u.input_tokens + (u.cache_read_tokens or 0) + (u.cache_creation_tokens or 0)
+    + (u.output_tokens or 0)
+end
+
+local function is_summary(msg)
+  local b = msg and msg.role == "user" and msg.content[1]
+  return b and b.type == "text" and b.text:sub(1, #SUMMARY_HEAD) == SUMMARY_HEAD or false
+end
+
+local function clip(s, n)
+  if #s <= n then return s end
+  local cut = n
+  while cut > 0 and (s:byte(cut + 1) or 0) & 0xC0 == 0x80 do cut = cut - 1 end
+  return s:sub(1, cut) .. " […" .. (#s - cut) .. " bytes cut]"
+end
+
+-- The older messages as one plain-text transcript (provider neutral: no tool
+-- blocks reach the summarizer; tool input and results cut to 2000 bytes).
+local function transcript(h, last)
+  local out = {}
+  for i = 1, last do
+    local m = h[i]
+    for _, b in ipairs(m.content) do
+      local t = b.type
+      if t == "text" then
+        out[#out + 1] = "[" .. m.role .. "]\n" .. b.text
+      elseif t == "refusal" then
+        out[#out + 1] = "[assistant refused]\n" .. b.text
+      elseif t == "thinking" then
+        out[#out + 1] = "[assistant thinking omitted]"
+      elseif t == "tool_use" then
+        local args = b.input_json or json.encode(b.input or {}) or "{}"
+        out[#out + 1] = "[assistant calls tool " .. tostring(b.name) .. " (" .. tostring(b.id)
+          .. ")]\n" .. clip(args, CLIP)
+      elseif t == "tool_result" then
+        local c = b.content
+        if type(c) == "table" then
+          local parts = {}
+          for k, x in ipairs(c) do parts[k] = x.text end
+          c = table.concat(parts, "\n")
+        end
+        out[#out + 1] = "[tool " .. (b.is_error and "error" or "result") .. " for "
+          .. tostring(b.tool_use_id) .. "]\n" .. clip(tostring(c), CLIP)
+      end
+    end
+  end
+  return table.concat(out, "\n\n")
+end
+
+-- The first retained index: at least `keep` recent messages, and the tail
+-- never starts with tool results (their assistant message stays with them).
+local function compaction_cut(h, keep)
+  local cut = #h - keep + 1
+  if cut < 1 then cut = 1 end
+  while cut > 1 and h[cut].role == "tool" do cut = cut - 1 end
+  return cut
+end
+
+-- Replaces the older part of the loop's history with a summary and commits
+-- CompactionCommitted. Returns { replaced, retained, summary } or nil,
+-- message, code ("nothing_to_compact", the summarizer's failure code,
+-- "empty_summary", or the journal's code with the session faulted).
+local function compact(S, inst, trigger, turn)
+  out_setup(inst)
+  local cfg = inst.compaction or COMPACTION_DEFAULT
+  local h = inst.history
+  local cut = compaction_cut(h, cfg.keep)
+  if cut <= 1 or (cut == 2 and is_summary(h[1])) then
+    return nil, "nothing to compact in loop '" .. inst.id .. "' (" .. #h .. " messages, "
+      .. cfg.keep .. " kept)", "nothing_to_compact"
+  end
+  local model = cfg.model or inst.model
+  local resp, err, code = model:invoke{
+    system = cfg.prompt or loop_mod.SUMMARY_PROMPT,
+    messages = { { role = "user", content = "Summarize the conversation below; your summary "
+      .. "will replace it.\n\n<conversation>\n" .. transcript(h, cut - 1)
+      .. "\n</conversation>" } },
+  }
+  if not resp then
+    if code == "cancelled" then error("cancelled", 0) end
+    return nil, "the summary failed: " .. tostring(err), code or "model"
+  end
+  local parts = {}
+  for _, b in ipairs(resp.message.content) do
+    if b.type == "text" then parts[#parts + 1] = b.text end
+  end
+  local text = table.concat(parts)
+  if not text:find("%S") then
+    return nil, "the summary model returned no text", "empty_summary"
+  end
+  if h ~= inst.history then error("rig.session: internal: the history changed while compacting", 0) end
+  local summary = { role = "user",
+                    content = json.array({ { type = "text", text = SUMMARY_HEAD .. text } }) }
+  local new = { summary }
+  table.move(h, cut, #h, 2, new)
+  local fields = { loop_id = inst.id, turn_id = turn and turn.id, trigger = trigger,
+    summary = summary, replaced = cut - 1, retained = #h - cut + 1,
+    context_tokens = inst.context_tokens, usage = resp.usage, model = resp.model }
+  -- a new table: the request cache keys on the list
+  inst.history = new
+  inst.context_tokens = nil
+  add_usage(S.usage_sum, resp.usage)
+  local ok, msg, ecode = emit(S, "CompactionCommitted", fields)
+  if not ok then
+    S.faulted_msg = S.faulted_msg or S.core:faulted() or "the journal append failed"
+    return nil, msg, ecode or "faulted"
+  end
+  return { replaced = fields.replaced, retained = fields.retained, summary = summary }
+end
+
+-- Before a model call: compacts when the last step's context reached `at` of
+-- the model's window. Returns true, or false and the failure (the turn
+-- fails), or nil, message, code when the journal failed.
+local function auto_compact(S, inst, turn)
+  local cfg = inst.compaction
+  local used = inst.context_tokens
+  if not cfg or not cfg.at or not used or not inst.context_window
+     or used < cfg.at * inst.context_window then
+    return true
+  end
+  local res, msg, code = compact(S, inst, "automatic", turn)
+  if res then return true end
+  if code == "nothing_to_compact" then
+    inst.context_tokens = nil
+    return true
+  end
+  if S.faulted_msg then return nil, msg, code end
+  return false, { code = "compaction_failed", message = msg, cause_code = code }
 end
 
 local function limit_failure(name, value, what)
@@ -433,7 +646,12 @@ local function run_turn(S, inst, item)
     end
     local step_id = next_id(S, "s")
     turn.step_id = step_id
-    local st, serr, scode = inst.model:stream(history_request(inst), { cache = inst.req_cache })
+    local req = history_request(inst)
+    local cok, cerr, ccode = auto_compact(S, inst, turn)
+    if cok == nil then return nil, cerr, ccode end
+    if not cok then return "TurnFailed", { error = cerr } end
+    req.messages = inst.history
+    local st, serr, scode = inst.model:stream(req, { cache = inst.req_cache })
     if not st then
       return "TurnFailed", { error = { code = scode or "model", message = tostring(serr) } }
     end
@@ -450,15 +668,29 @@ local function run_turn(S, inst, item)
       return "TurnFailed", { error = { code = rcode or "model", message = tostring(rerr) } }
     end
     add_usage(sum, resp.usage)
+    inst.context_tokens = context_of(resp.usage)
     local message = resp.message
     local calls = {}
+    local final
     for _, b in ipairs(message.content) do
-      if b.type == "tool_use" then calls[#calls + 1] = b end
+      if b.type == "tool_use" then
+        calls[#calls + 1] = b
+        if b.name == FINAL_TOOL and inst.output and not inst.output_native then final = b end
+      end
     end
     if #calls == 0 then
       if #message.content == 0 then
         return "TurnFailed", { error = { code = "empty_response",
           message = "the model returned an empty response" } }
+      end
+      -- a structured answer is checked only now, after the stream ended cleanly
+      local output, oerr
+      if inst.output then
+        if inst.output_native then
+          output, oerr = native_output(inst, message)
+        else
+          oerr = invalid_output(inst, "the model answered without calling " .. FINAL_TOOL)
+        end
       end
       inst.history[#inst.history + 1] = message
       add_usage(S.usage_sum, resp.usage)
@@ -466,13 +698,44 @@ local function run_turn(S, inst, item)
         step_id = step_id, message = message, usage = resp.usage,
         finish_reason = resp.finish_reason })
       if not ok then return nil, msg, code end
-      return "TurnDone", { message = message, usage = sum }
+      if oerr then return "TurnFailed", { error = oerr } end
+      return "TurnDone", { message = message, usage = sum, output = output }
     end
     calls_total = calls_total + #calls
     if calls_total > limits.calls then
       return "TurnFailed", { error = limit_failure("calls", limits.calls, "tool calls") }
     end
-    local results = run_calls(S, inst, turn, calls)
+    local results, output, oerr
+    if final and #calls == 1 then
+      -- the final tool alone: its arguments are the answer; nothing runs
+      if final.error then
+        oerr = invalid_output(inst, "invalid JSON arguments: " .. tostring(final.error))
+      else
+        output, oerr = check_output(inst, final.input or {})
+      end
+      results = { tool_result(final.id, oerr and ("error: " .. oerr.message)
+        or "the final answer was accepted", oerr ~= nil) }
+    elseif final then
+      -- beside other calls it is refused; they run, and the turn goes on
+      local others, where = {}, {}
+      for i, c in ipairs(calls) do
+        if c.name ~= FINAL_TOOL then
+          others[#others + 1] = c
+          where[#others] = i
+        end
+      end
+      local got = run_calls(S, inst, turn, others)
+      results = {}
+      for k, r in ipairs(got) do results[where[k]] = r end
+      for i, c in ipairs(calls) do
+        if not results[i] then
+          results[i] = tool_result(c.id, "error: call " .. FINAL_TOOL .. " alone, after the "
+            .. "other tools' results", true)
+        end
+      end
+    else
+      results = run_calls(S, inst, turn, calls)
+    end
     if turn.interrupt_reason then error("cancelled", 0) end
     local tool_msg = { role = "tool", content = json.array(results) }
     inst.history[#inst.history + 1] = message
@@ -482,6 +745,10 @@ local function run_turn(S, inst, item)
       step_id = step_id, message = message, results = tool_msg, usage = resp.usage,
       finish_reason = resp.finish_reason })
     if not ok then return nil, msg, code end
+    if final and #calls == 1 then
+      if oerr then return "TurnFailed", { error = oerr } end
+      return "TurnDone", { message = message, usage = sum, output = output }
+    end
     if not snapshot_edge(S, "step_done", { loop_id = inst.id, turn_id = turn.id }) then
       return "TurnFailed", { error = ws().failure(S) }
     end
@@ -676,6 +943,43 @@ function Session:submit(input, opts)
   if self.busy == 1 then emit(self, "SessionActive", {}, false) end
   inst.driver = core.spawn(drive, self, inst)
   return cid
+end
+
+-- Compacts an idle loop now (a busy one refuses: compaction there is
+-- automatic, between steps). Input submitted meanwhile queues and runs after.
+function Session:compact(loop)
+  check_open(self, "compact")
+  if loop ~= nil and type(loop) ~= "string" then fail("compact", "loop must be a loop id", 2) end
+  local inst = self.loops[loop or self.rig.active_primer or self.rig.primers[1]]
+  if not inst then fail("compact", "no loop '" .. tostring(loop) .. "' in this session", 2) end
+  local f = self.faulted_msg or self.core:faulted()
+  if f then return nil, "session " .. self.id .. " is faulted: " .. tostring(f), "faulted" end
+  if inst.busy then
+    return nil, "loop '" .. inst.id .. "' is busy (compact it when idle)", "busy"
+  end
+  inst.busy = true
+  self.busy = self.busy + 1
+  if self.busy == 1 then emit(self, "SessionActive", {}, false) end
+  local done = { cond = core.cond() }
+  inst.driver = core.spawn(function()
+    local task = core.spawn(compact, self, inst, "manual")
+    inst.task = task
+    local res, msg, code = task:wait()
+    inst.task = nil
+    if res == nil and code == "cancelled" then
+      msg = "the compaction was interrupted"
+      cancel_queue(self, inst, "interrupted")
+    elseif res == nil and code == nil then
+      code = "internal"
+    end
+    if res then note_usage(self) end
+    done.res, done.msg, done.code, done.over = res, msg, code, true
+    done.cond:signal()
+    drive(self, inst)
+  end)
+  while not done.over do done.cond:wait() end
+  if done.res then return done.res end
+  return nil, done.msg, done.code
 end
 
 function Session:interrupt()
@@ -993,6 +1297,15 @@ local function fold(records)
         l.history[#l.history + 1] = ev.message
         if ev.results then l.history[#l.history + 1] = ev.results end
         add_usage(st.usage, ev.usage)
+        l.context_tokens = context_of(ev.usage)
+      elseif t == "CompactionCommitted" then
+        -- [summary, retained…]: the tail after the replaced head, as it was
+        local l = inst(ev.loop_id)
+        local h = { ev.summary }
+        table.move(l.history, ev.replaced + 1, #l.history, 2, h)
+        l.history = h
+        l.context_tokens = nil
+        add_usage(st.usage, ev.usage)
       elseif t == "TurnFoldedInto" then
         local l = inst(ev.loop_id)
         l.history[#l.history + 1] = ev.message
@@ -1083,6 +1396,7 @@ local function restore(r, id, opts)
     if def then
       local inst = new_instance(S, def, lid)
       inst.history = f.history
+      inst.context_tokens = f.context_tokens
       if f.open_turn then
         emit(S, "TurnInterrupted", { loop_id = lid, turn_id = f.open_turn, reason = "restored",
           cause = f.open_cause }, false)

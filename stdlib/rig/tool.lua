@@ -22,6 +22,9 @@
 --       line). Give either: the other is derived (network: "tcp://" .. scope).
 --   t:spec() -> { name =, description =, schema = } (the tool as a model request lists it)
 --
+-- Reserved names (the runner injects these tools itself; a rig.tool may not take
+-- them): "final_answer" (a loop's output_schema without native structured output).
+--
 -- A tool without prepare cannot be gated, so the runner fails every call to it
 -- closed ("permission denied: tool has no call preparation").
 
@@ -37,6 +40,9 @@ local fields = { name = true, description = true, schema = true, prepare = true,
 local KINDS = { ["filesystem.read"] = true, ["filesystem.write"] = true, network = true,
                 ["command.execute"] = true }
 M.kinds = KINDS
+
+local RESERVED = { final_answer = true }
+M.RESERVED = RESERVED
 
 local private = setmetatable({}, { __mode = "k" })
 
@@ -66,6 +72,9 @@ local function check_tool(def)
   if type(name) ~= "string" or #name < 1 or #name > 64 or not name:match("^[%w_-]+$") then
     fail("field 'name' must be 1 to 64 letters, digits, '_' or '-' (got "
       .. (type(name) == "string" and ("'" .. name .. "'") or type(name)) .. ")")
+  end
+  if RESERVED[name] then
+    fail("field 'name': '" .. name .. "' is reserved for a tool the runner injects")
   end
   local where = "rig.tool '" .. name .. "'"
   local function bad(msg) error(where .. ": " .. msg, 0) end

@@ -1,7 +1,12 @@
 -- rig.model.script: a deterministic model for tests and demos.
 --
 --   local m = rig.model.script{ steps = { step, step, … }, name = "script",
---                               retry = { attempts = 1 }, prices = { … } }
+--                               retry = { attempts = 1 }, prices = { … },
+--                               context_window = n, structured_output = false }
+--   structured_output = true: the model declares native structured output, so a
+--   loop's output_schema arrives as request.output_schema (a step function sees
+--   it) and the step's text is the answer; false (default): the runner uses its
+--   reserved final tool instead.
 --   -- or rig.model.script{ step, step, … }
 --   step = {
 --     text = "…" | { "piece", "piece" },      -- the reply text (a list: the exact chunks)
@@ -208,7 +213,8 @@ function S.new(def, M)
     steps = def
   else
     for k, v in pairs(def) do
-      if k ~= "steps" and k ~= "name" and k ~= "retry" and k ~= "prices" then
+      if k ~= "steps" and k ~= "name" and k ~= "retry" and k ~= "prices"
+         and k ~= "context_window" and k ~= "structured_output" then
         error("rig.model.script: unknown field '" .. tostring(k) .. "'", 3)
       end
       opts[k] = v
@@ -229,7 +235,9 @@ function S.new(def, M)
   local name = opts.name or "script"
   if type(name) ~= "string" or name == "" then error("rig.model.script: 'name' must be a string", 3) end
   local m = M._checked(3, M._check_common, "rig.model.script",
-    { retry = opts.retry or { attempts = 1 }, prices = opts.prices }, { provider = "script", name = name })
+    { retry = opts.retry or { attempts = 1 }, prices = opts.prices,
+      context_window = opts.context_window, structured_output = opts.structured_output },
+    { provider = "script", name = name })
 
   local calls, n, head, total = {}, 0, 1, #list
   local function open(st)
