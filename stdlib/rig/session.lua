@@ -248,6 +248,7 @@ local function run_call(S, inst, turn, call)
   if req == nil then
     return tool_result(call.id, "error: preparation failed: " .. tostring(perr), true)
   end
+  local artifact = perr -- prepare may return (request, artifact): handed to run as ctx.prepared
   local nreq, rerr = tool:check_request(req)
   if not nreq then
     return tool_result(call.id, "error: preparation failed: invalid request: " .. tostring(rerr),
@@ -300,7 +301,7 @@ local function run_call(S, inst, turn, call)
   end
   local ctx = { session_id = S.id, loop_id = inst.id, turn_id = turn.id, call_id = call.id,
                 tool = tool.name, request = req, workspace = S.workspace,
-                observations = inst.observations, approved = approved }
+                observations = inst.observations, approved = approved, prepared = artifact }
   local rok, out, rmsg = pcall(tool.run, req, ctx)
   if not rok and is_cancel(out) then error(out, 0) end
   local text, is_error
