@@ -177,6 +177,8 @@ void lr__store_unref(void *ref);
 void lr__session_open(lua_State *L);
 /* workspace.c: core.lease_acquire (a named lease on a store) and core.ws_* directory calls. */
 void lr__workspace_open(lua_State *L);
+/* term.c: core.isatty(fd) and core.read_line([max]), a waiting read of one stdin line. */
+void lr__term_open(lua_State *L);
 /* sandbox.c: the profile held by the rig.sandbox.profile userdata at idx
  * (raises when it is not one); borrowed, valid while the userdata lives. */
 struct lr_profile;
