@@ -2,7 +2,7 @@
 #
 #   make          build build/luarig
 #   make deps     install the Debian packages the project needs (as root)
-#   make demo     deps, build, run scripts/hello.lua and scripts/model.lua
+#   make demo     deps, build, run the quickstart (scripts/quickstart.lua --yes)
 #   make test     build and run every suite; last line "N passed, N failed"
 #   make check    the tests again under ASan + UBSan with -Werror, plus lint
 #   make bench    the benchmarks in tests/bench/ (ratios against peers)
@@ -155,8 +155,8 @@ deps:
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	@$(BUILD)/luarig scripts/hello.lua
-	@$(BUILD)/luarig scripts/model.lua
+	@echo "demo: running scripts/quickstart.lua --yes (no terminal questions: every approval is given automatically)"
+	@$(BUILD)/luarig scripts/quickstart.lua --yes </dev/null
 
 clean:
 	rm -rf build

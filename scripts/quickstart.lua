@@ -314,7 +314,7 @@ local function render(ev)
       line(cyan("  → " .. tostring(ev.summary)) .. dim(" (" .. ev.tool .. ")"))
     end
   elseif t == "ToolCallCompleted" then
-    local lines, more = preview(ev.preview or "", 4)
+    local lines, more = preview(ev.preview or "", 6)
     local mark = ev.is_error and red("    ✗ ") or dim("    │ ")
     for _, l in ipairs(lines) do line(mark .. dim(l)) end
     if more > 0 or #(ev.preview or "") >= 200 then line(dim("    │ …")) end

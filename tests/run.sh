@@ -38,6 +38,7 @@ done
 suite cli sh tests/cli/run.sh
 [ -f tests/repl/run.sh ] && suite repl sh tests/repl/run.sh
 [ -f tests/sandbox/run.sh ] && suite sandbox sh tests/sandbox/run.sh
+[ -f tests/examples/run.sh ] && suite examples sh tests/examples/run.sh
 for r in "$BUILD"/tests/fuzz/*_replay; do
 	[ -x "$r" ] || continue
 	n=$(basename "$r" _fuzz_replay)
