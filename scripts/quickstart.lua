@@ -46,7 +46,10 @@ while i <= #argv do
   i = i + 1
 end
 base = base or ((os.getenv("TMPDIR") or "/tmp") .. "/luarig-quickstart")
-if base:sub(1, 1) ~= "/" then base = os.getenv("PWD") .. "/" .. base end
+if base:sub(1, 1) ~= "/" then
+  local r = assert(rig.process.run{ argv = { "pwd" } })
+  base = r.stdout:gsub("\n$", "") .. "/" .. base
+end
 local tty_in, tty_out = core.isatty(0), core.isatty(1)
 
 -- ---- the look of the transcript ----
@@ -377,4 +380,6 @@ sub:close()
 line("  list the sessions:    build/luarig sessions --state " .. state)
 line("  replay its journal:   build/luarig log --state " .. state .. " " .. s.id)
 line("  the workspace:        " .. ws)
-if not last or last.type ~= "TurnDone" then os.exit(1) end
+if not last or last.type ~= "TurnDone" then
+  error("the last turn did not finish (" .. tostring(last and last.type) .. ")", 0)
+end
