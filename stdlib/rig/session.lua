@@ -960,7 +960,10 @@ local function enqueue(S, inst, item)
   inst.busy = true
   S.busy = S.busy + 1
   if S.busy == 1 then emit(S, "SessionActive", {}, false) end
-  inst.driver = core.spawn(drive, S, inst)
+  -- a driver started from inside another loop's turn (a delegated request,
+  -- a hand-back) must outlive that turn's cancellation
+  local spawn = (item.no_fold or item.hand_back) and core.spawn_detached or core.spawn
+  inst.driver = spawn(drive, S, inst)
   return true
 end
 

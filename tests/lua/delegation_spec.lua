@@ -264,6 +264,30 @@ describe("delegation", function()
     s:shutdown()
   end)
 
+  it("interrupts a parent waiting on a child: both turns end, the session goes idle", function()
+    local started = false
+    local r = define(rig.store.memory(), {
+      plan = script { call("start_agent", { agent = "researcher", instructions = "slow" }) },
+      research = script {
+        function() started = true return { text = "never", delay = 20 } end,
+        { text = "again" },
+      },
+    })
+    local s = assert(r:session())
+    s:submit("go")
+    while not started do rig.sleep(0.01) end
+    expect(s:interrupt()).to_be(true)
+    assert(s:wait_idle(5))
+    local ti = of_type(records(r.store, s.id), "TurnInterrupted")
+    expect(#ti).to_be(2)
+    -- the child is idle and answers a direct submit
+    s:submit("again?", { loop = "researcher#1" })
+    assert(s:wait_idle(5))
+    local h = s:history("researcher#1")
+    expect(text_of(h[#h])).to_be("again")
+    s:shutdown()
+  end)
+
   it("refuses a child deeper than the depth limit, and allows it within", function()
     for _, depth in ipairs { 1, 2 } do
       local seen
