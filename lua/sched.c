@@ -542,6 +542,19 @@ static int core_spawn(lua_State *L)
 	return 1;
 }
 
+/*
+ * rig.core.spawn_detached(fn, ...) -> task: a task without a parent, so the
+ * spawner's cancellation never reaches it (a session's loop drivers started
+ * from inside another loop's turn: delegation).
+ */
+static int core_spawn_detached(lua_State *L)
+{
+	luaL_checktype(L, 1, LUA_TFUNCTION);
+	struct lr_task *t = lr_sched_spawn(L, lua_gettop(L) - 1);
+	child_unlink(t);
+	return 1;
+}
+
 /* rig.core.current() -> the running task, or nil */
 static int core_current(lua_State *L)
 {
@@ -814,6 +827,7 @@ void lr__sched_open(lua_State *L)
 	static const luaL_Reg funcs[] = {
 		{ "cond", core_cond },
 		{ "spawn", core_spawn },
+		{ "spawn_detached", core_spawn_detached },
 		{ "current", core_current },
 		{ "sleep", core_sleep },
 		{ "now", core_now },

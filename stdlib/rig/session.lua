@@ -22,6 +22,11 @@
 --   s:usage() -> { input_tokens, output_tokens, cache_read_tokens, …, cost }
 --   r:sessions() -> catalog entries
 --
+-- A loop with `delegates` gets the tools rig.delegation injects (start_agent,
+-- message_agent, list_agents, stop_agent); its children are loop instances
+-- "name#N" (N counts the session's children), journaled with LoopStarted
+-- { parent_loop_id, parent_call_id, depth, name }, restored with their parent.
+--
 -- Events are flat JSON objects: v, type, session_id, loop_id, turn_id,
 -- step_id, event_id, created_at, cause, ends_turn (terminals) and the type's
 -- fields. Enduring ones are journaled before anyone sees them; the runner
@@ -615,8 +620,9 @@ local function limit_failure(name, value, what)
 end
 
 -- Folds queued input into the running turn (at a tool-result boundary).
+-- A delegated request (no_fold) is a turn of its own: folding stops before it.
 local function fold_queue(S, inst, turn)
-  while #inst.queue > 0 do
+  while #inst.queue > 0 and not inst.queue[1].no_fold do
     local item = table.remove(inst.queue, 1)
     inst.history[#inst.history + 1] = item.message
     local ok, msg, code = emit(S, "TurnFoldedInto", { loop_id = inst.id, turn_id = turn.id,
@@ -765,11 +771,20 @@ local function run_turn(S, inst, item)
   end
 end
 
+-- ---- delegation (rig.delegation owns the tools and the bookkeeping) ----
+
+local deleg_mod
+local function dg()
+  deleg_mod = deleg_mod or require "rig.delegation"
+  return deleg_mod
+end
+
 local function cancel_queue(S, inst, reason)
   while #inst.queue > 0 do
     local item = table.remove(inst.queue, 1)
     emit(S, "InputCancelled", { loop_id = inst.id, cause = { command_id = item.command_id },
       reason = reason }, false)
+    if S.dg then dg().cancelled(S, item.command_id, reason) end
   end
 end
 
@@ -834,6 +849,9 @@ local function drive(S, inst)
       S.faulted_msg = S.core:faulted() or "the journal append failed"
       break
     end
+    -- a delegated turn's answer goes to its waiter or back to the parent
+    -- before this loop can go idle (no SessionIdle in between)
+    if S.dg then dg().turn_ended(S, inst, turn, etype, fields) end
     note_usage(S)
     catalog(S, { state = state })
     if not snapshot_edge(S, "turn_done", { loop_id = inst.id, turn_id = turn.id }) then
@@ -871,14 +889,24 @@ local function new_session(r, csess)
   return S
 end
 
-local function new_instance(S, def, id)
+-- meta (children): { parent_id, depth, display_name }
+local function new_instance(S, def, id, meta)
   -- the definition's fields, read once (a frozen definition copies its
   -- lists on every read)
   local tools, list = {}, def.tools
-  for _, t in ipairs(list) do tools[t.name] = t end
   local inst = { id = id, def = def, name = def.name, model = def.model, system = def.system,
                  gate = def.gate, limits = def.limits, tool_list = list, tools = tools,
-                 history = {}, queue = {}, busy = false, turn_index = 0, observations = {} }
+                 history = {}, queue = {}, busy = false, turn_index = 0, observations = {},
+                 depth = 0, children = {} }
+  if meta then
+    inst.parent_id, inst.depth, inst.display_name = meta.parent_id, meta.depth, meta.display_name
+    local parent = S.loops[meta.parent_id]
+    if parent then parent.children[#parent.children + 1] = id end
+  end
+  if #def.delegates > 0 then
+    for _, t in ipairs(dg().tools(S, inst)) do list[#list + 1] = t end
+  end
+  for _, t in ipairs(list) do tools[t.name] = t end
   S.loops[id] = inst
   S.loop_order[#S.loop_order + 1] = id
   return inst
@@ -894,11 +922,49 @@ end
 
 -- The intent log: every submit is journaled as a command record (audit only:
 -- queued input that never started a turn is not replayed).
+-- A command record (UserInput, and delegation's SubagentResult and
+-- DelegateBackgrounded): t has type, command_id, loop_id and the payload.
+local function emit_command_record(S, t, wait)
+  t.v = 1
+  t.created_at = core.time()
+  local body = json.encode(t)
+  return S.core:emit(body, { type = t.type, loop_id = t.loop_id, kind = "command",
+    id = t.command_id, wait = wait == true })
+end
+
 local function emit_command(S, cid, loop_id, msg)
-  local body = json.encode({ v = 1, type = "UserInput", command_id = cid, loop_id = loop_id,
-    message = msg, created_at = core.time() })
-  S.core:emit(body, { type = "UserInput", loop_id = loop_id, kind = "command", id = cid,
-    wait = false })
+  emit_command_record(S, { type = "UserInput", command_id = cid, loop_id = loop_id,
+    message = msg })
+end
+
+-- Hands an item { command_id, message, no_fold?, hand_back? } to a loop: it
+-- starts a turn when the loop is idle, else waits in its queue (a hand-back
+-- is never refused for a full queue). Returns false when it was rejected.
+local function enqueue(S, inst, item)
+  local cid = item.command_id
+  if inst.busy then
+    if #inst.queue >= QUEUE_MAX and not item.hand_back then
+      emit(S, "TurnRejected", { loop_id = inst.id, cause = { command_id = cid },
+        reason = "queue_full" }, false)
+      if S.dg then dg().cancelled(S, cid, "queue_full") end
+      return false
+    end
+    inst.queue[#inst.queue + 1] = item
+    if S.want_ephemeral > 0 then
+      emit(S, "InputQueued", { loop_id = inst.id, cause = { command_id = cid },
+        position = #inst.queue })
+    end
+    return true
+  end
+  inst.starting = item
+  inst.busy = true
+  S.busy = S.busy + 1
+  if S.busy == 1 then emit(S, "SessionActive", {}, false) end
+  -- a driver started from inside another loop's turn (a delegated request,
+  -- a hand-back) must outlive that turn's cancellation
+  local spawn = (item.no_fold or item.hand_back) and core.spawn_detached or core.spawn
+  inst.driver = spawn(drive, S, inst)
+  return true
 end
 
 function Session:submit(input, opts)
@@ -925,24 +991,7 @@ function Session:submit(input, opts)
     if wmsg then return nil, wmsg, wcode end
   end
   emit_command(self, cid, inst.id, msg)
-  if inst.busy then
-    if #inst.queue >= QUEUE_MAX then
-      emit(self, "TurnRejected", { loop_id = inst.id, cause = { command_id = cid },
-        reason = "queue_full" }, false)
-      return cid
-    end
-    inst.queue[#inst.queue + 1] = { command_id = cid, message = msg }
-    if self.want_ephemeral > 0 then
-      emit(self, "InputQueued", { loop_id = inst.id, cause = { command_id = cid },
-        position = #inst.queue })
-    end
-    return cid
-  end
-  inst.starting = { command_id = cid, message = msg }
-  inst.busy = true
-  self.busy = self.busy + 1
-  if self.busy == 1 then emit(self, "SessionActive", {}, false) end
-  inst.driver = core.spawn(drive, self, inst)
+  enqueue(self, inst, { command_id = cid, message = msg })
   return cid
 end
 
@@ -1059,6 +1108,7 @@ end
 
 function Session:shutdown()
   if self.closed then return true end
+  self.stopping = true -- no hand-backs now: a restore delivers them
   for _, id in ipairs(self.loop_order) do
     local inst = self.loops[id]
     if inst.turn then inst.turn.interrupt_reason = "shutdown" end
@@ -1269,7 +1319,8 @@ end
 -- Folds the journal into loops, open turns and open gates (no I/O).
 local function fold(records)
   local st = { loops = {}, order = {}, gates = {}, gate_order = {}, started = nil,
-               last_quiescence = nil, counter = 0, usage = new_usage(), title = nil }
+               last_quiescence = nil, counter = 0, usage = new_usage(), title = nil,
+               children = 0, dg = dg().new_fold() }
   local function inst(id)
     local l = st.loops[id]
     if not l then
@@ -1279,14 +1330,24 @@ local function fold(records)
     end
     return l
   end
+  local dfold = dg().fold
   for _, r in ipairs(records) do
-    if r.kind == "event" then
+    if r.kind == "command" then
+      dfold(st.dg, json.decode(r.body), r.seq)
+    elseif r.kind == "event" then
       local ev = json.decode(r.body)
       local t = ev.type
+      dfold(st.dg, ev, r.seq)
       if t == "SessionStarted" then
         st.started = st.started or ev
       elseif t == "LoopStarted" then
-        inst(ev.loop_id).loop = ev.loop
+        local l = inst(ev.loop_id)
+        l.loop = ev.loop
+        if ev.parent_loop_id then
+          -- a child: the quota counts it
+          l.parent, l.depth, l.display = ev.parent_loop_id, ev.depth, ev.name
+          st.children = st.children + 1
+        end
       elseif t == "TurnStarted" then
         local l = inst(ev.loop_id)
         l.history[#l.history + 1] = ev.message
@@ -1395,16 +1456,21 @@ local function restore(r, id, opts)
     local name = f.loop or lid:match("^[^#]+")
     local def = r:loop(name)
     if def then
-      local inst = new_instance(S, def, lid)
+      local inst = new_instance(S, def, lid, f.parent and { parent_id = f.parent,
+        depth = f.depth or 1, display_name = f.display } or nil)
       inst.history = f.history
       inst.context_tokens = f.context_tokens
       if f.open_turn then
-        emit(S, "TurnInterrupted", { loop_id = lid, turn_id = f.open_turn, reason = "restored",
-          cause = f.open_cause }, false)
+        local ti = { loop_id = lid, turn_id = f.open_turn, reason = "restored",
+          cause = f.open_cause }
+        emit(S, "TurnInterrupted", ti, false)
+        dg().fold(st.dg, ti)
         emit(S, "LoopIdle", { loop_id = lid }, false)
       end
     end
   end
+  -- the quota recounted; the hand-backs a crash left undelivered
+  local handbacks = dg().restored(S, st.dg, st.children)
   for _, name in ipairs(r.primers) do
     if not S.loops[name] then
       new_instance(S, r:loop(name), name)
@@ -1443,6 +1509,7 @@ local function restore(r, id, opts)
   catalog(S, { state = #S.gate_order > 0 and "waiting_on_gate" or "idle", status = "active",
     loop_count = #S.loop_order, title = S.title })
   note_usage(S)
+  dg().redeliver(S, handbacks)
   return S
 end
 
@@ -1451,6 +1518,10 @@ local function sessions(r)
   if not list then return nil, msg, code end
   return list
 end
+
+-- The runner's internals rig.delegation works with.
+M._rt = { emit = emit, next_id = next_id, enqueue = enqueue, command = emit_command_record,
+          new_instance = new_instance, catalog = catalog, user_message = user_message }
 
 M.rig_methods = {
   session = function(r, opts) return create(r, opts) end,

@@ -23,7 +23,9 @@
 --   t:spec() -> { name =, description =, schema = } (the tool as a model request lists it)
 --
 -- Reserved names (the runner injects these tools itself; a rig.tool may not take
--- them): "final_answer" (a loop's output_schema without native structured output).
+-- them): "final_answer" (a loop's output_schema without native structured output),
+-- "start_agent", "message_agent", "list_agents", "stop_agent" (a loop with
+-- delegates: rig.delegation).
 --
 -- A tool without prepare cannot be gated, so the runner fails every call to it
 -- closed ("permission denied: tool has no call preparation").
@@ -41,7 +43,8 @@ local KINDS = { ["filesystem.read"] = true, ["filesystem.write"] = true, network
                 ["command.execute"] = true }
 M.kinds = KINDS
 
-local RESERVED = { final_answer = true }
+local RESERVED = { final_answer = true, start_agent = true, message_agent = true,
+                   list_agents = true, stop_agent = true }
 M.RESERVED = RESERVED
 
 local private = setmetatable({}, { __mode = "k" })
@@ -63,7 +66,7 @@ local function deep_copy(v)
 end
 M._deep_copy = deep_copy
 
-local function check_tool(def)
+local function check_tool(def, injected)
   if type(def) ~= "table" then fail("expects a table of fields") end
   for k in pairs(def) do
     if not fields[k] then fail("unknown field '" .. tostring(k) .. "'") end
@@ -73,7 +76,7 @@ local function check_tool(def)
     fail("field 'name' must be 1 to 64 letters, digits, '_' or '-' (got "
       .. (type(name) == "string" and ("'" .. name .. "'") or type(name)) .. ")")
   end
-  if RESERVED[name] then
+  if RESERVED[name] and not injected then
     fail("field 'name': '" .. name .. "' is reserved for a tool the runner injects")
   end
   local where = "rig.tool '" .. name .. "'"
@@ -237,6 +240,14 @@ function M._projection(t)
   local p = private[t]
   return { name = p.name, description = p.description, schema = p.schema,
            sequential = p.sequential }
+end
+
+-- For the runner's injected tools (rig.delegation): a reserved name is allowed.
+function M._injected(def)
+  local p = checked(2, check_tool, def, true)
+  local t = setmetatable({}, tool_mt)
+  private[t] = p
+  return t
 end
 
 return setmetatable(M, {

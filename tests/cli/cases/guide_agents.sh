@@ -1,0 +1,2 @@
+# The seed guide's "more agents" example runs on its scripted model.
+"$LUARIG" "$LUARIG_ROOT"/scripts/guide/agents.lua
