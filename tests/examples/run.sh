@@ -118,6 +118,34 @@ else
 	echo "not ok - examples tmux is not installed (the interactive quickstart case)"
 fi
 
+# -- a real provider path: OPENAI_BASE_URL picks an openai-compatible model; the
+#    local mock (tests/bench/mock_openai.py) answers with a tool call the
+#    quickstart does not have, then text: the request, the error result and the
+#    answer go over real HTTP and SSE
+if command -v python3 >/dev/null 2>&1; then
+	python3 tests/bench/mock_openai.py 0 >"$tmp/mock.out" 2>&1 &
+	mock=$!
+	port=""
+	for _ in $(seq 50); do
+		port=$(sed -n 's/^ready \([0-9]*\)$/\1/p' "$tmp/mock.out")
+		[ -n "$port" ] && break
+		sleep 0.1
+	done
+	OPENAI_BASE_URL="http://127.0.0.1:$port/v1" "$LUARIG" scripts/quickstart.lua --yes \
+		--dir "$tmp/q4" "say hi" </dev/null >"$tmp/q4.out" 2>&1
+	rc=$?
+	stats=$(python3 -c "import json,urllib.request; print(json.load(urllib.request.urlopen('http://127.0.0.1:$port/stats'))['requests'])" 2>/dev/null)
+	kill $mock 2>/dev/null
+	wait $mock 2>/dev/null
+	if [ $rc -eq 0 ] && [ "$stats" = 2 ] && has "$tmp/q4.out" "at http://127.0.0.1:$port/v1" \
+		"── turn 1 done · "; then
+		pass "quickstart with OPENAI_BASE_URL talks to that server"
+	else
+		echo "mock requests: $stats" >>"$tmp/q4.out"
+		fail "quickstart with OPENAI_BASE_URL talks to that server (exit $rc)" "$tmp/q4.out"
+	fi
+fi
+
 # -- the guide scripts
 for g in scripts/guide/*.lua; do
 	name=$(basename "$g" .lua)
