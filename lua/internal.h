@@ -231,5 +231,12 @@ const char *lr__signal_name(int signo, char *buf, size_t n);
 void lr__executor_open(lua_State *L);
 /* sandbox_run.c: `luarig sandbox run ...` (argv after "run"); returns the exit code. */
 int lr_sandbox_run_cli(int argc, char **argv);
+/*
+ * server.c: graceful shutdown. take_signal hands a SIGINT/SIGTERM to the
+ * task waiting in rig.core.await_shutdown_signal (1) or finds none (0);
+ * graceful says whether one is waiting (then a busy chunk is not interrupted).
+ */
+int lr__server_take_signal(int signo);
+int lr__server_graceful(void);
 
 #endif

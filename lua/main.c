@@ -27,6 +27,9 @@ static void usage(FILE *f)
 	      "                | diff A B | export REF FILE.tar | import FILE.tar | list\n"
 	      "                                            workspace snapshots (state default\n"
 	      "                                            $XDG_STATE_HOME/luarig)\n"
+	      "       luarig serve RIG.lua [--listen HOST:PORT] [--auth-token-file FILE]\n"
+	      "                [--insecure-public-bind]    serve the rig's sessions over HTTP\n"
+	      "                                            (listen default 127.0.0.1:8080)\n"
 	      "       luarig sessions [--state DIR] [--json]  the session catalog\n"
 	      "       luarig show [--state DIR] ID         one session's catalog entry and tip\n"
 	      "       luarig log [--state DIR] ID [--from N] [--follow]\n"
@@ -129,6 +132,8 @@ static void on_shutdown_signal(int signo, void *arg)
 	if (S->exit_signal)
 		_exit(128 + signo); /* a second signal: stop now */
 	S->exit_signal = signo;
+	if (lr__server_take_signal(signo))
+		return; /* a server shuts down gracefully (rig.serve) */
 	lr_state_shutdown(S);
 }
 
@@ -136,7 +141,7 @@ static void async_signal_hook(int signo)
 {
 	(void)signo;
 	struct lr_state *S = g_state;
-	if (S && !S->repl) {
+	if (S && !S->repl && !lr__server_graceful()) {
 		S->pending_signal = signo;
 		lr_state_interrupt(S);
 	}
@@ -329,6 +334,10 @@ int main(int argc, char **argv)
 		if (i + 2 < argc)
 			return usage_error("unexpected argument '%s'", argv[i + 2]);
 		i = argc;
+	} else if (cmd && strcmp(cmd, "serve") == 0) {
+		/* rig.serve parses its own arguments (usage errors exit 2) */
+		chunk = "return require('rig.serve').cli(...)";
+		i++;
 	} else if (cmd && strcmp(cmd, "run") == 0) {
 		if (i + 1 >= argc)
 			return usage_error("%s", "run needs a script or a bundle");

@@ -604,8 +604,79 @@ static int res_tostring(lua_State *L)
 	return 1;
 }
 
+/*
+ * Graceful shutdown for servers (rig.serve): while a task waits in
+ * rig.core.await_shutdown_signal(), the first SIGINT/SIGTERM wakes it
+ * instead of cancelling every task, so it can finish requests in flight
+ * and shut sessions down itself. A second signal still exits at once.
+ */
+struct sigop {
+	struct lr_wait wait;
+	int signo;
+};
+
+static struct sigop *g_sigwaiter; /* the one waiting task, or NULL */
+
+int lr__server_take_signal(int signo)
+{
+	struct sigop *op = g_sigwaiter;
+	if (!op)
+		return 0;
+	g_sigwaiter = NULL;
+	op->signo = signo;
+	lr_sched_wake(&op->wait);
+	return 1;
+}
+
+int lr__server_graceful(void)
+{
+	return g_sigwaiter != NULL;
+}
+
+static void sig_cancel(struct lr_wait *w)
+{
+	if (g_sigwaiter == (struct sigop *)w)
+		g_sigwaiter = NULL;
+}
+
+static int sig_k(lua_State *L, int status, lua_KContext ctx)
+{
+	(void)status;
+	struct sigop *op = (struct sigop *)ctx;
+	lr_sched_resumed(L, &op->wait);
+	char buf[32];
+	lua_pushstring(L, lr__signal_name(op->signo, buf, sizeof buf));
+	return 1;
+}
+
+static int sigop_gc(lua_State *L)
+{
+	if (g_sigwaiter == lua_touserdata(L, 1))
+		g_sigwaiter = NULL;
+	return 0;
+}
+
+/* rig.core.await_shutdown_signal() -> "SIGTERM" | "SIGINT"; one waiter at a time */
+static int core_await_shutdown_signal(lua_State *L)
+{
+	lr_sched_enter(L);
+	if (g_sigwaiter)
+		return luaL_error(L, "rig.core.await_shutdown_signal: another task is waiting");
+	struct sigop *op = lua_newuserdatauv(L, sizeof *op, 0);
+	memset(op, 0, sizeof *op);
+	luaL_setmetatable(L, "rig.op.shutdown_signal");
+	op->wait.cancel = sig_cancel;
+	g_sigwaiter = op;
+	return lr_sched_await(L, &op->wait, (lua_KContext)op, sig_k);
+}
+
 void lr__server_open(lua_State *L)
 {
+	luaL_newmetatable(L, "rig.op.shutdown_signal");
+	lua_pushcfunction(L, sigop_gc);
+	lua_setfield(L, -2, "__gc");
+	lua_pop(L, 1);
+
 	luaL_newmetatable(L, SERVER_MT);
 	lua_pushcfunction(L, server_index);
 	lua_setfield(L, -2, "__index");
@@ -640,4 +711,6 @@ void lr__server_open(lua_State *L)
 
 	lua_pushcfunction(L, core_http_listen);
 	lua_setfield(L, -2, "http_listen");
+	lua_pushcfunction(L, core_await_shutdown_signal);
+	lua_setfield(L, -2, "await_shutdown_signal");
 }

@@ -63,13 +63,14 @@ local areas = {
   gate = "rig.gate",
   permissions = "rig.permissions",
   schema = "rig.schema",
+  serve = function(opts) return require("rig.serve").serve(opts) end, -- rig.serve{…}
 }
 
 return setmetatable(rig, {
   __index = function(t, k)
     local name = areas[k]
     if not name then return nil end
-    local m = require(name)
+    local m = type(name) == "function" and name or require(name)
     rawset(t, k, m)
     return m
   end,

@@ -1,0 +1,673 @@
+-- rig.serve: a rig's sessions over HTTP — JSON routes and server-sent
+-- events (DESIGN §11; NOTES "Serve").
+--
+--   local srv = rig.serve{
+--     rig = r,                          -- a rig (rig.define{…})
+--     listen = "127.0.0.1:8080",        -- "host:port", "[v6]:port"; port 0 picks one
+--     auth = { token = "…" } | nil,     -- bearer token; required off loopback …
+--     insecure_public_bind = false,     -- … unless an authenticating proxy is in front
+--     max_body = 1 << 20,               -- request body cap: 413 above it
+--     max_headers = 64 << 10,           -- request line + headers cap
+--     max_connections = 1024,           -- requests in hand at once (SSE streams count): 503 above
+--     heartbeat = 20,                   -- seconds between SSE ": ping" comments
+--     drain_timeout = 10,               -- graceful shutdown: how long requests may finish
+--   }
+--   srv.url, srv.port; srv:run() waits for SIGINT/SIGTERM, then srv:shutdown():
+--   new requests get 503, SSE streams end, requests in flight finish, the
+--   live sessions shut down, the listener closes. srv:close() drops at once.
+--
+-- Routes (JSON in and out; errors {"error":{"code","message","retryable"}}):
+--   GET  /v1/capabilities
+--   POST /v1/sessions                      {blocks?|text?} -> 201 {session_id, command_id?}
+--   GET  /v1/sessions?skip&limit           -> {sessions, skip, limit, next_skip, done}
+--   POST /v1/sessions/{id}/restore         -> {session_id}
+--   POST /v1/sessions/{id}/input           {blocks}|{text} -> {command_id}
+--   POST /v1/sessions/{id}/interrupt       -> {interrupted}
+--   POST /v1/sessions/{id}/gates/{gate}    {action} -> 202 {}
+--   GET  /v1/sessions/{id}/status
+--   GET  /v1/sessions/{id}/journal?from&limit -> {events[{seq, kind, event}], next_seq, done}
+--   GET  /v1/sessions/{id}/events          SSE; Last-Event-ID or ?from=SEQ resumes after SEQ
+local core = require "rig.core"
+local json = require "rig.json"
+local server = require "rig.http_server"
+local parse = require "rig.serve_req"
+
+local M = {}
+
+M.PROTOCOL, M.VERSION = "luarig.serve", 1
+local FEATURES = { "journal", "live_sse", "ephemeral_sse", "gate_response", "sse_resume",
+                   "idempotency" }
+
+-- The stable error codes: status and whether a retry may succeed.
+local ERRORS = {
+  invalid_json = { 400, false },
+  invalid_request = { 400, false },
+  unauthorized = { 401, false },
+  not_found = { 404, false },
+  session_not_found = { 404, false },
+  gate_not_open = { 409, false },
+  session_not_live = { 409, false },
+  session_held = { 409, true },
+  session_faulted = { 409, false },
+  drift = { 409, false },
+  idempotency_conflict = { 409, false },
+  body_too_large = { 413, false },
+  internal = { 500, false },
+  over_capacity = { 503, true },
+  shutting_down = { 503, true },
+  storage = { 503, true },
+}
+M.ERRORS = ERRORS
+
+local KNOWN = { rig = true, listen = true, auth = true, insecure_public_bind = true,
+                max_body = true, max_headers = true, max_connections = true, heartbeat = true,
+                drain_timeout = true }
+
+local IDEM_TTL, IDEM_MAX = 24 * 3600, 10000
+local SSE_BUFFER = 1024
+local JSON_HEADERS = { ["content-type"] = "application/json", ["cache-control"] = "no-store" }
+
+local function fail(fmt, ...)
+  error("rig.serve: " .. string.format(fmt, ...), 3)
+end
+
+local function log(fmt, ...)
+  io.stderr:write("luarig: serve: " .. string.format(fmt, ...) .. "\n")
+  io.stderr:flush()
+end
+
+local function err(code, message)
+  local e = ERRORS[code]
+  local body = json.encode({ error = { code = code, message = message, retryable = e[2] } })
+  return { status = e[1], headers = JSON_HEADERS, body = body }
+end
+
+local function ok(status, value)
+  return { status = status, headers = JSON_HEADERS, body = json.encode(value) }
+end
+
+-- "127.0.0.1", "127.x.y.z", "::1", "localhost": nothing else is loopback.
+local function is_loopback(host)
+  if host == "localhost" or host == "::1" then return true end
+  local a, b, c, d = host:match("^(%d+)%.(%d+)%.(%d+)%.(%d+)$")
+  return a == "127" and tonumber(b) < 256 and tonumber(c) < 256 and tonumber(d) < 256
+end
+
+local function listen_host(s)
+  return s:match("^%[([^%]]+)%]:%d+$") or s:match("^([^:%[%]]+):%d+$")
+end
+
+-- Equal-length comparison of two SHA-256 digests: the time does not depend
+-- on where the token differs (nor, through the hash, on its length).
+local function token_equal(a, b)
+  local x, y = core.sha256_hex(a), core.sha256_hex(b)
+  local diff = 0
+  for i = 1, #x do diff = diff | (x:byte(i) ~ y:byte(i)) end
+  return diff == 0
+end
+
+local function valid_id(s)
+  return type(s) == "string" and #s > 0 and #s <= 64 and s:find("^[%w%-_.]+$") ~= nil
+end
+
+local function page_params(q, lo_name, lo_default)
+  local lo, limit = lo_default, 100
+  if q[lo_name] ~= nil then
+    lo = parse.integer(q[lo_name], lo_default, math.maxinteger)
+    if not lo then return nil, "query '" .. lo_name .. "' must be an integer >= " .. lo_default end
+  end
+  if q.limit ~= nil then
+    limit = parse.integer(q.limit, 1, 1000)
+    if not limit then return nil, "query 'limit' must be an integer from 1 to 1000" end
+  end
+  return lo, limit
+end
+
+function M.serve(opts)
+  if type(opts) ~= "table" then fail("expects an options table") end
+  for k in pairs(opts) do
+    if not KNOWN[k] then fail("unknown option '%s'", tostring(k)) end
+  end
+  local r = opts.rig
+  if type(r) ~= "table" or type(r.session) ~= "function" or not r.store then
+    fail("option 'rig' must be a rig (rig.define{…})")
+  end
+  local listen = opts.listen or "127.0.0.1:8080"
+  if type(listen) ~= "string" then fail("option 'listen' must be a string \"host:port\"") end
+  local host = listen_host(listen)
+  if not host then fail("bad listen address '%s' (want \"host:port\" or \"[v6]:port\")", listen) end
+  local token
+  if opts.auth ~= nil then
+    if type(opts.auth) ~= "table" then fail("option 'auth' must be a table { token = … }") end
+    for k in pairs(opts.auth) do
+      if k ~= "token" then fail("option 'auth': unknown field '%s'", tostring(k)) end
+    end
+    token = opts.auth.token
+    if type(token) ~= "string" or #token < 16 then
+      fail("option 'auth.token' must be a string of at least 16 bytes")
+    end
+  end
+  if opts.insecure_public_bind ~= nil and type(opts.insecure_public_bind) ~= "boolean" then
+    fail("option 'insecure_public_bind' must be a boolean")
+  end
+  if not is_loopback(host) and not token and not opts.insecure_public_bind then
+    return nil, "refusing to listen on '" .. listen .. "' without authentication: it is not " ..
+      "a loopback address (configure a token, or acknowledge an authenticating proxy in " ..
+      "front with insecure_public_bind)", "refused"
+  end
+  local function int_opt(name, default, lo)
+    local v = opts[name]
+    if v == nil then return default end
+    if math.type(v) ~= "integer" or v < lo then fail("option '%s' must be an integer >= %d", name, lo) end
+    return v
+  end
+  local max_body = int_opt("max_body", 1 << 20, 0)
+  local max_headers = int_opt("max_headers", 64 << 10, 1024)
+  local max_conns = int_opt("max_connections", 1024, 1)
+  local heartbeat = opts.heartbeat or 20
+  if type(heartbeat) ~= "number" or heartbeat <= 0 then fail("option 'heartbeat' must be a positive number") end
+  local drain_timeout = opts.drain_timeout or 10
+  if type(drain_timeout) ~= "number" or drain_timeout < 0 then
+    fail("option 'drain_timeout' must be a non-negative number")
+  end
+  local store = r.store
+
+  local live = {}        -- id -> session
+  local opening = {}     -- id -> cond while a restore is under way
+  local idem, idem_order = {}, {}
+  local inflight, draining = 0, false
+  local drained = core.cond()
+  local streams = {}     -- stream -> true; stream.sub is closed to end it
+
+  local function forget(id)
+    local s = live[id]
+    if s and s.closed then live[id] = nil end
+  end
+
+  -- The live session, or nil and an error response.
+  local function find(id)
+    forget(id)
+    local s = live[id]
+    if s then return s end
+    if not valid_id(id) then return nil, err("session_not_found", "no session '" .. tostring(id):sub(1, 64) .. "'") end
+    local e, msg, code = core.catalog_get(store, id)
+    if e then
+      return nil, err("session_not_live", "session '" .. id .. "' is not live (POST …/restore first)")
+    end
+    if code ~= "not_found" then
+      log("catalog lookup of '%s' failed: %s", id, tostring(msg))
+      return nil, err("storage", "the session store failed")
+    end
+    return nil, err("session_not_found", "no session '" .. id .. "'")
+  end
+
+  local function open_error(what, id, msg, code)
+    if code == "not_found" then return err("session_not_found", "no session '" .. id .. "'") end
+    if code == "held" then return err("session_held", "session '" .. id .. "' is open elsewhere") end
+    if code == "drift" then
+      log("%s of '%s' refused: %s", what, id, tostring(msg))
+      return err("drift", "the rig's loop policy changed since session '" .. id .. "' started")
+    end
+    log("%s of '%s' failed: %s (%s)", what, id, tostring(msg), tostring(code))
+    if code == "io" then return err("storage", "the session store failed") end
+    return err("internal", "the " .. what .. " failed")
+  end
+
+  local function submit(s, message)
+    local cid, msg, code = s:submit(message)
+    if cid then return cid end
+    if code == "faulted" then
+      log("input to '%s' refused: %s", s.id, tostring(msg))
+      return nil, err("session_faulted", "session '" .. s.id .. "' is faulted (restore it)")
+    end
+    log("input to '%s' refused: %s (%s)", s.id, tostring(msg), tostring(code))
+    return nil, err("invalid_request", "the session refused the input")
+  end
+
+  local function body_of(req, kind)
+    if #req.body > max_body then return nil, err("body_too_large", "the request body is over " .. max_body .. " bytes") end
+    local v, code, msg = parse.body(kind, req.body)
+    if not v then return nil, err(code, msg) end
+    return v
+  end
+
+  -- ---- handlers ----
+
+  local function capabilities()
+    return ok(200, { protocol = M.PROTOCOL, version = M.VERSION, features = json.array(FEATURES) })
+  end
+
+  local function create_session(body)
+    local s, msg, code = r:session()
+    if not s then return open_error("create", "(new)", msg, code) end
+    live[s.id] = s
+    local out = { session_id = s.id }
+    if body.message then
+      local cid, e = submit(s, body.message)
+      if not cid then return e end
+      out.command_id = cid
+    end
+    return ok(201, out)
+  end
+
+  local function idem_prune(now)
+    while #idem_order > 0 do
+      local k = idem_order[1]
+      local e = idem[k]
+      if e and not e.pending and (now - e.at > IDEM_TTL or #idem_order > IDEM_MAX) then
+        idem[k] = nil
+        table.remove(idem_order, 1)
+      elseif not e then
+        table.remove(idem_order, 1)
+      else
+        break
+      end
+    end
+  end
+
+  local function post_sessions(req)
+    local body, e = body_of(req, "create")
+    if not body then return e end
+    local key = req.headers["idempotency-key"]
+    if key == nil then return create_session(body) end
+    if #key == 0 or #key > 255 or key:find("[^\33-\126]") then
+      return err("invalid_request", "header 'Idempotency-Key' must be 1 to 255 printable ASCII bytes")
+    end
+    local digest = core.sha256_hex(req.body)
+    local now = core.now()
+    idem_prune(now)
+    local ent = idem[key]
+    while ent and ent.pending do ent.cond:wait() ent = idem[key] end
+    if ent then
+      if ent.digest ~= digest then
+        return err("idempotency_conflict", "Idempotency-Key was used with another body")
+      end
+      return ent.result
+    end
+    ent = { digest = digest, pending = true, cond = core.cond(), at = now }
+    idem[key] = ent
+    idem_order[#idem_order + 1] = key
+    local okc, result = pcall(create_session, body)
+    ent.pending = false
+    ent.cond:signal()
+    if not okc or result.status >= 500 or result.status == 409 then
+      idem[key] = nil -- a failure is not remembered: the retry may succeed
+      if not okc then error(result, 0) end
+      return result
+    end
+    ent.result = result
+    return result
+  end
+
+  local function list_sessions(req)
+    local skip, limit = page_params(req.query, "skip", 0)
+    if not skip then return err("invalid_request", limit) end
+    local list, msg = core.catalog_list(store)
+    if not list then
+      log("catalog list failed: %s", tostring(msg))
+      return err("storage", "the session store failed")
+    end
+    table.sort(list, function(a, b)
+      if a.created_at ~= b.created_at then return (a.created_at or 0) > (b.created_at or 0) end
+      return a.id < b.id
+    end)
+    local page = {}
+    for i = skip + 1, math.min(#list, skip + limit) do
+      local e = list[i]
+      forget(e.id)
+      e.live = live[e.id] ~= nil
+      page[#page + 1] = e
+    end
+    local done = skip + #page >= #list
+    return ok(200, { sessions = json.array(page), skip = skip, limit = limit,
+                     next_skip = skip + #page, done = done })
+  end
+
+  local function restore(req)
+    local id = req.params.id
+    forget(id)
+    while opening[id] do opening[id]:wait() end
+    if live[id] then return ok(200, { session_id = id }) end
+    if not valid_id(id) then return err("session_not_found", "no session '" .. id:sub(1, 64) .. "'") end
+    local c = core.cond()
+    opening[id] = c
+    local okc, s, msg, code = pcall(r.restore, r, id)
+    opening[id] = nil
+    c:signal()
+    if not okc then error(s, 0) end
+    if not s then return open_error("restore", id, msg, code) end
+    live[id] = s
+    return ok(200, { session_id = id })
+  end
+
+  local function input(req)
+    local s, e = find(req.params.id)
+    if not s then return e end
+    local body, be = body_of(req, "input")
+    if not body then return be end
+    local cid, se = submit(s, body.message)
+    if not cid then return se end
+    return ok(200, { command_id = cid })
+  end
+
+  local function interrupt(req)
+    local s, e = find(req.params.id)
+    if not s then return e end
+    return ok(200, { interrupted = s:interrupt() })
+  end
+
+  local function gate(req)
+    local s, e = find(req.params.id)
+    if not s then return e end
+    local body, be = body_of(req, "gate")
+    if not body then return be end
+    local gid = req.params.gate
+    local done, msg, code = s:respond_gate(gid, body.action)
+    if done then return ok(202, {}) end
+    if code == "not_found" or code == "conflict" then
+      return err("gate_not_open", "gate '" .. gid:sub(1, 64) .. "' is not open")
+    end
+    log("gate '%s' of '%s' failed: %s (%s)", gid, s.id, tostring(msg), tostring(code))
+    return err(code == "io" and "storage" or "internal", "the gate answer failed")
+  end
+
+  local function status(req)
+    local id = req.params.id
+    forget(id)
+    local s = live[id]
+    if not valid_id(id) then return err("session_not_found", "no session '" .. id:sub(1, 64) .. "'") end
+    local entry, msg, code = core.catalog_get(store, id)
+    if not entry and code ~= "not_found" then
+      log("catalog lookup of '%s' failed: %s", id, tostring(msg))
+      return err("storage", "the session store failed")
+    end
+    if not s and not entry then return err("session_not_found", "no session '" .. id .. "'") end
+    local out = { session_id = id, live = s ~= nil }
+    if entry then
+      out.title, out.created_at, out.last_active_at = entry.title, entry.created_at, entry.last_active_at
+      out.state, out.status, out.loop_count = entry.state, entry.status, entry.loop_count
+      out.cost = entry.cost
+    end
+    if s then
+      local gates = s:gates()
+      local faulted = s:faulted()
+      -- live state beats the catalog, which is written at turn edges
+      out.busy = (s.busy or 0) > 0
+      out.state = faulted and "faulted" or out.busy and "running" or #gates > 0 and "waiting_on_gate" or "idle"
+      out.faulted = faulted and true or false
+      out.open_gates = json.array(gates)
+      out.usage = s:usage()
+      out.last_seq = s.core:tip()
+    end
+    return ok(200, out)
+  end
+
+  local function journal(req)
+    local id = req.params.id
+    if not valid_id(id) then return err("session_not_found", "no session '" .. id:sub(1, 64) .. "'") end
+    local from, limit = page_params(req.query, "from", 1)
+    if not from then return err("invalid_request", limit) end
+    local recs, tip, code = core.journal_read(store, id, from, limit)
+    if not recs then
+      if code == "not_found" then return err("session_not_found", "no session '" .. id .. "'") end
+      log("journal read of '%s' failed: %s", id, tostring(tip))
+      return err("storage", "the session store failed")
+    end
+    local events = {}
+    for i, rec in ipairs(recs) do
+      local ev
+      if rec.kind == "fence" then
+        ev = { type = "Fence", epoch = rec.epoch }
+      else
+        ev = json.raw(rec.body)
+      end
+      events[i] = { seq = rec.seq, kind = rec.kind, event = ev }
+    end
+    local next_seq = #recs > 0 and recs[#recs].seq + 1 or from
+    return ok(200, { events = json.array(events), next_seq = next_seq, done = next_seq > tip })
+  end
+
+  -- ---- server-sent events ----
+
+  local SSE_HEADERS = { ["content-type"] = "text/event-stream", ["cache-control"] = "no-store",
+                        ["x-accel-buffering"] = "no" }
+
+  -- Sends the journal's events after st.last; false once the client is gone.
+  local function replay(res, st, id)
+    local from = st.last + 1
+    while true do
+      local recs, tip = core.journal_read(store, id, from, 256)
+      if not recs then
+        log("journal read of '%s' for a stream failed: %s", id, tostring(tip))
+        return false
+      end
+      for _, rec in ipairs(recs) do
+        if rec.kind == "event" then
+          if not res:event{ event = "enduring", id = rec.seq, data = rec.body } then return false end
+        end
+        st.last = rec.seq
+      end
+      if #recs == 0 then return true end
+      from = recs[#recs].seq + 1
+      if from > tip then return true end
+    end
+  end
+
+  local function events(req, res)
+    local s, e = find(req.params.id)
+    if not s then return e end
+    local cursor = req.headers["last-event-id"] or req.query.from
+    local last
+    if cursor ~= nil then
+      last = parse.integer(cursor, 0, math.maxinteger)
+      if not last then return err("invalid_request", "Last-Event-ID or 'from' must be a sequence number") end
+    end
+    -- subscribe first, then read the journal: a record is in one or the
+    -- other (or both, and then its seq is at most st.last)
+    local st = { sub = s:subscribe{ ephemeral = true, buffer = SSE_BUFFER }, last = last }
+    streams[st] = true
+    local function finish()
+      streams[st] = nil
+      st.sub:close()
+    end
+    if not res:start(200, SSE_HEADERS) then return finish() end
+    if last == nil then
+      st.last = s.core:tip() -- live only: anything newer comes through the subscription
+    elseif not replay(res, st, s.id) then
+      return finish()
+    end
+    local c = st.sub.c
+    while not st.ended do
+      local text, seq, code = c:next(heartbeat)
+      local sent = true
+      if text then
+        if seq == nil then
+          sent = res:event{ event = "ephemeral", data = text }
+        elseif seq > st.last then
+          sent = res:event{ event = "enduring", id = seq, data = text }
+          st.last = seq
+        end
+      elseif code == "timeout" then
+        sent = res:comment("ping")
+      elseif code == "overflow" then
+        -- this client fell behind by a whole buffer: catch up from the journal
+        st.sub:close()
+        if st.ended or s.closed then break end
+        st.sub = s:subscribe{ ephemeral = true, buffer = SSE_BUFFER }
+        c = st.sub.c
+        sent = replay(res, st, s.id)
+      else
+        break -- the session shut down, or the server ends the stream
+      end
+      if not sent then break end
+    end
+    finish()
+    if not res:closed() then res:finish() end
+  end
+
+  -- ---- dispatch ----
+
+  local function guard(handler)
+    return function(req, res)
+      if draining then
+        return err("shutting_down", "the server is shutting down")
+      end
+      if token then
+        local h = req.headers.authorization or ""
+        local got = h:match("^[Bb]earer (.+)$")
+        if not got or not token_equal(got, token) then
+          local e = err("unauthorized", "a bearer token is required")
+          e.headers = { ["content-type"] = "application/json", ["cache-control"] = "no-store",
+                        ["www-authenticate"] = "Bearer" }
+          return e
+        end
+      end
+      if inflight >= max_conns then
+        return err("over_capacity", "too many requests in hand; retry later")
+      end
+      inflight = inflight + 1
+      local okh, result = pcall(handler, req, res)
+      inflight = inflight - 1
+      if inflight == 0 then drained:signal() end
+      if not okh then error(result, 0) end
+      return result
+    end
+  end
+
+  local function not_found()
+    return err("not_found", "no such route")
+  end
+
+  local routes = {
+    ["GET /v1/capabilities"] = capabilities,
+    ["POST /v1/sessions"] = post_sessions,
+    ["GET /v1/sessions"] = list_sessions,
+    ["POST /v1/sessions/{id}/restore"] = restore,
+    ["POST /v1/sessions/{id}/input"] = input,
+    ["POST /v1/sessions/{id}/interrupt"] = interrupt,
+    ["POST /v1/sessions/{id}/gates/{gate}"] = gate,
+    ["GET /v1/sessions/{id}/status"] = status,
+    ["GET /v1/sessions/{id}/journal"] = journal,
+    ["GET /v1/sessions/{id}/events"] = events,
+  }
+  for _, m in ipairs({ "GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS" }) do
+    routes[m .. " /*"] = not_found
+  end
+  local wrapped = {}
+  for k, f in pairs(routes) do wrapped[k] = guard(f) end
+
+  -- evhttp answers bodies far over the cap itself (a 413 without our JSON);
+  -- between max_body and this, the 413 is ours
+  local host_cap = math.max(max_body * 4, max_body + (64 << 10))
+  local srv, msg, code = server{ listen = listen, routes = wrapped, max_body = host_cap,
+                                 max_headers = max_headers }
+  if not srv then return nil, msg, code end
+
+  local obj = { url = srv.url, port = srv.port }
+
+  function obj.shutdown()
+    if obj.closed then return true end
+    draining = true
+    -- end the streams: their subscriptions close, their handlers finish
+    for st in pairs(streams) do
+      st.ended = true
+      st.sub:close()
+    end
+    local deadline = core.now() + drain_timeout
+    while inflight > 0 do
+      local left = deadline - core.now()
+      if left <= 0 then
+        log("%d request(s) still in hand after %g s; closing", inflight, drain_timeout)
+        break
+      end
+      drained:wait(left)
+    end
+    for id, s in pairs(live) do
+      local okc, e2 = pcall(s.shutdown, s)
+      if not okc then log("shutdown of session '%s' failed: %s", id, tostring(e2)) end
+      live[id] = nil
+    end
+    obj.closed = true
+    srv:close()
+    return true
+  end
+
+  function obj.close()
+    obj.closed = true
+    srv:close()
+  end
+
+  function obj.run()
+    local sig = core.await_shutdown_signal()
+    log("%s: shutting down", sig)
+    return obj.shutdown()
+  end
+
+  -- methods work with : and .
+  return setmetatable(obj, { __index = function(_, k)
+    if k == "live" then return live end
+  end })
+end
+
+-- `luarig serve RIG.lua [--listen ADDR] [--auth-token-file FILE] [--insecure-public-bind]`
+function M.cli(...)
+  local args = { ... }
+  local function usage(fmt, ...)
+    io.stderr:write("luarig: " .. string.format(fmt, ...) .. "\nluarig: try 'luarig help'\n")
+    io.stderr:flush()
+    os.exit(2)
+  end
+  local path, listen, token_file, insecure
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    local function value()
+      local v = a:match("^%-%-[%w%-]+=(.*)$")
+      if v then return v end
+      i = i + 1
+      if args[i] == nil then usage("'%s' needs a value", a) end
+      return args[i]
+    end
+    if a == "--listen" or a:find("^%-%-listen=") then
+      listen = value()
+    elseif a == "--auth-token-file" or a:find("^%-%-auth%-token%-file=") then
+      token_file = value()
+    elseif a == "--insecure-public-bind" then
+      insecure = true
+    elseif a:sub(1, 1) == "-" then
+      usage("serve: unknown option '%s'", a)
+    elseif not path then
+      path = a
+    else
+      usage("serve: unexpected argument '%s'", a)
+    end
+    i = i + 1
+  end
+  if not path then usage("serve needs a rig script (RIG.lua returns a rig)") end
+  local auth
+  if token_file then
+    local f, e = io.open(token_file, "rb")
+    if not f then error("serve: cannot read the token file: " .. tostring(e), 0) end
+    local t = f:read("a")
+    f:close()
+    t = t:gsub("%s+$", "")
+    if #t < 16 or t:find("[%c ]") then
+      error("serve: the token in '" .. token_file .. "' must be one line of at least 16 bytes", 0)
+    end
+    auth = { token = t }
+  end
+  local chunk, lerr = loadfile(path, "t")
+  if not chunk then error(lerr, 0) end
+  local r = chunk()
+  if type(r) ~= "table" or type(r.session) ~= "function" then
+    error("serve: '" .. path .. "' must return a rig (rig.define{…})", 0)
+  end
+  local srv, msg = M.serve{ rig = r, listen = listen or "127.0.0.1:8080", auth = auth,
+                            insecure_public_bind = insecure or nil }
+  if not srv then error("serve: " .. msg, 0) end
+  io.stderr:write("luarig: serving on " .. srv.url .. (auth and " (bearer token required)" or "") .. "\n")
+  io.stderr:flush()
+  srv:run()
+end
+
+return M
