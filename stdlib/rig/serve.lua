@@ -393,7 +393,8 @@ function M.serve(opts)
       local faulted = s:faulted()
       -- live state beats the catalog, which is written at turn edges
       out.busy = (s.busy or 0) > 0
-      out.state = faulted and "faulted" or out.busy and "running" or #gates > 0 and "waiting_on_gate" or "idle"
+      out.state = faulted and "faulted" or #gates > 0 and "waiting_on_gate" or out.busy and "running"
+        or "idle"
       out.faulted = faulted and true or false
       out.open_gates = json.array(gates)
       out.usage = s:usage()
@@ -407,6 +408,15 @@ function M.serve(opts)
     if not valid_id(id) then return err("session_not_found", "no session '" .. id:sub(1, 64) .. "'") end
     local from, limit = page_params(req.query, "from", 1)
     if not from then return err("invalid_request", limit) end
+    forget(id)
+    if not live[id] then
+      local e, emsg, ecode = core.catalog_get(store, id)
+      if not e and ecode == "not_found" then return err("session_not_found", "no session '" .. id .. "'") end
+      if not e then
+        log("catalog lookup of '%s' failed: %s", id, tostring(emsg))
+        return err("storage", "the session store failed")
+      end
+    end
     local recs, tip, code = core.journal_read(store, id, from, limit)
     if not recs then
       if code == "not_found" then return err("session_not_found", "no session '" .. id .. "'") end
