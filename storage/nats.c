@@ -406,7 +406,8 @@ static int list_subjects(struct nstore *n, const char *stream, const char *filte
 		lr_err_set(e, "storage: %s: out of memory", what);
 		return rc;
 	}
-	qsort(out->v, out->n, sizeof *out->v, cmp_str);
+	if (out->n)
+		qsort(out->v, out->n, sizeof *out->v, cmp_str);
 	return 0;
 }
 
