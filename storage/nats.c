@@ -182,7 +182,7 @@ static int64_t now_ms(clockid_t c)
 static void tokenize(char *out, const char *name)
 {
 	size_t i = 0;
-	for (; name[i] && i < TOKEN_MAX - 1; i++)
+	for (; i < TOKEN_MAX - 1 && name[i]; i++)
 		out[i] = name[i] == '.' ? '=' : name[i];
 	out[i] = 0;
 }
