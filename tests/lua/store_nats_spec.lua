@@ -44,6 +44,15 @@ local function stop_nats(p, dir)
   os.execute("rm -rf '" .. dir .. "'")
 end
 
+-- Runs f(url) against a fresh server; the server is stopped even when f fails.
+local function with_nats(f)
+  local dir = tmpdir()
+  local server, url = start_nats(dir)
+  local ok, err = pcall(f, url)
+  stop_nats(server, dir)
+  if not ok then error(err, 0) end
+end
+
 -- A luarig process holding a session on the NATS store; prints "SESSION <id>".
 local function holder(url, extra)
   return assert(rig.process.spawn{ argv = { luarig, "-e", [[
@@ -100,8 +109,7 @@ describe("rig.store.nats", function()
   end, { timeout = 60 })
 
   it("a second process gets 'held', then takes over after SIGKILL and the TTL", function()
-    local dir = tmpdir()
-    local server, url = start_nats(dir)
+    with_nats(function(url)
     local p = holder(url)
     local id
     for line in p:lines("stdout") do id = line:match("^SESSION (%S+)") if id then break end end
@@ -122,12 +130,11 @@ describe("rig.store.nats", function()
     end
     assert(s2, code)
     s2:shutdown()
-    stop_nats(server, dir)
+    end)
   end, { timeout = 60 })
 
   it("fences a stale writer revived past its TTL: it can no longer append", function()
-    local dir = tmpdir()
-    local server, url = start_nats(dir)
+    with_nats(function(url)
     local p = holder(url, [[
       io.stdin:read("l")
       s:submit("from the stale writer")
@@ -156,6 +163,6 @@ describe("rig.store.nats", function()
     local tip2 = select(2, rig.core.journal_read(store, id, 1, 0))
     expect(tip2).to_be(tip)
     s:shutdown()
-    stop_nats(server, dir)
+    end)
   end, { timeout = 60 })
 end)

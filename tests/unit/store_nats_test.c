@@ -9,6 +9,7 @@
  */
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 
 #include "test.h"
@@ -103,6 +104,7 @@ static int start_server(const char *dir)
 	fclose(f);
 	server_pid = fork();
 	if (server_pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a crashed test leaves no server behind */
 		int null = open("/dev/null", O_RDWR);
 		dup2(null, 1);
 		dup2(null, 2);
