@@ -15,7 +15,7 @@ PKG_CONFIG ?= pkg-config
 # Linked: what every run needs. Headers only: libraries opened on first use
 # (util/lazy.c), so start-up does not pay for them.
 PKGS := lua5.4 libevent jansson lmdb
-LAZY_PKGS := libcurl libarchive libcrypto libedit libseccomp
+LAZY_PKGS := libcurl libarchive libcrypto libedit libseccomp libnats
 
 WARN := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
 	-Wmissing-prototypes -Wold-style-definition -Wvla -Wformat=2 -fno-common

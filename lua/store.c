@@ -466,6 +466,88 @@ static int core_store_lmdb(lua_State *L)
 	return 1;
 }
 
+/* An optional string field of the options table at 1; raises if it is not one. */
+static const char *opt_string(lua_State *L, const char *api, const char *field)
+{
+	lua_getfield(L, 1, field);
+	const char *v = NULL;
+	if (lua_type(L, -1) == LUA_TSTRING)
+		v = lua_tostring(L, -1); /* anchored by the options table */
+	else if (!lua_isnil(L, -1))
+		luaL_error(L, "%s: option '%s' must be a string", api, field);
+	lua_pop(L, 1);
+	return v;
+}
+
+static int64_t opt_ms(lua_State *L, const char *api, const char *field)
+{
+	lua_getfield(L, 1, field);
+	int64_t v = 0;
+	if (lua_type(L, -1) == LUA_TNUMBER) {
+		lua_Number x = lua_tonumber(L, -1);
+		if (!(x > 0 && x < 86400))
+			luaL_error(L, "%s: option '%s' must be seconds in (0, 86400)", api, field);
+		v = (int64_t)(x * 1000);
+		if (v < 1)
+			v = 1;
+	} else if (!lua_isnil(L, -1)) {
+		luaL_error(L, "%s: option '%s' must be a number", api, field);
+	}
+	lua_pop(L, 1);
+	return v;
+}
+
+/*
+ * rig.core.store_nats{ url = "nats://…" | embedded_dir = "/abs/dir", user, password,
+ * token, creds_file, nkey, nkey_seed_file, namespace, lease_ttl, timeout (seconds) }
+ */
+static int core_store_nats(lua_State *L)
+{
+	static const char *const known[] = { "url", "embedded_dir", "user", "password", "token",
+					     "creds_file", "nkey", "nkey_seed_file", "namespace",
+					     "lease_ttl", "timeout", NULL };
+	const char *api = "rig.store.nats";
+	luaL_checktype(L, 1, LUA_TTABLE);
+	lua_pushnil(L);
+	while (lua_next(L, 1)) {
+		int ok = 0;
+		if (lua_type(L, -2) == LUA_TSTRING)
+			for (size_t i = 0; known[i] && !ok; i++)
+				ok = strcmp(lua_tostring(L, -2), known[i]) == 0;
+		if (!ok)
+			return luaL_error(L, "%s: unknown option '%s'", api,
+					  lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?");
+		lua_pop(L, 1);
+	}
+	struct lr_nats_opts o = { 0 };
+	o.url = opt_string(L, api, "url");
+	o.embedded_dir = opt_string(L, api, "embedded_dir");
+	if (!o.url == !o.embedded_dir)
+		return luaL_error(L, "%s: give exactly one of 'url' and 'embedded_dir'", api);
+	if (o.embedded_dir && o.embedded_dir[0] != '/')
+		return luaL_error(L, "%s: option 'embedded_dir' must be an absolute path", api);
+	o.user = opt_string(L, api, "user");
+	o.password = opt_string(L, api, "password");
+	o.token = opt_string(L, api, "token");
+	o.creds_file = opt_string(L, api, "creds_file");
+	o.nkey = opt_string(L, api, "nkey");
+	o.nkey_seed_file = opt_string(L, api, "nkey_seed_file");
+	o.ns = opt_string(L, api, "namespace");
+	o.lease_ttl_ms = opt_ms(L, api, "lease_ttl");
+	o.timeout_ms = opt_ms(L, api, "timeout");
+	if (!o.nkey != !o.nkey_seed_file)
+		return luaL_error(L, "%s: options 'nkey' and 'nkey_seed_file' go together", api);
+	char cache[PATH_MAX];
+	if (o.embedded_dir)
+		snprintf(cache, sizeof cache, "%s/statcache", o.embedded_dir);
+	struct lr_store *s;
+	struct lr_err e;
+	int rc = lr_store_nats_open(&o, &s, &e);
+	if (rc)
+		return lr_pushfail(L, rc, "%s", e.msg);
+	return push_store(L, s, o.embedded_dir ? cache : NULL, 32);
+}
+
 void lr__store_open(lua_State *L)
 {
 	luaL_newmetatable(L, STOREOP_MT);
@@ -502,4 +584,6 @@ void lr__store_open(lua_State *L)
 	lua_setfield(L, -2, "store_memory");
 	lua_pushcfunction(L, core_store_lmdb);
 	lua_setfield(L, -2, "store_lmdb");
+	lua_pushcfunction(L, core_store_nats);
+	lua_setfield(L, -2, "store_nats");
 }

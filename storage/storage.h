@@ -162,6 +162,29 @@ struct lr_lmdb_opts {
 };
 int lr_store_lmdb_open(const struct lr_lmdb_opts *o, struct lr_store **out, struct lr_err *e);
 
+/*
+ * NATS JetStream (storage/nats.c; libnats is opened on first use:
+ * LR_EUNAVAILABLE without it). Exactly one of url and embedded_dir.
+ * Embedded mode starts and owns `nats-server -js` on a private loopback
+ * port with its store in embedded_dir (absolute; a second owner of the
+ * directory gets -EBUSY) and stops it on close. Credentials are passed to
+ * the client and never appear in messages. Leases live lease_ttl_ms
+ * without a renewal (a heartbeat thread renews them every third of it); a
+ * holder that cannot renew in time marks its lease lost.
+ */
+struct lr_nats_opts {
+	const char *url;            /* "nats://host:port" (several: comma-separated) */
+	const char *embedded_dir;
+	const char *user, *password, *token;
+	const char *creds_file;     /* a .creds file (JWT and NKey seed) */
+	const char *nkey, *nkey_seed_file; /* together: a public NKey and its seed file */
+	const char *ns;             /* NULL or "": the default names; else [A-Za-z0-9_-]{1,32} */
+	int64_t lease_ttl_ms;       /* 0: 10 s */
+	int64_t timeout_ms;         /* connect and request timeout; 0: 5 s */
+	const char *server_bin;     /* embedded: the server to run; NULL: "nats-server" on PATH */
+};
+int lr_store_nats_open(const struct lr_nats_opts *o, struct lr_store **out, struct lr_err *e);
+
 /* The wrappers: check arguments, then call the backend. */
 int lr_store_append(struct lr_store *s, const char *name, uint64_t expected_tip,
 		    const void *rec, size_t len, struct lr_err *e);

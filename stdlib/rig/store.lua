@@ -1,6 +1,11 @@
 -- rig.store: storage backends and workspace snapshots.
 --
 --   local store = rig.store.memory()              -- or rig.store.lmdb{ root = "/abs/dir" }
+--   rig.store.nats{ url = "nats://host:4222" }    -- NATS JetStream, several processes or hosts
+--   rig.store.nats{ embedded_dir = "/abs/dir" }   -- starts and owns a local nats-server -js
+--     -- exactly one of url and embedded_dir; also user, password, token, creds_file,
+--     -- nkey with nkey_seed_file (never printed), namespace (separate streams on one
+--     -- server), lease_ttl and timeout (seconds; defaults 10 and 5)
 --   local ref, skipped, stats = store:snapshot(dir)
 --     -- ref "v1:sha256:<64 hex>"; skipped = { { path = "sock", reason = "socket" }, ... }
 --     -- stats = { files, dirs, symlinks, bytes, files_hashed, blobs_written }
@@ -34,6 +39,11 @@ end
 function M.lmdb(opts)
   if type(opts) ~= "table" then error("rig.store.lmdb: options must be a table", 2) end
   return core.store_lmdb(opts)
+end
+
+function M.nats(opts)
+  if type(opts) ~= "table" then error("rig.store.nats: options must be a table", 2) end
+  return core.store_nats(opts)
 end
 
 return M

@@ -1,0 +1,308 @@
+/*
+ * store_nats_test.c — the conformance suite on NATS JetStream, against a
+ * real nats-server this test starts on a free loopback port with a
+ * temporary store (and stops), each case in its own namespace; then what
+ * only NATS has: embedded mode (owning a server, refusing a second owner),
+ * a holder that cannot renew fences itself, credentials kept out of
+ * messages. Skips (one "skip" TAP line) when nats-server is not installed.
+ * Re-executes itself (argv[1] = "holder") for the lease holder process.
+ */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+
+#include "test.h"
+#include "store_conformance.h"
+
+#define TTL_MS 1500
+
+static char base[256];
+static char url[128];
+static int server_pid = -1;
+static int cases;
+static char cur_ns[32];
+
+static int nats_open_ns(const char *ns, int64_t ttl, struct lr_store **out, struct lr_err *e)
+{
+	struct lr_nats_opts o = { 0 };
+	o.url = url;
+	o.ns = ns;
+	o.lease_ttl_ms = ttl;
+	return lr_store_nats_open(&o, out, e);
+}
+
+static int n_open(struct lr_store **out, void *ctx, struct lr_err *e)
+{
+	(void)ctx;
+	snprintf(cur_ns, sizeof cur_ns, "c%d", cases++);
+	return nats_open_ns(cur_ns, TTL_MS, out, e);
+}
+
+static int n_second(struct lr_store **out, void *ctx, struct lr_err *e)
+{
+	(void)ctx;
+	return nats_open_ns(cur_ns, TTL_MS, out, e);
+}
+
+static int holder_main(const char *u, const char *ns, const char *name)
+{
+	snprintf(url, sizeof url, "%s", u);
+	struct lr_store *s;
+	struct lr_err e;
+	if (nats_open_ns(ns, TTL_MS, &s, &e)) {
+		fprintf(stderr, "holder: %s\n", e.msg);
+		return 1;
+	}
+	struct lr_lease *l;
+	if (lr_store_acquire(s, name, &l, &e)) {
+		fprintf(stderr, "holder: %s\n", e.msg);
+		return 1;
+	}
+	printf("%llu\n", (unsigned long long)l->epoch);
+	fflush(stdout);
+	for (;;)
+		pause();
+}
+
+static int n_spawn_holder(void *ctx, const char *name, uint64_t *epoch, int *pid)
+{
+	(void)ctx;
+	int p[2];
+	if (pipe2(p, O_CLOEXEC))
+		return -errno;
+	*pid = fork();
+	if (*pid == 0) {
+		dup2(p[1], 1);
+		execl("/proc/self/exe", "store_nats_test", "holder", url, cur_ns, name, (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	char buf[64] = { 0 };
+	ssize_t n = read(p[0], buf, sizeof buf - 1);
+	close(p[0]);
+	if (n <= 0) {
+		kill(*pid, SIGKILL);
+		waitpid(*pid, NULL, 0);
+		*pid = -1;
+		return -EIO;
+	}
+	*epoch = strtoull(buf, NULL, 10);
+	return 0;
+}
+
+/* Starts nats-server -js on 127.0.0.1 (a port it picks) storing under dir; fills url. */
+static int start_server(const char *dir)
+{
+	char conf[512], ports[512];
+	snprintf(conf, sizeof conf, "%s/server.conf", dir);
+	FILE *f = fopen(conf, "w");
+	if (!f)
+		return -1;
+	fprintf(f, "listen: \"127.0.0.1:-1\"\nmax_payload: 8MB\n"
+		   "jetstream { store_dir: \"%s/js\" }\n", dir);
+	fclose(f);
+	server_pid = fork();
+	if (server_pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a crashed test leaves no server behind */
+		int null = open("/dev/null", O_RDWR);
+		dup2(null, 1);
+		dup2(null, 2);
+		execlp("nats-server", "nats-server", "-c", conf, "-js", "--ports_file_dir", dir,
+		       (char *)NULL);
+		_exit(127);
+	}
+	snprintf(ports, sizeof ports, "%s/nats-server_%d.ports", dir, server_pid);
+	for (int i = 0; i < 200; i++) {
+		FILE *pf = fopen(ports, "r");
+		if (pf) {
+			char buf[1024];
+			size_t k = fread(buf, 1, sizeof buf - 1, pf);
+			fclose(pf);
+			buf[k] = 0;
+			char *u = strstr(buf, "nats://");
+			int port = 0;
+			if (u && sscanf(u, "nats://127.0.0.1:%d", &port) == 1) {
+				snprintf(url, sizeof url, "nats://127.0.0.1:%d", port);
+				return 0;
+			}
+		}
+		usleep(50000);
+	}
+	return -1;
+}
+
+static void stop_server(void)
+{
+	if (server_pid > 0) {
+		kill(server_pid, SIGTERM);
+		waitpid(server_pid, NULL, 0);
+		server_pid = -1;
+	}
+}
+
+/* Embedded mode: owns its server, refuses a second owner, data survives a restart. */
+TEST(embedded_owns_and_refuses_a_second_owner)
+{
+	char dir[512];
+	snprintf(dir, sizeof dir, "%s/embedded", base);
+	struct lr_nats_opts o = { 0 };
+	o.embedded_dir = dir;
+	struct lr_store *s = NULL, *s2 = NULL;
+	struct lr_err e;
+	CHECK_EQ_INT(lr_store_nats_open(&o, &s, &e), 0);
+	if (!s) {
+		fprintf(stderr, "embedded: %s\n", e.msg);
+		return;
+	}
+	CHECK_EQ_INT(conf_append_str(s, "sessions/e", 0, "one"), 0);
+	CHECK_EQ_INT(lr_store_nats_open(&o, &s2, &e), -EBUSY);
+	CHECK(s2 == NULL);
+	CHECK(strstr(e.msg, "owned by another process") != NULL);
+	lr_store_close(s);
+	/* stopped: nothing listens in the ports file any more; a new owner starts it again */
+	CHECK_EQ_INT(lr_store_nats_open(&o, &s, &e), 0);
+	if (!s)
+		return;
+	CHECK_EQ_INT(conf_tip(s, "sessions/e"), 1);
+	CHECK_EQ_INT(conf_append_str(s, "sessions/e", 1, "two"), 0);
+	lr_store_close(s);
+	/* a relative directory and both modes at once are refused */
+	o.embedded_dir = "rel/dir";
+	CHECK_EQ_INT(lr_store_nats_open(&o, &s, &e), -EINVAL);
+	o.embedded_dir = dir;
+	o.url = url;
+	CHECK_EQ_INT(lr_store_nats_open(&o, &s, &e), -EINVAL);
+	CHECK(strstr(e.msg, "exactly one") != NULL);
+}
+
+static int lost_calls;
+static void on_lost(struct lr_lease *l, void *arg)
+{
+	(void)l;
+	(void)arg;
+	__atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
+}
+
+/* The server paused past the TTL: the holder cannot renew and fences itself. */
+TEST(holder_that_cannot_renew_fences_itself)
+{
+	struct lr_store *s = NULL;
+	struct lr_err e;
+	struct lr_nats_opts o = { 0 };
+	o.url = url;
+	o.ns = "fence";
+	o.lease_ttl_ms = 1000;
+	o.timeout_ms = 300;
+	CHECK_EQ_INT(lr_store_nats_open(&o, &s, &e), 0);
+	if (!s)
+		return;
+	struct lr_lease *l = NULL;
+	CHECK_EQ_INT(lr_store_acquire(s, "sessions/f", &l, &e), 0);
+	if (!l) {
+		lr_store_close(s);
+		return;
+	}
+	l->on_lost = on_lost;
+	lost_calls = 0;
+	/* renewals keep it alive well past the TTL */
+	usleep(2500 * 1000);
+	CHECK_EQ_INT(l->lost, 0);
+	kill(server_pid, SIGSTOP);
+	int waited = 0;
+	while (!__atomic_load_n(&l->lost, __ATOMIC_SEQ_CST) && waited < 5000) {
+		usleep(50000);
+		waited += 50;
+	}
+	kill(server_pid, SIGCONT);
+	CHECK_EQ_INT(l->lost, 1);
+	CHECK_EQ_INT(lost_calls, 1);
+	CHECK(waited <= 2000); /* generous: the TTL is 1 s */
+	CHECK_EQ_INT(lr_store_release(l, &e), 0);
+	CHECK_EQ_INT(lost_calls, 1);
+	/* after the pause the name can be taken again with a higher epoch */
+	struct lr_lease *l2 = NULL;
+	int rc = LR_ELEASEHELD;
+	for (int i = 0; i < 100 && rc; i++) {
+		rc = lr_store_acquire(s, "sessions/f", &l2, &e);
+		if (rc)
+			usleep(100000);
+	}
+	CHECK_EQ_INT(rc, 0);
+	CHECK(l2 && l2->epoch >= 2);
+	lr_store_release(l2, &e);
+	lr_store_close(s);
+}
+
+/* Credentials never appear in messages. */
+TEST(credentials_are_not_printed)
+{
+	struct lr_store *s = NULL;
+	struct lr_err e;
+	struct lr_nats_opts o = { 0 };
+	o.url = "nats://alice:s3kr1t@127.0.0.1:1";
+	o.timeout_ms = 500;
+	CHECK(lr_store_nats_open(&o, &s, &e) != 0);
+	CHECK(strstr(e.msg, "s3kr1t") == NULL);
+	CHECK(strstr(e.msg, "alice") == NULL);
+	CHECK(strstr(e.msg, "127.0.0.1:1") != NULL);
+	o.url = "nats://127.0.0.1:1";
+	o.user = "alice";
+	o.password = "s3kr1t";
+	CHECK(lr_store_nats_open(&o, &s, &e) != 0);
+	CHECK(strstr(e.msg, "s3kr1t") == NULL);
+}
+
+/* An empty ledger: the per-subject check must be sent for 0 too. */
+TEST(append_zero_on_a_nonempty_ledger_conflicts)
+{
+	struct lr_store *s = NULL;
+	struct lr_err e;
+	CHECK_EQ_INT(nats_open_ns("zero", TTL_MS, &s, &e), 0);
+	if (!s)
+		return;
+	CHECK_EQ_INT(conf_append_str(s, "z", 0, "a"), 0);
+	CHECK_EQ_INT(lr_store_append(s, "z", 0, "b", 1, &e), LR_ECONFLICT);
+	CHECK_EQ_INT(conf_tip(s, "z"), 1);
+	lr_store_close(s);
+}
+
+static int have_server(void)
+{
+	return system("command -v nats-server >/dev/null 2>&1") == 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 5 && strcmp(argv[1], "holder") == 0)
+		return holder_main(argv[2], argv[3], argv[4]);
+	if (!have_server()) {
+		printf("ok - nats # SKIP skip: nats-server is not installed\n");
+		test_count++;
+		return test_summary();
+	}
+	const char *tmp = getenv("TMPDIR");
+	snprintf(base, sizeof base, "%s/lr-nats-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(base)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	if (start_server(base)) {
+		fprintf(stderr, "could not start nats-server\n");
+		stop_server();
+		return 1;
+	}
+	struct conformance h = { "nats", n_open, n_second, n_spawn_holder, NULL,
+				 getenv("ASAN_OPTIONS") != NULL };
+	conformance_run(&h);
+	RUN(append_zero_on_a_nonempty_ledger_conflicts);
+	RUN(credentials_are_not_printed);
+	RUN(holder_that_cannot_renew_fences_itself);
+	RUN(embedded_owns_and_refuses_a_second_owner);
+	stop_server();
+	char cmd[400];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", base);
+	return test_summary();
+}
