@@ -12,4 +12,19 @@
 /* nats.c: url with any user information replaced by "***" (for messages). */
 void lr__nats_redact(const char *url, char *out, size_t cap);
 
+/*
+ * store.c: a lease's loss notification. Backends call lr__lease_fire_lost
+ * (once per lease: the first call wins) from whichever thread noticed; the
+ * callback runs under one process-wide (recursive) lock, and
+ * lr__lease_hook swaps the callback under the same lock, so a callback
+ * never runs on a hook its owner has already removed (the journal frees
+ * itself right after unhooking).
+ */
+void lr__lease_fire_lost(struct lr_lease *l);
+void lr__lease_hook(struct lr_lease *l, void (*fn)(struct lr_lease *, void *), void *arg,
+		    void (**prev_fn)(struct lr_lease *, void *), void **prev_arg);
+/* The lock itself, for an owner that must check its own state before unhooking. */
+void lr__lease_lost_lock(void);
+void lr__lease_lost_unlock(void);
+
 #endif

@@ -626,10 +626,7 @@ int lr_journal_open(struct lr_store *store, const char *sid, struct lr_lease *le
 	}
 
 	/* Chain into the lease's loss notification; a loss meanwhile is caught too. */
-	j->prev_on_lost = lease->on_lost;
-	j->prev_arg = lease->on_lost_arg;
-	lease->on_lost_arg = j;
-	lease->on_lost = journal_on_lost;
+	lr__lease_hook(lease, journal_on_lost, j, &j->prev_on_lost, &j->prev_arg);
 	if (__atomic_load_n(&lease->lost, __ATOMIC_SEQ_CST))
 		j->lost = 1;
 	*out = j;
@@ -656,10 +653,17 @@ void lr_journal_close(struct lr_journal *j)
 	while (j->busy || j->pumping || j->inside)
 		pthread_cond_wait(&j->idle, &j->mu);
 	pthread_mutex_unlock(&j->mu);
+	/*
+	 * Under the loss lock: once unhooked, no callback can still be running
+	 * on j. A lease released before close has called back (j->lost, set
+	 * under the same lock) and may be freed: leave it alone then.
+	 */
+	lr__lease_lost_lock();
 	if (!lease_lost(j) && j->lease->on_lost == journal_on_lost && j->lease->on_lost_arg == j) {
 		j->lease->on_lost = j->prev_on_lost;
 		j->lease->on_lost_arg = j->prev_arg;
 	}
+	lr__lease_lost_unlock();
 	journal_free(j);
 }
 

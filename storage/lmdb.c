@@ -1137,8 +1137,7 @@ static int lm_release(struct lr_lease *pub, struct lr_err *e)
 	(void)e;
 	struct lm_lease *l = (struct lm_lease *)pub;
 	close(l->fd); /* drops the OFD lock */
-	if (!__atomic_exchange_n(&pub->lost, 1, __ATOMIC_SEQ_CST) && pub->on_lost)
-		pub->on_lost(pub, pub->on_lost_arg);
+	lr__lease_fire_lost(pub);
 	free(l);
 	return 0;
 }

@@ -302,8 +302,7 @@ static int mem_release(struct lr_lease *l, struct lr_err *e)
 			le->holder = NULL;
 	}
 	pthread_mutex_unlock(&m->mu);
-	if (!__atomic_exchange_n(&l->lost, 1, __ATOMIC_SEQ_CST) && l->on_lost)
-		l->on_lost(l, l->on_lost_arg);
+	lr__lease_fire_lost(l);
 	free(l);
 	return 0;
 }

@@ -790,8 +790,7 @@ static void *hb_main(void *arg);
 
 static void lease_fire_lost(struct nlease *l)
 {
-	if (!__atomic_exchange_n(&l->pub.lost, 1, __ATOMIC_SEQ_CST) && l->pub.on_lost)
-		l->pub.on_lost(&l->pub, l->pub.on_lost_arg);
+	lr__lease_fire_lost(&l->pub);
 }
 
 static void lease_unlist(struct nstore *n, struct nlease *l)

@@ -5,6 +5,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,4 +284,39 @@ void lr_store_close(struct lr_store *s)
 {
 	if (s)
 		s->ops->close(s);
+}
+
+/* ---- lease loss notification ---- */
+
+static pthread_mutex_t lost_mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
+void lr__lease_fire_lost(struct lr_lease *l)
+{
+	if (__atomic_exchange_n(&l->lost, 1, __ATOMIC_SEQ_CST))
+		return;
+	pthread_mutex_lock(&lost_mu);
+	if (l->on_lost)
+		l->on_lost(l, l->on_lost_arg);
+	pthread_mutex_unlock(&lost_mu);
+}
+
+void lr__lease_hook(struct lr_lease *l, void (*fn)(struct lr_lease *, void *), void *arg,
+		    void (**prev_fn)(struct lr_lease *, void *), void **prev_arg)
+{
+	pthread_mutex_lock(&lost_mu);
+	*prev_fn = l->on_lost;
+	*prev_arg = l->on_lost_arg;
+	l->on_lost_arg = arg;
+	l->on_lost = fn;
+	pthread_mutex_unlock(&lost_mu);
+}
+
+void lr__lease_lost_lock(void)
+{
+	pthread_mutex_lock(&lost_mu);
+}
+
+void lr__lease_lost_unlock(void)
+{
+	pthread_mutex_unlock(&lost_mu);
 }
