@@ -839,12 +839,24 @@ static int settle_append(struct lr_journal *j, int rc, const char *id, size_t id
 	return 0;
 }
 
-/* The whole append, blocking, under mu (checks done). */
-static int append_locked(struct lr_journal *j, int kind, const char *id, size_t idl,
-			 const void *body, size_t len, uint64_t *seq, int *appended,
-			 struct lr_err *e)
+static void pump(struct lr_journal *j);
+static void unbusy(struct lr_journal *j);
+
+/*
+ * The whole append, blocking (checks done). The caller holds the journal's
+ * one append slot (busy) but NOT mu: the store calls below may need the
+ * backend's writer thread, which takes mu in its completions of earlier
+ * appends; holding mu across them deadlocks (seen under ASan). Only the
+ * slot holder changes the tip, the frame and the index, so reading them
+ * here is safe; settling takes mu for readers such as lr_journal_tip.
+ */
+static int append_io(struct lr_journal *j, int kind, const char *id, size_t idl,
+		     const void *body, size_t len, uint64_t *seq, int *appended,
+		     struct lr_err *e)
 {
+	pthread_mutex_lock(&j->mu);
 	int rc = refused(j, e);
+	pthread_mutex_unlock(&j->mu);
 	if (rc)
 		return rc;
 	struct slot *hit = idl ? index_find(&j->index, id) : NULL;
@@ -894,7 +906,10 @@ static int append_locked(struct lr_journal *j, int kind, const char *id, size_t 
 		return rc;
 	}
 	rc = lr_store_append_definitely(j->store, j->name, j->tip, j->frame.data, j->frame.len, e);
-	return settle_append(j, rc, id, idl, seq, appended, e);
+	pthread_mutex_lock(&j->mu);
+	rc = settle_append(j, rc, id, idl, seq, appended, e);
+	pthread_mutex_unlock(&j->mu);
+	return rc;
 }
 
 int lr_journal_append(struct lr_journal *j, int kind, const char *id, const void *body,
@@ -913,8 +928,13 @@ int lr_journal_append(struct lr_journal *j, int kind, const char *id, const void
 	pthread_mutex_lock(&j->mu);
 	while (j->busy)
 		pthread_cond_wait(&j->idle, &j->mu);
-	rc = append_locked(j, kind, id, idl, body, len, seq, appended, e);
+	j->busy = 1; /* the append slot: async appends queue behind it */
 	pthread_mutex_unlock(&j->mu);
+	rc = append_io(j, kind, id, idl, body, len, seq, appended, e);
+	pthread_mutex_lock(&j->mu);
+	unbusy(j);
+	pthread_mutex_unlock(&j->mu);
+	pump(j);
 	return rc;
 }
 
@@ -1060,15 +1080,18 @@ void lr_journal_append_slow(struct lr_journal_op *op)
 	struct lr_journal *j = op->j;
 	size_t idl;
 	const char *id = op_id(op, &idl);
-	pthread_mutex_lock(&j->mu);
+	/* this op holds the append slot (busy) since pump handed it over: no mu across I/O */
 	if (op->resolve) {
 		int rc = lr_store_append_definitely(j->store, j->name, j->tip, j->frame.data,
 						    j->frame.len, &op->err);
+		pthread_mutex_lock(&j->mu);
 		op->rc = settle_append(j, rc, id, idl, &op->seq, &op->appended, &op->err);
+		pthread_mutex_unlock(&j->mu);
 	} else {
-		op->rc = append_locked(j, op->kind, id, idl, op->body, op->len, &op->seq,
-				       &op->appended, &op->err);
+		op->rc = append_io(j, op->kind, id, idl, op->body, op->len, &op->seq,
+				   &op->appended, &op->err);
 	}
+	pthread_mutex_lock(&j->mu);
 	op->slow = 0;
 	op->resolve = 0;
 	unbusy(j);
