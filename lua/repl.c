@@ -39,7 +39,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /*
@@ -126,6 +128,13 @@ struct repl {
 	volatile sig_atomic_t chunk_running;
 	volatile sig_atomic_t interrupted;
 	volatile sig_atomic_t chunk_sigints; /* SIGINTs that hit a chunk, not yet seen on the loop */
+
+	/* The workbench (rig.repl_bench): a session turn Ctrl-C interrupts, a gate's key. */
+	volatile sig_atomic_t turn_busy;   /* the attached session runs a turn */
+	volatile sig_atomic_t turn_sigints; /* SIGINTs meant for that turn, not yet seen on the loop */
+	struct timespec turn_sig_at;       /* when the last one came */
+	int key_mode;                      /* the next key goes to rig.repl.on_key */
+	int key_prompt;                    /* the handler was installed only to read that key */
 
 	int mod_ref;           /* rig.repl */
 	char *hist_path;
@@ -256,6 +265,67 @@ static int repl_interrupting(lua_State *L)
 {
 	lua_pushboolean(L, g_repl && g_repl->interrupted);
 	return 1;
+}
+
+static void prompt_show(struct repl *r);
+static void prompt_hide(struct repl *r);
+static void watch_set(struct repl *r, int on);
+static void on_line(char *line);
+
+/*
+ * rig.repl's key_mode(on): while on, each key typed goes to rig.repl.on_key
+ * instead of the line editor (a gate's one-key answer). Without a showing
+ * prompt (a chunk runs) the handler is installed with an empty prompt just
+ * for the raw terminal. Returns false without a terminal.
+ */
+static int repl_key_mode(lua_State *L)
+{
+	struct repl *r = g_repl;
+	int on = lua_toboolean(L, 1);
+	if (!r || !r->tty) {
+		lua_pushboolean(L, 0);
+		return 1;
+	}
+	if (on && !r->key_mode) {
+		r->key_mode = 1;
+		if (!r->prompt_on && !r->quit) {
+			rl_callback_handler_install("", on_line);
+			r->prompt_on = 1;
+			r->key_prompt = 1;
+			r->prompt = "";
+			watch_set(r, 1);
+		}
+	} else if (!on && r->key_mode) {
+		r->key_mode = 0;
+		if (r->key_prompt) {
+			r->key_prompt = 0;
+			prompt_hide(r);
+			if (!r->task)
+				prompt_show(r);
+		}
+	}
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+/* rig.repl's columns(): the terminal's width, or nil. */
+static int repl_columns(lua_State *L)
+{
+	struct winsize ws;
+	if (ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
+		lua_pushinteger(L, ws.ws_col);
+		return 1;
+	}
+	lua_pushnil(L);
+	return 1;
+}
+
+/* rig.repl's turn_busy(on): Ctrl-C goes to the attached session's turn while on. */
+static int repl_turn_busy(lua_State *L)
+{
+	if (g_repl)
+		g_repl->turn_busy = lua_toboolean(L, 1);
+	return 0;
 }
 
 /* Calls rig.repl[name] on the main thread with nargs arguments; 0 or -1 after printing the error. */
@@ -689,6 +759,24 @@ static void on_stdin(struct lr_watch *w, int events, void *arg)
 	}
 	if (!r->prompt_on)
 		return;
+	if (r->key_mode) {
+		unsigned char b;
+		ssize_t n = read(0, &b, 1);
+		if (n == 1) {
+			char k[2] = { (char)b, 0 };
+			lua_pushlstring(r->S->L, k, 1);
+			if (call_mod(r, "on_key", 1, 0) < 0) {
+				r->key_mode = 0; /* never stuck on a broken handler */
+				if (r->key_prompt) {
+					r->key_prompt = 0;
+					prompt_hide(r);
+					if (!r->task)
+						prompt_show(r);
+				}
+			}
+		}
+		return;
+	}
 	editor_read();
 	if (!r->line_ready)
 		return;
@@ -728,6 +816,19 @@ static void repl_async_signal(int signo)
 	struct repl *r = g_repl;
 	if (!r || (signo != SIGINT && signo != SIGTERM))
 		return;
+	if (signo == SIGINT && r->turn_busy) {
+		/* For the session's turn, unless a chunk runs and this is a second Ctrl-C within 1 s. */
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		double dt = (double)(now.tv_sec - r->turn_sig_at.tv_sec) +
+			    (double)(now.tv_nsec - r->turn_sig_at.tv_nsec) / 1e9;
+		int second = r->turn_sig_at.tv_sec != 0 && dt < 1.0;
+		if (!(second && r->chunk_running)) {
+			r->turn_sig_at = now;
+			r->turn_sigints++;
+			return;
+		}
+	}
 	if (signo == SIGINT && r->chunk_running) {
 		r->interrupted = 1;
 		r->chunk_sigints++;
@@ -740,6 +841,15 @@ static void on_sigint(int signo, void *arg)
 {
 	(void)signo;
 	struct repl *r = arg;
+	if (r->turn_sigints > 0) {
+		r->turn_sigints--;
+		if (call_mod(r, "interrupt_turn", 0, 1) == 0) {
+			int done = lua_toboolean(r->S->L, -1);
+			lua_pop(r->S->L, 1);
+			if (done)
+				return;
+		}
+	}
 	if (r->task || r->chunk_sigints > 0) {
 		/* Meant for a chunk, which may have ended already (a busy loop interrupted). */
 		if (r->chunk_sigints > 0)
@@ -798,6 +908,12 @@ static int repl_setup(struct repl *r)
 	}
 	lua_pushcfunction(L, repl_interrupting);
 	lua_setfield(L, -2, "interrupting");
+	lua_pushcfunction(L, repl_key_mode);
+	lua_setfield(L, -2, "key_mode");
+	lua_pushcfunction(L, repl_columns);
+	lua_setfield(L, -2, "columns");
+	lua_pushcfunction(L, repl_turn_busy);
+	lua_setfield(L, -2, "turn_busy");
 	r->mod_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 	lua_pop(L, 1);
 	lua_pushcfunction(L, repl_print);

@@ -133,6 +133,9 @@ end
 -- lua.c does), then as a statement. Returns the function; or nil when the
 -- input is incomplete (more lines may finish it); or nil, message.
 function M.compile(src)
+  if src:match("^%s*:%a") then
+    return require("rig.repl_bench").command((src:gsub("^%s+", "")))
+  end
   local fn = load("return " .. src, "=stdin", "t")
   if fn then return fn end
   local err
@@ -166,11 +169,28 @@ end
 -- the error that unwinds it is expected and the prompt says "interrupted".
 function M.interrupting() return false end
 
+-- Replaced by lua/repl.c on a terminal (rig.repl_bench uses them):
+-- key_mode(on) -> true when the next key will go to rig.repl_bench.on_key;
+-- columns() -> the terminal's width or nil; turn_busy(on): Ctrl-C
+-- interrupts the attached session's turn while on.
+function M.key_mode() return false end
+function M.columns() return nil end
+function M.turn_busy() end
+
+-- Called by lua/repl.c: a key while key_mode is on; Ctrl-C while turn_busy.
+function M.on_key(k) return require("rig.repl_bench").on_key(k) end
+function M.interrupt_turn() return require("rig.repl_bench").interrupt_turn() end
+
 -- M.run(fn [, quiet]): runs one chunk inside its task and prints its values
--- (unless quiet) or its error. Never raises.
+-- (unless quiet) or its error. Never raises. quiet is the script given to
+-- `luarig repl FILE`: its values go to rig.repl_bench.loaded (a rig is bound to r).
 function M.run(fn, quiet)
   local r = table.pack(xpcall(fn, handler))
-  if r[1] then
+  if r[1] and quiet then
+    local ok, err = xpcall(require("rig.repl_bench").loaded, handler,
+      type(arg) == "table" and arg[0] or "?", table.unpack(r, 2, r.n))
+    if not ok then print("error: " .. tostring(err)) end
+  elseif r[1] then
     if not quiet and r.n > 1 then
       local parts = {}
       for i = 2, r.n do parts[#parts + 1] = M.pretty(r[i]) end

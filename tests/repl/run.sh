@@ -199,3 +199,110 @@ type_line 'from_script'
 check "the script's globals are available at the prompt" wait_for '^"yes"$'
 T send-keys C-d
 check "exit after a script session is 0" wait_for '^EXIT=0$'
+
+# --- the workbench: a rig file, a live session, gates, Ctrl-C, attach, reload ---
+"$LUARIG" tests/lua/runner.lua tests/repl/render_spec.lua | sed -n 's/^\(not \)\{0,1\}ok - /&repl /p'
+export BENCH_STATE="$tmp/bench-state"
+cp tests/repl/fixtures/bench_rig.lua "$tmp/bench_rig.lua"
+start_bench() {
+	T kill-server >/dev/null 2>&1
+	n_start=$((n_start + 1))
+	T new-session -d -x 100 -y 40 \
+		"TERM=screen NO_COLOR=1 BENCH_STATE='$BENCH_STATE' XDG_STATE_HOME='$XDG_STATE_HOME' '$LUARIG' repl '$tmp/bench_rig.lua'; echo \"EXIT=\$?\"; sleep 600"
+	wait_for '^> ' 10
+}
+check "workbench: repl FILE starts" start_bench
+check "workbench: the returned rig is bound to r and described" wait_for '^r = rig.define\(assistant\) from '
+check "workbench: the rig's loops are listed" wait_for '^  loops +assistant \([0-9a-f]{12}\)$'
+check "workbench: the store is named" wait_for "^  store +lmdb $BENCH_STATE\$"
+
+type_line 's = r:session()'
+check "workbench: r:session() attaches the session" wait_for '^── attached to session [0-9a-f-]+ \(1 loop: assistant\)$'
+type_line 's:submit("hello bench")'
+check "workbench: thinking renders" wait_for '^  ┊ pondering$'
+check "workbench: streamed text renders line by line" wait_for '^  stream_line_two hello bench$'
+check "workbench: the turn's end shows tokens" wait_for '^── done · [0-9]+ in / [0-9]+ out tokens$'
+
+type_line 's:submit("echo it")'
+check "workbench: a tool call renders with name and summary" wait_for '^  → echo echo bench_echo$'
+check "workbench: the tool result renders as a preview" wait_for '^    │ echoed: bench_echo$'
+wait_count '^── done' 2 >/dev/null
+
+type_line 's:submit("fetch one")'
+check "workbench: a gate shows the request" wait_for '^\? allow fetch: fetch example.org$'
+check "workbench: a gate shows the rule 'always' would save" \
+	wait_for '^  \[y\] approve · \[a\] always \(saves allow network tcp://example.org:443\) · \[n\] deny · \[\?\] details$'
+T send-keys '?'
+check "workbench: ? shows the gate's details" wait_for '^  gate g[0-9.]+ · loop assistant · turn t[0-9.]+$'
+T send-keys y
+check "workbench: y approves the gate" wait_for '^  ✓ approved$'
+check "workbench: the approved call ran" wait_for '^    │ fetched example.org$'
+wait_count '^── done' 3 >/dev/null
+
+type_line 's:submit("fetch two")'
+wait_count '^\? allow fetch: fetch example.org$' 3 >/dev/null  # the ? details drew one too
+T send-keys a
+check "workbench: a approves always" wait_for '^  ✓ approved always$'
+wait_count '^── done' 4 >/dev/null
+check "workbench: the rule was saved" grep -q 'tcp://example.org:443' "$BENCH_STATE.rules.json"
+type_line 's:submit("fetch three")'
+check "workbench: the saved rule allows the call without a prompt" wait_for '^  ✓ fetch allowed by a saved rule$'
+wait_count '^── done' 5 >/dev/null
+check "workbench: no question for the third call" test "$(screen | grep -c '^? allow fetch')" -eq 3
+
+# a deny, with another gate on a rules-free host
+type_line 's:submit("fetch")'
+sed -i 's/example.org/example.net/; s/bench-v1/bench-v2/' "$tmp/bench_rig.lua"
+wait_count '^── done' 6 >/dev/null
+type_line ':reload'
+check "workbench: :reload reports the loop's revision changed" wait_for '^  ~ assistant: revision [0-9a-f]{12} -> [0-9a-f]{12}$'
+type_line 's2 = r:session()'
+wait_count '^── attached to session' 2 >/dev/null
+type_line 's2:submit("fetch four")'
+check "workbench: the reloaded rig's sessions use the new definition" wait_for '^\? allow fetch: fetch example.net$'
+T send-keys n
+check "workbench: n denies the gate" wait_for '^  ✗ denied$'
+check "workbench: the model sees the denial" wait_for 'tool said: error: permission denied: denied by the user'
+wait_count '^── done' 7 >/dev/null
+
+type_line 's2:submit("slow please")'
+wait_for '^── turn t[0-9.]+ · assistant$' >/dev/null
+sleep 0.3
+T send-keys C-c
+check "workbench: Ctrl-C interrupts the running turn" wait_for '^── interrupted \(interrupted\)$'
+type_line '"alive_after_turn_interrupt"'
+check "workbench: the REPL stays after interrupting a turn" wait_for '^"alive_after_turn_interrupt"$'
+sleep 1.1 # more than a second after the last Ctrl-C: the next one is a first one again
+type_line 's2:submit("slow again"); rig.sleep(30)'
+sleep 0.6
+T send-keys C-c
+check "workbench: with a chunk waiting, the first Ctrl-C interrupts the turn" wait_count '^── interrupted \(interrupted\)$' 2
+check "workbench: ... and leaves the chunk running" not_on_screen '^interrupted$'
+T send-keys C-c
+check "workbench: a second Ctrl-C within 1 s cancels the waiting chunk" wait_for '^(\^C)?interrupted$'
+type_line ':sessions'
+check "workbench: :sessions lists the catalog" wait_for '^ id +title +state +last active +tokens in/out +cost$'
+check "workbench: :sessions shows a title" wait_for ' hello bench +(idle|running|stopped) '
+type_line 'old_id = s.id; s:shutdown(); s2:shutdown()'
+T send-keys C-d
+wait_for '^EXIT=' >/dev/null
+
+# a session made by another process, then attached here
+cat >"$tmp/other.lua" <<'LUA'
+local r = dofile(arg[1])
+local s = assert(r:session())
+s:submit("from another process")
+s:wait_idle(10)
+io.write(s.id)
+s:shutdown()
+LUA
+other=$("$LUARIG" "$tmp/other.lua" "$tmp/bench_rig.lua" 2>&1)
+start_bench
+type_line ":attach $other"
+check "workbench: :attach restores a session another process made" wait_for "^── attached to session $other"
+type_line 's:history()[1].content[1].text'
+check "workbench: the attached session's history is there" wait_for '^"from another process"$'
+type_line 's:submit("hello again")'
+check "workbench: the attached session runs turns here" wait_for '^  stream_line_two hello again$'
+T send-keys C-d
+wait_for '^EXIT=' >/dev/null

@@ -1,0 +1,538 @@
+-- rig.repl_bench: the REPL as a workbench for live sessions.
+--
+--   luarig repl FILE.lua     -- a file returning a rig binds it to `r`
+--   s = r:session()          -- or r:restore(id), :attach ID: the session is attached
+--
+-- The attached session's events are drawn above the prompt (rig.repl_render);
+-- a gate it opens takes one key (y approve, a approve always, n deny,
+-- ? details); gates of other live sessions of this REPL are announced and
+-- listed by :gates, never dropped. Ctrl-C while the attached session runs a
+-- turn interrupts that turn (lua/repl.c asks interrupt_turn()).
+--
+-- Commands (a line starting with ':'): :help, :reload, :sessions, :attach ID,
+-- :detach, :gates, :interrupt, :compact, :checkpoint, :rewind REF, :snapshots,
+-- :log [FROM] (the journal, then follows it live until Ctrl-C).
+--
+-- lua/repl.c sets on rig.repl: key_mode(on) (the next key goes to on_key),
+-- columns() (the terminal width), turn_busy(on) (what Ctrl-C should do).
+
+local core = require "rig.core"
+local render = require "rig.repl_render"
+local define = require "rig.define"
+
+local M = {}
+
+local repl -- rig.repl, set on first use (it requires this module)
+local function R()
+  repl = repl or require "rig.repl"
+  return repl
+end
+
+local state = {
+  path = nil,        -- the rig file
+  r = nil,           -- the rig it returned
+  live = {},         -- id -> session opened in this process
+  watched = setmetatable({}, { __mode = "k" }),  -- session -> true (a gate watcher runs)
+  attached = nil,    -- the attached session
+  follow = nil,      -- { sub, task, rd }
+  queue = {},        -- gates waiting for a key: { S, g }
+  asking = nil,      -- the gate the next key answers
+}
+M.state = state
+
+local function out(lines)
+  if type(lines) == "string" then lines = { lines } end
+  if #lines == 0 then return end
+  print(table.concat(lines, "\n"))
+end
+
+local function color()
+  local nc = os.getenv("NO_COLOR")
+  return core.isatty(1) and (nc == nil or nc == "") and os.getenv("TERM") ~= "dumb"
+end
+
+local function columns()
+  local f = R().columns
+  local w = f and f() or nil
+  return (w and w > 0) and w or 80
+end
+
+local function new_renderer()
+  return render.new{ color = color(), width = columns }
+end
+M.new_renderer = new_renderer
+
+local function busy_now()
+  local S = state.attached
+  return S ~= nil and not S.closed and (S.busy or 0) > 0
+end
+
+local function note_busy()
+  local f = R().turn_busy
+  if f then f(busy_now()) end
+end
+
+-- ---- gates ----
+
+local ask_next
+
+local function key_mode(on)
+  local f = R().key_mode
+  return f and f(on) or false
+end
+
+local function gate_candidates(S, g)
+  local inst = S.loops and S.loops[g.loop_id]
+  if not (inst and inst.gate and g.request) then return {} end
+  local ok, d = pcall(inst.gate.evaluate, inst.gate, g.request)
+  return ok and d and d.candidates or {}
+end
+
+ask_next = function()
+  if state.asking then return end
+  while #state.queue > 0 do
+    local item = table.remove(state.queue, 1)
+    local S, g = item.S, item.g
+    if not S.closed and S.open_gates[g.gate_id] and not S.open_gates[g.gate_id].answer then
+      state.asking = item
+      if item.announce then
+        local rd = state.follow and state.follow.rd or new_renderer()
+        out(rd:gate_lines(g))
+      end
+      if not key_mode(true) then
+        out("  (no terminal: answer with s:respond_gate(\"" .. g.gate_id .. "\", \"approve\"))")
+        state.asking = nil
+        state.queue = {}
+      end
+      return
+    end
+  end
+end
+
+local ACTION = { y = "approve", a = "approve_always", n = "deny" }
+
+-- repl.c hands the key pressed while key_mode is on. Returns true when the
+-- key was used (the mode stays on while another gate waits).
+function M.on_key(k)
+  local item = state.asking
+  if not item then key_mode(false) return true end
+  local S, g = item.S, item.g
+  k = k:lower()
+  if k == "?" then
+    local rd = state.follow and state.follow.rd or new_renderer()
+    out(rd:gate_lines(g, { details = true }))
+    return true
+  end
+  local action = ACTION[k]
+  if not action then
+    if k:match("^[%g ]$") and not item.hinted then
+      item.hinted = true -- once: a line typed meanwhile should not flood the screen
+      out("  y, a, n or ? (answering gate " .. g.gate_id .. ")")
+    end
+    return true
+  end
+  state.asking = nil
+  key_mode(false)
+  -- a restored gate's answer is journaled (it waits): answer in a task
+  core.spawn_detached(function()
+    local ok, msg = S:respond_gate(g.gate_id, action)
+    if not ok then out("  could not answer gate " .. g.gate_id .. ": " .. tostring(msg)) end
+  end)
+  ask_next()
+  return true
+end
+
+local function gate_resolved(gate_id)
+  if state.asking and state.asking.g.gate_id == gate_id then
+    state.asking = nil
+    key_mode(false)
+  end
+  for i = #state.queue, 1, -1 do
+    if state.queue[i].g.gate_id == gate_id then table.remove(state.queue, i) end
+  end
+  ask_next()
+end
+
+-- ---- following the attached session ----
+
+local function follower(S, sub, rd)
+  for ev in sub:events() do
+    if state.attached ~= S then break end
+    local lines = rd:event(ev)
+    if ev.type == "GateOpened" then
+      local req = rd.requests[ev.gate_id] or {}
+      state.queue[#state.queue + 1] = { S = S, g = { gate_id = ev.gate_id, tool = ev.tool,
+        summary = ev.summary, loop_id = ev.loop_id, turn_id = ev.turn_id, request = req.request,
+        unmet = req.unmet, candidates = req.candidates } }
+      out(lines)
+      ask_next()
+    else
+      out(lines)
+      if ev.type == "GateResolved" then gate_resolved(ev.gate_id) end
+    end
+    if ev.type == "TurnStarted" or ev.ends_turn or ev.type == "SessionIdle"
+      or ev.type == "SessionActive" then
+      note_busy()
+    end
+  end
+  out(rd:flush())
+end
+
+-- Other live sessions: their gates are announced (and kept open).
+local function watcher(S, sub)
+  for ev in sub:events() do
+    if ev.type == "GateOpened" and state.attached ~= S then
+      out(string.format("── gate %s open in session %s: %s %s (:attach %s to answer)",
+        tostring(ev.gate_id), S.id, tostring(ev.tool), tostring(ev.summary or ""), S.id))
+    end
+  end
+end
+
+local function watch(S)
+  if state.watched[S] then return end
+  state.watched[S] = true
+  local sub = S:subscribe{ loops = "all", ephemeral = false }
+  core.spawn_detached(watcher, S, sub)
+end
+
+function M.detach()
+  local f = state.follow
+  state.follow = nil
+  state.attached = nil
+  if f then f.sub:close() end
+  if state.asking then state.asking = nil; key_mode(false) end
+  state.queue = {}
+  note_busy()
+end
+
+function M.attach(S, quiet)
+  if state.attached == S then return S end
+  M.detach()
+  state.live[S.id] = S
+  watch(S)
+  local rd = new_renderer()
+  local sub = S:subscribe{ loops = "all", ephemeral = true }
+  state.attached = S
+  state.follow = { sub = sub, rd = rd }
+  state.follow.task = core.spawn_detached(follower, S, sub, rd)
+  if not quiet then
+    out(rd:dim("── attached to session " .. S.id .. " (" .. #S.loop_order .. " loop"
+      .. (#S.loop_order == 1 and "" or "s") .. ": " .. table.concat(S.loop_order, ", ") .. ")"))
+  end
+  -- gates that were open before
+  for _, g in ipairs(S:gates()) do
+    g.candidates = gate_candidates(S, g)
+    state.queue[#state.queue + 1] = { S = S, g = g, announce = true }
+  end
+  ask_next()
+  note_busy()
+  _G.s = S
+  return S
+end
+
+-- r:session() and r:restore() attach what they open (installed once, in the REPL).
+local hooked = false
+local function hook_sessions()
+  if hooked then return end
+  hooked = true
+  local sm = require "rig.session"
+  local methods = sm.rig_methods
+  for _, name in ipairs { "session", "restore" } do
+    local orig = methods[name]
+    methods[name] = function(...)
+      local S, msg, code = orig(...)
+      if S then M.attach(S) end
+      return S, msg, code
+    end
+  end
+end
+
+-- ---- Ctrl-C ----
+
+-- Called by repl.c on Ctrl-C while turn_busy was on: interrupts the turn.
+function M.interrupt_turn()
+  local S = state.attached
+  if not (S and not S.closed) then return false end
+  local any = S:interrupt()
+  if any then out(state.follow.rd:yellow("── interrupting the turn (Ctrl-C again within 1 s cancels the running chunk)")) end
+  return any
+end
+
+-- ---- loading a rig ----
+
+local function describe(r, path)
+  local lines = {}
+  local names = {}
+  for _, l in ipairs(r.loops) do names[#names + 1] = l.name .. " (" .. l:revision():sub(1, 12) .. ")" end
+  lines[1] = "r = " .. tostring(r) .. " from " .. path
+  lines[2] = "  loops      " .. table.concat(names, ", ")
+  lines[3] = "  primers    " .. table.concat(r.primers, ", ") .. " (active " .. tostring(r.active_primer) .. ")"
+  local st = r.store
+  local root = st and st.root and st:root()
+  lines[4] = "  store      " .. (root and ("lmdb " .. root) or "memory")
+  local ws = r.workspace
+  lines[5] = "  workspace  " .. (ws and tostring(ws) or "none")
+  lines[6] = "  try        s = r:session(); s:submit(\"hello\")   (:help for commands)"
+  return lines
+end
+
+-- repl.c runs FILE as the first chunk; its values come here.
+function M.loaded(path, ...)
+  local v = ...
+  if not define.is_rig(v) then return end
+  hook_sessions()
+  state.path, state.r = path, v
+  _G.r = v
+  out(describe(v, path))
+end
+
+local function revisions(r)
+  local t = {}
+  for _, l in ipairs(r.loops) do t[l.name] = l:revision() end
+  return t
+end
+
+local function reload()
+  if not state.path then return out("nothing to reload: start with `luarig repl FILE.lua`") end
+  local fn, err = loadfile(state.path, "t")
+  if not fn then return out("error: " .. tostring(err)) end
+  local v = fn()
+  if not define.is_rig(v) then return out("error: " .. state.path .. " did not return a rig") end
+  local old, new = state.r and revisions(state.r) or {}, revisions(v)
+  local lines, names = {}, {}
+  for n in pairs(old) do names[n] = true end
+  for n in pairs(new) do names[n] = true end
+  local sorted = {}
+  for n in pairs(names) do sorted[#sorted + 1] = n end
+  table.sort(sorted)
+  for _, n in ipairs(sorted) do
+    local a, b = old[n], new[n]
+    if not a then lines[#lines + 1] = "  + " .. n .. " (new loop)"
+    elseif not b then lines[#lines + 1] = "  - " .. n .. " (removed)"
+    elseif a ~= b then lines[#lines + 1] = "  ~ " .. n .. ": revision " .. a:sub(1, 12) .. " -> " .. b:sub(1, 12)
+    else lines[#lines + 1] = "  = " .. n .. " unchanged" end
+  end
+  state.r = v
+  _G.r = v
+  table.insert(lines, 1, "reloaded " .. state.path .. " (new sessions use it; live ones keep theirs)")
+  out(lines)
+end
+
+-- ---- commands ----
+
+local function need_session()
+  local S = state.attached
+  if not S then error("no session attached (s = r:session(), or :attach ID)", 0) end
+  return S
+end
+
+local function ago(t)
+  if type(t) ~= "number" then return "?" end
+  local d = math.floor(math.max(0, core.time() - t))
+  if d < 60 then return string.format("%ds ago", d) end
+  if d < 3600 then return string.format("%dm ago", d // 60) end
+  if d < 86400 then return string.format("%dh ago", d // 3600) end
+  return string.format("%dd ago", d // 86400)
+end
+
+local function table_lines(rows, head)
+  local widths = {}
+  for _, row in ipairs({ head, table.unpack(rows) }) do
+    for i, c in ipairs(row) do widths[i] = math.max(widths[i] or 0, utf8.len(c) or #c) end
+  end
+  local lines = {}
+  for _, row in ipairs({ head, table.unpack(rows) }) do
+    local cells = {}
+    for i, c in ipairs(row) do cells[i] = c .. string.rep(" ", widths[i] - (utf8.len(c) or #c)) end
+    lines[#lines + 1] = (table.concat(cells, "  "):gsub("%s+$", ""))
+  end
+  return lines
+end
+
+local function sessions_cmd()
+  local r = state.r or error("no rig loaded (luarig repl FILE.lua)", 0)
+  local list, msg = r:sessions()
+  if not list then error(msg, 0) end
+  table.sort(list, function(a, b) return (a.last_active_at or 0) > (b.last_active_at or 0) end)
+  local rows = {}
+  for _, e in ipairs(list) do
+    local title = tostring(e.title or "")
+    if (utf8.len(title) or #title) > 30 then title = title:sub(1, 29) .. "…" end
+    local mark = (state.attached and state.attached.id == e.id) and "*" or " "
+    rows[#rows + 1] = { mark .. tostring(e.id), title, tostring(e.state or e.status or "?"),
+      ago(e.last_active_at), string.format("%d/%d", e.input_tokens or 0, e.output_tokens or 0),
+      string.format("$%.4f", e.cost or 0) }
+  end
+  if #rows == 0 then return out("no sessions in this store") end
+  out(table_lines(rows, { " id", "title", "state", "last active", "tokens in/out", "cost" }))
+end
+
+local function find_id(prefix)
+  local r = state.r or error("no rig loaded (luarig repl FILE.lua)", 0)
+  if state.live[prefix] then return prefix end
+  local list = r:sessions() or {}
+  local hit
+  for _, e in ipairs(list) do
+    if e.id == prefix then return e.id end
+    if e.id:sub(1, #prefix) == prefix then
+      if hit then error("session id '" .. prefix .. "' is ambiguous", 0) end
+      hit = e.id
+    end
+  end
+  return hit or prefix
+end
+
+local function attach_cmd(arg)
+  if arg == "" then error("usage: :attach ID", 0) end
+  local id = find_id(arg)
+  local S = state.live[id]
+  if S and not S.closed then return M.attach(S) end
+  local r = state.r
+  local res, msg = r:restore(id) -- attaches through the hook
+  if not res then error("cannot attach " .. id .. ": " .. tostring(msg), 0) end
+  return nil
+end
+
+local function gates_cmd()
+  local rows = {}
+  for id, S in pairs(state.live) do
+    if not S.closed then
+      for _, g in ipairs(S:gates()) do
+        rows[#rows + 1] = { (state.attached == S and "*" or " ") .. id, g.gate_id, tostring(g.tool),
+          tostring(g.request and g.request.summary or "") }
+      end
+    end
+  end
+  if #rows == 0 then return out("no open gates") end
+  table.sort(rows, function(a, b) return a[2] < b[2] end)
+  out(table_lines(rows, { " session", "gate", "tool", "request" }))
+end
+
+local function rec_line(rd, rec)
+  local skip = { v = true, session_id = true, type = true, seq = true, created_at = true,
+    event_id = true }
+  local keys = {}
+  for k in pairs(rec) do if not skip[k] then keys[#keys + 1] = k end end
+  table.sort(keys)
+  local parts = {}
+  local pretty = R().pretty
+  for _, k in ipairs(keys) do
+    local v = rec[k]
+    local s = type(v) == "table" and pretty(v) or tostring(v)
+    s = s:gsub("\n%s*", " ")
+    parts[#parts + 1] = k .. "=" .. s
+  end
+  local head = string.format("%5s %s", tostring(rec.seq or "-"), tostring(rec.type))
+  local line = head .. "  " .. table.concat(parts, " ")
+  local w = rd:width()
+  if (utf8.len(line) or #line) > w then
+    line = (utf8.len(line) and line:sub(1, utf8.offset(line, w) - 1) or line:sub(1, w - 1)) .. "…"
+  end
+  return rd:bold(head) .. line:sub(#head + 1)
+end
+M.rec_line = rec_line
+
+local function log_cmd(arg)
+  local S = need_session()
+  local from = tonumber(arg) or 1
+  local rd = new_renderer()
+  local last = from - 1
+  for rec in S:journal{ from = from } do
+    out(rec_line(rd, rec))
+    last = rec.seq
+  end
+  out(rd:dim("── following the journal (Ctrl-C stops)"))
+  local sub <close> = S:subscribe{ loops = "all", ephemeral = false }
+  for ev in sub:events() do
+    if ev.seq and ev.seq > last then out(rec_line(rd, ev)); last = ev.seq end
+  end
+end
+
+local function snapshots_cmd()
+  local S = need_session()
+  local list = S:snapshots() or {}
+  if #list == 0 then return out("no snapshots") end
+  local rows = {}
+  for i, sn in ipairs(list) do
+    rows[i] = { tostring(i), tostring(sn.ref), tostring(sn.trigger or ""), tostring(sn.consistency or "") }
+  end
+  out(table_lines(rows, { "#", "ref", "trigger", "consistency" }))
+end
+
+local function resolve_ref(S, arg)
+  local list = S:snapshots() or {}
+  local n = tonumber(arg)
+  if n and list[n] then return list[n].ref end
+  for _, sn in ipairs(list) do
+    if sn.ref == arg then return arg end
+  end
+  local hit
+  for _, sn in ipairs(list) do
+    if tostring(sn.ref):find(arg, 1, true) then
+      if hit and hit ~= sn.ref then error("snapshot '" .. arg .. "' is ambiguous", 0) end
+      hit = sn.ref
+    end
+  end
+  return hit or arg
+end
+
+local HELP = {
+  ":sessions          the store's sessions (* = attached)",
+  ":attach ID         attach a session (a unique id prefix is enough; restores it if needed)",
+  ":detach            stop drawing the attached session's events",
+  ":gates             open gates of this REPL's sessions",
+  ":interrupt         interrupt the attached session's turn (also Ctrl-C while it runs)",
+  ":compact           compact the attached session's history",
+  ":checkpoint        snapshot the workspace now",
+  ":snapshots         the workspace checkpoints",
+  ":rewind REF        rewind the workspace (REF: a ref, a part of one, or a :snapshots number)",
+  ":log [FROM]        the journal from FROM, then follow it live (Ctrl-C stops)",
+  ":reload            run the rig file again (new sessions use it)",
+}
+
+local COMMANDS = {
+  help = function() out(HELP) end,
+  reload = reload,
+  sessions = sessions_cmd,
+  attach = attach_cmd,
+  detach = function() M.detach() out("detached") end,
+  gates = gates_cmd,
+  interrupt = function()
+    local S = need_session()
+    out(S:interrupt() and "interrupted" or "nothing to interrupt")
+  end,
+  compact = function()
+    local S = need_session()
+    local res, msg = S:compact()
+    if not res then error("compact: " .. tostring(msg), 0) end
+    out(string.format("compacted: %d messages summarized, %d kept", res.replaced or 0, res.retained or 0))
+  end,
+  checkpoint = function()
+    local S = need_session()
+    local ref, msg = S:checkpoint()
+    if not ref then error("checkpoint: " .. tostring(msg), 0) end
+    out("checkpoint " .. tostring(type(ref) == "table" and (ref.ref or R().pretty(ref)) or ref))
+  end,
+  snapshots = snapshots_cmd,
+  rewind = function(arg)
+    local S = need_session()
+    if arg == "" then error("usage: :rewind REF", 0) end
+    local ref = resolve_ref(S, arg)
+    local res, msg = S:rewind(ref)
+    if not res then error("rewind: " .. tostring(msg), 0) end
+    out("rewound to " .. ref)
+  end,
+  log = log_cmd,
+}
+
+-- rig.repl.compile hands ":name args" here: the function to run, or nil, message.
+function M.command(line)
+  local name, arg = line:match("^:(%a+)%s*(.-)%s*$")
+  local f = name and COMMANDS[name]
+  if not f then
+    return nil, "unknown command '" .. (line:match("^:%S*") or line) .. "' (:help lists them)"
+  end
+  return function() return f(arg) end
+end
+
+return M
