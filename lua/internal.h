@@ -215,6 +215,15 @@ int lr_repl_run(struct lr_state *S, const char *script);
 int lr_snapshot_cli(int argc, char **argv);
 /* snapshot_cli.c: the state root: opt, else $XDG_STATE_HOME/luarig, else ~/.local/state/luarig (absolute). */
 int lr__cli_state_root(const char *opt, char *out, size_t cap);
+/*
+ * snapshot_cli.c: the store a CLI command works on: NATS at url when given, else LMDB under
+ * the state root (state or its default; created first when create). cache (cap bytes)
+ * receives the snapshot stat-cache directory ("" for NATS). On failure prints
+ * "luarig: message" and returns 1.
+ */
+struct lr_store;
+int lr__cli_store_open(const char *state, const char *url, int create, struct lr_store **out,
+		       char *cache, size_t cap);
 /* session_cli.c: `luarig sessions|show|log ...` (cmd and the argv after it); returns the exit code. */
 int lr_session_cli(const char *cmd, int argc, char **argv);
 /* sandbox_cli.c: `luarig sandbox ...` (argv after "sandbox"); returns the exit code. */

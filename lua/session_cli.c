@@ -2,7 +2,8 @@
  * session_cli.c — `luarig sessions`, `luarig show ID`, `luarig log ID`:
  * the session catalog and journals from the shell, on the LMDB store
  * under the state root (--state DIR, the same default as `luarig
- * snapshot`). Plain C over storage/: no Lua state is opened.
+ * snapshot`) or on NATS JetStream (--store nats://HOST:PORT). Plain C
+ * over storage/: no Lua state is opened.
  *
  * log prints one JSON object per line: an event, command or gate_prepared
  * record as stored with "seq" spliced in first, a fence as
@@ -27,9 +28,9 @@
 #include "../storage/storage.h"
 
 static const char usage_text[] =
-	"usage: luarig sessions [--state DIR] [--json]\n"
-	"       luarig show [--state DIR] ID\n"
-	"       luarig log [--state DIR] ID [--from N] [--follow]\n";
+	"usage: luarig sessions [--state DIR | --store URL] [--json]\n"
+	"       luarig show [--state DIR | --store URL] ID\n"
+	"       luarig log [--state DIR | --store URL] ID [--from N] [--follow]\n";
 
 __attribute__((format(printf, 1, 2)))
 static int usage_error(const char *fmt, ...)
@@ -242,7 +243,7 @@ static int cmd_log(struct lr_store *s, const char *sid, uint64_t from, int follo
 
 int lr_session_cli(const char *cmd, int argc, char **argv)
 {
-	const char *state = NULL, *id = NULL;
+	const char *state = NULL, *store = NULL, *id = NULL;
 	int json = 0, follow = 0;
 	uint64_t from = 1;
 	for (int i = 0; i < argc; i++) {
@@ -253,6 +254,12 @@ int lr_session_cli(const char *cmd, int argc, char **argv)
 			state = argv[++i];
 		} else if (strncmp(a, "--state=", 8) == 0) {
 			state = a + 8;
+		} else if (strcmp(a, "--store") == 0) {
+			if (i + 1 >= argc)
+				return usage_error("'--store' needs a url (nats://HOST:PORT)");
+			store = argv[++i];
+		} else if (strncmp(a, "--store=", 8) == 0) {
+			store = a + 8;
 		} else if (strcmp(a, "--json") == 0 && strcmp(cmd, "sessions") == 0) {
 			json = 1;
 		} else if (strcmp(a, "--follow") == 0 && strcmp(cmd, "log") == 0) {
@@ -285,14 +292,13 @@ int lr_session_cli(const char *cmd, int argc, char **argv)
 		if (lr_journal_id_check(id, &e) != 0)
 			return usage_error("%s: '%s' is not a session id (a lower-case uuid)", cmd, id);
 	}
-	char root[PATH_MAX];
-	if (lr__cli_state_root(state, root, sizeof root))
-		return fail("no state directory: pass --state DIR or set HOME");
-	struct lr_lmdb_opts o = { .root = root };
+	if (state && store)
+		return usage_error("%s: give one of '--state' and '--store'", cmd);
+	if (store && strncmp(store, "nats://", 7) != 0)
+		return usage_error("'--store' needs a url (nats://HOST:PORT)");
 	struct lr_store *s;
-	struct lr_err e;
-	if (lr_store_lmdb_open(&o, &s, &e) != 0)
-		return fail(e.msg);
+	if (lr__cli_store_open(state, store, 0, &s, NULL, 0))
+		return 1;
 	int rc;
 	if (strcmp(cmd, "sessions") == 0)
 		rc = cmd_sessions(s, json);

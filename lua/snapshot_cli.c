@@ -1,8 +1,9 @@
 /*
  * snapshot_cli.c — `luarig snapshot …`: workspace snapshots from the shell,
  * on the LMDB store under the state root (--state DIR, default
- * $XDG_STATE_HOME/luarig, else ~/.local/state/luarig). Plain C over
- * storage/: no Lua state is opened.
+ * $XDG_STATE_HOME/luarig, else ~/.local/state/luarig) or on NATS
+ * JetStream (--store nats://HOST:PORT). Plain C over storage/: no Lua
+ * state is opened.
  *
  * Exit codes: 0 ok, 1 the work failed ("luarig: message"), 2 usage.
  */
@@ -21,13 +22,13 @@
 #include "../storage/storage.h"
 
 static const char usage_text[] =
-	"usage: luarig snapshot [--state DIR] capture DIR\n"
-	"       luarig snapshot [--state DIR] restore REF DIR\n"
-	"       luarig snapshot [--state DIR] rewind REF DIR\n"
-	"       luarig snapshot [--state DIR] diff A B\n"
-	"       luarig snapshot [--state DIR] export REF FILE.tar\n"
-	"       luarig snapshot [--state DIR] import FILE.tar\n"
-	"       luarig snapshot [--state DIR] list\n";
+	"usage: luarig snapshot [--state DIR | --store URL] capture DIR\n"
+	"       luarig snapshot [--state DIR | --store URL] restore REF DIR\n"
+	"       luarig snapshot [--state DIR | --store URL] rewind REF DIR\n"
+	"       luarig snapshot [--state DIR | --store URL] diff A B\n"
+	"       luarig snapshot [--state DIR | --store URL] export REF FILE.tar\n"
+	"       luarig snapshot [--state DIR | --store URL] import FILE.tar\n"
+	"       luarig snapshot [--state DIR | --store URL] list\n";
 
 __attribute__((format(printf, 1, 2)))
 static int usage_error(const char *fmt, ...)
@@ -207,6 +208,38 @@ static int run(struct lr_snap *sn, const char *sub, char **args)
 	return cmd_list(sn);
 }
 
+int lr__cli_store_open(const char *state, const char *url, int create, struct lr_store **out,
+		       char *cache, size_t cap)
+{
+	struct lr_err e;
+	if (url) {
+		struct lr_nats_opts no = { .url = url };
+		if (cache && cap)
+			cache[0] = 0;
+		if (lr_store_nats_open(&no, out, &e) != 0)
+			return fail(e.msg); /* names the URL with any credentials redacted */
+		return 0;
+	}
+	char root[PATH_MAX];
+	if (lr__cli_state_root(state, root, sizeof root))
+		return fail("no state directory: pass --state DIR or --store URL, or set "
+			    "XDG_STATE_HOME or HOME");
+	if (create) {
+		int rc = mkdirs(root);
+		if (rc) {
+			fprintf(stderr, "luarig: cannot create state directory '%s': %s\n", root,
+				lr_strerror(rc));
+			return 1;
+		}
+	}
+	if (cache && cap)
+		snprintf(cache, cap, "%s/statcache", root);
+	struct lr_lmdb_opts o = { .root = root };
+	if (lr_store_lmdb_open(&o, out, &e) != 0)
+		return fail(e.msg);
+	return 0;
+}
+
 int lr_snapshot_cli(int argc, char **argv)
 {
 	static const struct {
@@ -214,7 +247,7 @@ int lr_snapshot_cli(int argc, char **argv)
 		int nargs;
 	} subs[] = { { "capture", 1 }, { "restore", 2 }, { "rewind", 2 }, { "diff", 2 },
 		     { "export", 2 }, { "import", 1 }, { "list", 0 } };
-	const char *state = NULL, *sub = NULL;
+	const char *state = NULL, *store = NULL, *sub = NULL;
 	char *args[2] = { NULL, NULL };
 	int nargs = 0, want = -1;
 	for (int i = 0; i < argc; i++) {
@@ -225,6 +258,12 @@ int lr_snapshot_cli(int argc, char **argv)
 			state = argv[i];
 		} else if (strncmp(a, "--state=", 8) == 0) {
 			state = a + 8;
+		} else if (strcmp(a, "--store") == 0) {
+			if (++i == argc)
+				return usage_error("'%s' needs a url (nats://HOST:PORT)", "--store");
+			store = argv[i];
+		} else if (strncmp(a, "--store=", 8) == 0) {
+			store = a + 8;
 		} else if (!sub && (strcmp(a, "help") == 0 || strcmp(a, "--help") == 0 ||
 				    strcmp(a, "-h") == 0)) {
 			fputs(usage_text, stdout);
@@ -250,24 +289,18 @@ int lr_snapshot_cli(int argc, char **argv)
 	if (nargs != want)
 		return usage_error("snapshot %s needs %d argument%s", sub, want, want == 1 ? "" : "s");
 
-	char root[PATH_MAX], cache[PATH_MAX + 16];
-	if (lr__cli_state_root(state, root, sizeof root))
-		return usage_error("%s", "no state directory: set --state, XDG_STATE_HOME or HOME");
-	int rc = mkdirs(root);
-	if (rc) {
-		fprintf(stderr, "luarig: cannot create state directory '%s': %s\n", root,
-			lr_strerror(rc));
-		return 1;
-	}
-	snprintf(cache, sizeof cache, "%s/statcache", root);
-	struct lr_lmdb_opts o = { .root = root };
+	if (state && store)
+		return usage_error("%s", "give one of '--state' and '--store'");
+	if (store && strncmp(store, "nats://", 7) != 0)
+		return usage_error("%s", "'--store' needs a url (nats://HOST:PORT)");
+	char cache[PATH_MAX + 16];
 	struct lr_store *s;
 	struct lr_snap *sn;
 	struct lr_err e;
-	if (lr_store_lmdb_open(&o, &s, &e))
-		return fail(e.msg);
+	if (lr__cli_store_open(state, store, 1, &s, cache, sizeof cache))
+		return 1;
 	/* Many puts in flight let the LMDB writer commit them in few transactions. */
-	struct lr_snap_opts so = { .cache_dir = cache, .threads = 32 };
+	struct lr_snap_opts so = { .cache_dir = cache[0] ? cache : NULL, .threads = 32 };
 	if (lr_snap_new(s, &so, &sn, &e)) {
 		lr_store_close(s);
 		return fail(e.msg);
