@@ -27,6 +27,8 @@
 --   GET  /v1/sessions/{id}/status
 --   GET  /v1/sessions/{id}/journal?from&limit -> {events[{seq, kind, event}], next_seq, done}
 --   GET  /v1/sessions/{id}/events          SSE; Last-Event-ID or ?from=SEQ resumes after SEQ
+--   GET  /metrics                          Prometheus text format 0.0.4 (counted from the
+--                                          enduring events of the sessions this server holds)
 local core = require "rig.core"
 local json = require "rig.json"
 local server = require "rig.http_server"
@@ -65,6 +67,10 @@ local KNOWN = { rig = true, listen = true, auth = true, insecure_public_bind = t
 
 local IDEM_TTL, IDEM_MAX = 24 * 3600, 10000
 local SSE_BUFFER = 1024
+local METRICS_BUFFER = 4096
+-- TurnFailed codes the runner makes itself; any other code came from the model
+local RUNNER_CODES = { limit = true, invalid_output = true, internal = true,
+                       workspace_faulted = true, compaction_failed = true }
 local JSON_HEADERS = { ["content-type"] = "application/json", ["cache-control"] = "no-store" }
 
 local function fail(fmt, ...)
@@ -178,6 +184,93 @@ function M.serve(opts)
   local inflight, draining = 0, false
   local drained = core.cond()
   local streams = {}     -- stream -> true; stream.sub is closed to end it
+  local nstreams = 0
+
+  -- ---- metrics: counted from the enduring events of the live sessions ----
+
+  local m = { turns = { done = 0, failed = 0, interrupted = 0 }, tool_calls = 0, gates = {},
+              tokens = { input = 0, output = 0 }, model_errors = {}, appends = 0 }
+  local watchers = {}    -- watcher -> true; watcher.sub is closed to end it
+
+  local function bump(t, k, n) t[k] = (t[k] or 0) + (n or 1) end
+
+  local function count(ev)
+    m.appends = m.appends + 1
+    local t = ev.type
+    if t == "TurnDone" then
+      bump(m.turns, "done")
+    elseif t == "TurnInterrupted" then
+      bump(m.turns, "interrupted")
+    elseif t == "TurnFailed" then
+      bump(m.turns, "failed")
+      local code = type(ev.error) == "table" and ev.error.code
+      if type(code) == "string" and not RUNNER_CODES[code] then bump(m.model_errors, code) end
+    elseif t == "StepDone" then
+      local u = type(ev.usage) == "table" and ev.usage or {}
+      bump(m.tokens, "input", math.tointeger(u.input_tokens) or 0)
+      bump(m.tokens, "output", math.tointeger(u.output_tokens) or 0)
+      local content = type(ev.message) == "table" and ev.message.content
+      for _, b in ipairs(type(content) == "table" and content or {}) do
+        if type(b) == "table" and b.type == "tool_use" then m.tool_calls = m.tool_calls + 1 end
+      end
+    elseif t == "GateResolved" then
+      if type(ev.action) == "string" then bump(m.gates, ev.action) end
+    end
+  end
+
+  local function count_text(text)
+    local ev = json.decode(text)
+    if type(ev) == "table" then count(ev) end
+  end
+
+  -- Follows s's enduring events from its current tip until it shuts down;
+  -- after an overflow it catches up from the journal (no gap, no double count).
+  local function watch(s)
+    local w = { sub = s:subscribe{ ephemeral = false, buffer = METRICS_BUFFER }, last = s.core:tip() }
+    watchers[w] = true
+    core.spawn_detached(function()
+      local c = w.sub.c
+      while not w.ended do
+        local text, seq, code = c:next()
+        if text then
+          if seq and seq > w.last then
+            w.last = seq
+            count_text(text)
+          end
+        elseif code == "overflow" and not s.closed then
+          w.sub:close()
+          w.sub = s:subscribe{ ephemeral = false, buffer = METRICS_BUFFER }
+          c = w.sub.c
+          local from = w.last + 1
+          while true do
+            local recs, tip = core.journal_read(store, s.id, from, 256)
+            if not recs then
+              log("journal read of '%s' for metrics failed: %s", s.id, tostring(tip))
+              break
+            end
+            for _, rec in ipairs(recs) do
+              if rec.kind == "event" then count_text(rec.body) end
+              w.last = rec.seq
+            end
+            if #recs == 0 then break end
+            from = recs[#recs].seq + 1
+            if from > tip then break end
+          end
+        else
+          break -- the session shut down, or the server closes
+        end
+      end
+      watchers[w] = nil
+      w.sub:close()
+    end)
+  end
+
+  local function unwatch_all()
+    for w in pairs(watchers) do
+      w.ended = true
+      w.sub:close()
+    end
+  end
 
   local function forget(id)
     local s = live[id]
@@ -231,6 +324,12 @@ function M.serve(opts)
     return v
   end
 
+  local function live_state(s)
+    if s:faulted() then return "faulted" end
+    if #s:gates() > 0 then return "waiting_on_gate" end
+    return (s.busy or 0) > 0 and "running" or "idle"
+  end
+
   -- ---- handlers ----
 
   local function capabilities()
@@ -241,6 +340,7 @@ function M.serve(opts)
     local s, msg, code = r:session()
     if not s then return open_error("create", "(new)", msg, code) end
     live[s.id] = s
+    watch(s)
     local out = { session_id = s.id }
     if body.message then
       local cid, e = submit(s, body.message)
@@ -337,6 +437,7 @@ function M.serve(opts)
     if not okc then error(s, 0) end
     if not s then return open_error("restore", id, msg, code) end
     live[id] = s
+    watch(s)
     return ok(200, { session_id = id })
   end
 
@@ -393,8 +494,7 @@ function M.serve(opts)
       local faulted = s:faulted()
       -- live state beats the catalog, which is written at turn edges
       out.busy = (s.busy or 0) > 0
-      out.state = faulted and "faulted" or #gates > 0 and "waiting_on_gate" or out.busy and "running"
-        or "idle"
+      out.state = live_state(s)
       out.faulted = faulted and true or false
       out.open_gates = json.array(gates)
       out.usage = s:usage()
@@ -476,7 +576,9 @@ function M.serve(opts)
     -- other (or both, and then its seq is at most st.last)
     local st = { sub = s:subscribe{ ephemeral = true, buffer = SSE_BUFFER }, last = last }
     streams[st] = true
+    nstreams = nstreams + 1
     local function finish()
+      if streams[st] then nstreams = nstreams - 1 end
       streams[st] = nil
       st.sub:close()
     end
@@ -513,6 +615,70 @@ function M.serve(opts)
     end
     finish()
     if not res:closed() then res:finish() end
+  end
+
+  -- ---- metrics ----
+
+  local METRICS_HEADERS = { ["content-type"] = "text/plain; version=0.0.4; charset=utf-8",
+                            ["cache-control"] = "no-store" }
+
+  local function label(v)
+    return (v:gsub("[\\\n\"]", { ["\\"] = "\\\\", ["\n"] = "\\n", ["\""] = "\\\"" }))
+  end
+
+  local function metrics()
+    local out = {}
+    local function family(name, kind, help, samples)
+      out[#out + 1] = "# HELP " .. name .. " " .. help
+      out[#out + 1] = "# TYPE " .. name .. " " .. kind
+      local keys = {}
+      for k in pairs(samples) do keys[#keys + 1] = k end
+      table.sort(keys)
+      for _, k in ipairs(keys) do
+        local v = samples[k]
+        out[#out + 1] = name .. (k == "" and "" or "{" .. k .. "}") .. " " .. string.format("%d", v)
+      end
+    end
+    local function by(lname, t, always)
+      local samples = {}
+      for _, k in ipairs(always or {}) do samples[lname .. '="' .. label(k) .. '"'] = 0 end
+      for k, v in pairs(t) do samples[lname .. '="' .. label(k) .. '"'] = v end
+      return samples
+    end
+    local states = { idle = 0, running = 0, waiting_on_gate = 0, faulted = 0, not_live = 0 }
+    local list, msg = core.catalog_list(store)
+    if not list then
+      log("catalog list for metrics failed: %s", tostring(msg))
+      return err("storage", "the session store failed")
+    end
+    local counted = {}
+    for id, s in pairs(live) do
+      forget(id)
+      if live[id] then
+        bump(states, live_state(s))
+        counted[id] = true
+      end
+    end
+    for _, e in ipairs(list) do
+      if not counted[e.id] then bump(states, "not_live") end
+    end
+    family("luarig_sessions", "gauge", "Sessions by state: live ones by their live state, the " ..
+      "catalog's others as not_live.", by("state", states))
+    family("luarig_turns_total", "counter", "Turns ended, by outcome.",
+      by("outcome", m.turns))
+    family("luarig_tool_calls_total", "counter", "Tool calls the model made.",
+      { [""] = m.tool_calls })
+    family("luarig_gate_decisions_total", "counter", "Gates resolved, by action.",
+      by("action", m.gates, { "approve", "approve_always", "deny" }))
+    family("luarig_model_tokens_total", "counter", "Model tokens, by direction.",
+      by("direction", m.tokens))
+    family("luarig_model_errors_total", "counter", "Turns failed by a model error, by code.",
+      by("code", m.model_errors))
+    family("luarig_journal_appends_total", "counter", "Event records appended to the journals " ..
+      "of the live sessions (commands and fences not counted).", { [""] = m.appends })
+    family("luarig_sse_subscribers", "gauge", "Open server-sent event streams.",
+      { [""] = nstreams })
+    return { status = 200, headers = METRICS_HEADERS, body = table.concat(out, "\n") .. "\n" }
   end
 
   -- ---- dispatch ----
@@ -559,6 +725,7 @@ function M.serve(opts)
     ["GET /v1/sessions/{id}/status"] = status,
     ["GET /v1/sessions/{id}/journal"] = journal,
     ["GET /v1/sessions/{id}/events"] = events,
+    ["GET /metrics"] = metrics,
   }
   for _, m in ipairs({ "GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS" }) do
     routes[m .. " /*"] = not_found
@@ -592,6 +759,7 @@ function M.serve(opts)
       end
       drained:wait(left)
     end
+    unwatch_all()
     for id, s in pairs(live) do
       local okc, e2 = pcall(s.shutdown, s)
       if not okc then log("shutdown of session '%s' failed: %s", id, tostring(e2)) end
@@ -604,6 +772,7 @@ function M.serve(opts)
 
   function obj.close()
     obj.closed = true
+    unwatch_all()
     srv:close()
   end
 

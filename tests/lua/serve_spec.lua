@@ -480,6 +480,153 @@ time.sleep(60)
   end)
 end)
 
+-- Parses a /metrics body strictly: every line a HELP, a TYPE or a sample
+-- `name{labels} value` of a family with both. Returns name -> labels -> value.
+local function parse_metrics(body)
+  local help, typ, out = {}, {}, {}
+  expect(body:sub(-1)).to_be("\n")
+  for line in body:gmatch("([^\n]*)\n") do
+    local hn = line:match("^# HELP ([%a_:][%w_:]*) %S")
+    local tn, tk = line:match("^# TYPE ([%a_:][%w_:]*) (%a+)$")
+    if hn then
+      expect(help[hn]).to_be_nil()
+      help[hn] = true
+    elseif tn then
+      expect(help[tn]).to_be(true) -- HELP first
+      expect(tk == "counter" or tk == "gauge").to_be(true)
+      typ[tn] = tk
+      out[tn] = {}
+    else
+      local name, labels, value = line:match("^([%a_:][%w_:]*)(%b{}) (%-?%d+)$")
+      if not name then
+        name, value = line:match("^([%a_:][%w_:]*) (%-?%d+)$")
+        labels = ""
+      end
+      if not name then error("not a metrics line: '" .. line .. "'") end
+      expect(typ[name]).to_be_truthy() -- a sample of a declared family
+      if typ[name] == "counter" then expect(name).to_match("_total$") end
+      if labels ~= "" then
+        local inner = labels:sub(2, -2)
+        expect(inner).to_match('^[%a_][%w_]*="[^"\\]*"$')
+        labels = inner
+      end
+      expect(out[name][labels]).to_be_nil()
+      out[name][labels] = tonumber(value)
+    end
+  end
+  return out
+end
+
+local function get_metrics(srv, headers)
+  local resp = assert(rig.http.request{ url = srv.url .. "/metrics", headers = headers or {},
+    timeout = 10 })
+  expect(resp.status).to_be(200)
+  expect(resp.headers["content-type"]).to_match("^text/plain; version=0%.0%.4")
+  return parse_metrics(resp.body), resp.body
+end
+
+describe("rig.serve metrics", function()
+  it("counts turns, tool calls, gates, tokens, appends and streams from what happened", function()
+    local srv = start()
+    local m = get_metrics(srv)
+    expect(m.luarig_turns_total['outcome="done"']).to_be(0)
+    expect(m.luarig_tool_calls_total[""]).to_be(0)
+    expect(m.luarig_sse_subscribers[""]).to_be(0)
+    expect(m.luarig_model_errors_total).to_be_truthy()
+
+    -- a plain turn
+    local a = new_session(srv, "hello")
+    wait_event(srv, a, "TurnDone")
+    -- a turn with a tool call behind a gate, approved
+    local b = new_session(srv)
+    local st = call(srv, "GET", "/v1/sessions/" .. b .. "/status")
+    local b_tip = st.last_seq
+    call(srv, "POST", "/v1/sessions/" .. b .. "/input", '{"text":"gate me"}')
+    local pr = wait_event(srv, b, "PermissionRequested")
+    m = get_metrics(srv)
+    expect(m.luarig_sessions['state="waiting_on_gate"']).to_be(1)
+    local _, resp = call(srv, "POST", "/v1/sessions/" .. b .. "/gates/" .. pr.event.gate_id,
+      '{"action":"approve"}')
+    expect(resp.status).to_be(202)
+    wait_event(srv, b, "TurnDone")
+    -- an interrupted turn, with a stream open
+    local c = new_session(srv, "slow 5")
+    local stream = open_stream(srv, c)
+    wait_event(srv, c, "TurnStarted")
+    local v = call(srv, "POST", "/v1/sessions/" .. c .. "/interrupt")
+    expect(v.interrupted).to_be(true)
+    wait_event(srv, c, "TurnInterrupted")
+
+    -- the counters follow the events (asynchronously): wait until they settle
+    local deadline, body = rig.now() + 10
+    local b_events, appends_base
+    while true do
+      m, body = get_metrics(srv)
+      b_events = #journal_event_seqs(srv, b, b_tip)
+      if m.luarig_turns_total['outcome="done"'] == 2 and m.luarig_turns_total['outcome="interrupted"'] == 1
+        and m.luarig_sse_subscribers[""] == 1 then break end
+      if rig.now() > deadline then error("the metrics did not settle:\n" .. body) end
+      rig.sleep(0.02)
+    end
+    expect(m.luarig_turns_total['outcome="failed"']).to_be(0)
+    expect(m.luarig_tool_calls_total[""]).to_be(1)
+    expect(m.luarig_gate_decisions_total['action="approve"']).to_be(1)
+    expect(m.luarig_gate_decisions_total['action="deny"']).to_be(0)
+    expect(m.luarig_sessions['state="idle"']).to_be(3)
+    expect(m.luarig_sessions['state="not_live"']).to_be(0)
+    expect(next(m.luarig_model_errors_total)).to_be_nil()
+    local input, output = 0, 0
+    for _, id in ipairs({ a, b, c }) do
+      local s = call(srv, "GET", "/v1/sessions/" .. id .. "/status")
+      input, output = input + s.usage.input_tokens, output + s.usage.output_tokens
+    end
+    expect(output > 0).to_be(true)
+    expect(m.luarig_model_tokens_total['direction="input"']).to_be(input)
+    expect(m.luarig_model_tokens_total['direction="output"']).to_be(output)
+    -- session b's events after its creation are all counted (and a, c add more)
+    expect(m.luarig_journal_appends_total[""] > b_events).to_be(true)
+    appends_base = m.luarig_journal_appends_total[""]
+
+    -- one more idle-to-idle turn on b: appends grow by exactly its event records
+    local tip2 = call(srv, "GET", "/v1/sessions/" .. b .. "/status").last_seq
+    call(srv, "POST", "/v1/sessions/" .. b .. "/input", '{"text":"again"}')
+    wait_event(srv, b, "TurnDone", 2)
+    deadline = rig.now() + 10
+    while true do
+      m = get_metrics(srv)
+      local st2 = call(srv, "GET", "/v1/sessions/" .. b .. "/status")
+      local n = #journal_event_seqs(srv, b, tip2)
+      if st2.state == "idle" and m.luarig_journal_appends_total[""] == appends_base + n then break end
+      if rig.now() > deadline then error("appends did not match the journal") end
+      rig.sleep(0.02)
+    end
+    expect(m.luarig_turns_total['outcome="done"']).to_be(3)
+
+    stream:close()
+    srv:shutdown()
+  end)
+
+  it("needs the token when the server has one, and counts catalog sessions not live", function()
+    local token = "0123456789abcdef-token"
+    local r = define()
+    local srv = start{ rig = r, auth = { token = token } }
+    local resp = assert(rig.http.request{ url = srv.url .. "/metrics", timeout = 10 })
+    expect(resp.status).to_be(401)
+    local auth = { authorization = "Bearer " .. token }
+    local v = call(srv, "POST", "/v1/sessions", nil, auth)
+    expect(v.session_id).to_be_truthy()
+    local m = get_metrics(srv, auth)
+    expect(m.luarig_sessions['state="idle"']).to_be(1)
+    srv:shutdown()
+    -- a second server on the same store holds nothing live
+    local srv2 = start{ rig = r, auth = { token = token } }
+    m = get_metrics(srv2, auth)
+    expect(m.luarig_sessions['state="idle"']).to_be(0)
+    expect(m.luarig_sessions['state="not_live"']).to_be(1)
+    srv2:shutdown()
+  end)
+end)
+
 describe("luarig serve", function()
   local function spawn(args, env)
     local argv = { luarig, "serve" }
