@@ -97,12 +97,11 @@
 --   set-cookie left out), a blank line and the body (a body with NUL bytes is shown
 --   as "[binary body: N bytes]").
 --
--- Between prepare and run the tool keeps what it prepared (the resolved path, the
--- content to write, …) under the normalized request, whose summary carries a short
--- digest of anything the request does not show, so equal requests always mean
--- equal work. At most 256 prepared calls are kept per tool; a call run without (or
--- long after) its prepare is refused ("permission denied: this call was not
--- prepared").
+-- prepare returns the request and what it worked out (the resolved path, the
+-- content to write, …); the runner hands the latter to run as ctx.prepared. A
+-- request's summary carries a short digest of anything it does not show, so the
+-- person approving sees what will be written. A call run without its prepare is
+-- refused ("permission denied: this call was not prepared").
 
 local core = require "rig.core"
 local tool_mod = require "rig.tool"
@@ -155,57 +154,12 @@ end
 
 -- ---- prepared calls ----
 
-local function request_key(ctx, req)
-  local parts = { tostring(ctx and ctx.session_id), tostring(ctx and ctx.loop_id), req.summary,
-                  req.command or "", req.cwd or "" }
-  for _, r in ipairs(req.requirements) do
-    parts[#parts + 1] = r.kind .. "\1" .. r.scope .. "\1" .. r.match .. "\1" .. (r.description or "")
-  end
-  return table.concat(parts, "\0")
-end
-
-local KEEP = 256
-
-local function registry()
-  local entries, count, seq = {}, 0, 0
-  local R = {}
-  -- Stores art under the normalized request; returns the request (normalized).
-  function R.put(pctx, req, art)
-    local nreq, err = tool_mod.check_request(req)
-    if not nreq then return nil, err end
-    local key = request_key(pctx, nreq)
-    local e = entries[key]
-    seq = seq + 1
-    if e then
-      e.refs, e.seq = e.refs + 1, seq
-    else
-      if count >= KEEP then
-        local oldest, ok
-        for k, x in pairs(entries) do
-          if not ok or x.seq < oldest then oldest, ok = x.seq, k end
-        end
-        entries[ok] = nil
-        count = count - 1
-      end
-      entries[key] = { art = art, refs = 1, seq = seq }
-      count = count + 1
-    end
-    return nreq
-  end
-  function R.take(ctx, req)
-    local nreq = tool_mod.check_request(req)
-    if not nreq then return nil end
-    local key = request_key(ctx, nreq)
-    local e = entries[key]
-    if not e then return nil end
-    e.refs = e.refs - 1
-    if e.refs == 0 then
-      entries[key] = nil
-      count = count - 1
-    end
-    return e.art
-  end
-  return R
+-- What prepare worked out (the resolved path, the content to write, …) goes
+-- to run as the runner's ctx.prepared: prepare returns (request, artifact).
+local function prepared(req, art)
+  local nreq, err = tool_mod.check_request(req)
+  if not nreq then return nil, err end
+  return nreq, art
 end
 
 local NOT_PREPARED = "permission denied: this call was not prepared by this tool"
@@ -330,7 +284,6 @@ end
 
 function M.read_file(opts)
   local o = options("read_file", opts, { max_bytes = 256 << 10, deny = { ".git/objects" } })
-  local reg = registry()
   return tool_mod{
     name = "read_file",
     description = "Read a text file in the workspace. Lines come numbered (\"N<tab>line\"). "
@@ -351,13 +304,13 @@ function M.read_file(opts)
       local s, e = args.start_line or 1, args.end_line
       if e and e < s then return nil, "end_line is before start_line" end
       local range = (args.start_line or e) and (" lines " .. s .. "-" .. (e or "end")) or ""
-      return reg.put(pctx, {
+      return prepared({
         summary = "read " .. show(p.rel) .. range,
         requirements = { { kind = "filesystem.read", scope = p.abs, match = p.abs } },
       }, { p = p, s = s, e = e })
     end,
     run = function(req, ctx)
-      local a = reg.take(ctx, req)
+      local a = ctx and ctx.prepared
       if not a then return nil, NOT_PREPARED end
       local ok, err = check_root(ctx, a.p)
       if not ok then return nil, err end
@@ -419,7 +372,6 @@ end
 
 function M.write_file(opts)
   local o = options("write_file", opts, { max_bytes = 4 << 20, deny = { ".git" } })
-  local reg = registry()
   return tool_mod{
     name = "write_file",
     description = "Write a whole file in the workspace (created with its directories if "
@@ -439,14 +391,14 @@ function M.write_file(opts)
       if #args.content > o.max_bytes then
         return nil, "the content is larger than " .. o.max_bytes .. " bytes"
       end
-      return reg.put(pctx, {
+      return prepared({
         summary = "write " .. p.rel .. " (" .. #args.content .. " bytes, sha256 "
           .. digest(args.content) .. ")",
         requirements = { { kind = "filesystem.write", scope = p.abs, match = p.abs } },
       }, { p = p, content = args.content })
     end,
     run = function(req, ctx)
-      local a = reg.take(ctx, req)
+      local a = ctx and ctx.prepared
       if not a then return nil, NOT_PREPARED end
       local ok, err = check_root(ctx, a.p)
       if not ok then return nil, err end
@@ -520,7 +472,6 @@ end
 
 function M.edit_file(opts)
   local o = options("edit_file", opts, { max_bytes = 1 << 20, deny = { ".git" } })
-  local reg = registry()
   return tool_mod{
     name = "edit_file",
     description = "Replace text in a file of the workspace: 'old' must occur exactly once "
@@ -542,14 +493,14 @@ function M.edit_file(opts)
       if args.old == "" then return nil, "'old' is empty" end
       if args.old == args.new then return nil, "'old' and 'new' are the same" end
       local all = args.replace_all == true
-      return reg.put(pctx, {
+      return prepared({
         summary = "edit " .. p.rel .. (all and " (every match" or " (one match") .. ", sha256 "
           .. digest(args.old, args.new, all) .. ")",
         requirements = { { kind = "filesystem.write", scope = p.abs, match = p.abs } },
       }, { p = p, old = args.old, new = args.new, all = all })
     end,
     run = function(req, ctx)
-      local a = reg.take(ctx, req)
+      local a = ctx and ctx.prepared
       if not a then return nil, NOT_PREPARED end
       local ok, err = check_root(ctx, a.p)
       if not ok then return nil, err end
@@ -623,7 +574,6 @@ function M.bash(opts)
     error("rig.tools.bash: option 'timeout' is above 'max_timeout'", 2)
   end
   local ex = o.executor
-  local reg = registry()
   return tool_mod{
     name = "bash",
     description = "Run one line of shell (/bin/sh -c) in a sandbox, in cwd (a directory of the "
@@ -648,7 +598,7 @@ function M.bash(opts)
       local p, err = resolve(pctx and pctx.workspace, args.cwd or ".")
       if not p then return nil, err end
       local timeout = args.timeout or o.timeout
-      return reg.put(pctx, {
+      return prepared({
         summary = "run `" .. (#cmd > 200 and (cmd:sub(1, 200) .. "…") or cmd) .. "` in "
           .. show(p.rel) .. " (timeout " .. timeout .. " s)",
         command = cmd, cwd = p.abs,
@@ -656,7 +606,7 @@ function M.bash(opts)
       }, { p = p, cmd = cmd, timeout = timeout })
     end,
     run = function(req, ctx)
-      local a = reg.take(ctx, req)
+      local a = ctx and ctx.prepared
       if not a then return nil, NOT_PREPARED end
       local ok, err = check_root(ctx, a.p)
       if not ok then return nil, err end
@@ -794,7 +744,6 @@ function M.glob(opts)
   local d = { max_results = 500 }
   for k, v in pairs(WALK_DEFAULTS) do d[k] = v end
   local o = options("glob", opts, d)
-  local reg = registry()
   return tool_mod{
     name = "glob",
     description = "List workspace paths matching a glob pattern, relative to root: '*' and '?' "
@@ -813,13 +762,13 @@ function M.glob(opts)
       end
       local segs, perr = compile_glob(args.pattern)
       if not segs then return nil, perr end
-      return reg.put(pctx, {
+      return prepared({
         summary = "glob " .. args.pattern:gsub("[%c]", "?") .. " in " .. show(p.rel),
         requirements = { { kind = "filesystem.read", scope = p.abs, match = p.abs } },
       }, { p = p, segs = segs })
     end,
     run = function(req, ctx)
-      local a = reg.take(ctx, req)
+      local a = ctx and ctx.prepared
       if not a then return nil, NOT_PREPARED end
       local ok, err = check_root(ctx, a.p)
       if not ok then return nil, err end
@@ -858,7 +807,6 @@ function M.grep(opts)
   local d = { max_matches = 200, max_file_bytes = 1 << 20, max_line = 500, timeout = 30 }
   for k, v in pairs(WALK_DEFAULTS) do d[k] = v end
   local o = options("grep", opts, d)
-  local reg = registry()
   return tool_mod{
     name = "grep",
     description = "Search file contents in the workspace. pattern is a plain string, or a Lua "
@@ -887,7 +835,7 @@ function M.grep(opts)
         if not ok then return nil, "invalid Lua pattern: " .. tostring(perr):gsub("^.-: ", "") end
       end
       if #pat > 1000 then return nil, "the pattern is longer than 1000 bytes" end
-      return reg.put(pctx, {
+      return prepared({
         summary = "grep " .. (lua and "lua pattern " or "") .. (ic and "ignoring case " or "")
           .. pat:gsub("[%c]", "?") .. " in " .. show(p.rel),
         requirements = { { kind = "filesystem.read", scope = p.abs, match = p.abs } },
@@ -895,7 +843,7 @@ function M.grep(opts)
            ic = ic })
     end,
     run = function(req, ctx)
-      local a = reg.take(ctx, req)
+      local a = ctx and ctx.prepared
       if not a then return nil, NOT_PREPARED end
       local ok, err = check_root(ctx, a.p)
       if not ok then return nil, err end
@@ -1003,7 +951,6 @@ function M.fetch(opts)
   if o.timeout > o.max_timeout then
     error("rig.tools.fetch: option 'timeout' is above 'max_timeout'", 2)
   end
-  local reg = registry()
   local http = require "rig.http"
   return tool_mod{
     name = "fetch",
@@ -1045,15 +992,15 @@ function M.fetch(opts)
       local timeout = args.timeout or o.timeout
       local scope = u.host .. ":" .. u.port
       local shown = url_of(u):gsub("%?.*$", "?…")
-      return reg.put(nil, {
+      return prepared({
         summary = "fetch " .. method .. " " .. (#shown > 300 and (shown:sub(1, 300) .. "…") or shown)
           .. " (sha256 " .. digest(args.url, method, table.concat(hparts, "\n"), body or "",
             timeout) .. ")",
         requirements = { { kind = "network", scope = scope, match = "tcp://" .. scope } },
       }, { u = u, method = method, headers = headers, body = body, timeout = timeout })
     end,
-    run = function(req)
-      local a = reg.take(nil, req)
+    run = function(req, ctx)
+      local a = ctx and ctx.prepared
       if not a then return nil, NOT_PREPARED end
       local u, method, body = a.u, a.method, a.body
       local deadline = core.now() + a.timeout

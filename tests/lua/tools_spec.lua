@@ -60,6 +60,7 @@ local function call(tool, args, ctx)
   local req, err = tool.prepare(args, { session_id = ctx.session_id, loop_id = ctx.loop_id,
                                         workspace = ctx.workspace })
   if not req then return nil, "preparation failed: " .. tostring(err), nil end
+  ctx.prepared = err -- prepare's second value, as the runner hands it over
   local nreq = assert(tool:check_request(req))
   ctx.request = nreq
   local out, rerr = tool.run(nreq, ctx)
@@ -135,8 +136,9 @@ describe("rig.tools.read_file", function()
     put(ws .. "/dir/f", "fine\n")
     local t = rig.tools.read_file()
     local ctx = ctx_for(ws)
-    local req = assert(t.prepare({ path = "dir/f" }, ctx))
-    req = assert(t:check_request(req))
+    local req, art = t.prepare({ path = "dir/f" }, ctx)
+    req = assert(t:check_request(assert(req)))
+    ctx.prepared = art
     -- the directory becomes a link out, with the same name beneath it
     sh("mv '" .. ws .. "/dir' '" .. ws .. "/dir.old'; ln -s '" .. base .. "/outside' '"
       .. ws .. "/dir'; cp '" .. base .. "/outside/secret' '" .. base .. "/outside/f'")
@@ -145,7 +147,8 @@ describe("rig.tools.read_file", function()
     expect(err).to_match("'dir' is a symbolic link")
     -- and the file itself swapped for a link
     sh("rm '" .. ws .. "/dir'; mv '" .. ws .. "/dir.old' '" .. ws .. "/dir'")
-    req = assert(t:check_request(assert(t.prepare({ path = "dir/f" }, ctx))))
+    req, ctx.prepared = t.prepare({ path = "dir/f" }, ctx)
+    req = assert(t:check_request(assert(req)))
     sh("rm '" .. ws .. "/dir/f'; ln -s '" .. base .. "/outside/secret' '" .. ws .. "/dir/f'")
     out, err = t.run(req, ctx)
     expect(out).to_be_nil()
@@ -223,7 +226,9 @@ describe("rig.tools.write_file and edit_file", function()
     expect(call(w, { path = "f.txt", content = "v3\n" }, ctx_for(ws, obs))).to_be("wrote f.txt (3 bytes)")
     -- a file that appears between prepare and run is not overwritten
     local ctx = ctx_for(ws, {})
-    local req = assert(w:check_request(assert(w.prepare({ path = "g.txt", content = "mine" }, ctx))))
+    local req
+    req, ctx.prepared = w.prepare({ path = "g.txt", content = "mine" }, ctx)
+    req = assert(w:check_request(assert(req)))
     put(ws .. "/g.txt", "theirs")
     out, err = w.run(req, ctx)
     expect(out).to_be_nil()
@@ -249,7 +254,9 @@ describe("rig.tools.write_file and edit_file", function()
     -- a parent directory swapped for a link out after prepare
     sh("mkdir '" .. ws .. "/d'")
     local ctx = ctx_for(ws)
-    local req = assert(w:check_request(assert(w.prepare({ path = "d/new", content = "x" }, ctx))))
+    local req
+    req, ctx.prepared = w.prepare({ path = "d/new", content = "x" }, ctx)
+    req = assert(w:check_request(assert(req)))
     sh("rmdir '" .. ws .. "/d'; ln -s '" .. base .. "/outside' '" .. ws .. "/d'")
     local out
     out, err = w.run(req, ctx)
