@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SERVER_MT "rig.http.server"
@@ -670,6 +671,46 @@ static int core_await_shutdown_signal(lua_State *L)
 	return lr_sched_await(L, &op->wait, (lua_KContext)op, sig_k);
 }
 
+/*
+ * rig.core.asset(name) -> the bytes of stdlib/NAME as embedded (the web
+ * console's files, "rig/console/index.html"), or nil. With LUARIG_PATH set
+ * the file is read from that folder first, as modules are.
+ */
+static int core_asset(lua_State *L)
+{
+	size_t len;
+	const char *name = luaL_checklstring(L, 1, &len);
+	if (len == 0 || len > 200 || name[0] == '/' || strstr(name, "..") ||
+	    strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_-./") != len)
+		return luaL_error(L, "rig.core.asset: bad asset name '%s'", name);
+	const char *dir = getenv("LUARIG_PATH");
+	if (dir && *dir) {
+		char path[4096];
+		snprintf(path, sizeof path, "%s/%s", dir, name);
+		FILE *f = fopen(path, "rbe");
+		if (f) {
+			luaL_Buffer b;
+			luaL_buffinit(L, &b);
+			char chunk[4096];
+			size_t n;
+			while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+				luaL_addlstring(&b, chunk, n);
+			fclose(f);
+			luaL_pushresult(&b);
+			return 1;
+		}
+	}
+	for (size_t i = 0; i < lr_stdlib_count; i++) {
+		const struct lr_embedded *e = &lr_stdlib[i];
+		if (strncmp(e->path, "stdlib/", 7) == 0 && strcmp(e->path + 7, name) == 0) {
+			lua_pushlstring(L, (const char *)e->data, e->len);
+			return 1;
+		}
+	}
+	lua_pushnil(L);
+	return 1;
+}
+
 void lr__server_open(lua_State *L)
 {
 	luaL_newmetatable(L, "rig.op.shutdown_signal");
@@ -713,4 +754,6 @@ void lr__server_open(lua_State *L)
 	lua_setfield(L, -2, "http_listen");
 	lua_pushcfunction(L, core_await_shutdown_signal);
 	lua_setfield(L, -2, "await_shutdown_signal");
+	lua_pushcfunction(L, core_asset);
+	lua_setfield(L, -2, "asset");
 }

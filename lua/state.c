@@ -279,9 +279,13 @@ int lr_load_file(lua_State *L, const char *path)
 
 static const struct lr_embedded *embedded_find(const char *name)
 {
-	for (size_t i = 0; i < lr_stdlib_count; i++)
-		if (strcmp(lr_stdlib[i].name, name) == 0)
-			return &lr_stdlib[i];
+	for (size_t i = 0; i < lr_stdlib_count; i++) {
+		const struct lr_embedded *e = &lr_stdlib[i];
+		size_t n = strlen(e->path);
+		/* the console's files are embedded too; they are not modules */
+		if (n > 4 && strcmp(e->path + n - 4, ".lua") == 0 && strcmp(e->name, name) == 0)
+			return e;
+	}
 	return NULL;
 }
 

@@ -29,6 +29,7 @@
 --   GET  /v1/sessions/{id}/events          SSE; Last-Event-ID or ?from=SEQ resumes after SEQ
 --   GET  /metrics                          Prometheus text format 0.0.4 (counted from the
 --                                          enduring events of the sessions this server holds)
+--   GET  /, /console.js, /console.css      the web console (no token needed to load it)
 local core = require "rig.core"
 local json = require "rig.json"
 local server = require "rig.http_server"
@@ -681,6 +682,29 @@ function M.serve(opts)
     return { status = 200, headers = METRICS_HEADERS, body = table.concat(out, "\n") .. "\n" }
   end
 
+  -- ---- the web console (stdlib/rig/console/, embedded; NOTES "Serve") ----
+
+  -- The page and its two files load without the token (they hold no data);
+  -- the page asks for the token and sends it on every API call.
+  local CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; " ..
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+  local ASSETS = {
+    ["/"] = { "rig/console/index.html", "text/html; charset=utf-8" },
+    ["/console.js"] = { "rig/console/console.js", "text/javascript; charset=utf-8" },
+    ["/console.css"] = { "rig/console/console.css", "text/css; charset=utf-8" },
+  }
+
+  local function asset(req)
+    if draining then return err("shutting_down", "the server is shutting down") end
+    local a = ASSETS[req.path]
+    local bytes = a and core.asset(a[1])
+    if not bytes then return err("not_found", "no such route") end
+    return { status = 200, body = bytes, headers = {
+      ["content-type"] = a[2], ["cache-control"] = "no-cache",
+      ["content-security-policy"] = CSP, ["x-content-type-options"] = "nosniff",
+      ["referrer-policy"] = "no-referrer", ["x-frame-options"] = "DENY" } }
+  end
+
   -- ---- dispatch ----
 
   local function guard(handler)
@@ -732,6 +756,7 @@ function M.serve(opts)
   end
   local wrapped = {}
   for k, f in pairs(routes) do wrapped[k] = guard(f) end
+  for path in pairs(ASSETS) do wrapped["GET " .. path] = asset end
 
   -- evhttp answers bodies far over the cap itself (a 413 without our JSON);
   -- between max_body and this, the 413 is ours

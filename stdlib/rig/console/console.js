@@ -1,0 +1,583 @@
+// luarig web console: plain JavaScript, no build step, no external requests.
+//
+// Talks to the rig.serve API on the same origin. With a bearer token
+// configured the page asks for it and sends it on every call; the event
+// stream is read with fetch() (EventSource cannot send an Authorization
+// header) and parsed here, which also lets us send Last-Event-ID ourselves
+// when reconnecting. Enduring events carry their journal seq as the SSE id:
+// the view remembers the last one and ignores anything at or below it.
+// Text arrives as ephemeral TokenDelta events; the enduring StepDone that
+// ends a step carries the whole message and replaces what the deltas drew,
+// so a stream that dropped mid-step (or a page reloaded, replaying the
+// journal with ?from=0) never shows a piece of text twice.
+'use strict';
+
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const TOKEN_KEY = 'luarig.token';
+  let token = sessionStorage.getItem(TOKEN_KEY) || '';
+  let view = null;          // the open session view
+  let listTimer = null;
+  let sessions = [];
+
+  class AuthError extends Error {}
+
+  function headers(extra) {
+    const h = Object.assign({}, extra || {});
+    if (token) h.Authorization = 'Bearer ' + token;
+    return h;
+  }
+
+  async function api(method, path, body) {
+    const init = { method, headers: headers(), cache: 'no-store' };
+    if (body !== undefined) {
+      init.headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    const resp = await fetch(path, init);
+    if (resp.status === 401) { askToken(token ? 'the token was refused' : ''); throw new AuthError('unauthorized'); }
+    let data = null;
+    try { data = await resp.json(); } catch (e) { data = null; }
+    if (!resp.ok) {
+      const e = new Error(data && data.error ? data.error.code + ': ' + data.error.message : 'HTTP ' + resp.status);
+      e.status = resp.status;
+      e.code = data && data.error && data.error.code;
+      throw e;
+    }
+    return data;
+  }
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = text;
+    return e;
+  }
+
+  function setConn(state, label) {
+    const c = $('conn');
+    c.className = 'conn ' + state;
+    c.textContent = label || state;
+  }
+
+  function flash(msg) {
+    const log = $('log');
+    log.appendChild(el('div', 'error', msg));
+    log.scrollTop = log.scrollHeight;
+  }
+
+  function money(c) {
+    return '$' + (typeof c === 'number' ? c : 0).toFixed(4);
+  }
+
+  function summarize(v, max) {
+    let s;
+    try { s = typeof v === 'string' ? v : JSON.stringify(v); } catch (e) { s = String(v); }
+    if (s === undefined) s = '';
+    max = max || 160;
+    return s.length > max ? s.slice(0, max - 1) + '…' : s;
+  }
+
+  // ---- authentication ----
+
+  function askToken(why) {
+    $('auth').hidden = false;
+    $('auth-error').textContent = why || '';
+    setConn('offline', 'token needed');
+    $('token').focus();
+  }
+
+  $('auth').addEventListener('submit', (e) => {
+    e.preventDefault();
+    token = $('token').value.trim();
+    sessionStorage.setItem(TOKEN_KEY, token);
+    $('token').value = '';
+    $('auth').hidden = true;
+    start();
+  });
+
+  // ---- the session list ----
+
+  async function refreshList() {
+    let page;
+    try {
+      page = await api('GET', '/v1/sessions?limit=200');
+    } catch (e) {
+      if (!(e instanceof AuthError)) setConn('offline', 'server unreachable');
+      return false;
+    }
+    sessions = page.sessions || [];
+    const ul = $('sessions');
+    ul.textContent = '';
+    for (const s of sessions) {
+      const li = el('li');
+      li.dataset.id = s.id;
+      if (view && view.id === s.id) li.classList.add('current');
+      li.appendChild(el('span', 'title', s.title || s.id.slice(0, 8)));
+      const meta = el('span', 'meta');
+      const state = s.live ? (s.state || 'idle') : 'not live';
+      meta.appendChild(el('span', 'badge ' + state.replace(' ', '-'), state));
+      meta.appendChild(el('span', 'cost', money(s.cost)));
+      meta.appendChild(el('span', 'id', s.id.slice(0, 8)));
+      li.appendChild(meta);
+      li.addEventListener('click', () => select(s.id));
+      ul.appendChild(li);
+    }
+    if (!view || view.mode !== 'stream') setConn('live', 'connected');
+    return true;
+  }
+
+  function scheduleList() {
+    clearTimeout(listTimer);
+    listTimer = setTimeout(async () => { await refreshList(); scheduleList(); }, 3000);
+  }
+
+  // ---- a session view ----
+
+  class View {
+    constructor(id) {
+      this.id = id;
+      this.lastSeq = 0;       // the last enduring seq shown
+      this.ctrl = null;
+      this.closed = false;
+      this.retry = 0;
+      this.connects = 0;
+      this.mode = 'stream';
+      this.conn = 'connecting';
+      this.turns = new Map();  // turn_id -> { el, body }
+      this.steps = new Map();  // step_id -> { el, blocks: Map(index -> block) }
+      this.calls = new Map();  // call_id -> tool card
+      this.gates = new Map();  // gate_id -> card
+      this.requests = new Map(); // gate_id -> PermissionRequested
+      this.log = $('log');
+      this.log.textContent = '';
+    }
+
+    close() {
+      this.closed = true;
+      if (this.ctrl) this.ctrl.abort();
+    }
+
+    // Cuts the stream as a network failure would: the view reconnects.
+    drop() {
+      if (this.ctrl) this.ctrl.abort();
+    }
+
+    setState(state) {
+      const b = $('view-state');
+      b.className = 'badge ' + state.replace(' ', '-');
+      b.textContent = state;
+      $('interrupt').disabled = !(state === 'running' || state === 'waiting_on_gate');
+    }
+
+    async connect() {
+      if (this.closed) return;
+      const ctrl = new AbortController();
+      this.ctrl = ctrl;
+      const h = headers({ Accept: 'text/event-stream' });
+      let url = '/v1/sessions/' + encodeURIComponent(this.id) + '/events';
+      if (this.lastSeq > 0) h['Last-Event-ID'] = String(this.lastSeq);
+      else url += '?from=0';
+      this.connects++;
+      let failed = null;
+      try {
+        const resp = await fetch(url, { headers: h, signal: ctrl.signal, cache: 'no-store' });
+        if (resp.status === 401) { askToken(token ? 'the token was refused' : ''); return; }
+        if (resp.status === 409 || resp.status === 404) {
+          let data = null;
+          try { data = await resp.json(); } catch (e) { data = null; }
+          const code = data && data.error && data.error.code;
+          if (code === 'session_not_live') return this.showJournal();
+          flash(data && data.error ? data.error.message : 'HTTP ' + resp.status);
+          return;
+        }
+        if (!resp.ok || !resp.body) throw new Error('HTTP ' + resp.status);
+        this.conn = 'live';
+        setConn('live', 'streaming');
+        this.retry = 0;
+        await this.read(resp.body.getReader());
+      } catch (e) {
+        failed = e;
+      }
+      if (this.closed) return;
+      // the stream ended or broke: resume after the last seq we have
+      this.conn = 'reconnecting';
+      setConn('reconnecting', 'reconnecting');
+      this.retry++;
+      const delay = Math.min(5000, 200 * Math.pow(2, Math.min(this.retry, 5)));
+      if (failed && !(failed.name === 'AbortError')) console.warn('luarig: stream:', failed);
+      setTimeout(() => this.connect(), delay);
+    }
+
+    // Server-sent events over a fetch() body: blocks end with a blank line;
+    // fields event, id, data (lines joined); ':' starts a comment.
+    async read(reader) {
+      const dec = new TextDecoder();
+      let buf = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        buf += dec.decode(value, { stream: true }).replace(/\r\n?/g, '\n');
+        let i;
+        while ((i = buf.indexOf('\n\n')) >= 0) {
+          const block = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          let event = 'message', id = null;
+          const data = [];
+          for (const line of block.split('\n')) {
+            if (line === '' || line[0] === ':') continue;
+            const c = line.indexOf(':');
+            const field = c < 0 ? line : line.slice(0, c);
+            let v = c < 0 ? '' : line.slice(c + 1);
+            if (v[0] === ' ') v = v.slice(1);
+            if (field === 'event') event = v;
+            else if (field === 'id') id = v;
+            else if (field === 'data') data.push(v);
+          }
+          if (data.length) this.message(event, id, data.join('\n'));
+        }
+      }
+    }
+
+    message(event, id, data) {
+      let ev;
+      try { ev = JSON.parse(data); } catch (e) { return; }
+      if (event === 'enduring' && id !== null) {
+        const seq = Number(id);
+        if (!(seq > this.lastSeq)) return; // seen already
+        this.lastSeq = seq;
+      }
+      this.apply(ev);
+    }
+
+    // A session that is not live: its journal, read-only, and a restore button.
+    async showJournal() {
+      this.mode = 'journal';
+      $('restore').hidden = false;
+      this.setState('not live');
+      setConn('live', 'connected');
+      let from = this.lastSeq + 1;
+      for (;;) {
+        let page;
+        try {
+          page = await api('GET', '/v1/sessions/' + encodeURIComponent(this.id) + '/journal?limit=500&from=' + from);
+        } catch (e) { if (!(e instanceof AuthError)) flash(e.message); return; }
+        if (this.closed) return;
+        for (const rec of page.events) {
+          if (rec.kind === 'event' && rec.seq > this.lastSeq) {
+            this.lastSeq = rec.seq;
+            this.apply(rec.event);
+          }
+        }
+        if (page.done || !page.events.length) break;
+        from = page.next_seq;
+      }
+    }
+
+    near() {
+      return this.log.scrollHeight - this.log.scrollTop - this.log.clientHeight < 80;
+    }
+
+    turn(id) {
+      let t = this.turns.get(id);
+      if (!t) {
+        const e = el('div', 'turn');
+        e.dataset.turn = id || '';
+        this.log.appendChild(e);
+        t = { el: e };
+        this.turns.set(id, t);
+      }
+      return t;
+    }
+
+    step(ev) {
+      let s = this.steps.get(ev.step_id);
+      if (!s) {
+        const e = el('div', 'step');
+        e.dataset.step = ev.step_id;
+        this.turn(ev.turn_id).el.appendChild(e);
+        s = { el: e, blocks: new Map() };
+        this.steps.set(ev.step_id, s);
+      }
+      return s;
+    }
+
+    toolCard(name, id, input) {
+      const card = el('div', 'tool');
+      card.dataset.call = id || '';
+      const head = el('div', 'head');
+      head.appendChild(el('span', 'name', name || 'tool'));
+      card.args = head.appendChild(el('span', 'args', input === undefined ? '' : summarize(input)));
+      card.status = head.appendChild(el('span', 'status', ''));
+      card.appendChild(head);
+      if (id) this.calls.set(id, card);
+      return card;
+    }
+
+    setResult(card, text, isError) {
+      let r = card.querySelector('.result');
+      if (!r) r = card.appendChild(el('div', 'result'));
+      r.textContent = summarize(text, 600);
+      r.classList.toggle('error', !!isError);
+      card.status.textContent = isError ? 'error' : 'done';
+    }
+
+    delta(ev) {
+      const d = ev.delta || {};
+      const s = this.step(ev);
+      let b = s.blocks.get(d.index);
+      if (d.type === 'text' || d.type === 'thinking') {
+        if (!b) {
+          b = s.el.appendChild(el('div', (d.type === 'text' ? 'text' : 'thinking') + ' streaming', ''));
+          s.blocks.set(d.index, b);
+        }
+        b.textContent += (d.type === 'text' ? d.text : d.thinking) || '';
+      } else if (d.type === 'tool_use') {
+        if (!b) {
+          b = s.el.appendChild(this.toolCard(d.name, d.id));
+          b.json = '';
+          s.blocks.set(d.index, b);
+        }
+        if (d.input_json) {
+          b.json += d.input_json;
+          b.args.textContent = summarize(b.json);
+        }
+      }
+    }
+
+    // StepDone: the step as journaled replaces whatever the deltas drew.
+    stepDone(ev) {
+      const s = this.step(ev);
+      s.el.textContent = '';
+      s.blocks.clear();
+      const results = new Map();
+      const rc = ev.results && ev.results.content;
+      for (const r of Array.isArray(rc) ? rc : []) {
+        if (r && r.type === 'tool_result') results.set(r.tool_use_id, r);
+      }
+      const content = ev.message && ev.message.content;
+      for (const blk of Array.isArray(content) ? content : []) {
+        if (blk.type === 'text') {
+          s.el.appendChild(el('div', 'text', blk.text));
+        } else if (blk.type === 'thinking') {
+          if (blk.thinking) s.el.appendChild(el('div', 'thinking', blk.thinking));
+        } else if (blk.type === 'tool_use') {
+          const card = s.el.appendChild(this.toolCard(blk.name, blk.id, blk.input));
+          const r = results.get(blk.id);
+          if (r) {
+            let text = r.content;
+            if (Array.isArray(text)) text = text.map((x) => (x && x.text) || '').join('');
+            this.setResult(card, text, r.is_error);
+          }
+        } else if (blk.type === 'refusal') {
+          s.el.appendChild(el('div', 'error', 'refused: ' + (blk.text || blk.refusal || '')));
+        }
+      }
+    }
+
+    gateOpened(ev) {
+      const req = this.requests.get(ev.gate_id) || {};
+      const card = el('div', 'gate');
+      card.dataset.gate = ev.gate_id;
+      card.appendChild(el('div', 'what', 'Gate: ' + (ev.tool || 'a tool') + ' asks for permission' +
+        (ev.summary ? ' — ' + ev.summary : '')));
+      const unmet = Array.isArray(req.unmet) ? req.unmet : [];
+      if (unmet.length) {
+        const ul = card.appendChild(el('ul'));
+        for (const u of unmet) ul.appendChild(el('li', null, u.kind + ' ' + (u.scope || u.match || '')));
+      }
+      const actions = card.appendChild(el('div', 'actions'));
+      const labels = [['approve', 'Approve'], ['approve_always', 'Approve always'], ['deny', 'Deny']];
+      for (const [action, label] of labels) {
+        const b = actions.appendChild(el('button', action.replace('_', '-'), label));
+        b.type = 'button';
+        b.dataset.action = action;
+        b.addEventListener('click', () => this.answer(ev.gate_id, action, card));
+      }
+      this.turn(ev.turn_id).el.appendChild(card);
+      this.gates.set(ev.gate_id, card);
+      this.setState('waiting_on_gate');
+    }
+
+    async answer(gateId, action, card) {
+      for (const b of card.querySelectorAll('button')) b.disabled = true;
+      try {
+        await api('POST', '/v1/sessions/' + encodeURIComponent(this.id) + '/gates/' +
+          encodeURIComponent(gateId), { action });
+      } catch (e) {
+        if (e instanceof AuthError) return;
+        if (e.code !== 'gate_not_open') {
+          for (const b of card.querySelectorAll('button')) b.disabled = false;
+        }
+        flash('gate ' + gateId + ': ' + e.message);
+      }
+    }
+
+    gateResolved(ev) {
+      const card = this.gates.get(ev.gate_id);
+      if (!card) return;
+      card.classList.add('resolved');
+      const actions = card.querySelector('.actions');
+      if (actions) actions.remove();
+      const words = { approve: 'approved', approve_always: 'approved always', deny: 'denied' };
+      card.appendChild(el('div', 'outcome', (words[ev.action] || ev.action) +
+        (ev.source && ev.source !== 'user' ? ' (' + ev.source + ')' : '')));
+      this.gates.delete(ev.gate_id);
+      if (this.gates.size === 0) this.setState('running');
+    }
+
+    turnEnd(ev, cls, text) {
+      const t = this.turn(ev.turn_id);
+      t.el.appendChild(el('div', cls, text));
+    }
+
+    usage(u) {
+      if (!u) return '';
+      let s = (u.input_tokens || 0) + ' in / ' + (u.output_tokens || 0) + ' out tokens';
+      if (u.cache_read_tokens) s += ', ' + u.cache_read_tokens + ' cached';
+      if (typeof u.cost === 'number') s += ', ' + money(u.cost);
+      return s;
+    }
+
+    apply(ev) {
+      const stick = this.near();
+      switch (ev.type) {
+      case 'TurnStarted': {
+        const t = this.turn(ev.turn_id);
+        const blocks = (ev.message && ev.message.content) || [];
+        const text = blocks.map((b) => (b.type === 'text' ? b.text : '[' + b.type + ']')).join('\n');
+        t.el.insertBefore(el('div', 'user', text), t.el.firstChild);
+        this.setState('running');
+        break;
+      }
+      case 'TokenDelta': this.delta(ev); break;
+      case 'StepDone': this.stepDone(ev); break;
+      case 'ToolCallStarted': {
+        const c = this.calls.get(ev.call_id);
+        if (c) c.status.textContent = 'running…';
+        break;
+      }
+      case 'ToolCallCompleted': {
+        const c = this.calls.get(ev.call_id);
+        if (c) this.setResult(c, ev.preview, ev.is_error);
+        break;
+      }
+      case 'PermissionRequested': this.requests.set(ev.gate_id, ev); break;
+      case 'PermissionDecided':
+        if (ev.verdict && ev.verdict !== 'allow') {
+          this.turnEnd(ev, 'note', (ev.tool || 'tool') + ': ' + ev.verdict + (ev.reason ? ' — ' + ev.reason : ''));
+        }
+        break;
+      case 'GateOpened': this.gateOpened(ev); break;
+      case 'GateResolved': this.gateResolved(ev); break;
+      case 'TurnDone':
+        this.turnEnd(ev, 'turn-end', 'turn done · ' + this.usage(ev.usage));
+        break;
+      case 'TurnFailed': {
+        const e = ev.error || {};
+        this.turnEnd(ev, 'error', 'turn failed: ' + (e.code || 'error') + ': ' + (e.message || ''));
+        break;
+      }
+      case 'TurnInterrupted': this.turnEnd(ev, 'note', 'turn interrupted'); break;
+      case 'TurnRejected': this.turnEnd(ev, 'error', 'input rejected: ' + summarize(ev.error || ev.reason || '')); break;
+      case 'InputCancelled': this.log.appendChild(el('div', 'note', 'queued input cancelled')); break;
+      case 'SessionActive': this.setState('running'); break;
+      case 'SessionIdle': this.setState('idle'); break;
+      case 'SessionStopped': this.log.appendChild(el('div', 'note', 'session stopped')); break;
+      case 'RestoreDone': this.log.appendChild(el('div', 'note', 'session restored')); break;
+      case 'RestoreErrored': this.log.appendChild(el('div', 'error', 'restore failed: ' + (ev.reason || ''))); break;
+      case 'CompactionCommitted': this.log.appendChild(el('div', 'note', 'context compacted')); break;
+      default: break;
+      }
+      if (stick) this.log.scrollTop = this.log.scrollHeight;
+    }
+  }
+
+  function select(id) {
+    if (view && view.id === id) return;
+    if (view) view.close();
+    $('restore').hidden = true;
+    view = new View(id);
+    const s = sessions.find((x) => x.id === id);
+    $('view-title').textContent = (s && s.title) || id;
+    $('view-title').title = id;
+    view.setState('connecting');
+    if (location.hash !== '#' + id) history.replaceState(null, '', '#' + id);
+    for (const li of $('sessions').children) li.classList.toggle('current', li.dataset.id === id);
+    view.connect();
+  }
+
+  async function newSession(text) {
+    const body = text ? { text } : {};
+    const r = await api('POST', '/v1/sessions', body);
+    await refreshList();
+    select(r.session_id);
+    return r;
+  }
+
+  $('new-session').addEventListener('click', async () => {
+    try { await newSession(); } catch (e) { if (!(e instanceof AuthError)) flash(e.message); }
+  });
+
+  $('composer').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const text = $('input').value;
+    if (!text.trim()) return;
+    $('send').disabled = true;
+    try {
+      if (!view) {
+        await newSession(text);
+      } else {
+        await api('POST', '/v1/sessions/' + encodeURIComponent(view.id) + '/input', { text });
+      }
+      $('input').value = '';
+    } catch (err) {
+      if (!(err instanceof AuthError)) flash(err.message);
+    } finally {
+      $('send').disabled = false;
+    }
+    refreshList();
+  });
+
+  $('input').addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      $('composer').requestSubmit();
+    }
+  });
+
+  $('interrupt').addEventListener('click', async () => {
+    if (!view) return;
+    try {
+      const r = await api('POST', '/v1/sessions/' + encodeURIComponent(view.id) + '/interrupt');
+      if (!r.interrupted) view.log.appendChild(el('div', 'note', 'nothing to interrupt'));
+    } catch (e) { if (!(e instanceof AuthError)) flash(e.message); }
+  });
+
+  $('restore').addEventListener('click', async () => {
+    if (!view) return;
+    const id = view.id;
+    try {
+      await api('POST', '/v1/sessions/' + encodeURIComponent(id) + '/restore');
+    } catch (e) { if (!(e instanceof AuthError)) flash(e.message); return; }
+    view.close();
+    view = null;
+    await refreshList();
+    select(id);
+  });
+
+  async function start() {
+    if (!(await refreshList())) return;
+    scheduleList();
+    const id = decodeURIComponent(location.hash.slice(1));
+    if (id && (!view || view.id !== id)) select(id);
+  }
+
+  // for tests and the curious: the open view, and a way to cut its stream
+  window.luarigConsole = {
+    get view() { return view; },
+    dropStream() { if (view) view.drop(); },
+  };
+
+  start();
+})();
