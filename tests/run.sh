@@ -39,6 +39,8 @@ suite cli sh tests/cli/run.sh
 [ -f tests/repl/run.sh ] && suite repl sh tests/repl/run.sh
 [ -f tests/sandbox/run.sh ] && suite sandbox sh tests/sandbox/run.sh
 [ -f tests/examples/run.sh ] && suite examples sh tests/examples/run.sh
+# the web console in headless Chromium (a missing chromium is a failure: tools/deps.sh installs it)
+[ -f tests/console/console_test.py ] && suite console python3 tests/console/console_test.py
 for r in "$BUILD"/tests/fuzz/*_replay; do
 	[ -x "$r" ] || continue
 	n=$(basename "$r" _fuzz_replay)

@@ -293,10 +293,12 @@
     step(ev) {
       let s = this.steps.get(ev.step_id);
       if (!s) {
+        // the step's content (what StepDone replaces), then its gate cards
         const e = el('div', 'step');
         e.dataset.step = ev.step_id;
+        const content = e.appendChild(el('div', 'content'));
         this.turn(ev.turn_id).el.appendChild(e);
-        s = { el: e, blocks: new Map() };
+        s = { el: content, box: e, blocks: new Map() };
         this.steps.set(ev.step_id, s);
       }
       return s;
@@ -394,7 +396,8 @@
         b.dataset.action = action;
         b.addEventListener('click', () => this.answer(ev.gate_id, action, card));
       }
-      this.turn(ev.turn_id).el.appendChild(card);
+      if (ev.step_id) this.step(ev).box.appendChild(card);
+      else this.turn(ev.turn_id).el.appendChild(card);
       this.gates.set(ev.gate_id, card);
       this.setState('waiting_on_gate');
     }

@@ -1,0 +1,418 @@
+#!/usr/bin/env python3
+"""The web console in a real browser: headless Chromium driven over the
+DevTools protocol on --remote-debugging-pipe (fds 3 and 4, NUL-terminated
+JSON; nothing downloaded, no websocket library).
+
+Starts `luarig serve tests/console/rig.lua` with a bearer token, opens the
+console, gives it the token, creates a session, sends input and watches the
+text stream in, approves a gate with a mouse click, sees the tool result
+and the turn end, cuts the event stream and checks the page resumes with
+Last-Event-ID and shows nothing twice, reloads the page (the view replays
+the journal), interrupts a turn, and keeps screenshots in build/artifacts/.
+Prints TAP lines "ok - console: …" / "not ok - console: …".
+"""
+import base64
+import fcntl
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+ROOT = os.environ.get("LUARIG_ROOT") or os.getcwd()
+BUILD = os.environ.get("BUILD", "build")
+LUARIG = os.environ.get("LUARIG") or os.path.join(ROOT, BUILD, "luarig")
+ARTIFACTS = os.path.join(ROOT, "build", "artifacts")
+TOKEN = "console-test-token-0123456789"
+
+failed = 0
+
+
+def ok(cond, name, detail=""):
+    global failed
+    if cond:
+        print("ok - console: " + name, flush=True)
+    else:
+        failed += 1
+        print("not ok - console: " + name + (": " + detail if detail else ""), flush=True)
+    return cond
+
+
+class Step(Exception):
+    pass
+
+
+class Chrome:
+    """A headless Chromium and one page, spoken to over the pipe."""
+
+    def __init__(self, exe, tmp):
+        to_chrome_r, self.to_chrome = os.pipe()
+        self.from_chrome, from_chrome_w = os.pipe()
+
+        def fds():
+            a = fcntl.fcntl(to_chrome_r, fcntl.F_DUPFD, 10)
+            b = fcntl.fcntl(from_chrome_w, fcntl.F_DUPFD, 10)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        args = [exe, "--headless=new", "--remote-debugging-pipe",
+                "--user-data-dir=" + os.path.join(tmp, "profile"),
+                "--no-first-run", "--no-default-browser-check", "--disable-gpu",
+                "--disable-extensions", "--disable-background-networking", "--disable-sync",
+                "--disable-component-update", "--disable-default-apps", "--mute-audio",
+                "--disable-dev-shm-usage",
+                "--hide-scrollbars", "--window-size=1280,820", "about:blank"]
+        if os.geteuid() == 0:
+            args.insert(1, "--no-sandbox")
+        self.log = open(os.path.join(tmp, "chromium.log"), "wb")
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=self.log, preexec_fn=fds, close_fds=False)
+        os.close(to_chrome_r)
+        os.close(from_chrome_w)
+        self.next_id = 0
+        self.replies = {}
+        self.cv = threading.Condition()
+        self.events = queue.Queue()
+        self.requests = []  # Network.requestWillBeSent params, in order
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.session = None
+
+    def _read(self):
+        buf = b""
+        while True:
+            try:
+                chunk = os.read(self.from_chrome, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                with self.cv:
+                    self.replies["eof"] = True
+                    self.cv.notify_all()
+                return
+            buf += chunk
+            while b"\0" in buf:
+                raw, buf = buf.split(b"\0", 1)
+                msg = json.loads(raw)
+                if "id" in msg:
+                    with self.cv:
+                        self.replies[msg["id"]] = msg
+                        self.cv.notify_all()
+                else:
+                    if msg.get("method") == "Network.requestWillBeSent":
+                        self.requests.append(msg["params"])
+                    self.events.put(msg)
+
+    def call(self, method, params=None, session=True, timeout=15):
+        self.next_id += 1
+        mid = self.next_id
+        msg = {"id": mid, "method": method, "params": params or {}}
+        if session and self.session:
+            msg["sessionId"] = self.session
+        os.write(self.to_chrome, json.dumps(msg).encode() + b"\0")
+        deadline = time.time() + timeout
+        with self.cv:
+            while mid not in self.replies:
+                if self.replies.get("eof"):
+                    raise Step("chromium closed the pipe (see chromium.log)")
+                left = deadline - time.time()
+                if left <= 0:
+                    raise Step("no answer to " + method)
+                self.cv.wait(left)
+            reply = self.replies.pop(mid)
+        if "error" in reply:
+            raise Step(method + ": " + json.dumps(reply["error"]))
+        return reply.get("result", {})
+
+    def open_page(self):
+        target = self.call("Target.createTarget", {"url": "about:blank"}, session=False)
+        att = self.call("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True},
+                        session=False)
+        self.session = att["sessionId"]
+        for domain in ("Page", "Runtime", "Network"):
+            self.call(domain + ".enable")
+        self.call("Emulation.setDeviceMetricsOverride",
+                  {"width": 1280, "height": 820, "deviceScaleFactor": 1, "mobile": False})
+
+    def eval(self, expr):
+        r = self.call("Runtime.evaluate", {"expression": expr, "returnByValue": True,
+                                           "awaitPromise": True})
+        if "exceptionDetails" in r:
+            raise Step("page error in `" + expr[:80] + "`: " +
+                       json.dumps(r["exceptionDetails"].get("exception", {}).get("description")
+                                  or r["exceptionDetails"].get("text")))
+        return r["result"].get("value")
+
+    def wait(self, expr, what, timeout=10):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.eval("!!(" + expr + ")"):
+                return True
+            time.sleep(0.05)
+        raise Step("timed out waiting for " + what)
+
+    def click(self, selector):
+        """A real mouse click at the centre of the element."""
+        pos = self.eval("(() => { const e = document.querySelector(%s); if (!e) return null;"
+                        " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
+                        " return [r.x + r.width / 2, r.y + r.height / 2]; })()" % json.dumps(selector))
+        if not pos:
+            raise Step("nothing to click at " + selector)
+        x, y = pos
+        self.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
+        for t in ("mousePressed", "mouseReleased"):
+            self.call("Input.dispatchMouseEvent", {"type": t, "x": x, "y": y, "button": "left",
+                                                   "clickCount": 1})
+
+    def type(self, selector, text):
+        self.click(selector)
+        self.call("Input.insertText", {"text": text})
+
+    def screenshot(self, path):
+        data = self.call("Page.captureScreenshot", {"format": "png"})["data"]
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(data))
+
+    def close(self):
+        try:
+            self.call("Browser.close", session=False, timeout=5)
+        except Exception:
+            pass
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for fd in (self.to_chrome, self.from_chrome):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.log.close()
+
+
+def start_server(tmp):
+    token_file = os.path.join(tmp, "token")
+    with open(token_file, "w") as f:
+        f.write(TOKEN + "\n")
+    log_path = os.path.join(tmp, "serve.log")
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([LUARIG, "serve", os.path.join(ROOT, "tests/console/rig.lua"),
+                             "--listen", "127.0.0.1:0", "--auth-token-file", token_file],
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        with open(log_path) as f:
+            for line in f:
+                if line.startswith("luarig: serving on "):
+                    return proc, line.split()[3], log_path
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    with open(log_path) as f:
+        raise Step("luarig serve did not start: " + f.read()[-500:])
+
+
+def http(url, token=None):
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+TEXT_COUNT = """(() => { const t = document.getElementById('log').innerText;
+  return %s.map((s) => t.split(s).length - 1); })()"""
+
+
+def counts(c, texts):
+    return c.eval(TEXT_COUNT % json.dumps(texts))
+
+
+def run(c, base):
+    # the page loads without the token (it holds no data); the API does not
+    status, headers, body = http(base + "/")
+    csp = headers.get("content-security-policy", headers.get("Content-Security-Policy", ""))
+    ok(status == 200 and b"/console.js" in body and "default-src 'none'" in csp,
+       "GET / serves the page without the token, with a strict CSP", "%d %s" % (status, csp))
+    status, _, _ = http(base + "/v1/sessions")
+    ok(status == 401, "the API still wants the token", str(status))
+
+    c.open_page()
+    c.call("Page.navigate", {"url": base + "/"})
+    c.wait("document.readyState === 'complete' && !document.getElementById('auth').hidden",
+           "the token form")
+    ok(True, "the page asks for the token")
+    c.type("#token", TOKEN)
+    c.click("#token-save")
+    c.wait("document.getElementById('auth').hidden && "
+           "document.getElementById('conn').textContent === 'connected'", "the session list")
+    ok(True, "with the token the page reads the session list")
+
+    c.click("#new-session")
+    c.wait("window.luarigConsole.view && window.luarigConsole.view.conn === 'live'",
+           "a new session's stream")
+    sid = c.eval("window.luarigConsole.view.id")
+    c.wait("document.querySelector('#sessions li.current') !== null", "the session in the list")
+    ok(True, "New session creates a session, lists it and opens its stream")
+
+    # streamed text: the page shows it growing before the step ends
+    full = "Streaming, two bytes at a time, from the scripted model."
+    c.type("#input", "stream")
+    c.click("#send")
+    seen = set()
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        n = c.eval("(() => { const e = document.querySelector('.text.streaming');"
+                   " return e ? e.textContent.length : -1; })()")
+        if n > 0:
+            seen.add(n)
+        if c.eval("document.querySelectorAll('.turn-end').length") >= 1:
+            break
+        time.sleep(0.02)
+    partial = [n for n in seen if 0 < n < len(full)]
+    ok(len(partial) >= 3, "text appears as it streams (%d partial lengths seen)" % len(partial),
+       repr(sorted(seen)))
+    c.wait("document.querySelectorAll('.turn-end').length === 1", "the first turn's end")
+    ok(counts(c, [full]) == [1], "the streamed text is shown once when the step ends",
+       repr(counts(c, [full])))
+    end1 = c.eval("document.querySelector('.turn-end').textContent")
+    ok("120 in / 14 out tokens" in end1 and "$0.0013" in end1, "the turn's end shows usage and cost",
+       end1)
+
+    # a gated tool call: thinking, the call, the gate card; approve with a click
+    c.type("#input", "gate me")
+    c.click("#send")
+    c.wait("document.querySelector('.gate .actions button.approve')", "the gate card")
+    names = c.eval("[...document.querySelectorAll('.gate button')].map((b) => b.textContent)")
+    ok(names == ["Approve", "Approve always", "Deny"], "the gate card offers approve, approve "
+       "always, deny", repr(names))
+    card = c.eval("document.querySelector('.gate').innerText")
+    ok("fetch_page" in card and "GET https://example.org/" in card and "example.org:443" in card,
+       "the gate card names the tool, the summary and the unmet requirement", card)
+    ok(c.eval("(() => { const t = document.querySelector('.thinking'); return t &&"
+              " t.textContent.includes('needs the network') &&"
+              " getComputedStyle(t).fontStyle === 'italic'; })()"),
+       "thinking streams in, dimmed")
+    tool = c.eval("(() => { const t = document.querySelector('.tool'); return t && t.innerText; })()")
+    ok(tool and "fetch_page" in tool and "example.org" in tool,
+       "the tool call shows its name and arguments", repr(tool))
+    c.screenshot(os.path.join(ARTIFACTS, "console-gate.png"))
+    c.click(".gate .actions button.approve")
+    c.wait("document.querySelector('.gate.resolved .outcome')", "the gate resolved")
+    outcome = c.eval("document.querySelector('.gate.resolved .outcome').textContent")
+    ok(outcome == "approved", "a click on Approve answers the gate", outcome)
+    c.wait("document.querySelectorAll('.turn-end').length === 2", "the second turn's end")
+    result = c.eval("document.querySelector('.tool .result').textContent")
+    ok(result == "Example Domain (1256 bytes)", "the tool result is shown", repr(result))
+    answer = "The page says: Example Domain (1256 bytes)."
+    ok(counts(c, [answer]) == [1], "the answer after the tool is shown once")
+
+    # cut the stream: the page reconnects with Last-Event-ID, nothing twice
+    view = "window.luarigConsole.view"
+    last = c.eval(view + ".lastSeq")
+    before = len([r for r in c.requests if "/events" in r["request"]["url"]])
+    c.eval("window.luarigConsole.dropStream()")
+    c.wait(view + ".connects === 2 && " + view + ".conn === 'live'", "the stream to come back")
+    evs = [r for r in c.requests if "/events" in r["request"]["url"]]
+    again = evs[before] if len(evs) > before else None
+    hdrs = {k.lower(): v for k, v in (again["request"]["headers"] if again else {}).items()}
+    ok(again is not None and hdrs.get("last-event-id") == str(last) and "from=" not in
+       again["request"]["url"], "after a dropped stream the page resumes with Last-Event-ID: %s"
+       % last, repr(again and again["request"]))
+    ok(hdrs.get("authorization") == "Bearer " + TOKEN and
+       {k.lower(): v for k, v in evs[0]["request"]["headers"].items()}.get("last-event-id") is None
+       and "from=0" in evs[0]["request"]["url"],
+       "the stream sends the token; the first one replays from=0")
+    c.type("#input", "hello again")
+    c.click("#send")
+    c.wait("document.querySelectorAll('.turn-end').length === 3", "the third turn's end")
+    texts = [full, answer, "you said: hello again", "The user wants the page"]
+    ok(counts(c, texts) == [1, 1, 1, 1], "after the resume every text is shown once",
+       repr(counts(c, texts)))
+
+    # a reload replays the journal (?from=0) into the same view
+    c.call("Page.reload")
+    c.wait("document.readyState === 'complete' && window.luarigConsole && "
+           + view + " && " + view + ".id === %s && document.querySelectorAll('.turn-end').length"
+           " === 3" % json.dumps(sid), "the view after a reload")
+    ok(counts(c, texts) == [1, 1, 1, 1], "a reload restores the session view from the journal, "
+       "each text once", repr(counts(c, texts)))
+    ok(c.eval("document.querySelector('.gate.resolved .outcome').textContent") == "approved" and
+       c.eval("document.querySelector('.tool .result').textContent") == "Example Domain (1256 bytes)",
+       "the replayed view has the answered gate and the tool result")
+    c.wait("document.querySelector('#sessions li.current .cost') && document.querySelector("
+           "'#sessions li.current .cost').textContent !== '$0.0000'", "the session's cost")
+    cost = c.eval("document.querySelector('#sessions li.current').innerText")
+    ok("$0.0051" in cost and "idle" in cost, "the session list shows state and cost", repr(cost))
+    c.screenshot(os.path.join(ARTIFACTS, "console.png"))
+
+    # interrupt a slow turn
+    c.type("#input", "stream")
+    c.click("#send")
+    c.wait("document.querySelector('.text.streaming') && !document.getElementById('interrupt').disabled",
+           "the slow turn to start")
+    c.click("#interrupt")
+    c.wait("[...document.querySelectorAll('.note')].some((n) => n.textContent === 'turn interrupted')",
+           "the interrupted turn")
+    ok(True, "the Interrupt button ends a running turn")
+
+    outside = [r["request"]["url"] for r in c.requests
+               if not r["request"]["url"].startswith(base + "/")
+               and not r["request"]["url"].startswith("data:")]
+    ok(not outside, "the page made no request outside the server", repr(outside))
+
+
+def main():
+    exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not exe:
+        print("not ok - console: chromium not found (tools/deps.sh installs Debian's chromium)")
+        return 1
+    if not os.access(LUARIG, os.X_OK):
+        print("not ok - console: no luarig at " + LUARIG)
+        return 1
+    tmp = tempfile.mkdtemp(prefix="luarig-console-")
+    server = chrome = None
+    try:
+        server, base, log_path = start_server(tmp)
+        chrome = Chrome(exe, tmp)
+        try:
+            run(chrome, base)
+        except Step as e:
+            ok(False, "the console flow stopped", str(e))
+            try:
+                chrome.screenshot(os.path.join(ARTIFACTS, "console-failure.png"))
+            except Exception:
+                pass
+            with open(log_path) as f:
+                sys.stderr.write(f.read()[-2000:])
+    except Step as e:
+        ok(False, "setting up", str(e))
+    finally:
+        if chrome:
+            chrome.close()
+        if server:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
