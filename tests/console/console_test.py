@@ -8,7 +8,8 @@ console, gives it the token, creates a session, sends input and watches the
 text stream in, approves a gate with a mouse click, sees the tool result
 and the turn end, cuts the event stream and checks the page resumes with
 Last-Event-ID and shows nothing twice, reloads the page (the view replays
-the journal), interrupts a turn, and keeps screenshots in build/artifacts/.
+the journal), interrupts a turn, and keeps screenshots in build/artifacts/:
+console.png (the gate card open), console-final.png (after the reload).
 Prints TAP lines "ok - console: …" / "not ok - console: …".
 """
 import base64
@@ -81,6 +82,7 @@ class Chrome:
         self.cv = threading.Condition()
         self.events = queue.Queue()
         self.requests = []  # Network.requestWillBeSent params, in order
+        self.errors = []    # exceptions, console errors, CSP violations
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
         self.session = None
@@ -106,8 +108,16 @@ class Chrome:
                         self.replies[msg["id"]] = msg
                         self.cv.notify_all()
                 else:
-                    if msg.get("method") == "Network.requestWillBeSent":
-                        self.requests.append(msg["params"])
+                    m, p = msg.get("method"), msg.get("params", {})
+                    if m == "Network.requestWillBeSent":
+                        self.requests.append(p)
+                    elif m == "Runtime.exceptionThrown":
+                        self.errors.append(json.dumps(p.get("exceptionDetails"))[:300])
+                    elif m == "Runtime.consoleAPICalled" and p.get("type") == "error":
+                        self.errors.append(json.dumps(p.get("args"))[:300])
+                    elif m == "Log.entryAdded" and p["entry"].get("source") in ("security",
+                                                                                "javascript"):
+                        self.errors.append(p["entry"].get("text", "")[:300])
                     self.events.put(msg)
 
     def call(self, method, params=None, session=True, timeout=15):
@@ -136,7 +146,7 @@ class Chrome:
         att = self.call("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True},
                         session=False)
         self.session = att["sessionId"]
-        for domain in ("Page", "Runtime", "Network"):
+        for domain in ("Page", "Runtime", "Network", "Log"):
             self.call(domain + ".enable")
         self.call("Emulation.setDeviceMetricsOverride",
                   {"width": 1280, "height": 820, "deviceScaleFactor": 1, "mobile": False})
@@ -309,7 +319,7 @@ def run(c, base):
     tool = c.eval("(() => { const t = document.querySelector('.tool'); return t && t.innerText; })()")
     ok(tool and "fetch_page" in tool and "example.org" in tool,
        "the tool call shows its name and arguments", repr(tool))
-    c.screenshot(os.path.join(ARTIFACTS, "console-gate.png"))
+    c.screenshot(os.path.join(ARTIFACTS, "console.png"))
     c.click(".gate .actions button.approve")
     c.wait("document.querySelector('.gate.resolved .outcome')", "the gate resolved")
     outcome = c.eval("document.querySelector('.gate.resolved .outcome').textContent")
@@ -357,7 +367,7 @@ def run(c, base):
            "'#sessions li.current .cost').textContent !== '$0.0000'", "the session's cost")
     cost = c.eval("document.querySelector('#sessions li.current').innerText")
     ok("$0.0051" in cost and "idle" in cost, "the session list shows state and cost", repr(cost))
-    c.screenshot(os.path.join(ARTIFACTS, "console.png"))
+    c.screenshot(os.path.join(ARTIFACTS, "console-final.png"))
 
     # interrupt a slow turn
     c.type("#input", "stream")
@@ -373,6 +383,7 @@ def run(c, base):
                if not r["request"]["url"].startswith(base + "/")
                and not r["request"]["url"].startswith("data:")]
     ok(not outside, "the page made no request outside the server", repr(outside))
+    ok(not c.errors, "no script error, console error or CSP violation", repr(c.errors))
 
 
 def main():
@@ -383,6 +394,11 @@ def main():
     if not os.access(LUARIG, os.X_OK):
         print("not ok - console: no luarig at " + LUARIG)
         return 1
+    for old in ("console.png", "console-final.png", "console-failure.png"):
+        try:
+            os.remove(os.path.join(ARTIFACTS, old))
+        except FileNotFoundError:
+            pass
     tmp = tempfile.mkdtemp(prefix="luarig-console-")
     server = chrome = None
     try:

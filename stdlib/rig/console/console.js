@@ -123,6 +123,10 @@
       li.addEventListener('click', () => select(s.id));
       ul.appendChild(li);
     }
+    if (view) {
+      const cur = sessions.find((x) => x.id === view.id);
+      if (cur && cur.title) $('view-title').textContent = cur.title;
+    }
     if (!view || view.mode !== 'stream') setConn('live', 'connected');
     return true;
   }
@@ -481,7 +485,10 @@
         this.turnEnd(ev, 'error', 'turn failed: ' + (e.code || 'error') + ': ' + (e.message || ''));
         break;
       }
-      case 'TurnInterrupted': this.turnEnd(ev, 'note', 'turn interrupted'); break;
+      case 'TurnInterrupted':
+        for (const b of this.turn(ev.turn_id).el.querySelectorAll('.streaming')) b.classList.remove('streaming');
+        this.turnEnd(ev, 'note', 'turn interrupted');
+        break;
       case 'TurnRejected': this.turnEnd(ev, 'error', 'input rejected: ' + summarize(ev.error || ev.reason || '')); break;
       case 'InputCancelled': this.log.appendChild(el('div', 'note', 'queued input cancelled')); break;
       case 'SessionActive': this.setState('running'); break;
