@@ -422,10 +422,15 @@ def main():
         if server:
             server.send_signal(signal.SIGTERM)
             try:
-                server.wait(10)
+                rc = server.wait(15)
             except subprocess.TimeoutExpired:
                 server.kill()
-                server.wait()
+                rc = server.wait()
+            clean = rc == 143
+            if not clean:
+                with open(log_path, errors="replace") as f:
+                    sys.stderr.write(f.read()[-3000:])
+            ok(clean, "luarig serve shuts down cleanly on SIGTERM (exit 143)", "exit %s" % rc)
         shutil.rmtree(tmp, ignore_errors=True)
     return 1 if failed else 0
 
