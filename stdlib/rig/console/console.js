@@ -580,6 +580,11 @@
     if (!(await refreshList())) return;
     scheduleList();
     const id = decodeURIComponent(location.hash.slice(1));
+    // (after a new token, a view whose stream was refused starts again)
+    if (view && view.conn !== 'live' && view.mode === 'stream') {
+      view.close();
+      view = null;
+    }
     if (id && (!view || view.id !== id)) select(id);
   }
 
