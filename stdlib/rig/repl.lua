@@ -136,6 +136,8 @@ function M.compile(src)
   if src:match("^%s*:%a") then
     return require("rig.repl_bench").command((src:gsub("^%s+", "")))
   end
+  local inspect = require("rig.repl_bench").inspect(src) -- s:history() and the like, pretty
+  if inspect then return inspect end
   local fn = load("return " .. src, "=stdin", "t")
   if fn then return fn end
   local err
