@@ -411,7 +411,7 @@ function R:record_line(rec)
     parts[#parts + 1] = k .. "=" .. field_text(rec[k])
   end
   local head = string.format("%5s %s", tostring(rec.seq or "-"), tostring(rec.type))
-  local line = clip(head .. "  " .. table.concat(parts, " "), self:width())
+  local line = clip(#parts > 0 and (head .. "  " .. table.concat(parts, " ")) or head, self:width())
   if ulen(line) <= ulen(head) then return self:bold(line) end
   return self:bold(head) .. line:sub(#head + 1)
 end
