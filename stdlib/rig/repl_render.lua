@@ -65,7 +65,17 @@ local function wrap(text, lead, cont, width, out)
     repeat
       local room = math.max(8, width - ulen(first and lead or cont))
       local piece = usub(rest, room)
-      rest = rest:sub(#piece + 1)
+      if #piece < #rest then
+        -- a word is not cut when a space in the later half of the piece can end the line
+        local at = (piece .. rest:sub(#piece + 1, #piece + 1)):match(".*() ")
+        if at and at > #piece // 2 then
+          piece, rest = piece:sub(1, at - 1), rest:sub(at + 1)
+        else
+          rest = rest:sub(#piece + 1)
+        end
+      else
+        rest = ""
+      end
       out[#out + 1] = (first and lead or cont) .. piece
       first = false
     until rest == ""
