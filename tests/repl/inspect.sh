@@ -99,3 +99,36 @@ type_line ':gates'
 check ":gates lists the unattached session's gate" wait_for '^ [0-9a-f-]{36} +g[0-9.]+ +fetch +fetch example\.org$'
 T send-keys C-d
 wait_for '^EXIT=' >/dev/null
+
+# The quickstart's rig in the REPL, on its scripted model: a fix approved with
+# one key per gate, then the workspace rewound to a checkpoint from before it.
+QS_TMP="$tmp/qs"
+mkdir -p "$QS_TMP"
+start_qs() {
+	T kill-server >/dev/null 2>&1
+	n_start=$((n_start + 1))
+	T new-session -d -x 100 -y 40 \
+		"TERM=screen NO_COLOR=1 TMPDIR='$QS_TMP' XDG_STATE_HOME='$XDG_STATE_HOME' '$LUARIG' repl scripts/quickstart.lua; echo \"EXIT=\$?\"; sleep 600"
+	wait_for '^> ' 15
+}
+check "quickstart: repl scripts/quickstart.lua binds its rig" start_qs
+check "quickstart: the rig is described" wait_for '^r = rig.define\(workspace-assistant\) from scripts/quickstart.lua$'
+type_line 's = r:session()'
+check "quickstart: its per-turn token budget is in the prompt" wait_for "$BUDGET 400k/400k left\\]> \$"
+type_line ':checkpoint'
+wait_for '^checkpoint v1:sha256:' >/dev/null
+type_line 's:submit(quickstart.task)'
+check "quickstart: the first command asks" wait_for '^\? allow bash: run `sh test.sh` in \. \(timeout 60 s\)$' 10
+T send-keys y
+wait_for '^\? allow edit_file: edit greet\.sh' 10 >/dev/null
+T send-keys y
+wait_count '^\? allow bash: run `sh test.sh`' 2 10 >/dev/null
+T send-keys y
+check "quickstart: the fix is made and the test passes" wait_for '^    │ ok - greet\.sh greets$' 10
+check "quickstart: the file in the workspace is fixed" grep -q 'Hello,' "$QS_TMP/luarig-quickstart/workspace/greet.sh"
+wait_for '^── snapshot v1:sha256:[0-9a-f]+ \(turn_done\)$' 10 >/dev/null
+type_line ':rewind 1'
+check "quickstart: :rewind 1 goes back to the checkpoint" wait_for '^rewound to v1:sha256:'
+check "quickstart: the workspace has the bug again" grep -q 'Helo,' "$QS_TMP/luarig-quickstart/workspace/greet.sh"
+T send-keys C-d
+check "quickstart: the REPL exits cleanly" wait_for '^EXIT=0$' 10
