@@ -588,6 +588,10 @@ function M.note_budget(S, ev)
   elseif ev.ends_turn and ev.turn_id == b.turn_id and type(ev.usage) == "table" then
     b.used = {}
     add_used(b.used, ev.usage)
+  elseif t == "SessionStopped" then
+    local set = R().set_prompt
+    if set then set(nil) end -- a shut-down session has no budget to show
+    return
   else
     return
   end

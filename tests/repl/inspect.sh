@@ -83,6 +83,9 @@ T send-keys ' '
 check "pager: s:journal{...} typed alone is paged; space shows the rest" wait_for "^ *$last [A-Z]"
 type_line '"after_space"'
 check "pager: the prompt is back after the last page" wait_for '^"after_space"$'
+type_line 's:shutdown()'
+type_line '"after_shutdown"'
+check "budget: a shut-down session's budget leaves the prompt" wait_for '^> "after_shutdown"$'
 T send-keys C-d
 wait_for '^EXIT=' >/dev/null
 
