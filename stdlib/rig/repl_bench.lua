@@ -11,10 +11,14 @@
 --
 -- Commands (a line starting with ':'): :help, :reload, :sessions, :attach ID,
 -- :detach, :gates, :interrupt, :compact, :checkpoint, :rewind REF, :snapshots,
--- :log [FROM] (the journal, then follows it live until Ctrl-C).
+-- :log [FROM] (the journal, then follows it live until Ctrl-C), :journal [FROM],
+-- :history [LOOP], :usage (paged; `s:history()` and the like typed alone too:
+-- M.inspect). The prompt shows the attached session's per-turn budget left
+-- when its loop has limits.max_tokens or max_cost (M.show_budget).
 --
 -- lua/repl.c sets on rig.repl: key_mode(on) (the next key goes to on_key),
--- columns() (the terminal width), turn_busy(on) (what Ctrl-C should do).
+-- columns() (the terminal width), turn_busy(on) (what Ctrl-C should do),
+-- rows() (the height, for the pager), set_prompt(prefix) (the budget).
 
 local core = require "rig.core"
 local render = require "rig.repl_render"
