@@ -55,7 +55,7 @@
 	X(add_history) X(history_get) X(rl_add_defun) X(rl_callback_handler_install) \
 	X(rl_callback_handler_remove) X(rl_callback_read_char) X(rl_completion_matches) \
 	X(rl_forced_update_display) X(rl_get_screen_size) X(rl_initialize)              \
-	X(rl_resize_terminal) X(stifle_history) X(history_base) X(history_length)       \
+	X(rl_resize_terminal) X(rl_set_prompt) X(stifle_history) X(history_base) X(history_length)       \
 	X(rl_attempted_completion_function) X(rl_attempted_completion_over)             \
 	X(rl_basic_word_break_characters) X(rl_catch_signals)                          \
 	X(rl_completer_word_break_characters) X(rl_completion_append_character)        \
@@ -84,6 +84,7 @@ static struct lr_lazy ed_lazy = { .sonames = ed_sonames, .names = ed_names, .slo
 #define rl_get_screen_size (*ed.rl_get_screen_size)
 #define rl_initialize (*ed.rl_initialize)
 #define rl_resize_terminal (*ed.rl_resize_terminal)
+#define rl_set_prompt (*ed.rl_set_prompt)
 #define stifle_history (*ed.stifle_history)
 #define history_base (*ed.history_base)
 #define history_length (*ed.history_length)
@@ -135,6 +136,7 @@ struct repl {
 	struct timespec turn_sig_at;       /* when the last one came */
 	int key_mode;                      /* the next key goes to rig.repl.on_key */
 	int key_prompt;                    /* the handler was installed only to read that key */
+	char *main_prompt;                 /* set_prompt's prefix + PROMPT, or NULL for PROMPT */
 
 	int mod_ref;           /* rig.repl */
 	char *hist_path;
@@ -197,6 +199,11 @@ static void feed_key(int key)
 	g_pushed = key;
 	editor_read();
 	g_pushed = -1;
+}
+
+static const char *main_prompt(const struct repl *r)
+{
+	return r->main_prompt ? r->main_prompt : PROMPT;
 }
 
 /* Terminal output around the prompt. */
@@ -325,6 +332,59 @@ static int repl_turn_busy(lua_State *L)
 {
 	if (g_repl)
 		g_repl->turn_busy = lua_toboolean(L, 1);
+	return 0;
+}
+
+/* rig.repl's rows(): the terminal's height, or nil. */
+static int repl_rows(lua_State *L)
+{
+	struct winsize ws;
+	if (ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0) {
+		lua_pushinteger(L, ws.ws_row);
+		return 1;
+	}
+	lua_pushnil(L);
+	return 1;
+}
+
+/*
+ * rig.repl's set_prompt([prefix]): the main prompt becomes prefix .. "> "
+ * (nil or "": "> "); a showing main prompt is drawn again with it, the
+ * typed line kept. The workbench shows the attached session's budget there.
+ */
+static int repl_set_prompt(lua_State *L)
+{
+	struct repl *r = g_repl;
+	size_t n = 0;
+	const char *prefix = luaL_optlstring(L, 1, "", &n);
+	if (!r)
+		return 0;
+	if (n > 200)
+		luaL_error(L, "rig.repl.set_prompt: prefix longer than 200 bytes");
+	char *next = NULL;
+	if (n > 0) {
+		next = malloc(n + sizeof PROMPT);
+		if (!next)
+			return luaL_error(L, "out of memory");
+		memcpy(next, prefix, n);
+		memcpy(next + n, PROMPT, sizeof PROMPT);
+	}
+	int showing = r->tty && r->prompt_on && !r->key_prompt && !r->chunk.len &&
+		      r->prompt == main_prompt(r);
+	if (showing && !r->in_editor)
+		hide_line(r);
+	int was_main = r->prompt == main_prompt(r);
+	free(r->main_prompt);
+	r->main_prompt = next;
+	if (was_main)
+		r->prompt = main_prompt(r); /* never left pointing at the freed one */
+	if (showing) {
+		rl_set_prompt(r->prompt);
+		if (!r->in_editor) {
+			rl_forced_update_display();
+			fflush(stdout);
+		}
+	}
 	return 0;
 }
 
@@ -604,7 +664,7 @@ static void prompt_show(struct repl *r)
 	if (r->quit)
 		return;
 	if (r->tty && !r->prompt_on) {
-		r->prompt = r->chunk.len ? PROMPT_MORE : PROMPT;
+		r->prompt = r->chunk.len ? PROMPT_MORE : main_prompt(r);
 		rl_callback_handler_install(r->prompt, on_line);
 		r->prompt_on = 1;
 		fflush(stdout);
@@ -914,6 +974,10 @@ static int repl_setup(struct repl *r)
 	lua_setfield(L, -2, "columns");
 	lua_pushcfunction(L, repl_turn_busy);
 	lua_setfield(L, -2, "turn_busy");
+	lua_pushcfunction(L, repl_rows);
+	lua_setfield(L, -2, "rows");
+	lua_pushcfunction(L, repl_set_prompt);
+	lua_setfield(L, -2, "set_prompt");
 	r->mod_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 	lua_pop(L, 1);
 	lua_pushcfunction(L, repl_print);
@@ -1035,6 +1099,7 @@ int lr_repl_run(struct lr_state *S, const char *script)
 	free(r->line);
 	free(r->hist_path);
 	free(r->hist_last);
+	free(r->main_prompt);
 	cand_clear(r);
 	g_repl = NULL;
 	return r->code;

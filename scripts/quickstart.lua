@@ -19,6 +19,11 @@
 -- OPENAI_API_KEY when set); else OPENAI_API_KEY -> OpenAI (gpt-4o-mini);
 -- else a scripted model that plays the assistant offline and really calls
 -- the tools. With a real model on a terminal you can go on typing tasks.
+--
+-- In the REPL (`luarig repl scripts/quickstart.lua`) it sets up the same
+-- workspace, store and rig, and returns the rig instead of running a session:
+-- the REPL binds it to `r`, and `s = r:session()` starts one there (gates
+-- take one key; README "The REPL as a workbench").
 
 local core = rig.core
 
@@ -51,6 +56,8 @@ if base:sub(1, 1) ~= "/" then
   base = r.stdout:gsub("\n$", "") .. "/" .. base
 end
 local tty_in, tty_out = core.isatty(0), core.isatty(1)
+-- `luarig repl` loads rig.repl before it runs this file
+local in_repl = package.loaded["rig.repl"] ~= nil
 
 -- ---- the look of the transcript ----
 
@@ -139,6 +146,11 @@ local function scripted()
         .. ". Nothing else was changed.")
     end
     local n = #got
+    local said = req.messages[#req.messages]
+    if n >= 6 and said.role == "user" then -- a question after the fix (in the REPL)
+      return step("I changed one line: greet.sh printed \"Helo\", now it prints \"Hello\". "
+        .. "test.sh passes; nothing else was touched.")
+    end
     if n == 0 then
       return step("Let me see what is in the workspace.",
         { { name = "glob", input = { pattern = "**" } } })
@@ -204,7 +216,8 @@ if not check.ok then
   error("this machine cannot confine commands as the profile asks: " .. tostring(check.error)
     .. " (see `luarig sandbox check`)", 0)
 end
-local executors <close> = rig.sandbox.executors(profile, { scratch_root = scratch })
+local executors = rig.sandbox.executors(profile, { scratch_root = scratch })
+local close_executors <close> = not in_repl and executors or nil
 local executor = assert(executors:get("workspace-assistant"))
 
 local gate = rig.gate{
@@ -226,10 +239,11 @@ local assistant = rig.loop{
   },
   gate = gate,
   policy_revision = "quickstart-v1",
-  limits = { iterations = 20 },
+  limits = { iterations = 20, max_tokens = 400000 },     -- per turn: the REPL's prompt shows what is left
 }
 
-local store <close> = rig.store.lmdb{ root = state }
+local store = rig.store.lmdb{ root = state }
+local close_store <close> = not in_repl and store or nil
 local r = rig.define{
   loops = { assistant },
   primers = { "workspace-assistant" },
@@ -237,6 +251,16 @@ local r = rig.define{
   workspace = rig.workspace.exclusive{ root = ws },
   snapshots = { trigger = "turn_done", priority = "best_effort", timeout = 60 },
 }
+
+if in_repl then
+  -- the REPL keeps these for its whole life (their __gc would close them)
+  quickstart = { executors = executors, store = store, workspace = ws, state = state, task = TASK }
+  line(bold("luarig quickstart") .. dim(" — a workspace assistant"))
+  line(dim("  model      ") .. model_desc)
+  line(dim("  sandbox    ") .. "tier " .. check.tier .. ", network denied, commands need approval")
+  line(dim("  start      ") .. "s = r:session(); s:submit(quickstart.task)")
+  return r
+end
 
 -- ---- the session and its transcript ----
 

@@ -136,6 +136,8 @@ function M.compile(src)
   if src:match("^%s*:%a") then
     return require("rig.repl_bench").command((src:gsub("^%s+", "")))
   end
+  local inspect = require("rig.repl_bench").inspect(src) -- s:history() and the like, pretty
+  if inspect then return inspect end
   local fn = load("return " .. src, "=stdin", "t")
   if fn then return fn end
   local err
@@ -176,6 +178,10 @@ function M.interrupting() return false end
 function M.key_mode() return false end
 function M.columns() return nil end
 function M.turn_busy() end
+-- rows() -> the terminal's height or nil; set_prompt([prefix]): the prompt
+-- becomes prefix .. "> " (the attached session's budget), nil: "> ".
+function M.rows() return nil end
+function M.set_prompt() end
 
 -- Called by lua/repl.c: a key while key_mode is on; Ctrl-C while turn_busy.
 function M.on_key(k) return require("rig.repl_bench").on_key(k) end

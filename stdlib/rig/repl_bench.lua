@@ -11,10 +11,14 @@
 --
 -- Commands (a line starting with ':'): :help, :reload, :sessions, :attach ID,
 -- :detach, :gates, :interrupt, :compact, :checkpoint, :rewind REF, :snapshots,
--- :log [FROM] (the journal, then follows it live until Ctrl-C).
+-- :log [FROM] (the journal, then follows it live until Ctrl-C), :journal [FROM],
+-- :history [LOOP], :usage (paged; `s:history()` and the like typed alone too:
+-- M.inspect). The prompt shows the attached session's per-turn budget left
+-- when its loop has limits.max_tokens or max_cost (M.show_budget).
 --
 -- lua/repl.c sets on rig.repl: key_mode(on) (the next key goes to on_key),
--- columns() (the terminal width), turn_busy(on) (what Ctrl-C should do).
+-- columns() (the terminal width), turn_busy(on) (what Ctrl-C should do),
+-- rows() (the height, for the pager), set_prompt(prefix) (the budget).
 
 local core = require "rig.core"
 local render = require "rig.repl_render"
@@ -43,6 +47,7 @@ M.state = state
 local function out(lines)
   if type(lines) == "string" then lines = { lines } end
   if #lines == 0 then return end
+  state.printed = (state.printed or 0) + 1
   print(table.concat(lines, "\n"))
 end
 
@@ -114,6 +119,7 @@ local ACTION = { y = "approve", a = "approve_always", n = "deny" }
 -- repl.c hands the key pressed while key_mode is on. Returns true when the
 -- key was used (the mode stays on while another gate waits).
 function M.on_key(k)
+  if state.pager then return M.pager_key(k) end
   local item = state.asking
   if not item then key_mode(false) return true end
   local S, g = item.S, item.g
@@ -159,6 +165,7 @@ local function follower(S, sub, rd)
   for ev in sub:events() do
     if state.attached ~= S then break end
     local lines = rd:event(ev)
+    M.note_budget(S, ev)
     if ev.type == "GateOpened" then
       local req = rd.requests[ev.gate_id] or {}
       state.queue[#state.queue + 1] = { S = S, g = { gate_id = ev.gate_id, tool = ev.tool,
@@ -203,6 +210,7 @@ function M.detach()
   if state.asking then state.asking = nil; key_mode(false) end
   state.queue = {}
   note_busy()
+  M.show_budget()
 end
 
 function M.attach(S, quiet)
@@ -226,6 +234,7 @@ function M.attach(S, quiet)
   end
   ask_next()
   note_busy()
+  M.show_budget()
   _G.s = S
   return S
 end
@@ -409,26 +418,7 @@ local function gates_cmd()
 end
 
 local function rec_line(rd, rec)
-  local skip = { v = true, session_id = true, type = true, seq = true, created_at = true,
-    event_id = true }
-  local keys = {}
-  for k in pairs(rec) do if not skip[k] then keys[#keys + 1] = k end end
-  table.sort(keys)
-  local parts = {}
-  local pretty = R().pretty
-  for _, k in ipairs(keys) do
-    local v = rec[k]
-    local s = type(v) == "table" and pretty(v) or tostring(v)
-    s = s:gsub("\n%s*", " ")
-    parts[#parts + 1] = k .. "=" .. s
-  end
-  local head = string.format("%5s %s", tostring(rec.seq or "-"), tostring(rec.type))
-  local line = head .. "  " .. table.concat(parts, " ")
-  local w = rd:width()
-  if (utf8.len(line) or #line) > w then
-    line = (utf8.len(line) and line:sub(1, utf8.offset(line, w) - 1) or line:sub(1, w - 1)) .. "…"
-  end
-  return rd:bold(head) .. line:sub(#head + 1)
+  return rd:record_line(rec)
 end
 M.rec_line = rec_line
 
@@ -450,13 +440,7 @@ end
 
 local function snapshots_cmd()
   local S = need_session()
-  local list = S:snapshots() or {}
-  if #list == 0 then return out("no snapshots") end
-  local rows = {}
-  for i, sn in ipairs(list) do
-    rows[i] = { tostring(i), tostring(sn.ref), tostring(sn.trigger or ""), tostring(sn.consistency or "") }
-  end
-  out(table_lines(rows, { "#", "ref", "trigger", "consistency" }))
+  M.page(new_renderer():snapshot_lines(S:snapshots() or {}))
 end
 
 local function resolve_ref(S, arg)
@@ -487,6 +471,11 @@ local HELP = {
   ":snapshots         the workspace checkpoints",
   ":rewind REF        rewind the workspace (REF: a ref, a part of one, or a :snapshots number)",
   ":log [FROM]        the journal from FROM, then follow it live (Ctrl-C stops)",
+  ":journal [FROM]    the journal from FROM (default 1), paged",
+  ":history [LOOP]    the conversation as the model sees it, paged",
+  ":usage             the attached session's tokens and cost",
+  "                   (s:history(), s:usage(), s:snapshots(), s:journal{...} typed alone print the same)",
+  "pager: space = next page, Enter = next line, q = stop",
   ":reload            run the rig file again (new sessions use it)",
 }
 
@@ -523,7 +512,191 @@ local COMMANDS = {
     out("rewound to " .. ref)
   end,
   log = log_cmd,
+  journal = function(arg) M.inspect_journal(need_session(), tonumber(arg) or 1) end,
+  history = function(arg) M.page(new_renderer():history_lines(need_session():history(arg ~= "" and arg or nil))) end,
+  usage = function() M.page(new_renderer():usage_lines(need_session():usage())) end,
 }
+
+-- ---- budgets in the prompt ----
+--
+-- A loop's limits.max_tokens / max_cost are per turn (rig.session fails the
+-- turn once its input + output tokens or its cost reach them). The prompt
+-- shows what is left of that per-turn budget for the attached session's
+-- loop that ran last: "ID [tokens 12.3k/20k left, $0.42/$0.50 left]> ".
+-- While a turn runs the figures drop after each step; after it they say what
+-- that turn left (the next turn starts with the whole budget again); before
+-- any turn, the whole budget. A session whose loops have no such limits
+-- keeps the plain "> ".
+
+local function short_num(n)
+  n = math.max(0, n)
+  if n < 1000 then return string.format("%d", math.floor(n)) end
+  if n < 1e6 then return (string.format("%.1fk", n / 1e3):gsub("%.0k$", "k")) end
+  return (string.format("%.1fM", n / 1e6):gsub("%.0M$", "M"))
+end
+
+local function money(v)
+  v = math.max(0, v)
+  local s = string.format("%.4f", v):gsub("0+$", "")
+  if s:match("%.%d$") then s = s .. "0" elseif s:match("%.$") then s = s .. "00" end
+  return "$" .. s
+end
+
+-- budget_text(limits, used) -> "tokens 12.3k/20k left, $0.42/$0.50 left" | nil (no limits)
+function M.budget_text(limits, used)
+  if not limits or not (limits.max_tokens or limits.max_cost) then return nil end
+  used = used or {}
+  local parts = {}
+  if limits.max_tokens then
+    local left = limits.max_tokens - ((used.input_tokens or 0) + (used.output_tokens or 0))
+    parts[#parts + 1] = "tokens " .. short_num(left) .. "/" .. short_num(limits.max_tokens) .. " left"
+  end
+  if limits.max_cost then
+    parts[#parts + 1] = money(limits.max_cost - (used.cost or 0)) .. "/" .. money(limits.max_cost) .. " left"
+  end
+  return table.concat(parts, ", ")
+end
+
+local function add_used(sum, u)
+  if type(u) ~= "table" then return end
+  sum.input_tokens = (sum.input_tokens or 0) + (tonumber(u.input_tokens) or 0)
+  sum.output_tokens = (sum.output_tokens or 0) + (tonumber(u.output_tokens) or 0)
+  sum.cost = (sum.cost or 0) + (tonumber(u.cost) or 0)
+end
+
+function M.show_budget()
+  local set = R().set_prompt
+  if not set then return end
+  local S = state.attached
+  local b = state.budget
+  if not S or S.closed then state.budget = nil; return set(nil) end
+  if not b or b.S ~= S then
+    local rig = S.rig or {}
+    b = { S = S, loop_id = rig.active_primer or (rig.primers and rig.primers[1]) or S.loop_order[1], used = {} }
+    state.budget = b
+  end
+  local inst = S.loops and S.loops[b.loop_id]
+  local text = inst and M.budget_text(inst.limits, b.used)
+  set(text and (S.id:sub(1, 8) .. (#S.loop_order > 1 and (" " .. b.loop_id) or "") .. " [" .. text .. "]") or nil)
+end
+
+-- The follower hands each event of the attached session here.
+function M.note_budget(S, ev)
+  local b = state.budget
+  if not b or b.S ~= S then return end
+  local t = ev.type
+  if t == "TurnStarted" then
+    b.loop_id, b.turn_id, b.used = ev.loop_id or b.loop_id, ev.turn_id, {}
+  elseif t == "StepDone" and ev.turn_id == b.turn_id then
+    add_used(b.used, ev.usage)
+  elseif ev.ends_turn and ev.turn_id == b.turn_id and type(ev.usage) == "table" then
+    b.used = {}
+    add_used(b.used, ev.usage)
+  elseif t == "SessionStopped" then
+    local set = R().set_prompt
+    if set then set(nil) end -- a shut-down session has no budget to show
+    return
+  else
+    return
+  end
+  M.show_budget()
+end
+
+-- ---- the pager ----
+--
+-- M.page(lines): prints lines; longer than the terminal, a screenful at a
+-- time with "-- more (N lines) --", waiting (in the running chunk's task, the
+-- loop goes on) for one key through key_mode: space = next page, Enter =
+-- next line, q = stop. Without a terminal everything is printed.
+
+local function page_rows()
+  local f = R().rows
+  local h = f and f() or nil
+  return (h and h > 2) and h - 1 or 23
+end
+
+function M.pager_key(k)
+  local pg = state.pager
+  if k == "q" or k == "Q" then pg.key = "q"
+  elseif k == " " then pg.key = "page"
+  elseif k == "\r" or k == "\n" then pg.key = "line"
+  else return true end
+  pg.cond:signal()
+  return true
+end
+
+function M.page(lines)
+  local per = page_rows()
+  local total = #lines
+  if total <= per or state.pager then return out(lines) end
+  local pg = { cond = core.cond() }
+  state.pager = pg
+  local ok, err = pcall(function()
+    local i, n = 1, per
+    while i <= total do
+      local stop = math.min(total, i + n - 1)
+      out(table.move(lines, i, stop, 1, {}))
+      i = stop + 1
+      if i > total then break end
+      if not key_mode(true) then out(table.move(lines, i, total, 1, {})) break end
+      out("-- more (" .. (total - i + 1) .. " lines) --")
+      local mark = state.printed
+      pg.key = nil
+      while pg.key == nil do pg.cond:wait() end
+      if state.printed == mark then io.write("\27[1A\r\27[2K") io.flush() end -- the more line goes
+      if pg.key == "q" then break end
+      n = pg.key == "line" and 1 or per
+    end
+  end)
+  state.pager = nil
+  if not state.asking then key_mode(false) end
+  if not ok then error(err, 0) end
+end
+
+-- ---- inspecting: s:history(), s:usage(), s:snapshots(), s:journal{…} ----
+
+local JOURNAL_MAX = 100000
+
+function M.inspect_journal(S, from)
+  local rd = new_renderer()
+  local lines = {}
+  for rec in S:journal{ from = from } do
+    lines[#lines + 1] = rd:record_line(rec)
+    if #lines >= JOURNAL_MAX then lines[#lines + 1] = "… (stopped at " .. JOURNAL_MAX .. " records)" break end
+  end
+  if #lines == 0 then lines[1] = "no records from " .. tostring(from) end
+  M.page(lines)
+end
+
+local INSPECT = { history = true, usage = true, snapshots = true, journal = true }
+
+-- rig.repl.compile asks here first: a line that is only `NAME:history(…)`,
+-- `NAME:usage()`, `NAME:snapshots()` or `NAME:journal{…}`/`(…)` on a session
+-- is pretty-printed (paged) instead of printed as a Lua value. Returns the
+-- chunk's function, or nil for anything else.
+function M.inspect(src)
+  local name, method, args = src:match("^%s*([%a_][%w_]*)%s*:%s*([%a_]+)%s*(.-)%s*;?%s*$")
+  if not name or not INSPECT[method] then return nil end
+  if not (args:match("^%b()$") or args:match("^%b{}$") or args:match('^"[^"]*"$')) then return nil end
+  local call = load("return " .. name .. ":" .. method .. args, "=stdin", "t")
+  if not call then return nil end
+  return function()
+    local S = rawget(_G, name)
+    local sm = package.loaded["rig.session"]
+    if not (sm and getmetatable(S) == sm.Session) then return call() end -- not a session: as typed
+    local rd = new_renderer()
+    if method == "journal" then
+      local lines = {}
+      for rec in call() do lines[#lines + 1] = rd:record_line(rec) end
+      if #lines == 0 then lines[1] = "no records" end
+      return M.page(lines)
+    end
+    local v = call()
+    if method == "history" then return M.page(rd:history_lines(v)) end
+    if method == "usage" then return M.page(rd:usage_lines(v)) end
+    return M.page(rd:snapshot_lines(v))
+  end
+end
 
 -- rig.repl.compile hands ":name args" here: the function to run, or nil, message.
 function M.command(line)

@@ -65,7 +65,17 @@ local function wrap(text, lead, cont, width, out)
     repeat
       local room = math.max(8, width - ulen(first and lead or cont))
       local piece = usub(rest, room)
-      rest = rest:sub(#piece + 1)
+      if #piece < #rest then
+        -- a word is not cut when a space in the later half of the piece can end the line
+        local at = (piece .. rest:sub(#piece + 1, #piece + 1)):match(".*() ")
+        if at and at > #piece // 2 then
+          piece, rest = piece:sub(1, at - 1), rest:sub(at + 1)
+        else
+          rest = rest:sub(#piece + 1)
+        end
+      else
+        rest = ""
+      end
       out[#out + 1] = (first and lead or cont) .. piece
       first = false
     until rest == ""
@@ -241,6 +251,179 @@ function R:event(ev)
     out[#out + 1] = self:dim("── session stopped")
   end
   return out
+end
+
+-- ---- inspecting: s:history(), s:usage(), s:snapshots(), s:journal() ----
+--
+--   rd:history_lines(messages) -> lines   -- one block per message: "[N] role", its blocks indented
+--   rd:usage_lines(usage)      -> lines   -- one "label  value" line per counter, cost last
+--   rd:snapshot_lines(list)    -> lines   -- a table: #, seq, event, trigger, consistency, ref
+--   rd:record_line(rec)        -> line    -- one journal record: seq, type, its fields as k=v
+-- Every line fits the width; color only dims, bolds and tints (NO_COLOR: the same text).
+
+local function compact(v)
+  if type(v) ~= "table" then return tostring(v) end
+  local ok, s = pcall(function() return require("rig.json").encode(v) end)
+  if ok and type(s) == "string" then return s end
+  return (require("rig.repl").pretty(v):gsub("\n%s*", " "))
+end
+
+local function split_lines(text)
+  local lines, n = {}, 0
+  for l in (tostring(text) .. "\n"):gmatch("(.-)\n") do n = n + 1; lines[n] = l end
+  while n > 0 and lines[n] == "" do lines[n] = nil; n = n - 1 end
+  return lines, n
+end
+
+local RESULT_LINES = 6
+
+local function result_text(c)
+  if type(c) == "string" then return c end
+  if type(c) == "table" then
+    local parts = {}
+    for _, b in ipairs(c) do parts[#parts + 1] = tostring(b.text or "") end
+    return table.concat(parts, "\n")
+  end
+  return tostring(c)
+end
+
+function R:history_lines(messages)
+  local w = self:width()
+  local out = {}
+  for i, m in ipairs(messages or {}) do
+    out[#out + 1] = self:bold(clip("[" .. i .. "] " .. tostring(m.role), w))
+    local content = m.content
+    if type(content) == "string" then content = { { type = "text", text = content } } end
+    for _, b in ipairs(content or {}) do
+      local t = b.type
+      if t == "text" or t == "refusal" then
+        wrap(tostring(b.text), "  ", "  ", w, out)
+      elseif t == "thinking" then
+        local lines = wrap(b.redacted and "(redacted thinking)" or tostring(b.thinking or ""), "  ┊ ", "  ┊ ", w, {})
+        for _, l in ipairs(lines) do out[#out + 1] = self:dim(l) end
+      elseif t == "tool_use" then
+        out[#out + 1] = self:cyan(clip("  → " .. tostring(b.name) .. " " .. compact(b.input or {}), w))
+      elseif t == "tool_result" then
+        local lines, n = split_lines(result_text(b.content))
+        local mark = b.is_error and "  ✗ " or "  ← "
+        for k = 1, math.min(n, RESULT_LINES) do
+          local l = clip((k == 1 and mark or "    ") .. lines[k], w)
+          out[#out + 1] = b.is_error and self:red(l) or l
+        end
+        if n == 0 then out[#out + 1] = clip(mark .. "(no output)", w) end
+        if n > RESULT_LINES then
+          out[#out + 1] = self:dim("    … " .. (n - RESULT_LINES) .. " more lines")
+        end
+      else
+        out[#out + 1] = self:dim(clip("  (" .. tostring(t) .. " block)", w))
+      end
+    end
+  end
+  if #out == 0 then out[1] = "(no messages)" end
+  return out
+end
+
+local USAGE_ORDER = { "input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens",
+                      "reasoning_tokens" }
+
+function R:usage_lines(u)
+  u = u or {}
+  local keys, seen = {}, { cost = true }
+  for _, k in ipairs(USAGE_ORDER) do
+    if u[k] ~= nil then keys[#keys + 1] = k; seen[k] = true end
+  end
+  local rest = {}
+  for k in pairs(u) do if not seen[k] then rest[#rest + 1] = tostring(k) end end
+  table.sort(rest)
+  for _, k in ipairs(rest) do keys[#keys + 1] = k end
+  local rows = {}
+  for _, k in ipairs(keys) do
+    local v = u[k]
+    rows[#rows + 1] = { (k:gsub("_", " ")), math.type(v) == "float" and string.format("%.6g", v) or tostring(v) }
+  end
+  rows[#rows + 1] = { "cost", string.format("$%.4f", tonumber(u.cost) or 0) }
+  local lw, vw = 0, 0
+  for _, r in ipairs(rows) do lw = math.max(lw, ulen(r[1])); vw = math.max(vw, ulen(r[2])) end
+  local out = {}
+  for _, r in ipairs(rows) do
+    out[#out + 1] = clip(r[1] .. string.rep(" ", lw - ulen(r[1]) + 2) .. string.rep(" ", vw - ulen(r[2])) .. r[2],
+      self:width())
+  end
+  return out
+end
+
+function R:snapshot_lines(list)
+  local w = self:width()
+  if not list or #list == 0 then return { "no snapshots" } end
+  local head = { "#", "seq", "event", "trigger", "consistency", "ref" }
+  local rows = {}
+  for i, sn in ipairs(list) do
+    local ev = sn.event == "WorkspaceRestored" and "rewound" or "snapshot"
+    rows[i] = { tostring(i), tostring(sn.seq or "-"), ev, tostring(sn.trigger or "-"),
+      tostring(sn.consistency or "-"), tostring(sn.ref) }
+  end
+  local widths = {}
+  for _, row in ipairs({ head, table.unpack(rows) }) do
+    for c, v in ipairs(row) do widths[c] = math.max(widths[c] or 0, ulen(v)) end
+  end
+  local out = {}
+  local wide = 0
+  for c = 1, #head do wide = wide + widths[c] + 2 end
+  local below = wide - 2 > w -- too narrow: each ref on a line of its own, under its row
+  for r, row in ipairs({ head, table.unpack(rows) }) do
+    local cells = {}
+    local n = below and #row - 1 or #row
+    for c = 1, n do
+      cells[c] = c == n and row[c] or (row[c] .. string.rep(" ", widths[c] - ulen(row[c])))
+    end
+    local line = clip(table.concat(cells, "  "), w)
+    out[#out + 1] = r == 1 and self:bold(line) or line
+    if below and r > 1 then out[#out + 1] = clip("   " .. row[#row], w) end
+  end
+  return out
+end
+
+local RECORD_SKIP = { v = true, session_id = true, type = true, seq = true, created_at = true,
+                      event_id = true }
+
+local RECORD_FIRST = { loop_id = 1, turn_id = 2, step_id = 3, tool = 4, summary = 5, message = 6 }
+
+-- A message as role:"its text" (+N calls), so a record's line says what was said.
+local function message_text(m)
+  local texts, calls = {}, 0
+  local content = m.content
+  if type(content) == "string" then content = { { type = "text", text = content } } end
+  for _, b in ipairs(type(content) == "table" and content or {}) do
+    if b.type == "text" then texts[#texts + 1] = tostring(b.text)
+    elseif b.type == "tool_use" then calls = calls + 1
+    elseif b.type == "tool_result" then texts[#texts + 1] = result_text(b.content) end
+  end
+  local s = tostring(m.role) .. ':"' .. table.concat(texts, " "):gsub("%s+", " ") .. '"'
+  if calls > 0 then s = s .. " +" .. calls .. (calls == 1 and " call" or " calls") end
+  return s
+end
+
+local function field_text(v)
+  if type(v) == "table" and v.role and v.content then return message_text(v) end
+  return (compact(v):gsub("[\r\n\t]+", " "))
+end
+
+function R:record_line(rec)
+  local keys = {}
+  for k in pairs(rec) do if not RECORD_SKIP[k] then keys[#keys + 1] = tostring(k) end end
+  table.sort(keys, function(a, b)
+    local x, y = RECORD_FIRST[a] or 99, RECORD_FIRST[b] or 99
+    if x ~= y then return x < y end
+    return a < b
+  end)
+  local parts = {}
+  for _, k in ipairs(keys) do
+    parts[#parts + 1] = k .. "=" .. field_text(rec[k])
+  end
+  local head = string.format("%5s %s", tostring(rec.seq or "-"), tostring(rec.type))
+  local line = clip(#parts > 0 and (head .. "  " .. table.concat(parts, " ")) or head, self:width())
+  if ulen(line) <= ulen(head) then return self:bold(line) end
+  return self:bold(head) .. line:sub(#head + 1)
 end
 
 return M

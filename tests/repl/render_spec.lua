@@ -28,6 +28,105 @@ local function fits(lines, w)
   return true
 end
 
+-- Issue 8 item 5: the pretty-printers behind s:history(), s:usage(),
+-- s:snapshots(), s:journal{} and :log, with NO_COLOR and 40 columns.
+describe("rig.repl_render inspecting", function()
+  local HISTORY = {
+    { role = "user", content = { { type = "text", text = "please fix the failing test in this small project of ours" } } },
+    { role = "assistant", content = {
+      { type = "thinking", thinking = "look first" },
+      { type = "text", text = "Running the tests." },
+      { type = "tool_use", id = "c1", name = "bash", input = { command = "sh test.sh && echo a long tail of words" } } } },
+    { role = "tool", content = { { type = "tool_result", tool_use_id = "c1", content = "1\n2\n3\n4\n5\n6\n7\n8" } } },
+    { role = "tool", content = { { type = "tool_result", tool_use_id = "c2", content = "error: denied", is_error = true } } },
+  }
+
+  it("draws the history a block per message, wrapped to 40 columns, without escapes", function()
+    local lines = render.new{ color = false, width = 40 }:history_lines(HISTORY)
+    expect(no_escapes(lines)).to_be(true)
+    local ok, bad = fits(lines, 40)
+    expect(bad).to_be_nil()
+    expect(ok).to_be(true)
+    expect(lines[1]).to_be("[1] user")
+    expect(lines[2]).to_be("  please fix the failing test in this")
+    expect(lines[3]).to_be("  small project of ours")
+    expect(lines[4]).to_be("[2] assistant")
+    expect(lines[5]).to_be("  ┊ look first")
+    expect(lines[6]).to_be("  Running the tests.")
+    expect(lines[7]).to_be('  → bash {"command":"sh test.sh && echo…')
+    expect(lines[8]).to_be("[3] tool")
+    expect(lines[9]).to_be("  ← 1")
+    expect(lines[14]).to_be("    6")
+    expect(lines[15]).to_be("    … 2 more lines")
+    expect(lines[16]).to_be("[4] tool")
+    expect(lines[17]).to_be("  ✗ error: denied")
+    expect(#lines).to_be(17)
+    expect(render.new{ color = false }:history_lines({})).to_equal({ "(no messages)" })
+  end)
+
+  it("colors only with color on: the header bold, thinking dim, errors red", function()
+    local lines = render.new{ color = true, width = 40 }:history_lines(HISTORY)
+    expect(lines[1]).to_be("\27[1m[1] user\27[0m")
+    expect(lines[5]).to_be("\27[2m  ┊ look first\27[0m")
+    expect(lines[17]).to_be("\27[31m  ✗ error: denied\27[0m")
+  end)
+
+  it("draws usage one counter a line, aligned, cost last", function()
+    local lines = render.new{ color = false, width = 40 }:usage_lines{
+      input_tokens = 12000, output_tokens = 2000, cache_read_tokens = 0, cost = 0.16, web_searches = 2 }
+    expect(lines).to_equal({
+      "input tokens         12000",
+      "output tokens         2000",
+      "cache read tokens        0",
+      "web searches             2",
+      "cost               $0.1600",
+    })
+  end)
+
+  it("draws snapshots as a table, each ref under its row when 40 columns are too few", function()
+    local list = {
+      { event = "WorkspaceCheckpointed", ref = "v1:sha256:" .. string.rep("ab", 32), trigger = "manual",
+        consistency = "quiescent", seq = 14 },
+      { event = "WorkspaceRestored", ref = "v1:sha256:" .. string.rep("cd", 32), seq = 25 },
+    }
+    local narrow = render.new{ color = false, width = 40 }:snapshot_lines(list)
+    expect(narrow[1]).to_be("#  seq  event     trigger  consistency")
+    expect(narrow[2]).to_be("1  14   snapshot  manual   quiescent")
+    expect(narrow[3]).to_be("   v1:sha256:ababababababababababababab…")
+    expect(narrow[4]).to_be("2  25   rewound   -        -")
+    expect(fits(narrow, 40)).to_be(true)
+    local wide = render.new{ color = false, width = 200 }:snapshot_lines(list)
+    expect(#wide).to_be(3)
+    expect(wide[2]).to_be("1  14   snapshot  manual   quiescent    v1:sha256:" .. string.rep("ab", 32))
+    expect(render.new{ color = false }:snapshot_lines({})).to_equal({ "no snapshots" })
+  end)
+
+  it("draws a journal record on one line: seq, type, ids first, messages as their text", function()
+    local rd = render.new{ color = false, width = 120 }
+    local rec = { v = 1, seq = 17, type = "StepDone", session_id = "x", event_id = "e1", created_at = 1,
+      loop_id = "main", turn_id = "t1.2", finish_reason = "tool_use",
+      message = { role = "assistant", content = { { type = "text", text = "writing\nit" },
+        { type = "tool_use", id = "1", name = "note", input = {} } } } }
+    expect(rd:record_line(rec)).to_be(
+      '   17 StepDone  loop_id=main turn_id=t1.2 message=assistant:"writing it" +1 call finish_reason=tool_use')
+    local narrow = render.new{ color = false, width = 40 }:record_line(rec)
+    expect(narrow).to_be("   17 StepDone  loop_id=main turn_id=t1…")
+    expect(render.new{ color = true, width = 40 }:record_line({ seq = 3, type = "SessionIdle" }))
+      .to_be("\27[1m    3 SessionIdle\27[0m")
+  end)
+
+  it("words the budget left in the prompt (rig.repl_bench.budget_text)", function()
+    local bt = require("rig.repl_bench").budget_text
+    expect(bt({ max_tokens = 20000, max_cost = 0.5 }, {})).to_be("tokens 20k/20k left, $0.50/$0.50 left")
+    expect(bt({ max_tokens = 20000, max_cost = 0.5 }, { input_tokens = 7000, output_tokens = 700, cost = 0.0825 }))
+      .to_be("tokens 12.3k/20k left, $0.4175/$0.50 left")
+    expect(bt({ max_tokens = 1500000 }, { input_tokens = 2000000 })).to_be("tokens 0/1.5M left")
+    expect(bt({ max_cost = 2 }, { cost = 0.5 })).to_be("$1.50/$2.00 left")
+    expect(bt({ iterations = 25 }, {})).to_be_nil()
+    expect(bt(nil, {})).to_be_nil()
+  end)
+end)
+
 describe("rig.repl_render", function()
   it("shows streamed text a line at a time, the rest at the next event", function()
     local rd = render.new{ color = false, width = 80 }
