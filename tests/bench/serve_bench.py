@@ -211,6 +211,7 @@ def sse_bench():
 def wrk_run(srv, mode):
     ids = [srv.session() for _ in range(WRK_SESSIONS)]
     env = dict(os.environ, SERVE_BENCH_IDS=",".join(ids), SERVE_BENCH_MODE=mode)
+    cpu0 = srv.cpu_seconds()
     out = subprocess.run(["wrk", "-t1", f"-c{CONNS}", f"-d{SECONDS}s",
                           "-s", os.path.join(HERE, "serve_wrk.lua"), srv.url],
                          capture_output=True, text=True, env=env, timeout=SECONDS + 60)
@@ -223,7 +224,10 @@ def wrk_run(srv, mode):
     if bad or errs:
         say(f"wrk against {srv.kind} ({mode}): {bad.group(0) if bad else ''} "
             f"{errs.group(0) if errs else ''}")
-    return float(m.group(1))
+    rate = float(m.group(1))
+    # the server's CPU over the run (luarig's includes the turns still queued when wrk stops)
+    srv.cpu_us = (srv.cpu_seconds() - cpu0) * 1e6 / (rate * SECONDS)
+    return rate
 
 
 def wrk_bench():
@@ -232,18 +236,20 @@ def wrk_bench():
         return
     node = shutil.which("node")
     for mode, name in (("mixed", "serve_input_status"), ("status", "serve_status")):
-        rates = {}
+        rates, cpu = {}, {}
         for kind in ("luarig", "node"):
             if kind == "node" and not node:
                 continue
             srv = Server(kind, steps=400000)
             try:
                 rates[kind] = wrk_run(srv, mode)
+                cpu[kind] = getattr(srv, "cpu_us", None)
             finally:
                 srv.close()
             if srv.errors:
                 say(f"{kind} said: " + " | ".join(srv.errors))
-        say(f"{name}: " + ", ".join(f"{k} {v:.0f} req/s" for k, v in rates.items() if v))
+        say(f"{name}: " + ", ".join(f"{k} {v:.0f} req/s ({cpu[k]:.0f} us CPU/request)"
+                                    for k, v in rates.items() if v))
         if rates.get("luarig") and rates.get("node"):
             bench_line(name, 1e6 / rates["luarig"], "us/request", NODE_PEER, 1e6 / rates["node"])
 
