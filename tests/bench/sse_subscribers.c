@@ -66,7 +66,7 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static void die(const char *what)
+_Noreturn static void die(const char *what)
 {
 	fprintf(stderr, "sse_subscribers: %s: %s\n", what, strerror(errno));
 	exit(1);
@@ -75,35 +75,38 @@ static void die(const char *what)
 /* Scans the complete events in c->buf (each ends with a blank line). */
 static void scan(struct conn *c, double arrival)
 {
-	char *p = c->buf, *end = c->buf + c->len;
+	size_t off = 0;
 	if (!c->headers_done) {
-		char *h = memmem(p, c->len, "\r\n\r\n", 4);
+		const char *h = memmem(c->buf, c->len, "\r\n\r\n", 4);
 		if (!h)
 			return;
-		if (strncmp(p, "HTTP/1.1 200", 12) != 0) {
-			fprintf(stderr, "sse_subscribers: not 200: %.40s\n", p);
+		if (h - c->buf < 12 || strncmp(c->buf, "HTTP/1.1 200", 12) != 0) {
+			fprintf(stderr, "sse_subscribers: not 200: %.40s\n", c->buf);
 			exit(1);
 		}
 		c->headers_done = 1;
-		p = h + 4;
+		off = (size_t)(h - c->buf) + 4;
 	}
 	for (;;) {
-		char *e = memmem(p, (size_t)(end - p), "\n\n", 2);
+		char *p = c->buf + off;
+		char *e = memmem(p, c->len - off, "\n\n", 2);
 		if (!e)
 			break;
 		size_t n = (size_t)(e - p);
-		if (memmem(p, n, "event: enduring\n", 16)) {
-			char *ca = memmem(p, n, "\"created_at\":", 13);
+		*e = 0; /* the event as a string: SSE text holds no NUL */
+		if (strstr(p, "event: enduring\n")) {
+			const char *ca = strstr(p, "\"created_at\":");
 			if (ca) {
 				double created = strtod(ca + 13, NULL);
 				add_sample((arrival - created) * 1e3);
 				c->events++;
 			}
 		}
-		p = e + 2;
+		*e = '\n';
+		off += n + 2;
 	}
-	c->len = (size_t)(end - p);
-	memmove(c->buf, p, c->len);
+	c->len -= off;
+	memmove(c->buf, c->buf + off, c->len);
 }
 
 int main(int argc, char **argv)
