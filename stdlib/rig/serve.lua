@@ -583,6 +583,8 @@ function M.serve(opts)
       streams[st] = nil
       st.sub:close()
     end
+    -- a client that leaves cancels this handler (rig.http.server): finish even then
+    local _ <close> = setmetatable({}, { __close = finish })
     if not res:start(200, SSE_HEADERS) then return finish() end
     if last == nil then
       st.last = s.core:tip() -- live only: anything newer comes through the subscription

@@ -90,7 +90,7 @@ def store_bench():
 
 def main():
     which = set(sys.argv[1:]) or {"startup", "rss", "sse", "json", "model", "store", "journal",
-                                  "snapshot", "sandbox", "session"}
+                                  "snapshot", "sandbox", "session", "serve"}
     lua = shutil.which("lua5.4")
     node = shutil.which("node")
     if "startup" in which:
@@ -116,6 +116,11 @@ def main():
         # N sessions x 10 turns against a mock OpenAI server, @openai/agents the peer;
         # step overhead (scripted model) and memory per idle session.
         subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "session_bench.py")],
+                       env=dict(os.environ, LUARIG=LUARIG), check=False)
+    if "serve" in which:
+        # luarig serve: SSE latency at 1 and 1,000 subscribers, peak RSS with 1,000,
+        # wrk on POST input + GET status; a node http server the peer.
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "serve_bench.py")],
                        env=dict(os.environ, LUARIG=LUARIG), check=False)
     if "sandbox" in which:
         # `true` confined against bwrap, a plain fork+exec and srt (npm).

@@ -422,12 +422,15 @@ describe("rig.serve events", function()
       srv.url .. "/v1/sessions/" .. id .. "/events" }, timeout = 10 })
     expect(resp.stdout).to_match("^: ping\n\n: ping\n\n")
     -- raw framing: enduring events carry an id, ephemeral ones none
+    -- (a turn streams text deltas only when a subscriber wants them as it starts)
+    local keep = open_stream(srv, id)
     call(srv, "POST", "/v1/sessions/" .. id .. "/input", '{"text":"slow 2"}')
     resp = assert(rig.process.run{ argv = { "curl", "-s", "-N", "--max-time", "1",
       srv.url .. "/v1/sessions/" .. id .. "/events?from=0" }, timeout = 10 })
     expect(resp.stdout).to_match("^event: enduring\nid: 2\ndata: {[^\n]*\"type\":\"SessionStarted\"")
     expect(resp.stdout).to_match("\n\nevent: ephemeral\ndata: {[^\n]*\"type\":\"TokenDelta\"")
     expect(resp.stdout:find("event: ephemeral\nid:", 1, true)).to_be_nil()
+    keep:close()
     srv:shutdown()
   end)
 
@@ -476,6 +479,49 @@ time.sleep(60)
     st:close()
     slow:kill()
     slow:close()
+    srv:shutdown()
+  end)
+end)
+
+describe("rig.serve events, a client that leaves", function()
+  local function subscribers(srv)
+    local resp = assert(rig.http.request{ url = srv.url .. "/metrics", timeout = 10 })
+    return tonumber(resp.body:match("\nluarig_sse_subscribers (%d+)\n"))
+  end
+
+  it("stops counting a quiet stream whose client closed, with no write to it", function()
+    local srv = start{ heartbeat = 3600 } -- no ping: nothing is written after the headers
+    local id = new_session(srv)
+    local p = assert(rig.process.spawn{ argv = { "python3", "-c", ([[
+import socket, sys
+s = socket.create_connection(("127.0.0.1", %d))
+s.sendall(b"GET /v1/sessions/%s/events HTTP/1.1\r\nHost: x\r\n\r\n")
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(4096)
+print(head.split(b"\r\n")[0].decode(), flush=True)
+sys.stdin.readline()
+s.close()
+print("closed", flush=True)
+sys.stdin.readline()
+]]):format(srv.port, id) }, stdin = "pipe", stdout = "pipe", stderr = "null" })
+    local lines = p:lines("stdout")
+    expect(lines()).to_be("HTTP/1.1 200 OK")
+    expect(subscribers(srv)).to_be(1)
+    p:write("close\n")
+    expect(lines()).to_be("closed")
+    local t0 = rig.now()
+    while subscribers(srv) ~= 0 do
+      if rig.now() - t0 > 1 then error("the stream still counts 1 s after its client closed") end
+      rig.sleep(0.02)
+    end
+    -- the session still serves, and a new stream counts from zero
+    local st = open_stream(srv, id)
+    expect(subscribers(srv)).to_be(1)
+    st:close()
+    p:write("exit\n")
+    p:wait(5)
+    p:close()
     srv:shutdown()
   end)
 end)
