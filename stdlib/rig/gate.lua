@@ -15,6 +15,11 @@
 --                  unmet = { requirement, … },      -- gated (and a headless denial)
 --                  candidates = { rule, … },        -- gated: one allow rule per unmet
 --                                                   -- requirement, what approve_always saves
+--                  approved = { requirement, … },   -- allow by saved rules: the gated
+--                                                   -- requirements those rules settled (a
+--                                                   -- person's standing approval; a tool
+--                                                   -- mints its grants from them as from a
+--                                                   -- gate answered now)
 --                  source = "access" | "rule" | "default" }
 --   g:approve_always(candidates) -> true | nil, message  (the rules are written first;
 --     a failed write returns nil and nothing is approved)
@@ -143,10 +148,10 @@ local function evaluate(p, request)
   end
 
   -- 3. saved allows settle gated requirements
-  local unmet, by_rule = {}, false
+  local unmet, settled = {}, {}
   for _, r in ipairs(gated) do
     if rules and rules:match_allow(r) then
-      by_rule = true
+      settled[#settled + 1] = r
     else
       unmet[#unmet + 1] = r
     end
@@ -154,8 +159,11 @@ local function evaluate(p, request)
 
   -- 4. one combined unmet set
   if #unmet == 0 then
-    return { verdict = "allow", reason = by_rule and "allowed by saved rules" or "allowed by access",
-             source = by_rule and "rule" or "access" }
+    if #settled > 0 then
+      return { verdict = "allow", reason = "allowed by saved rules", source = "rule",
+               approved = settled }
+    end
+    return { verdict = "allow", reason = "allowed by access", source = "access" }
   end
   local candidates = {}
   for i, r in ipairs(unmet) do

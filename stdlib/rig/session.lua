@@ -299,6 +299,7 @@ local function run_call(S, inst, turn, call)
       if not reason:find("^permission denied") then reason = "permission denied: " .. reason end
       return tool_result(call.id, "error: " .. reason, true)
     end
+    approved = d.approved -- requirements a saved rule (an earlier "approve always") settled
   end
   if S.want_ephemeral > 0 then
     emit(S, "ToolCallStarted", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,

@@ -57,7 +57,8 @@
 --   line (the request, the gate's rules and the grant all bind to exactly that line).
 --   Runs `/bin/sh -c command` through the executor in cwd (a directory in the
 --   workspace). When ctx.approved holds the command.execute requirement (a person
---   approved it at this call's gate), the tool mints ex:grant{ kind =
+--   approved it at this call's gate, or a saved "approve always" rule settled it),
+--   the tool mints ex:grant{ kind =
 --   "command.execute", target = command, command =, cwd = } and passes it to that
 --   one ex:run. A run
 --   invalidates every read this loop recorded (ctx.observations.reads).

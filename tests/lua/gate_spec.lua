@@ -150,6 +150,11 @@ describe("rig.gate evaluation", function()
     d = g:evaluate(req(net("a.org:443"), cmd("make")))
     expect(d.verdict).to_be("allow")
     expect(d.source).to_be("rule")
+    -- what the rules settled is handed on, so a tool can grant it as if approved now
+    expect(#d.approved).to_be(2)
+    expect(d.approved[1].kind).to_be("network")
+    expect(d.approved[2].kind).to_be("command.execute")
+    expect(d.approved[2].match).to_be("make")
     -- approving again does not duplicate, and a fresh reader of the file agrees
     expect(g:approve_always(d.candidates or { { effect = "allow", kind = "network", match = "tcp://a.org:443" } })).to_be(true)
     expect(#json.decode(read(path)).rules).to_be(2)

@@ -576,4 +576,42 @@ describe("rig.tools in a session", function()
     s:shutdown()
     set:close()
   end)
+
+  it("a command approved always runs again without a gate, granted by the saved rule", function()
+    local ws = workspace()
+    local set = executors(ws, "gated")
+    local perm = base .. "/perms-always.json"
+    local gate = rig.gate{ access = { ["command.execute"] = "gated" },
+      rules = rig.permissions.file(perm), approver = "interactive" }
+    local model = rig.model.script{
+      { tool_calls = { { name = "bash", input = { command = "echo once" } } } },
+      { text = "first" },
+      { tool_calls = { { name = "bash", input = { command = "echo once" } } } },
+      { text = "second" },
+    }
+    local loop = rig.loop{ name = "assistant", model = model, system = "be brief", gate = gate,
+      tools = { rig.tools.bash{ executor = assert(set:get("always")) } }, policy_revision = "v1" }
+    local r = rig.define{ loops = { loop }, primers = { "assistant" }, store = rig.store.memory() }
+    local s = assert(r:session())
+    s.workspace = ws
+    local sub = s:subscribe{ ephemeral = false }
+    local gates = 0
+    for _, input in ipairs{ "run it", "run it again" } do
+      s:submit(input)
+      for ev in sub:events(20) do
+        if ev.type == "GateOpened" then gates = gates + 1; s:respond_gate(ev.gate_id, "approve_always") end
+        if ev.ends_turn then expect(ev.type).to_be("TurnDone") break end
+      end
+    end
+    expect(gates).to_be(1)
+    local results = {}
+    for _, m in ipairs(s:history()) do
+      if m.role == "tool" then results[#results + 1] = m.content[1].content end
+    end
+    expect(#results).to_be(2)
+    expect(results[1]).to_be("once\n[exit code: 0]")
+    expect(results[2]).to_be("once\n[exit code: 0]")
+    s:shutdown()
+    set:close()
+  end)
 end)
