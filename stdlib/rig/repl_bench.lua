@@ -11,7 +11,9 @@
 --
 -- Commands (a line starting with ':'): :help, :reload, :sessions, :attach ID,
 -- :detach, :gates, :interrupt, :compact, :checkpoint, :rewind REF, :snapshots,
--- :log [FROM] (the journal, then follows it live until Ctrl-C).
+-- :log [FROM] (the journal, then follows it live until Ctrl-C), :fork [SEQ]
+-- (s:fork{ at = SEQ }, which in the REPL attaches the fork; :sessions shows
+-- forks under their origin).
 --
 -- lua/repl.c sets on rig.repl: key_mode(on) (the next key goes to on_key),
 -- columns() (the terminal width), turn_busy(on) (what Ctrl-C should do).
@@ -245,6 +247,76 @@ local function hook_sessions()
       return S, msg, code
     end
   end
+  M.hook_fork(sm.Session)
+end
+
+-- ---- forking ----
+
+-- s:fork{ … } in the REPL says what it made and attaches the fork (as
+-- r:session() does). Installed once, with the session hooks.
+function M.hook_fork(Session)
+  local orig = Session.fork
+  if state.fork_hooked then return end
+  state.fork_hooked = true
+  Session.fork = function(S, ...)
+    local F, msg, code = orig(S, ...)
+    if F then
+      out("forked " .. S.id .. " at " .. tostring(F.forked_from.at) .. " -> " .. F.id)
+      M.attach(F)
+    end
+    return F, msg, code
+  end
+end
+
+-- :fork [SEQ]: forks the attached session at SEQ (default: its last
+-- committed step) and attaches the fork.
+local function fork_cmd(arg)
+  local S = state.attached
+  if not S then error("no session attached (s = r:session(), or :attach ID)", 0) end
+  local at
+  if arg ~= "" then
+    at = math.tointeger(tonumber(arg))
+    if not at or at < 1 then error("usage: :fork [SEQ] (SEQ: a journal seq, see :log)", 0) end
+  end
+  local F, msg = S:fork{ at = at }
+  if not F then error("fork: " .. tostring(msg), 0) end
+end
+M.fork_cmd = fork_cmd
+
+-- The catalog in family order: each fork right under its origin (origins
+-- in the list's order). Returns the entries, and a function giving an
+-- entry's id cell: the id's first 13 characters (a prefix :attach takes;
+-- the table fits 80 columns), a fork's indented under its origin with
+-- "└ " and "@SEQ", the origin's journal seq it was cut at.
+function M.fork_tree(list)
+  local byid, kids, roots = {}, {}, {}
+  for _, e in ipairs(list) do byid[e.id] = e end
+  for _, e in ipairs(list) do
+    local o = e.forked_from and e.forked_from.session
+    if o and byid[o] and o ~= e.id then
+      kids[o] = kids[o] or {}
+      kids[o][#kids[o] + 1] = e
+    else
+      roots[#roots + 1] = e
+    end
+  end
+  local out, depth, seen = {}, {}, {}
+  local function walk(e, d)
+    if seen[e] then return end
+    seen[e] = true
+    out[#out + 1] = e
+    depth[e] = d
+    for _, k in ipairs(kids[e.id] or {}) do walk(k, d + 1) end
+  end
+  for _, e in ipairs(roots) do walk(e, 0) end
+  for _, e in ipairs(list) do walk(e, 0) end -- a cycle's members (a broken catalog)
+  return out, function(e)
+    local d = depth[e] or 0
+    local id = tostring(e.id)
+    if #id > 13 then id = id:sub(1, 13) .. "…" end
+    if d == 0 or not e.forked_from then return id end
+    return string.rep("  ", d - 1) .. "└ " .. id .. " @" .. tostring(e.forked_from.at)
+  end
 end
 
 -- ---- Ctrl-C ----
@@ -355,11 +427,12 @@ local function sessions_cmd()
   if not list then error(msg, 0) end
   table.sort(list, function(a, b) return (a.last_active_at or 0) > (b.last_active_at or 0) end)
   local rows = {}
-  for _, e in ipairs(list) do
+  local tree, id_cell = M.fork_tree(list)
+  for _, e in ipairs(tree) do
     local title = tostring(e.title or "")
     if (utf8.len(title) or #title) > 30 then title = title:sub(1, 29) .. "…" end
     local mark = (state.attached and state.attached.id == e.id) and "*" or " "
-    rows[#rows + 1] = { mark .. tostring(e.id), title, tostring(e.state or e.status or "?"),
+    rows[#rows + 1] = { mark .. id_cell(e), title, tostring(e.state or e.status or "?"),
       ago(e.last_active_at), string.format("%d/%d", e.input_tokens or 0, e.output_tokens or 0),
       string.format("$%.4f", e.cost or 0) }
   end
@@ -477,7 +550,7 @@ local function resolve_ref(S, arg)
 end
 
 local HELP = {
-  ":sessions          the store's sessions (* = attached)",
+  ":sessions          the store's sessions (* = attached, forks under their origin)",
   ":attach ID         attach a session (a unique id prefix is enough; restores it if needed)",
   ":detach            stop drawing the attached session's events",
   ":gates             open gates of this REPL's sessions",
@@ -488,6 +561,7 @@ local HELP = {
   ":rewind REF        rewind the workspace (REF: a ref, a part of one, or a :snapshots number)",
   ":log [FROM]        the journal from FROM, then follow it live (Ctrl-C stops)",
   ":reload            run the rig file again (new sessions use it)",
+  ":fork [SEQ]        fork the attached session at journal seq SEQ (default: its last step)",
 }
 
 local COMMANDS = {
@@ -523,6 +597,7 @@ local COMMANDS = {
     out("rewound to " .. ref)
   end,
   log = log_cmd,
+  fork = fork_cmd,
 }
 
 -- rig.repl.compile hands ":name args" here: the function to run, or nil, message.

@@ -124,6 +124,21 @@ describe("s:fork", function()
     expect(fe.forked_from.at).to_be(done[1])
     expect(fe.title).to_be("first")
     expect(entry(store, s.id, function() return true end).forked_from).to_be(nil)
+    -- and `luarig sessions --json` shows it
+    local p = assert(rig.process.spawn{ argv = { luarig, "sessions", "--state", d .. "/state",
+      "--json" }, stdout = "pipe", stderr = "pipe" })
+    local lines = {}
+    for l in p:lines("stdout") do lines[#lines + 1] = l end
+    p:wait(10)
+    p:close()
+    local cli = {}
+    for _, l in ipairs(lines) do
+      local e = json.decode(l)
+      cli[e.id] = e
+    end
+    expect(cli[f.id].forked_from.session).to_be(s.id)
+    expect(cli[f.id].forked_from.at).to_be(done[1])
+    expect(cli[s.id].forked_from).to_be(nil)
     -- a new turn on each diverges independently
     turn(s, "third")
     expect(texts(s:history())).to_be(full .. " / user:third / assistant:origin three")
