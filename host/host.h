@@ -238,7 +238,7 @@ enum {
 	LR_SCAT_STATE = 1 << 0, LR_SCAT_TITLE = 1 << 1, LR_SCAT_STATUS = 1 << 2,
 	LR_SCAT_LOOP_COUNT = 1 << 3, LR_SCAT_INPUT_TOKENS = 1 << 4,
 	LR_SCAT_OUTPUT_TOKENS = 1 << 5, LR_SCAT_CACHE_READ_TOKENS = 1 << 6,
-	LR_SCAT_COST = 1 << 7, LR_SCAT_WORKSPACE_REF = 1 << 8,
+	LR_SCAT_COST = 1 << 7, LR_SCAT_WORKSPACE_REF = 1 << 8, LR_SCAT_FORKED_FROM = 1 << 9,
 };
 struct lr_session_catalog {
 	unsigned mask;
@@ -247,6 +247,8 @@ struct lr_session_catalog {
 	uint64_t loop_count, input_tokens, output_tokens, cache_read_tokens;
 	double cost;
 	const char *workspace_ref;  /* copied; at most 128 bytes (else -EINVAL) */
+	const char *forked_from;    /* copied; a session id (else -EINVAL), with forked_at > 0 */
+	uint64_t forked_at;
 };
 /*
  * Merges values into the pending catalog write and starts it on the pool

@@ -64,6 +64,8 @@ struct catvals {
 	double cost;
 	char title[LR_CATALOG_TITLE_MAX + 1];
 	char ws[LR_CATALOG_REF_MAX + 1];
+	char fork[37];
+	uint64_t fork_at;
 };
 
 struct cat {
@@ -626,6 +628,10 @@ static void merge(struct catvals *d, const struct catvals *v)
 		memcpy(d->title, v->title, sizeof d->title);
 	if (m & LR_SCAT_WORKSPACE_REF)
 		memcpy(d->ws, v->ws, sizeof d->ws);
+	if (m & LR_SCAT_FORKED_FROM) {
+		memcpy(d->fork, v->fork, sizeof d->fork);
+		d->fork_at = v->fork_at;
+	}
 	if (m & LR_SCAT_LOOP_COUNT)
 		d->loop_count = v->loop_count;
 	if (m & LR_SCAT_INPUT_TOKENS)
@@ -658,6 +664,10 @@ static int cat_apply(void *arg, struct lr_catalog_entry *c, int exists)
 		memcpy(c->title, v->title, sizeof c->title);
 	if (m & LR_SCAT_WORKSPACE_REF)
 		memcpy(c->workspace_ref, v->ws, sizeof c->workspace_ref);
+	if (m & LR_SCAT_FORKED_FROM) {
+		memcpy(c->forked_from, v->fork, sizeof c->forked_from);
+		c->forked_at = v->fork_at;
+	}
 	if (m & LR_SCAT_LOOP_COUNT)
 		c->loop_count = v->loop_count;
 	if (m & LR_SCAT_INPUT_TOKENS)
@@ -743,6 +753,9 @@ int lr_session_catalog(struct lr_session *s, const struct lr_session_catalog *v)
 	if ((v->mask & LR_SCAT_WORKSPACE_REF) && v->workspace_ref &&
 	    strlen(v->workspace_ref) > LR_CATALOG_REF_MAX)
 		return -EINVAL;
+	if ((v->mask & LR_SCAT_FORKED_FROM) &&
+	    (!v->forked_from || strlen(v->forked_from) != 36 || v->forked_at == 0))
+		return -EINVAL;
 	struct catvals n;
 	memset(&n, 0, sizeof n);
 	n.mask = v->mask;
@@ -757,6 +770,10 @@ int lr_session_catalog(struct lr_session *s, const struct lr_session_catalog *v)
 		cut_utf8(n.title, sizeof n.title, v->title ? v->title : "");
 	if (v->mask & LR_SCAT_WORKSPACE_REF)
 		cut_utf8(n.ws, sizeof n.ws, v->workspace_ref ? v->workspace_ref : "");
+	if (v->mask & LR_SCAT_FORKED_FROM) {
+		memcpy(n.fork, v->forked_from, 37);
+		n.fork_at = v->forked_at;
+	}
 	struct cat *c = cat_get(s);
 	if (!c)
 		return -ENOMEM;

@@ -601,7 +601,7 @@ static int sub_close(lua_State *L)
 
 static const char *const cat_fields[] = { "state", "title", "status", "loop_count",
 					  "input_tokens", "output_tokens", "cache_read_tokens",
-					  "cost", "workspace_ref", NULL };
+					  "cost", "workspace_ref", "forked_from", NULL };
 
 static uint64_t count_field(lua_State *L, const char *fn, const char *k)
 {
@@ -678,6 +678,21 @@ static int sess_catalog(lua_State *L)
 			return luaL_error(L, "%s: option 'cost' must be a non-negative number", fn);
 		c.mask |= LR_SCAT_COST;
 		lua_pop(L, 1);
+	}
+	if (opt_field(L, 2, fn, "forked_from", LUA_TTABLE)) {
+		/* { session = id, at = seq }: written once, when a fork starts */
+		lua_getfield(L, -1, "session");
+		c.forked_from = lua_tostring(L, -1); /* left on the stack */
+		if (lua_type(L, -1) != LUA_TSTRING || strlen(c.forked_from) != 36)
+			return luaL_error(L, "%s: option 'forked_from.session' must be a session id",
+					  fn);
+		lua_getfield(L, -2, "at");
+		if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) <= 0)
+			return luaL_error(L, "%s: option 'forked_from.at' must be a positive integer",
+					  fn);
+		c.forked_at = (uint64_t)lua_tointeger(L, -1);
+		lua_pop(L, 1);
+		c.mask |= LR_SCAT_FORKED_FROM;
 	}
 	int rc = lr_session_catalog(u->s, &c);
 	if (rc == LR_ECLOSED)
@@ -958,6 +973,13 @@ static void push_entry(lua_State *L, const struct lr_catalog_entry *c)
 	lua_setfield(L, -2, "cost");
 	lua_pushstring(L, c->workspace_ref);
 	lua_setfield(L, -2, "workspace_ref");
+	if (c->forked_from[0]) {
+		lua_createtable(L, 0, 2);
+		lua_pushstring(L, c->forked_from);
+		lua_setfield(L, -2, "session");
+		set_u64(L, "at", c->forked_at);
+		lua_setfield(L, -2, "forked_from");
+	}
 }
 
 static const char *kind_name(int k)

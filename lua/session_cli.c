@@ -66,14 +66,20 @@ static json_t *entry_json(const struct lr_catalog_entry *c)
 {
 	const char *status = lr_catalog_status_name(c->status);
 	const char *state = lr_catalog_state_name(c->state);
-	return json_pack("{s:s, s:s, s:f, s:f, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:s}",
-			 "id", c->id, "title", c->title, "created_at", c->created_at,
-			 "last_active_at", c->last_active_at, "status", status ? status : "unknown",
-			 "state", state ? state : "unknown", "loop_count", (json_int_t)c->loop_count,
-			 "last_seq", (json_int_t)c->last_seq, "input_tokens",
-			 (json_int_t)c->input_tokens, "output_tokens", (json_int_t)c->output_tokens,
-			 "cache_read_tokens", (json_int_t)c->cache_read_tokens, "cost", c->cost,
-			 "workspace_ref", c->workspace_ref);
+	json_t *o = json_pack("{s:s, s:s, s:f, s:f, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:s}",
+			      "id", c->id, "title", c->title, "created_at", c->created_at,
+			      "last_active_at", c->last_active_at, "status", status ? status : "unknown",
+			      "state", state ? state : "unknown", "loop_count", (json_int_t)c->loop_count,
+			      "last_seq", (json_int_t)c->last_seq, "input_tokens",
+			      (json_int_t)c->input_tokens, "output_tokens", (json_int_t)c->output_tokens,
+			      "cache_read_tokens", (json_int_t)c->cache_read_tokens, "cost", c->cost,
+			      "workspace_ref", c->workspace_ref);
+	/* a fork names its origin: { "session": id, "at": seq } */
+	if (o && c->forked_from[0])
+		json_object_set_new(o, "forked_from", json_pack("{s:s, s:I}", "session",
+								c->forked_from, "at",
+								(json_int_t)c->forked_at));
+	return o;
 }
 
 /* Prints one JSON value on its own line (keys in insertion order). */

@@ -60,6 +60,13 @@ static char *entry_encode(const struct lr_catalog_entry *c, size_t *len)
 			      "cache_read_tokens", (json_int_t)c->cache_read_tokens,
 			      "cost", c->cost,
 			      "workspace_ref", c->workspace_ref);
+	if (o && c->forked_from[0] &&
+	    json_object_set_new(o, "forked_from",
+				json_pack("{s:s, s:I}", "session", c->forked_from, "at",
+					  (json_int_t)c->forked_at)) != 0) {
+		json_decref(o);
+		return NULL;
+	}
 	if (!o)
 		return NULL;
 	char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
@@ -107,7 +114,10 @@ static int entry_decode(const void *data, size_t len, const char *key,
 		goto out;
 	}
 	json_t *usage = json_object_get(o, "usage");
-	if (json_object_size(o) != 11 || !json_is_object(usage) || json_object_size(usage) != 4) {
+	json_t *fork = json_object_get(o, "forked_from"); /* optional */
+	if (json_object_size(o) != (fork ? 12u : 11u) || !json_is_object(usage) ||
+	    json_object_size(usage) != 4 ||
+	    (fork && (!json_is_object(fork) || json_object_size(fork) != 2))) {
 		bad = "has missing or unknown members";
 		goto out;
 	}
@@ -132,6 +142,13 @@ static int entry_decode(const void *data, size_t len, const char *key,
 	    get_num(&c->cost, json_object_get(usage, "cost")) ||
 	    copy_str(c->workspace_ref, sizeof c->workspace_ref, json_object_get(o, "workspace_ref"))) {
 		bad = "has a member of the wrong type or size";
+		goto out;
+	}
+	if (fork && (copy_str(c->forked_from, sizeof c->forked_from,
+			      json_object_get(fork, "session")) ||
+		     lr_journal_id_check(c->forked_from, NULL) ||
+		     get_u64(&c->forked_at, json_object_get(fork, "at")) || c->forked_at == 0)) {
+		bad = "has a malformed forked_from";
 		goto out;
 	}
 	int st = name_index(status_names, 2, status), sa = name_index(state_names, 6, state);

@@ -482,6 +482,8 @@ struct lr_catalog_entry {
 	uint64_t input_tokens, output_tokens, cache_read_tokens;
 	double cost;
 	char workspace_ref[LR_CATALOG_REF_MAX + 1]; /* "" when none */
+	char forked_from[37];  /* the session this one was forked from; "" when none */
+	uint64_t forked_at;    /* the origin's journal seq the fork starts after (0: none) */
 };
 
 /* "active"/"stopped" and "idle"/"running"/…; NULL for an out-of-range value. */

@@ -13,8 +13,10 @@
 -- :detach, :gates, :interrupt, :compact, :checkpoint, :rewind REF, :snapshots,
 -- :log [FROM] (the journal, then follows it live until Ctrl-C), :journal [FROM],
 -- :history [LOOP], :usage (paged; `s:history()` and the like typed alone too:
--- M.inspect). The prompt shows the attached session's per-turn budget left
--- when its loop has limits.max_tokens or max_cost (M.show_budget).
+-- M.inspect), :fork [SEQ] (s:fork{ at = SEQ }, which in the REPL attaches the
+-- fork; :sessions shows forks under their origin). The prompt shows the
+-- attached session's per-turn budget left when its loop has limits.max_tokens
+-- or max_cost (M.show_budget).
 --
 -- lua/repl.c sets on rig.repl: key_mode(on) (the next key goes to on_key),
 -- columns() (the terminal width), turn_busy(on) (what Ctrl-C should do),
@@ -254,6 +256,76 @@ local function hook_sessions()
       return S, msg, code
     end
   end
+  M.hook_fork(sm.Session)
+end
+
+-- ---- forking ----
+
+-- s:fork{ … } in the REPL says what it made and attaches the fork (as
+-- r:session() does). Installed once, with the session hooks.
+function M.hook_fork(Session)
+  local orig = Session.fork
+  if state.fork_hooked then return end
+  state.fork_hooked = true
+  Session.fork = function(S, ...)
+    local F, msg, code = orig(S, ...)
+    if F then
+      out("forked " .. S.id .. " at " .. tostring(F.forked_from.at) .. " -> " .. F.id)
+      M.attach(F)
+    end
+    return F, msg, code
+  end
+end
+
+-- :fork [SEQ]: forks the attached session at SEQ (default: its last
+-- committed step) and attaches the fork.
+local function fork_cmd(arg)
+  local S = state.attached
+  if not S then error("no session attached (s = r:session(), or :attach ID)", 0) end
+  local at
+  if arg ~= "" then
+    at = math.tointeger(tonumber(arg))
+    if not at or at < 1 then error("usage: :fork [SEQ] (SEQ: a journal seq, see :log)", 0) end
+  end
+  local F, msg = S:fork{ at = at }
+  if not F then error("fork: " .. tostring(msg), 0) end
+end
+M.fork_cmd = fork_cmd
+
+-- The catalog in family order: each fork right under its origin (origins
+-- in the list's order). Returns the entries, and a function giving an
+-- entry's id cell: the id's first 13 characters (a prefix :attach takes;
+-- the table fits 80 columns), a fork's indented under its origin with
+-- "└ " and "@SEQ", the origin's journal seq it was cut at.
+function M.fork_tree(list)
+  local byid, kids, roots = {}, {}, {}
+  for _, e in ipairs(list) do byid[e.id] = e end
+  for _, e in ipairs(list) do
+    local o = e.forked_from and e.forked_from.session
+    if o and byid[o] and o ~= e.id then
+      kids[o] = kids[o] or {}
+      kids[o][#kids[o] + 1] = e
+    else
+      roots[#roots + 1] = e
+    end
+  end
+  local out, depth, seen = {}, {}, {}
+  local function walk(e, d)
+    if seen[e] then return end
+    seen[e] = true
+    out[#out + 1] = e
+    depth[e] = d
+    for _, k in ipairs(kids[e.id] or {}) do walk(k, d + 1) end
+  end
+  for _, e in ipairs(roots) do walk(e, 0) end
+  for _, e in ipairs(list) do walk(e, 0) end -- a cycle's members (a broken catalog)
+  return out, function(e)
+    local d = depth[e] or 0
+    local id = tostring(e.id)
+    if #id > 13 then id = id:sub(1, 13) .. "…" end
+    if d == 0 or not e.forked_from then return id end
+    return string.rep("  ", d - 1) .. "└ " .. id .. " @" .. tostring(e.forked_from.at)
+  end
 end
 
 -- ---- Ctrl-C ----
@@ -364,11 +436,12 @@ local function sessions_cmd()
   if not list then error(msg, 0) end
   table.sort(list, function(a, b) return (a.last_active_at or 0) > (b.last_active_at or 0) end)
   local rows = {}
-  for _, e in ipairs(list) do
+  local tree, id_cell = M.fork_tree(list)
+  for _, e in ipairs(tree) do
     local title = tostring(e.title or "")
     if (utf8.len(title) or #title) > 30 then title = title:sub(1, 29) .. "…" end
     local mark = (state.attached and state.attached.id == e.id) and "*" or " "
-    rows[#rows + 1] = { mark .. tostring(e.id), title, tostring(e.state or e.status or "?"),
+    rows[#rows + 1] = { mark .. id_cell(e), title, tostring(e.state or e.status or "?"),
       ago(e.last_active_at), string.format("%d/%d", e.input_tokens or 0, e.output_tokens or 0),
       string.format("$%.4f", e.cost or 0) }
   end
@@ -461,7 +534,7 @@ local function resolve_ref(S, arg)
 end
 
 local HELP = {
-  ":sessions          the store's sessions (* = attached)",
+  ":sessions          the store's sessions (* = attached, forks under their origin)",
   ":attach ID         attach a session (a unique id prefix is enough; restores it if needed)",
   ":detach            stop drawing the attached session's events",
   ":gates             open gates of this REPL's sessions",
@@ -477,6 +550,7 @@ local HELP = {
   "                   (s:history(), s:usage(), s:snapshots(), s:journal{...} typed alone print the same)",
   "pager: space = next page, Enter = next line, q = stop",
   ":reload            run the rig file again (new sessions use it)",
+  ":fork [SEQ]        fork the attached session at journal seq SEQ (default: its last step)",
 }
 
 local COMMANDS = {
@@ -515,6 +589,7 @@ local COMMANDS = {
   journal = function(arg) M.inspect_journal(need_session(), tonumber(arg) or 1) end,
   history = function(arg) M.page(new_renderer():history_lines(need_session():history(arg ~= "" and arg or nil))) end,
   usage = function() M.page(new_renderer():usage_lines(need_session():usage())) end,
+  fork = fork_cmd,
 }
 
 -- ---- budgets in the prompt ----

@@ -20,7 +20,13 @@
 --     "nothing_to_compact", "empty_summary", "faulted", "cancelled", the summarizer's code):
 --     an idle loop's older history becomes one summary message (CompactionCommitted)
 --   s:usage() -> { input_tokens, output_tokens, cache_read_tokens, …, cost }
---   r:sessions() -> catalog entries
+--   s:fork{ at = SEQ } -> a new live session of the same rig | nil, msg, code
+--     ("invalid_request": SEQ ends no committed step or turn, is past the tip, or another
+--     loop's turn is in flight there; "refused": an exclusive or shared workspace). Its
+--     history is this one's up to SEQ (default: the last cut point), its workspace (per_session)
+--     the checkpoint in force there; journaled first as SessionForked{ forked_from =
+--     { session, at } }, then LoopStarted{ history } per loop. s.forked_from = { session, at }
+--   r:sessions() -> catalog entries (a fork's carries forked_from = { session, at })
 --
 -- A loop with `delegates` gets the tools rig.delegation injects (start_agent,
 -- message_agent, list_agents, stop_agent); its children are loop instances
@@ -40,7 +46,8 @@ local json = require "rig.json"
 local M = {}
 
 local ENDURING = {
-  SessionStarted = true, SessionActive = true, SessionIdle = true, SessionStopped = true,
+  SessionStarted = true, SessionForked = true, SessionActive = true, SessionIdle = true,
+  SessionStopped = true,
   RestoreStarted = true, RestoreDone = true, RestoreErrored = true,
   LoopStarted = true, LoopIdle = true,
   TurnStarted = true, TurnRejected = true, TurnFoldedInto = true, InputCancelled = true,
@@ -1341,9 +1348,17 @@ local function fold(records)
       dfold(st.dg, ev, r.seq)
       if t == "SessionStarted" then
         st.started = st.started or ev
+      elseif t == "SessionForked" then
+        st.forked_from = ev.forked_from
+        st.title = st.title or ev.title
       elseif t == "LoopStarted" then
         local l = inst(ev.loop_id)
         l.loop = ev.loop
+        if ev.history then
+          -- a fork's loop starts with the origin's history at the cut
+          l.history = ev.history
+          l.context_tokens = ev.context_tokens
+        end
         if ev.parent_loop_id then
           -- a child: the quota counts it
           l.parent, l.depth, l.display = ev.parent_loop_id, ev.depth, ev.name
@@ -1491,6 +1506,7 @@ local function restore(r, id, opts)
   if st.last_quiescence == "SessionActive" then emit(S, "SessionIdle", {}, false) end
   S.usage_sum = st.usage
   S.title = st.title
+  S.forked_from = st.forked_from
   -- the workspace at its last checkpoint-or-restore ref, failing closed
   local wstate = "none"
   if S.ws then
@@ -1511,6 +1527,183 @@ local function restore(r, id, opts)
     loop_count = #S.loop_order, title = S.title })
   note_usage(S)
   dg().redeliver(S, handbacks)
+  return S
+end
+
+-- ---- forking ----
+
+-- Records that start activity: a checkpoint journaled after the cut but
+-- before the next of these still shows the tree as the cut left it.
+local ACTIVITY = { TurnStarted = true, StepDone = true, TurnFoldedInto = true,
+                   WorkspaceRestored = true }
+
+-- The cut points of a journal: a StepDone or a turn's terminal with no
+-- other loop's turn in flight, and the end of a fork's seed (its last
+-- LoopStarted carrying a history). Returns them, the tip, and why `at` is
+-- not one.
+local function cut_points(records, at)
+  local evs, seed_end = {}, nil
+  for i, r in ipairs(records) do
+    if r.kind == "event" then
+      local ev = json.decode(r.body)
+      evs[i] = ev
+      if ev.type == "LoopStarted" and ev.history then seed_end = r.seq end
+    end
+  end
+  local open, cuts, why = {}, {}, nil
+  local tip = records[#records] and records[#records].seq or 0
+  local ENDS = "the end of a step or turn (StepDone, TurnDone, TurnFailed, TurnInterrupted)"
+  for i, r in ipairs(records) do
+    local ev = evs[i]
+    if ev then
+      local t = ev.type
+      if t == "TurnStarted" then open[ev.loop_id] = ev.turn_id end
+      if TERMINAL[t] then open[ev.loop_id] = nil end
+      local busy
+      for lid, tid in pairs(open) do
+        if lid ~= ev.loop_id then busy = busy or { lid, tid } end
+      end
+      local ends = t == "StepDone" or TERMINAL[t] or r.seq == seed_end
+      if ends and not busy then cuts[#cuts + 1] = r.seq end
+      if r.seq == at then
+        if not ends then
+          why = "seq " .. at .. " is a " .. tostring(t) .. " record, not " .. ENDS
+        elseif busy then
+          why = "at seq " .. at .. " loop '" .. busy[1] .. "' has turn " .. tostring(busy[2]) ..
+            " in flight: it cannot be cut there"
+        end
+      end
+    elseif r.seq == at then
+      why = "seq " .. at .. " is a " .. r.kind .. " record, not " .. ENDS
+    end
+  end
+  return cuts, tip, why
+end
+
+-- The workspace ref in force at the cut: the last checkpoint or restore at
+-- or before it, or a checkpoint the cut's own edge took after it (before the
+-- next activity).
+local function ref_at(records, at)
+  local ref
+  for _, r in ipairs(records) do
+    if r.kind == "event" and (r.seq <= at or r.body:find("\"Workspace", 1, true)
+        or r.body:find("\"Turn", 1, true) or r.body:find("\"StepDone\"", 1, true)) then
+      local ev = json.decode(r.body)
+      local t = ev.type
+      if r.seq > at and ACTIVITY[t] then break end
+      if t == "WorkspaceCheckpointed" or (t == "WorkspaceRestored" and r.seq <= at) then
+        ref = ev.ref
+      end
+    end
+  end
+  return ref
+end
+
+local FORK_REFUSED = {
+  exclusive = "the rig's workspace is exclusive (one root the rig's sessions share in turn): " ..
+    "a fork needs a per_session workspace",
+  shared = "the rig's workspace is shared (one live root, fuzzy checkpoints): " ..
+    "a fork needs a per_session workspace",
+}
+
+-- s:fork{ at = SEQ } -> a new live session (same rig) whose history is this
+-- one's up to the committed step or turn ending at journal seq SEQ (default:
+-- the last one) and whose workspace is the checkpoint in force there.
+function Session:fork(opts)
+  check_open(self, "fork")
+  local at
+  if opts ~= nil then
+    if type(opts) ~= "table" then fail("fork", "options must be a table", 2) end
+    for k in pairs(opts) do
+      if k ~= "at" then fail("fork", "unknown option '" .. tostring(k) .. "'", 2) end
+    end
+    at = opts.at
+    if at ~= nil and (math.type(at) ~= "integer" or at < 1) then
+      fail("fork", "option 'at' must be a positive integer (a journal seq)", 2)
+    end
+  end
+  local r = self.rig
+  local pv = r.workspace
+  if pv and FORK_REFUSED[pv.kind] then
+    return nil, "cannot fork session " .. self.id .. ": " .. FORK_REFUSED[pv.kind], "refused"
+  end
+  local records, rerr, rcode = core.journal_read(r.store, self.id, 1, 0)
+  if not records then return nil, rerr, rcode end
+  local cuts, tip, why = cut_points(records, at)
+  if at == nil then
+    at = cuts[#cuts]
+    if not at then
+      return nil, "cannot fork session " .. self.id .. ": it has no committed step yet",
+        "invalid_request"
+    end
+  elseif at > tip then
+    return nil, "cannot fork session " .. self.id .. " at seq " .. at ..
+      ": it is beyond the journal's tip (" .. tip .. ")", "invalid_request"
+  elseif why then
+    return nil, "cannot fork session " .. self.id .. ": " .. why, "invalid_request"
+  end
+  local prefix = {}
+  for _, rec in ipairs(records) do
+    if rec.seq <= at then prefix[#prefix + 1] = rec end
+  end
+  local st = fold(prefix)
+  local ref = pv and ref_at(records, at) or nil
+  local origin = { session = self.id, at = at }
+  -- the new session: its lease, its own directory with the checkpoint's tree
+  local csess, msg, code = core.session_open(r.store, nil)
+  if not csess then return nil, msg, code end
+  local S = new_session(r, csess)
+  local ok
+  if pv then
+    ok, msg, code = ws().create(S, r, ref, ws_hooks(S), "fork")
+    if not ok then csess:close() return nil, msg, code end
+  end
+  local function undo(...)
+    ws().release(S.ws)
+    csess:close()
+    return ...
+  end
+  ok, msg, code = emit(S, "SessionForked", { forked_from = origin, title = st.title,
+    workspace_ref = ref })
+  if ok then
+    ok, msg, code = emit(S, "SessionStarted", { fingerprint = r:fingerprint(),
+      loops = loop_revisions(r), primers = json.array({ table.unpack(r.primers) }),
+      active_primer = r.active_primer, workspace = S.workspace })
+  end
+  if ok and S.ws then ok, msg, code = ws().started(S) end
+  if not ok then return undo(nil, msg, code) end
+  for i, lid in ipairs(st.order) do
+    local f = st.loops[lid]
+    local name = f.loop or lid:match("^[^#]+")
+    local def = r:loop(name)
+    if def then
+      local inst = new_instance(S, def, lid, f.parent and { parent_id = f.parent,
+        depth = f.depth or 1, display_name = f.display } or nil)
+      inst.history = f.history
+      inst.context_tokens = f.context_tokens
+      ok, msg, code = emit(S, "LoopStarted", { loop_id = lid, loop = name,
+        revision = def:revision(), parent_loop_id = f.parent, depth = f.parent and f.depth or nil,
+        name = f.display, history = json.array(f.history), context_tokens = f.context_tokens },
+        i == #st.order)
+      if not ok then return undo(nil, msg, code) end
+    end
+  end
+  for _, name in ipairs(r.primers) do
+    if not S.loops[name] then
+      new_instance(S, r:loop(name), name)
+      ok, msg, code = emit(S, "LoopStarted", { loop_id = name, loop = name,
+        revision = r:loop(name):revision() })
+      if not ok then return undo(nil, msg, code) end
+    end
+  end
+  -- the delegation quota counts the children the fork inherited; requests
+  -- still open at the cut are the origin's, not handed back here
+  dg().restored(S, dg().new_fold(), st.children)
+  S.title = st.title
+  S.forked_from = origin
+  catalog(S, { state = "idle", status = "active", loop_count = #S.loop_order,
+    title = S.title or "", forked_from = origin, workspace_ref = ref })
+  note_usage(S)
   return S
 end
 

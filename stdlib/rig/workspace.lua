@@ -27,7 +27,7 @@
 --   s:snapshots() -> { { event = "WorkspaceCheckpointed" | "WorkspaceRestored", ref,
 --                        trigger, consistency, seq, created_at }, … } oldest first
 -- Events: WorkspaceCheckpointed{ ref, consistency = "quiescent" | "fuzzy", trigger =
--- "seed" | "manual" | "idle" | "turn_done" | "step_done", loop_id?, turn_id? },
+-- "seed" | "fork" | "manual" | "idle" | "turn_done" | "step_done", loop_id?, turn_id? },
 -- WorkspaceRestored{ ref } (rewind). RestoreDone carries workspace = "materialized" |
 -- "attached" | "diverged" | "none" and workspace_ref.
 
@@ -230,8 +230,9 @@ function M.release(w)
 end
 
 -- At creation: places the workspace and materializes a seed (before anything
--- is journaled, so a failure leaves no session behind but a fence).
-function M.create(S, r, seed, hooks)
+-- is journaled, so a failure leaves no session behind but a fence). how:
+-- "seed" (default) or "fork" (the checkpoint a fork starts from; nil: empty).
+function M.create(S, r, seed, hooks, how)
   local pv, pol = r.workspace, r.snapshots
   if not pv then
     if seed ~= nil then
@@ -257,9 +258,10 @@ function M.create(S, r, seed, hooks)
     if not ok then
       M.release(w)
       if p.kind == "per_session" then core.ws_remove_tree(w.root) end
-      return nil, "seed snapshot '" .. seed .. "': " .. tostring(msg), code
+      return nil, (how or "seed") .. " snapshot '" .. seed .. "': " .. tostring(msg), code
     end
     w.seed = seed
+    w.seed_trigger = how
   end
   S.ws = w
   S.workspace = w.root
@@ -270,7 +272,7 @@ end
 function M.started(S)
   local w = S.ws
   if not (w and w.seed) then return true end
-  local f = { ref = w.seed, consistency = "quiescent", trigger = "seed" }
+  local f = { ref = w.seed, consistency = "quiescent", trigger = w.seed_trigger or "seed" }
   local seq, msg, code = w.emit("WorkspaceCheckpointed", f)
   if not seq then return nil, msg, code end
   note(S, w, "WorkspaceCheckpointed", f, seq)

@@ -225,6 +225,62 @@ TEST(list_is_sorted_and_strict)
 	lr_store_close(s);
 }
 
+static int set_fork(void *arg, struct lr_catalog_entry *c, int exists)
+{
+	(void)arg;
+	(void)exists;
+	snprintf(c->forked_from, sizeof c->forked_from, "%s", SID_A);
+	c->forked_at = 12;
+	return 0;
+}
+
+/* forked_from is optional: absent on a plain session, { session, at } on a fork. */
+TEST(forked_from_round_trip_and_strict)
+{
+	struct lr_store *s = mem();
+	struct lr_err e;
+	struct lr_catalog_entry c;
+	uint64_t rev;
+	CHECK_EQ_INT(lr_catalog_update(s, SID_A, bump_loops, NULL, &e), 0);
+	CHECK_EQ_INT(lr_catalog_get(s, SID_A, &c, &e), 0);
+	CHECK_EQ_STR(c.forked_from, "");
+	CHECK_EQ_INT(c.forked_at, 0);
+	CHECK_EQ_INT(lr_catalog_update(s, SID_B, set_fork, NULL, &e), 0);
+	CHECK_EQ_INT(lr_catalog_update(s, SID_B, bump_loops, NULL, &e), 0);
+	CHECK_EQ_INT(lr_catalog_get(s, SID_B, &c, &e), 0);
+	CHECK_EQ_STR(c.forked_from, SID_A);
+	CHECK_EQ_INT(c.forked_at, 12);
+	CHECK_EQ_INT(c.loop_count, 1);
+	struct lr_bytes b;
+	CHECK_EQ_INT(lr_store_kv_get(s, "catalog/sessions/" SID_B, &b, NULL, &e), 0);
+	CHECK(strstr((char *)b.data, "\"forked_from\":{\"at\":12,\"session\":\"" SID_A "\"}") != NULL);
+	lr_bytes_release(&b);
+	static const char *const bad[] = {
+		"{\"v\":1,\"id\":\"" SID_B "\",\"title\":\"\",\"created_at\":1,\"last_active_at\":1,"
+		"\"status\":\"active\",\"state\":\"idle\",\"loop_count\":0,\"last_seq\":0,"
+		"\"usage\":{\"input_tokens\":0,\"output_tokens\":0,\"cache_read_tokens\":0,\"cost\":0},"
+		"\"workspace_ref\":\"\",\"forked_from\":{\"session\":\"nope\",\"at\":3}}",
+		"{\"v\":1,\"id\":\"" SID_B "\",\"title\":\"\",\"created_at\":1,\"last_active_at\":1,"
+		"\"status\":\"active\",\"state\":\"idle\",\"loop_count\":0,\"last_seq\":0,"
+		"\"usage\":{\"input_tokens\":0,\"output_tokens\":0,\"cache_read_tokens\":0,\"cost\":0},"
+		"\"workspace_ref\":\"\",\"forked_from\":{\"session\":\"" SID_A "\",\"at\":0}}",
+		"{\"v\":1,\"id\":\"" SID_B "\",\"title\":\"\",\"created_at\":1,\"last_active_at\":1,"
+		"\"status\":\"active\",\"state\":\"idle\",\"loop_count\":0,\"last_seq\":0,"
+		"\"usage\":{\"input_tokens\":0,\"output_tokens\":0,\"cache_read_tokens\":0,\"cost\":0},"
+		"\"workspace_ref\":\"\",\"forked_from\":\"" SID_A "\"}",
+		"{\"v\":1,\"id\":\"" SID_B "\",\"title\":\"\",\"created_at\":1,\"last_active_at\":1,"
+		"\"status\":\"active\",\"state\":\"idle\",\"loop_count\":0,\"last_seq\":0,"
+		"\"usage\":{\"input_tokens\":0,\"output_tokens\":0,\"cache_read_tokens\":0,\"cost\":0},"
+		"\"workspace_ref\":\"\",\"forked_from\":{\"session\":\"" SID_A "\",\"at\":3,\"x\":1}}",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		CHECK_EQ_INT(lr_store_kv_delete(s, "catalog/sessions/" SID_B, &e), 0);
+		CHECK_EQ_INT(lr_store_kv_put(s, "catalog/sessions/" SID_B, 0, bad[i], strlen(bad[i]), &rev, &e), 0);
+		CHECK_EQ_INT(lr_catalog_get(s, SID_B, &c, &e), LR_ECORRUPT);
+	}
+	lr_store_close(s);
+}
+
 TEST(note_append_and_repair)
 {
 	struct lr_store *s = mem();
@@ -276,5 +332,6 @@ int main(void)
 	RUN(skip_and_invalid_updates);
 	RUN(list_is_sorted_and_strict);
 	RUN(note_append_and_repair);
+	RUN(forked_from_round_trip_and_strict);
 	return test_summary();
 }

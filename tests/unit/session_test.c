@@ -457,11 +457,11 @@ TEST(catalog_coalesced)
 	CHECK_EQ_INT(open_session(loop, st, "", &s, NULL), 0);
 	for (int i = 1; i <= 50; i++) {
 		struct lr_session_catalog c = { LR_SCAT_INPUT_TOKENS | LR_SCAT_COST, 0, 0, NULL, 0,
-						(uint64_t)i, 0, 0, i * 0.5, NULL };
+						(uint64_t)i, 0, 0, i * 0.5, NULL, NULL, 0 };
 		CHECK_EQ_INT(lr_session_catalog(s, &c), 0);
 	}
 	struct lr_session_catalog t = { LR_SCAT_TITLE | LR_SCAT_STATE, LR_CATALOG_RUNNING, 0,
-					"fix the build", 0, 0, 0, 0, 0, NULL };
+					"fix the build", 0, 0, 0, 0, 0, NULL, NULL, 0 };
 	CHECK_EQ_INT(lr_session_catalog(s, &t), 0);
 	emit(s, "{}", NULL, LR_SESSION_EVENT, 1, NULL);
 	lr_loop_run(loop);
@@ -473,7 +473,7 @@ TEST(catalog_coalesced)
 	CHECK_EQ_STR(ce.title, "fix the build");
 	CHECK_EQ_INT(ce.state, LR_CATALOG_RUNNING);
 	struct lr_session_catalog st2 = { LR_SCAT_STATE | LR_SCAT_STATUS, LR_CATALOG_STATE_STOPPED,
-					  LR_CATALOG_STOPPED, NULL, 0, 0, 0, 0, 0, NULL };
+					  LR_CATALOG_STOPPED, NULL, 0, 0, 0, 0, 0, NULL, NULL, 0 };
 	CHECK_EQ_INT(lr_session_catalog(s, &st2), 0);
 	char sid[37];
 	snprintf(sid, sizeof sid, "%s", lr_session_id(s));

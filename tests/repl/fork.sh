@@ -1,0 +1,115 @@
+#!/bin/sh
+# The REPL's :fork on a real terminal (tmux, 80 columns, as tests/repl/run.sh):
+# load a rig with a per_session workspace, run two turns, :fork at the
+# first turn's end, see the message and the family tree in :sessions, check
+# both histories and both workspaces, and that they diverge.
+# Prints TAP lines "ok - repl fork ..." / "not ok - repl fork ...".
+cd "$(dirname "$0")/../.." || exit 1
+LUARIG=${LUARIG:-$PWD/build/luarig}
+if ! command -v tmux >/dev/null 2>&1; then
+	echo "not ok - repl fork tmux is not installed"
+	exit 1
+fi
+tmp=$(mktemp -d)
+sock="luarig-fork-test-$$"
+T() { tmux -L "$sock" -f /dev/null "$@"; }
+trap 'T kill-server >/dev/null 2>&1; rm -rf "$tmp"' EXIT
+
+now_ms() { date +%s%3N; }
+screen() { T capture-pane -p -J -S -300 2>/dev/null; }
+wait_for() { # PATTERN [SECONDS]
+	deadline=$(($(now_ms) + ${2:-5} * 1000))
+	while :; do
+		screen | grep -qE -- "$1" && return 0
+		[ "$(now_ms)" -ge "$deadline" ] && return 1
+		sleep 0.05
+	done
+}
+wait_count() { # PATTERN N [SECONDS]
+	deadline=$(($(now_ms) + ${3:-5} * 1000))
+	while :; do
+		[ "$(screen | grep -cE -- "$1")" -ge "$2" ] && return 0
+		[ "$(now_ms)" -ge "$deadline" ] && return 1
+		sleep 0.05
+	done
+}
+type_line() { T send-keys -l -- "$1" && T send-keys Enter; }
+pass() { echo "ok - repl fork $1"; }
+fail() {
+	echo "not ok - repl fork $1"
+	screen | sed 's/^/#   /'
+}
+check() { # name command...
+	name=$1
+	shift
+	if "$@"; then pass "$name"; else fail "$name"; fi
+}
+# fits80 PATTERN: every screen line matching PATTERN is at most 80 characters
+# (the multibyte characters the table uses count as one).
+fits80() {
+	screen | grep -E -- "$1" | sed 's/…/./g; s/└/+/g' |
+		awk '{ n++; if (length($0) > 80) bad = 1 } END { exit bad || n == 0 }'
+}
+
+export FORK_STATE="$tmp/fork"
+mkdir -p "$FORK_STATE"
+T new-session -d -x 80 -y 50 \
+	"TERM=screen NO_COLOR=1 FORK_STATE='$FORK_STATE' XDG_STATE_HOME='$tmp/xdg' '$LUARIG' repl tests/repl/fixtures/fork_rig.lua; echo \"EXIT=\$?\"; sleep 600"
+check "repl FILE starts" wait_for '^> ' 10
+check "the rig's per_session workspace is named" wait_for '^  workspace +rig\.workspace\.per_session\('
+
+type_line 'o = r:session()'
+wait_for '^── attached to session' >/dev/null
+type_line 'o:submit("write alpha")'
+wait_count '^── done' 1 >/dev/null
+type_line 'o:submit("write beta")'
+check "two turns ran" wait_count '^── done' 2
+type_line 'for rec in o:journal() do if rec.type == "TurnDone" then print("TURNDONE " .. rec.seq) end end'
+wait_count '^TURNDONE [0-9]+$' 2 >/dev/null
+seq=$(screen | sed -n 's/^TURNDONE \([0-9]*\)$/\1/p' | head -n 1)
+started=$(($seq - 4))
+
+type_line ":fork $seq"
+check ":fork SEQ says what it forked" \
+	wait_for "^forked [0-9a-f-]{36} at $seq -> [0-9a-f-]{36}\$"
+check ":fork SEQ attaches the fork" wait_count '^── attached to session' 2
+type_line 's.forked_from.session == o.id and s.id ~= o.id'
+check "s is the fork, and it names its origin" wait_for '^true$'
+type_line '#s:history() .. " fork / origin " .. #o:history()'
+check "the fork's history is the origin's first turn" wait_for '^"4 fork / origin 8"$'
+type_line 's:history()[4].content[1].text'
+check "the fork's history ends with the first turn's answer" wait_for '^"written"$'
+type_line 'function files(x) local t = {} for _, n in ipairs { "alpha", "beta", "gamma" } do local f = io.open(x.workspace .. "/" .. n .. ".txt") if f then f:close() t[#t + 1] = n end end return table.concat(t, "+") end'
+type_line '"fork has " .. files(s)'
+check "the fork's workspace is the checkpoint after the first turn" wait_for '^"fork has alpha"$'
+type_line '"origin has " .. files(o)'
+check "the origin keeps its later files" wait_for '^"origin has alpha\+beta"$'
+
+type_line ':sessions'
+check ":sessions shows the origin first" wait_for "^ [0-9a-f]{8}-[0-9a-f]{4}… +write alpha +idle "
+check ":sessions shows the fork under its origin" \
+	wait_for "^\\*└ [0-9a-f]{8}-[0-9a-f]{4}… @$seq +write alpha +idle "
+check ":sessions puts the fork right after its origin" sh -c "screen() { tmux -L '$sock' -f /dev/null capture-pane -p -J -S -300; }; screen | grep -A1 -E '^ [0-9a-f]{8}-[0-9a-f]{4}… +write alpha' | tail -n 1 | grep -qE '^\\*└ '"
+check ":sessions fits in 80 columns" fits80 '(^ id +title|└ )'
+
+type_line 's:submit("write gamma")'
+wait_count '^── done' 3 >/dev/null
+type_line '"fork has " .. files(s) .. "; origin has " .. files(o)'
+check "a turn on the fork diverges from the origin" wait_for '^"fork has alpha\+gamma; origin has alpha\+beta"$'
+type_line '#s:history() .. " fork / origin " .. #o:history()'
+check "the origin's history is untouched by the fork's turn" wait_for '^"8 fork / origin 8"$'
+
+type_line ':fork'
+check ":fork with no SEQ forks at the tip" wait_count "^forked [0-9a-f-]{36} at [0-9]+ -> " 2
+type_line ':sessions'
+check ":sessions shows a fork of a fork indented twice" \
+	wait_for "^\\*  └ [0-9a-f]{8}-[0-9a-f]{4}… @[0-9]+ +write alpha"
+
+type_line "o:fork{ at = $started }"
+check "a seq that ends no step is refused, naming it" \
+	wait_for "seq $started is a TurnStarted record, not the end of a step or turn"
+type_line ":fork 100000"
+check ":fork past the tip says so" wait_for "at seq 100000: it is beyond the journal's tip"
+
+T send-keys C-d
+check "exits with status 0" wait_for '^EXIT=0$' 10
