@@ -88,9 +88,24 @@ def store_bench():
         shutil.rmtree(d, ignore_errors=True)
 
 
+def nats_bench():
+    """The NATS backend (its own nats-server -js) against LMDB and SQLite:
+    durable appends at 1 and 256 sessions, restore of a 10k-record session,
+    a 200 MiB blob put and get."""
+    exe = os.path.join(ROOT, os.environ.get("BUILD", "build"), "tests", "bench", "nats_bench")
+    if not os.path.exists(exe):
+        print(f"nats bench: {exe} not built (make bench builds it)", file=sys.stderr)
+        return
+    d = bench_dir()
+    try:
+        subprocess.run([exe, d], check=False)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
     which = set(sys.argv[1:]) or {"startup", "rss", "sse", "json", "model", "store", "journal",
-                                  "snapshot", "sandbox", "session"}
+                                  "snapshot", "sandbox", "session", "nats"}
     lua = shutil.which("lua5.4")
     node = shutil.which("node")
     if "startup" in which:
@@ -123,6 +138,8 @@ def main():
                        env=dict(os.environ, LUARIG=LUARIG), check=False)
     if "store" in which:
         store_bench()
+    if "nats" in which:
+        nats_bench()
     if "journal" in which:
         # Replay of a 100k-record journal against SQLite SELECTing the same rows.
         jb = os.path.join(ROOT, os.environ.get("BUILD") or "build", "tests", "bench", "journal_bench")

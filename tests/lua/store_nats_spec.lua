@@ -258,28 +258,29 @@ describe("rig.store.nats", function()
     end)
   end, { timeout = 60 })
 
-  it("nats-server restarted mid-turn: every acknowledged record is there exactly once", function()
+  -- The server stopped (SIGTERM) after the third step and a new one started on
+  -- the same port and store `down` seconds later; the child's requests time
+  -- out after `timeout`. Returns the child's RESULT line.
+  local function restart_mid_turn(ns, down, timeout)
     local dir = tmpdir()
     local server, url = start_nats(dir)
-    local ok, err = pcall(function()
-      local c = child(url, "restart", 3, 2, 12, 0.25)
+    local ok, res = pcall(function()
+      local c = child(url, ns, 10, timeout, 12, 0.25)
       c.p:write("go\n")
       c.upto(stepdones(3))
-      -- SIGTERM, then a new server on the same port and store while the turn goes on
       local port = url:match(":(%d+)$")
       kill_nats(server)
       server = nil
-      rig.sleep(0.3)
+      rig.sleep(down)
       server = start_nats(dir, port)
       local result = c.upto(function(l) return l:match("^RESULT") end)
       expect(result).to_be_truthy()
       c.upto(function(l) return l == "DONE" end)
       c.p:wait(10)
       c.p:close()
-      io.stderr:write("  (restart mid-turn: " .. result .. ")\n")
       -- continued after reconnect, or faulted cleanly: nothing else
       expect(result == "RESULT ok" or result:match("^RESULT faulted ") ~= nil).to_be(true)
-      local store <close> = assert(rig.store.nats{ url = url, namespace = "restart" })
+      local store <close> = assert(rig.store.nats{ url = url, namespace = ns })
       check_journal(store, c.id, c.seen)
       if result == "RESULT ok" then
         expect(c.seen[#c.seen].type).to_be("SessionStopped")
@@ -288,10 +289,23 @@ describe("rig.store.nats", function()
       local s = assert(restore_when_free(store, c.id))
       s:shutdown()
       check_journal(store, c.id, c.seen)
+      return result
     end)
     if server then kill_nats(server) end
     os.execute("rm -rf '" .. dir .. "'")
-    if not ok then error(err, 0) end
+    if not ok then error(res, 0) end
+    return res
+  end
+
+  it("nats-server restarted mid-turn: the turn goes on; acknowledged records once", function()
+    local result = restart_mid_turn("restart", 0.3, 3)
+    -- down 0.3 s, requests wait 3 s: the session rides the reconnect
+    expect(result).to_be("RESULT ok")
+  end, { timeout = 90 })
+
+  it("nats-server down longer than requests wait: the session faults, nothing lost", function()
+    local result = restart_mid_turn("down", 3, 1)
+    expect(result).to_match("^RESULT faulted ")
   end, { timeout = 90 })
 
   it("a publish whose ack comes late is resolved by re-reading: the turn goes on", function()
@@ -318,7 +332,8 @@ describe("rig.store.nats", function()
     end)
   end, { timeout = 60 })
 
-  it("a partitioned process fences itself; another takes over; its late publish is refused", function()
+  it("a partitioned process fences itself, another takes over, its late publish is refused",
+    function()
     with_nats(function(url)
       local x = proxy(url)
       local ok, err = pcall(function()
