@@ -73,7 +73,8 @@ static const char *const nats_names[] = {
 	"jsDirectGetMsgOptions_Init", "js_DirectGetMsg", "jsPubOptions_Init", "js_PublishMsg",
 	"jsPubAck_Destroy", "natsMsg_Create", "natsMsg_Destroy", "natsMsg_GetData",
 	"natsMsg_GetDataLength", "natsMsgHeader_Set", "natsMsgHeader_Get", "natsStatus_GetText",
-	"nats_GetLastError", NULL
+	"nats_GetLastError", "jsSubOptions_Init", "js_SubscribeSync", "natsSubscription_NextMsg",
+	"natsSubscription_Unsubscribe", "natsSubscription_Destroy", NULL
 };
 static struct {
 	__typeof__(natsOptions_Create) *opts_create;
@@ -111,6 +112,11 @@ static struct {
 	__typeof__(natsMsgHeader_Get) *hdr_get;
 	__typeof__(natsStatus_GetText) *status_text;
 	__typeof__(nats_GetLastError) *last_error;
+	__typeof__(jsSubOptions_Init) *subopts_init;
+	__typeof__(js_SubscribeSync) *subscribe_sync;
+	__typeof__(natsSubscription_NextMsg) *next_msg;
+	__typeof__(natsSubscription_Unsubscribe) *unsubscribe;
+	__typeof__(natsSubscription_Destroy) *sub_destroy;
 } N;
 static struct lr_lazy natslib = {
 	.sonames = nats_sonames, .names = nats_names, .slots = (void **)&N,
@@ -119,6 +125,8 @@ static pthread_mutex_t natslib_mu = PTHREAD_MUTEX_INITIALIZER;
 
 #define CHUNK ((size_t)256 << 10)
 #define ASYNC_THREADS 2
+/* A read of more records than this streams them through an ordered consumer. */
+#define STREAM_MIN 32
 #define TOKEN_MAX (LR_STORE_NAME_MAX + 1)
 #define SUBJ_MAX (TOKEN_MAX + 64)
 
@@ -558,6 +566,61 @@ static int ledger_find(struct nstore *n, const char *name, const char *subj, uin
 	return LR_ECORRUPT;
 }
 
+/*
+ * Records seq..end of the ledger on subj, the first at stream sequence
+ * start or after, through an ordered consumer (one request to create it,
+ * then the server pushes them with flow control) instead of a direct get
+ * per record. The same checks as the direct-get loop of n_read.
+ */
+static int read_stream(struct nstore *n, const char *name, const char *subj, uint64_t start,
+		       uint64_t seq, uint64_t end, lr_record_cb cb, void *arg, struct lr_err *e)
+{
+	char what[LR_STORE_NAME_MAX + 40];
+	snprintf(what, sizeof what, "read of '%s'", name);
+	jsOptions jo;
+	N.jsopts_init(&jo);
+	jo.Wait = n->wait_ms;
+	jsSubOptions so;
+	N.subopts_init(&so);
+	so.Stream = n->s_ledgers;
+	so.Ordered = true;
+	so.Config.DeliverPolicy = js_DeliverByStartSequence;
+	so.Config.OptStartSeq = start;
+	so.Config.MemoryStorage = true;
+	natsSubscription *sub = NULL;
+	jsErrCode jerr = 0;
+	natsStatus st = N.subscribe_sync(&sub, n->js, subj, &jo, &so, &jerr);
+	if (st != NATS_OK)
+		return nfail(e, st, what);
+	int rc = 0;
+	for (; !rc && seq <= end; seq++) {
+		natsMsg *m = NULL;
+		st = N.next_msg(&m, sub, n->wait_ms);
+		if (st != NATS_OK) {
+			rc = nfail(e, st, what);
+			break;
+		}
+		uint64_t k = 0;
+		if (hdr_u64(m, "Lr-Seq", &k) || k != seq) {
+			N.msg_destroy(m);
+			if (k && k < seq)
+				break; /* deleted and written again meanwhile */
+			lr_err_set(e, "storage: ledger '%s': record %llu is missing", name,
+				   (unsigned long long)seq);
+			rc = LR_ECORRUPT;
+			break;
+		}
+		struct lr_record r = { seq, N.msg_data(m), (size_t)N.msg_len(m) };
+		if (!r.data)
+			r.data = "";
+		rc = cb(arg, &r);
+		N.msg_destroy(m);
+	}
+	N.unsubscribe(sub);
+	N.sub_destroy(sub);
+	return rc;
+}
+
 static int n_read(struct lr_store *s, const char *name, uint64_t from, uint64_t limit,
 		  lr_record_cb cb, void *arg, struct lr_err *e)
 {
@@ -593,6 +656,8 @@ static int n_read(struct lr_store *s, const char *name, uint64_t from, uint64_t 
 		if (seq == end)
 			return 0;
 		seq++;
+		if (end - seq >= STREAM_MIN)
+			return read_stream(n, name, subj, sq + 1, seq, end, cb, arg, e);
 		rc = dget(n, n->s_ledgers, NULL, subj, sq + 1, &m, &sq, e, what);
 		if (rc == LR_ENOTFOUND)
 			return 0; /* deleted meanwhile */
