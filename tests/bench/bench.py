@@ -90,8 +90,9 @@ def store_bench():
 
 def nats_bench():
     """The NATS backend (its own nats-server -js) against LMDB and SQLite:
-    durable appends at 1 and 256 sessions, restore of a 10k-record session,
-    a 200 MiB blob put and get."""
+    durable appends at 1 and 256 sessions, restore of a 10k-record session
+    (the journal part in C, then r:restore end to end in luarig), a 200 MiB
+    blob put and get."""
     exe = os.path.join(ROOT, os.environ.get("BUILD", "build"), "tests", "bench", "nats_bench")
     if not os.path.exists(exe):
         print(f"nats bench: {exe} not built (make bench builds it)", file=sys.stderr)
@@ -99,6 +100,13 @@ def nats_bench():
     d = bench_dir()
     try:
         subprocess.run([exe, d], check=False)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    # The same restore end to end (r:restore folds every event), in luarig.
+    d = bench_dir()
+    try:
+        subprocess.run([LUARIG, os.path.join(ROOT, "tests", "bench", "nats_restore.lua"), d],
+                       check=False)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
