@@ -267,6 +267,37 @@ TEST(append_zero_on_a_nonempty_ledger_conflicts)
 	lr_store_close(s);
 }
 
+/* A handle remembers its last append to publish at once; another handle's delete and
+ * rewrite make that memory stale: the append still succeeds or conflicts as it must. */
+TEST(append_after_another_handle_rewrote_the_ledger)
+{
+	struct lr_store *a = NULL, *b = NULL;
+	struct lr_err e;
+	CHECK_EQ_INT(nats_open_ns("tips", TTL_MS, &a, &e), 0);
+	CHECK_EQ_INT(nats_open_ns("tips", TTL_MS, &b, &e), 0);
+	if (!a || !b)
+		goto out;
+	CHECK_EQ_INT(conf_append_str(a, "t", 0, "a1"), 0);
+	/* b deletes and writes record 1 again: a's remembered tip is 1, its stream position old */
+	CHECK_EQ_INT(lr_store_ledger_delete(b, "t", &e), 0);
+	CHECK_EQ_INT(conf_append_str(b, "t", 0, "b1"), 0);
+	CHECK_EQ_INT(conf_append_str(a, "t", 1, "a2"), 0);
+	CHECK_EQ_INT(conf_tip(b, "t"), 2);
+	/* b deletes it: a's append at 2 conflicts (the ledger is empty) */
+	CHECK_EQ_INT(lr_store_ledger_delete(b, "t", &e), 0);
+	CHECK_EQ_INT(lr_store_append(a, "t", 2, "a3", 2, &e), LR_ECONFLICT);
+	CHECK_EQ_INT(conf_tip(a, "t"), 0);
+	/* b writes two records: a, remembering an empty ledger, learns the tip the long way */
+	CHECK_EQ_INT(conf_append_str(b, "t", 0, "b1"), 0);
+	CHECK_EQ_INT(conf_append_str(b, "t", 1, "b2"), 0);
+	CHECK_EQ_INT(lr_store_append(a, "t", 1, "a2", 2, &e), LR_ECONFLICT);
+	CHECK_EQ_INT(conf_append_str(a, "t", 2, "a3"), 0);
+	CHECK_EQ_INT(conf_tip(b, "t"), 3);
+out:
+	lr_store_close(a);
+	lr_store_close(b);
+}
+
 struct collect {
 	uint64_t first, next, stop_at;
 	size_t size;
@@ -362,6 +393,7 @@ int main(int argc, char **argv)
 	conformance_run(&h);
 	RUN(append_zero_on_a_nonempty_ledger_conflicts);
 	RUN(long_reads_stream_every_record_in_order);
+	RUN(append_after_another_handle_rewrote_the_ledger);
 	RUN(credentials_are_not_printed);
 	RUN(holder_that_cannot_renew_fences_itself);
 	RUN(embedded_owns_and_refuses_a_second_owner);
