@@ -964,7 +964,7 @@ static void store_done(void *arg, int rc, uint64_t seq, const struct lr_err *e)
 	struct lr_journal *j = op->j;
 	if (rc == LR_ECONFLICT || rc == LR_EAMBIGUOUS) {
 		/* Resolving reads the ledger (and may append again): the caller's pool does it. */
-		op->resolve = 1;
+		op->resolve = rc == LR_EAMBIGUOUS ? 2 : 1;
 		op->slow = 1;
 		op->cb(op);
 		return;
@@ -1084,6 +1084,14 @@ void lr_journal_append_slow(struct lr_journal_op *op)
 	if (op->resolve) {
 		int rc = lr_store_append_definitely(j->store, j->name, j->tip, j->frame.data,
 						    j->frame.len, &op->err);
+		if (op->resolve == 2 && rc && rc != LR_ECONFLICT && rc != LR_EAMBIGUOUS) {
+			/* it could not even read: the first attempt's outcome is still unknown */
+			char why[sizeof op->err.msg];
+			snprintf(why, sizeof why, "%s", op->err.msg);
+			lr_err_set(&op->err, "storage: append to '%s' (outcome unknown): %s",
+				   j->name, why);
+			rc = LR_EAMBIGUOUS;
+		}
 		pthread_mutex_lock(&j->mu);
 		op->rc = settle_append(j, rc, id, idl, &op->seq, &op->appended, &op->err);
 		pthread_mutex_unlock(&j->mu);

@@ -73,7 +73,8 @@ static const char *const nats_names[] = {
 	"jsDirectGetMsgOptions_Init", "js_DirectGetMsg", "jsPubOptions_Init", "js_PublishMsg",
 	"jsPubAck_Destroy", "natsMsg_Create", "natsMsg_Destroy", "natsMsg_GetData",
 	"natsMsg_GetDataLength", "natsMsgHeader_Set", "natsMsgHeader_Get", "natsStatus_GetText",
-	"nats_GetLastError", NULL
+	"nats_GetLastError", "jsSubOptions_Init", "js_SubscribeSync", "natsSubscription_NextMsg",
+	"natsSubscription_Unsubscribe", "natsSubscription_Destroy", NULL
 };
 static struct {
 	__typeof__(natsOptions_Create) *opts_create;
@@ -111,6 +112,11 @@ static struct {
 	__typeof__(natsMsgHeader_Get) *hdr_get;
 	__typeof__(natsStatus_GetText) *status_text;
 	__typeof__(nats_GetLastError) *last_error;
+	__typeof__(jsSubOptions_Init) *subopts_init;
+	__typeof__(js_SubscribeSync) *subscribe_sync;
+	__typeof__(natsSubscription_NextMsg) *next_msg;
+	__typeof__(natsSubscription_Unsubscribe) *unsubscribe;
+	__typeof__(natsSubscription_Destroy) *sub_destroy;
 } N;
 static struct lr_lazy natslib = {
 	.sonames = nats_sonames, .names = nats_names, .slots = (void **)&N,
@@ -119,6 +125,10 @@ static pthread_mutex_t natslib_mu = PTHREAD_MUTEX_INITIALIZER;
 
 #define CHUNK ((size_t)256 << 10)
 #define ASYNC_THREADS 2
+/* A read of more records than this streams them through an ordered consumer. */
+#define STREAM_MIN 32
+/* Ledgers whose last record this handle knows (a direct-mapped cache). */
+#define TIPS 512
 #define TOKEN_MAX (LR_STORE_NAME_MAX + 1)
 #define SUBJ_MAX (TOKEN_MAX + 64)
 
@@ -142,6 +152,12 @@ struct nlease {
 	int listed;          /* in the heartbeat list */
 };
 
+/* A ledger's tip and its last record's stream sequence, as last seen here. */
+struct tipslot {
+	char name[LR_STORE_NAME_MAX + 1];
+	uint64_t tip, sseq;
+};
+
 struct nstore {
 	LR_STORE_HEAD;
 	natsConnection *nc;
@@ -150,6 +166,9 @@ struct nstore {
 	char s_ledgers[64], s_kv[64], s_leases[64], s_blobs[64];    /* stream names */
 	char p_ledgers[64], p_kv[64], p_leases[64], p_blobs[64];    /* subject prefixes */
 	char holder[33];
+	/* the tip cache: a hint, never trusted (the publish checks it) */
+	pthread_mutex_t tmu;
+	struct tipslot *tips;
 	/* async appends */
 	pthread_mutex_t qmu;
 	pthread_cond_t qcv;
@@ -422,6 +441,53 @@ static int names_emit(struct names *ns, lr_name_cb cb, void *arg)
 
 /* ---- ledgers ---- */
 
+static struct tipslot *tip_slot(struct nstore *n, const char *name)
+{
+	uint32_t h = 2166136261u;
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 16777619u;
+	return &n->tips[h % TIPS];
+}
+
+/* 1 and the cached tip and stream sequence of name, or 0. */
+static int tip_get(struct nstore *n, const char *name, uint64_t *tip, uint64_t *sseq)
+{
+	if (!n->tips)
+		return 0;
+	pthread_mutex_lock(&n->tmu);
+	struct tipslot *t = tip_slot(n, name);
+	int hit = strcmp(t->name, name) == 0;
+	if (hit) {
+		*tip = t->tip;
+		*sseq = t->sseq;
+	}
+	pthread_mutex_unlock(&n->tmu);
+	return hit;
+}
+
+static void tip_put(struct nstore *n, const char *name, uint64_t tip, uint64_t sseq)
+{
+	if (!n->tips)
+		return;
+	pthread_mutex_lock(&n->tmu);
+	struct tipslot *t = tip_slot(n, name);
+	snprintf(t->name, sizeof t->name, "%s", name);
+	t->tip = tip;
+	t->sseq = sseq;
+	pthread_mutex_unlock(&n->tmu);
+}
+
+static void tip_drop(struct nstore *n, const char *name)
+{
+	if (!n->tips)
+		return;
+	pthread_mutex_lock(&n->tmu);
+	struct tipslot *t = tip_slot(n, name);
+	if (strcmp(t->name, name) == 0)
+		t->name[0] = 0;
+	pthread_mutex_unlock(&n->tmu);
+}
+
 /* The ledger's tip and the stream sequence of its last record (0, 0 when empty). */
 static int ledger_last(struct nstore *n, const char *name, const char *subj, uint64_t *tip,
 		       uint64_t *sseq, struct lr_err *e)
@@ -447,20 +513,39 @@ static int n_append(struct lr_store *s, const char *name, uint64_t expected, con
 		    size_t len, struct lr_err *e)
 {
 	struct nstore *n = (struct nstore *)s;
-	char subj[SUBJ_MAX];
+	char subj[SUBJ_MAX], what[LR_STORE_NAME_MAX + 40];
 	subject(subj, n->p_ledgers, name, NULL);
-	uint64_t tip, last;
-	int rc = ledger_last(n, name, subj, &tip, &last, e);
+	snprintf(what, sizeof what, "append to '%s'", name);
+	uint64_t tip, last, sseq = 0;
+	int rc;
+	/* Our last append (or read of the tip) here: publish on it at once. The server's
+	 * per-subject check makes a stale entry a conflict, never a wrong write; a conflict
+	 * is then decided the long way. */
+	if (tip_get(n, name, &tip, &last) && tip == expected) {
+		rc = publish(n, subj, last, "Lr-Seq", expected + 1, rec, len, &sseq, e, what);
+		if (rc == 0) {
+			tip_put(n, name, expected + 1, sseq);
+			return 0;
+		}
+		tip_drop(n, name);
+		if (rc != LR_ECONFLICT)
+			return rc;
+	}
+	rc = ledger_last(n, name, subj, &tip, &last, e);
 	if (rc)
 		return rc;
+	tip_put(n, name, tip, last);
 	if (tip != expected) {
 		lr_err_set(e, "storage: append to '%s' conflicts at expected tip %llu (tip is %llu)",
 			   name, (unsigned long long)expected, (unsigned long long)tip);
 		return LR_ECONFLICT;
 	}
-	char what[LR_STORE_NAME_MAX + 40];
-	snprintf(what, sizeof what, "append to '%s'", name);
-	rc = publish(n, subj, last, "Lr-Seq", expected + 1, rec, len, NULL, e, what);
+	rc = publish(n, subj, last, "Lr-Seq", expected + 1, rec, len, &sseq, e, what);
+	if (rc == 0) {
+		tip_put(n, name, expected + 1, sseq);
+		return 0;
+	}
+	tip_drop(n, name);
 	if (rc == LR_ECONFLICT)
 		lr_err_set(e, "storage: append to '%s' conflicts at expected tip %llu (it moved)",
 			   name, (unsigned long long)expected);
@@ -558,6 +643,61 @@ static int ledger_find(struct nstore *n, const char *name, const char *subj, uin
 	return LR_ECORRUPT;
 }
 
+/*
+ * Records seq..end of the ledger on subj, the first at stream sequence
+ * start or after, through an ordered consumer (one request to create it,
+ * then the server pushes them with flow control) instead of a direct get
+ * per record. The same checks as the direct-get loop of n_read.
+ */
+static int read_stream(struct nstore *n, const char *name, const char *subj, uint64_t start,
+		       uint64_t seq, uint64_t end, lr_record_cb cb, void *arg, struct lr_err *e)
+{
+	char what[LR_STORE_NAME_MAX + 40];
+	snprintf(what, sizeof what, "read of '%s'", name);
+	jsOptions jo;
+	N.jsopts_init(&jo);
+	jo.Wait = n->wait_ms;
+	jsSubOptions so;
+	N.subopts_init(&so);
+	so.Stream = n->s_ledgers;
+	so.Ordered = true;
+	so.Config.DeliverPolicy = js_DeliverByStartSequence;
+	so.Config.OptStartSeq = start;
+	so.Config.MemoryStorage = true;
+	natsSubscription *sub = NULL;
+	jsErrCode jerr = 0;
+	natsStatus st = N.subscribe_sync(&sub, n->js, subj, &jo, &so, &jerr);
+	if (st != NATS_OK)
+		return nfail(e, st, what);
+	int rc = 0;
+	for (; !rc && seq <= end; seq++) {
+		natsMsg *m = NULL;
+		st = N.next_msg(&m, sub, n->wait_ms);
+		if (st != NATS_OK) {
+			rc = nfail(e, st, what);
+			break;
+		}
+		uint64_t k = 0;
+		if (hdr_u64(m, "Lr-Seq", &k) || k != seq) {
+			N.msg_destroy(m);
+			if (k && k < seq)
+				break; /* deleted and written again meanwhile */
+			lr_err_set(e, "storage: ledger '%s': record %llu is missing", name,
+				   (unsigned long long)seq);
+			rc = LR_ECORRUPT;
+			break;
+		}
+		struct lr_record r = { seq, N.msg_data(m), (size_t)N.msg_len(m) };
+		if (!r.data)
+			r.data = "";
+		rc = cb(arg, &r);
+		N.msg_destroy(m);
+	}
+	N.unsubscribe(sub);
+	N.sub_destroy(sub);
+	return rc;
+}
+
 static int n_read(struct lr_store *s, const char *name, uint64_t from, uint64_t limit,
 		  lr_record_cb cb, void *arg, struct lr_err *e)
 {
@@ -593,6 +733,8 @@ static int n_read(struct lr_store *s, const char *name, uint64_t from, uint64_t 
 		if (seq == end)
 			return 0;
 		seq++;
+		if (end - seq >= STREAM_MIN)
+			return read_stream(n, name, subj, sq + 1, seq, end, cb, arg, e);
 		rc = dget(n, n->s_ledgers, NULL, subj, sq + 1, &m, &sq, e, what);
 		if (rc == LR_ENOTFOUND)
 			return 0; /* deleted meanwhile */
@@ -626,7 +768,10 @@ static int n_ledger_delete(struct lr_store *s, const char *name, struct lr_err *
 	char subj[SUBJ_MAX], what[LR_STORE_NAME_MAX + 40];
 	subject(subj, n->p_ledgers, name, NULL);
 	snprintf(what, sizeof what, "delete of ledger '%s'", name);
-	return purge(n, n->s_ledgers, subj, e, what);
+	tip_drop(n, name);
+	int rc = purge(n, n->s_ledgers, subj, e, what);
+	tip_drop(n, name);
+	return rc;
 }
 
 /* ---- kv (also under leases) ---- */
@@ -1389,6 +1534,8 @@ static void n_close(struct lr_store *s)
 	pthread_cond_destroy(&n->qcv);
 	pthread_mutex_destroy(&n->lmu);
 	pthread_cond_destroy(&n->lcv);
+	pthread_mutex_destroy(&n->tmu);
+	free(n->tips);
 	free(n);
 }
 
@@ -1628,6 +1775,8 @@ int lr_store_nats_open(const struct lr_nats_opts *o, struct lr_store **out, stru
 	n->wait_ms = o->timeout_ms > 0 ? o->timeout_ms : 5000;
 	pthread_mutex_init(&n->qmu, NULL);
 	pthread_cond_init(&n->qcv, NULL);
+	pthread_mutex_init(&n->tmu, NULL);
+	n->tips = calloc(TIPS, sizeof *n->tips); /* NULL: no cache, every append reads first */
 	pthread_mutexattr_t ma;
 	pthread_mutexattr_init(&ma);
 	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);

@@ -194,7 +194,8 @@ void lr_store_append_async(struct lr_store *s, const char *name, uint64_t expect
  * Resolves the tri-state of an append into a definite answer: on
  * LR_EAMBIGUOUS it retries once; on LR_ECONFLICT it reads the record at
  * expected_tip + 1 and compares bytes: equal means ours landed (0), else
- * LR_ECONFLICT. A second ambiguity stays LR_EAMBIGUOUS.
+ * LR_ECONFLICT. A retry that fails otherwise (ambiguous again, a timeout,
+ * no connection) stays LR_EAMBIGUOUS.
  */
 int lr_store_append_definitely(struct lr_store *s, const char *name, uint64_t expected_tip,
 			       const void *rec, size_t len, struct lr_err *e);
@@ -417,7 +418,7 @@ struct lr_journal_op {
 	/* the journal's */
 	struct lr_journal *j;
 	struct lr_journal_op *next;
-	int resolve; /* slow: 0 the whole append, 1 resolve the frame's outcome */
+	int resolve; /* slow: 0 the whole append, 1 resolve the frame's outcome (2: it was ambiguous) */
 };
 void lr_journal_append_async(struct lr_journal *j, struct lr_journal_op *op);
 void lr_journal_append_slow(struct lr_journal_op *op);

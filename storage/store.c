@@ -149,9 +149,11 @@ int lr_store_append_definitely(struct lr_store *s, const char *name, uint64_t ex
 	if (rc == LR_EAMBIGUOUS) {
 		first = *e;
 		rc = s->ops->append(s, name, expected_tip, rec, len, e);
-		if (rc == LR_EAMBIGUOUS) {
+		/* the retry failing before it learnt anything (a timeout, no connection) leaves
+		 * the first attempt's outcome unknown: still ambiguous, not that failure */
+		if (rc && rc != LR_ECONFLICT) {
 			*e = first;
-			return rc;
+			return LR_EAMBIGUOUS;
 		}
 	}
 	if (rc != LR_ECONFLICT)

@@ -88,9 +88,32 @@ def store_bench():
         shutil.rmtree(d, ignore_errors=True)
 
 
+def nats_bench():
+    """The NATS backend (its own nats-server -js) against LMDB and SQLite:
+    durable appends at 1 and 256 sessions, restore of a 10k-record session
+    (the journal part in C, then r:restore end to end in luarig), a 200 MiB
+    blob put and get."""
+    exe = os.path.join(ROOT, os.environ.get("BUILD", "build"), "tests", "bench", "nats_bench")
+    if not os.path.exists(exe):
+        print(f"nats bench: {exe} not built (make bench builds it)", file=sys.stderr)
+        return
+    d = bench_dir()
+    try:
+        subprocess.run([exe, d], check=False)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    # The same restore end to end (r:restore folds every event), in luarig.
+    d = bench_dir()
+    try:
+        subprocess.run([LUARIG, os.path.join(ROOT, "tests", "bench", "nats_restore.lua"), d],
+                       check=False)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
     which = set(sys.argv[1:]) or {"startup", "rss", "sse", "json", "model", "store", "journal",
-                                  "snapshot", "sandbox", "session", "serve"}
+                                  "snapshot", "sandbox", "session", "serve", "nats"}
     lua = shutil.which("lua5.4")
     node = shutil.which("node")
     if "startup" in which:
@@ -128,6 +151,8 @@ def main():
                        env=dict(os.environ, LUARIG=LUARIG), check=False)
     if "store" in which:
         store_bench()
+    if "nats" in which:
+        nats_bench()
     if "journal" in which:
         # Replay of a 100k-record journal against SQLite SELECTing the same rows.
         jb = os.path.join(ROOT, os.environ.get("BUILD") or "build", "tests", "bench", "journal_bench")

@@ -267,6 +267,102 @@ TEST(append_zero_on_a_nonempty_ledger_conflicts)
 	lr_store_close(s);
 }
 
+/* A handle remembers its last append to publish at once; another handle's delete and
+ * rewrite make that memory stale: the append still succeeds or conflicts as it must. */
+TEST(append_after_another_handle_rewrote_the_ledger)
+{
+	struct lr_store *a = NULL, *b = NULL;
+	struct lr_err e;
+	CHECK_EQ_INT(nats_open_ns("tips", TTL_MS, &a, &e), 0);
+	CHECK_EQ_INT(nats_open_ns("tips", TTL_MS, &b, &e), 0);
+	if (!a || !b)
+		goto out;
+	CHECK_EQ_INT(conf_append_str(a, "t", 0, "a1"), 0);
+	/* b deletes and writes record 1 again: a's remembered tip is 1, its stream position old */
+	CHECK_EQ_INT(lr_store_ledger_delete(b, "t", &e), 0);
+	CHECK_EQ_INT(conf_append_str(b, "t", 0, "b1"), 0);
+	CHECK_EQ_INT(conf_append_str(a, "t", 1, "a2"), 0);
+	CHECK_EQ_INT(conf_tip(b, "t"), 2);
+	/* b deletes it: a's append at 2 conflicts (the ledger is empty) */
+	CHECK_EQ_INT(lr_store_ledger_delete(b, "t", &e), 0);
+	CHECK_EQ_INT(lr_store_append(a, "t", 2, "a3", 2, &e), LR_ECONFLICT);
+	CHECK_EQ_INT(conf_tip(a, "t"), 0);
+	/* b writes two records: a, remembering an empty ledger, learns the tip the long way */
+	CHECK_EQ_INT(conf_append_str(b, "t", 0, "b1"), 0);
+	CHECK_EQ_INT(conf_append_str(b, "t", 1, "b2"), 0);
+	CHECK_EQ_INT(lr_store_append(a, "t", 1, "a2", 2, &e), LR_ECONFLICT);
+	CHECK_EQ_INT(conf_append_str(a, "t", 2, "a3"), 0);
+	CHECK_EQ_INT(conf_tip(b, "t"), 3);
+out:
+	lr_store_close(a);
+	lr_store_close(b);
+}
+
+struct collect {
+	uint64_t first, next, stop_at;
+	size_t size;
+	int bad;
+};
+
+static int collect_cb(void *arg, const struct lr_record *r)
+{
+	struct collect *c = arg;
+	char want[64];
+	int n = snprintf(want, sizeof want, "record %llu", (unsigned long long)r->seq);
+	if (r->seq != c->next || r->len != (c->size ? c->size : (size_t)n) ||
+	    memcmp(r->data, want, (size_t)n) != 0)
+		c->bad++;
+	c->next = r->seq + 1;
+	return r->seq == c->stop_at ? 7 : 0;
+}
+
+static uint64_t read_range(struct lr_store *s, const char *name, uint64_t from, uint64_t limit,
+			   size_t size, uint64_t stop_at, int *rc)
+{
+	struct collect c = { from, from, stop_at, size, 0 };
+	struct lr_err e;
+	*rc = lr_store_read(s, name, from, limit, collect_cb, &c, &e);
+	CHECK_EQ_INT(c.bad, 0);
+	return c.next - from;
+}
+
+/* Long reads stream through an ordered consumer: every record once, in order, bounds kept. */
+TEST(long_reads_stream_every_record_in_order)
+{
+	struct lr_store *s = NULL;
+	struct lr_err e;
+	CHECK_EQ_INT(nats_open_ns("long", TTL_MS, &s, &e), 0);
+	if (!s)
+		return;
+	char rec[64];
+	for (uint64_t i = 0; i < 300; i++) {
+		int n = snprintf(rec, sizeof rec, "record %llu", (unsigned long long)i + 1);
+		CHECK_EQ_INT(lr_store_append(s, "long/a", i, rec, (size_t)n, &e), 0);
+		/* another ledger in between: the consumer must filter it out */
+		if (i % 3 == 0)
+			CHECK_EQ_INT(lr_store_append(s, "long/b", i / 3, "other", 5, &e), 0);
+	}
+	int rc;
+	CHECK_EQ_INT((int)read_range(s, "long/a", 1, 0, 0, 0, &rc), 300);
+	CHECK_EQ_INT(rc, 0);
+	CHECK_EQ_INT((int)read_range(s, "long/a", 50, 100, 0, 0, &rc), 100);
+	CHECK_EQ_INT((int)read_range(s, "long/a", 250, 0, 0, 0, &rc), 51);
+	/* the callback stops it: its value comes back */
+	CHECK_EQ_INT((int)read_range(s, "long/a", 1, 0, 0, 120, &rc), 120);
+	CHECK_EQ_INT(rc, 7);
+	/* big records (256 KiB each, 12 MiB): the consumer's flow control */
+	size_t big = 256 << 10;
+	char *buf = calloc(1, big);
+	for (uint64_t i = 0; buf && i < 48; i++) {
+		snprintf(buf, 64, "record %llu", (unsigned long long)i + 1);
+		CHECK_EQ_INT(lr_store_append(s, "long/big", i, buf, big, &e), 0);
+	}
+	CHECK_EQ_INT((int)read_range(s, "long/big", 1, 0, big, 0, &rc), 48);
+	CHECK_EQ_INT(rc, 0);
+	free(buf);
+	lr_store_close(s);
+}
+
 static int have_server(void)
 {
 	return system("command -v nats-server >/dev/null 2>&1") == 0;
@@ -296,6 +392,8 @@ int main(int argc, char **argv)
 				 getenv("ASAN_OPTIONS") != NULL };
 	conformance_run(&h);
 	RUN(append_zero_on_a_nonempty_ledger_conflicts);
+	RUN(long_reads_stream_every_record_in_order);
+	RUN(append_after_another_handle_rewrote_the_ledger);
 	RUN(credentials_are_not_printed);
 	RUN(holder_that_cannot_renew_fences_itself);
 	RUN(embedded_owns_and_refuses_a_second_owner);
