@@ -271,6 +271,10 @@ function M.hook_fork(Session)
     local F, msg, code = orig(S, ...)
     if F then
       out("forked " .. S.id .. " at " .. tostring(F.forked_from.at) .. " -> " .. F.id)
+      if F.handover then
+        out("the workspace root is exclusive: " .. S.id .. " was checkpointed and shut down; " ..
+          ":attach " .. S.id .. " restores it")
+      end
       M.attach(F)
     end
     return F, msg, code
@@ -470,6 +474,21 @@ local function attach_cmd(arg)
   local S = state.live[id]
   if S and not S.closed then return M.attach(S) end
   local r = state.r
+  -- an exclusive root holds one live session's tree: the one holding it here
+  -- hands it over (checkpointed, shut down) so the restore can take it
+  local pv = r.workspace
+  if pv and pv.kind == "exclusive" then
+    for lid, L in pairs(state.live) do
+      if lid ~= id and not L.closed and L.ws and L.ws.lease and L.ws.root == pv.root then
+        local ok, msg = L:shutdown{ hand_over = true }
+        if not ok then error("cannot attach " .. id .. ": " .. lid .. " holds the workspace root " ..
+          "and cannot hand it over: " .. tostring(msg), 0) end
+        if state.attached == L then M.detach() end
+        out("the workspace root is exclusive: " .. lid .. " was checkpointed and shut down; " ..
+          ":attach " .. lid .. " restores it")
+      end
+    end
+  end
   local res, msg = r:restore(id) -- attaches through the hook
   if not res then error("cannot attach " .. id .. ": " .. tostring(msg), 0) end
   return nil
