@@ -366,6 +366,36 @@ describe("s:fork", function()
     os.execute("rm -rf '" .. d .. "'")
   end)
 
+  it("exclusive: no checkpoint at the cut empties the root; s:shutdown{ hand_over } keeps it", function()
+    local d = tmpdir()
+    local root = d .. "/root"
+    local store <close> = rig.store.lmdb{ root = d .. "/state" }
+    local r = define(EXCL, { store = store, workspace = rig.workspace.exclusive{ root = root },
+      snapshots = { trigger = "manual" } })
+    local s = assert(r:session())
+    local sid = s.id
+    turn(s, "first")
+    turn(s, "second")
+    expect(#s:snapshots()).to_be(0)
+    local f = assert(s:fork{ at = seqs_of(s, "TurnDone")[1] })
+    expect(rig.core.ws_dir_empty(root)).to_be(true)
+    expect(event_types(f)).to_be("SessionForked SessionStarted LoopStarted")
+    expect(#f:history()).to_be(4)
+    -- the fork hands the root over by itself, then the origin comes back
+    expect(function() f:shutdown{ handover = true } end).to_fail("rig.session: shutdown: unknown option 'handover'")
+    local ref = assert(f:shutdown{ hand_over = true })
+    expect(ref).to_match("^v1:sha256:")
+    local o = assert(r:restore(sid))
+    expect(read(root .. "/a.txt")).to_be("one")
+    expect(read(root .. "/b.txt")).to_be("two")
+    o:shutdown()
+    -- and the fork gets its (empty) tree back
+    f = assert(r:restore(f.id))
+    expect(rig.core.ws_dir_empty(root)).to_be(true)
+    f:shutdown()
+    os.execute("rm -rf '" .. d .. "'")
+  end)
+
   it("exclusive: a failure after the hand-over says the origin was shut down and it restores", function()
     local d = tmpdir()
     local root = d .. "/root"
