@@ -533,7 +533,12 @@ function M.hand_over(S)
   if S.busy > 0 or w.rewinding then
     return nil, "the session is busy (handing its workspace over needs an idle session)", "busy"
   end
-  return capture(S, w, "handover", nil, false)
+  local ref, msg, code = capture(S, w, "handover", nil, false)
+  if ref and S.busy > 0 then
+    -- input arrived while the capture ran: the session stays live
+    return nil, "the session became busy while its workspace was captured", "busy"
+  end
+  return ref, msg, code
 end
 
 function M.rewind(S, ref)
