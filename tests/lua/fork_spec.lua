@@ -2,7 +2,10 @@
 -- scripted model — the fork's history is the origin's prefix and its
 -- workspace the checkpoint in force at the cut, both diverge independently,
 -- the origin record and the catalog's forked_from, the refusals, and a fork
--- restored after its process was killed.
+-- restored after its process was killed. With an exclusive root: the origin
+-- hands the root over (checkpointed, shut down, its journal otherwise
+-- untouched), a restore brings its tree back, a busy origin is refused, and a
+-- failure after the hand-over says how to get the origin back.
 
 local luarig = os.getenv("LUARIG") or "build/luarig"
 local json = rig.json
