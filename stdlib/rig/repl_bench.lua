@@ -14,7 +14,9 @@
 -- :log [FROM] (the journal, then follows it live until Ctrl-C), :journal [FROM],
 -- :history [LOOP], :usage (paged; `s:history()` and the like typed alone too:
 -- M.inspect), :fork [SEQ] (s:fork{ at = SEQ }, which in the REPL attaches the
--- fork; :sessions shows forks under their origin). The prompt shows the
+-- fork; :sessions shows forks under their origin; with an exclusive root the
+-- origin hands it over, and :attach of a session whose root another live one
+-- holds here hands it back the same way: checkpointed, shut down, restorable). The prompt shows the
 -- attached session's per-turn budget left when its loop has limits.max_tokens
 -- or max_cost (M.show_budget).
 --
@@ -271,10 +273,18 @@ function M.hook_fork(Session)
     local F, msg, code = orig(S, ...)
     if F then
       out("forked " .. S.id .. " at " .. tostring(F.forked_from.at) .. " -> " .. F.id)
+      if F.handover then M.handed_over(S.id) end
       M.attach(F)
     end
     return F, msg, code
   end
+end
+
+-- What became of a session that handed an exclusive root over (a fork, :attach).
+function M.handed_over(id)
+  local short = id:sub(1, 8)
+  out("exclusive workspace root: " .. short .. " was checkpointed and shut down; :attach " ..
+    short .. " restores it")
 end
 
 -- :fork [SEQ]: forks the attached session at SEQ (default: its last
@@ -468,11 +478,24 @@ local function attach_cmd(arg)
   if arg == "" then error("usage: :attach ID", 0) end
   local id = find_id(arg)
   local S = state.live[id]
-  if S and not S.closed then return M.attach(S) end
+  if S and not S.closed then M.attach(S) return end
   local r = state.r
+  -- an exclusive root holds one live session's tree: the one holding it here
+  -- hands it over (checkpointed, shut down) so the restore can take it
+  local pv = r.workspace
+  if pv and pv.kind == "exclusive" then
+    for lid, L in pairs(state.live) do
+      if lid ~= id and not L.closed and L.ws and L.ws.lease and L.ws.root == pv.root then
+        local ok, msg = L:shutdown{ hand_over = true }
+        if not ok then error("cannot attach " .. id .. ": " .. lid .. " holds the workspace root " ..
+          "and cannot hand it over: " .. tostring(msg), 0) end
+        if state.attached == L then M.detach() end
+        M.handed_over(lid)
+      end
+    end
+  end
   local res, msg = r:restore(id) -- attaches through the hook
   if not res then error("cannot attach " .. id .. ": " .. tostring(msg), 0) end
-  return nil
 end
 
 local function gates_cmd()
@@ -551,6 +574,8 @@ local HELP = {
   "pager: space = next page, Enter = next line, q = stop",
   ":reload            run the rig file again (new sessions use it)",
   ":fork [SEQ]        fork the attached session at journal seq SEQ (default: its last step)",
+  "                   (an exclusive workspace root passes to the fork: the origin is",
+  "                   checkpointed and shut down, and :attach restores it)",
 }
 
 local COMMANDS = {

@@ -13,7 +13,6 @@
 --   s:gates()                        -- the open gates { { gate_id, loop_id, tool, request, unmet } }
 --   s:interrupt() -> true if a turn was cancelled
 --   s:wait_idle([timeout]) -> true | nil, msg, code ("faulted", "timeout")
---   s:shutdown()
 --   for rec in s:journal{ from = 1 } do … end   -- rec.seq, rec.type, the event's fields
 --   s:history([loop]) -> the loop's conversation (the messages the model sees)
 --   s:compact([loop]) -> { replaced, retained, summary } | nil, msg, code ("busy",
@@ -22,10 +21,14 @@
 --   s:usage() -> { input_tokens, output_tokens, cache_read_tokens, …, cost }
 --   s:fork{ at = SEQ } -> a new live session of the same rig | nil, msg, code
 --     ("invalid_request": SEQ ends no committed step or turn, is past the tip, or another
---     loop's turn is in flight there; "refused": an exclusive or shared workspace). Its
---     history is this one's up to SEQ (default: the last cut point), its workspace (per_session)
---     the checkpoint in force there; journaled first as SessionForked{ forked_from =
---     { session, at } }, then LoopStarted{ history } per loop. s.forked_from = { session, at }
+--     loop's turn is in flight there; "refused": a shared workspace). Its history is this
+--     one's up to SEQ (default: the last cut point), its workspace the checkpoint in force
+--     there; journaled first as SessionForked{ forked_from = { session, at } }, then
+--     LoopStarted{ history } per loop. s.forked_from = { session, at }. An exclusive root
+--     holds one live tree: the origin must be idle ("busy"), is shut down with
+--     { hand_over = true } first and the fork's f.handover = { session, ref } says so
+--     (r:restore(origin) brings its tree back into the root)
+--   s:shutdown([{ hand_over = true }]) -> true | the handover checkpoint ref | nil, msg, code
 --   r:sessions() -> catalog entries (a fork's carries forked_from = { session, at })
 --
 -- A loop with `delegates` gets the tools rig.delegation injects (start_agent,
@@ -1114,7 +1117,23 @@ function Session:faulted()
   return self.faulted_msg or self.core:faulted()
 end
 
-function Session:shutdown()
+-- s:shutdown{ hand_over = true }: an idle session first checkpoints its
+-- workspace (trigger "handover", which a later restore brings back in place
+-- whoever used an exclusive root meanwhile); returns that ref (true without
+-- a workspace) | nil, msg, code ("busy", the capture's code: then it is live).
+function Session:shutdown(opts)
+  local ref
+  if opts ~= nil then
+    if type(opts) ~= "table" then fail("shutdown", "options must be a table", 2) end
+    for k in pairs(opts) do
+      if k ~= "hand_over" then fail("shutdown", "unknown option '" .. tostring(k) .. "'", 2) end
+    end
+    if opts.hand_over and not self.closed and self.ws then
+      local msg, code
+      ref, msg, code = ws().hand_over(self)
+      if not ref then return nil, msg, code end
+    end
+  end
   if self.closed then return true end
   self.stopping = true -- no hand-backs now: a restore delivers them
   for _, id in ipairs(self.loop_order) do
@@ -1134,7 +1153,7 @@ function Session:shutdown()
   end
   self.closed = true
   self.core:close()
-  return true
+  return ref or true
 end
 
 -- The workspace: a manual capture, a rewind (idle only), the checkpoints.
@@ -1600,10 +1619,9 @@ local function ref_at(records, at)
 end
 
 local FORK_REFUSED = {
-  exclusive = "the rig's workspace is exclusive (one root the rig's sessions share in turn): " ..
-    "a fork needs a per_session workspace",
-  shared = "the rig's workspace is shared (one live root, fuzzy checkpoints): " ..
-    "a fork needs a per_session workspace",
+  shared = "the rig's workspace is shared (one live root, no lease, fuzzy checkpoints): " ..
+    "no fork can be given a tree of its own or be fenced from its origin in it " ..
+    "(a fork needs a per_session or exclusive workspace)",
 }
 
 -- s:fork{ at = SEQ } -> a new live session (same rig) whose history is this
@@ -1649,19 +1667,36 @@ function Session:fork(opts)
   local st = fold(prefix)
   local ref = pv and ref_at(records, at) or nil
   local origin = { session = self.id, at = at }
-  -- the new session: its lease, its own directory with the checkpoint's tree
+  -- an exclusive root holds one live session's tree: the origin (idle) is
+  -- checkpointed and shut down, handing the root (and its lease) to the fork
+  local handover, after
+  if pv and pv.kind == "exclusive" and self.ws then
+    local href, hmsg, hcode = self:shutdown{ hand_over = true }
+    if not href then
+      return nil, "cannot fork session " .. self.id .. ": " .. tostring(hmsg), hcode
+    end
+    handover = { session = self.id, ref = href }
+    after = function(m)
+      return "cannot fork session " .. self.id .. ": " .. tostring(m) .. " (session " .. self.id ..
+        " was checkpointed and shut down first: r:restore('" .. self.id .. "') brings it back)"
+    end
+  end
+  local function failed(m, c)
+    return nil, after and after(m) or m, c
+  end
+  -- the new session: its lease, its workspace with the checkpoint's tree
   local csess, msg, code = core.session_open(r.store, nil)
-  if not csess then return nil, msg, code end
+  if not csess then return failed(msg, code) end
   local S = new_session(r, csess)
   local ok
   if pv then
     ok, msg, code = ws().create(S, r, ref, ws_hooks(S), "fork")
-    if not ok then csess:close() return nil, msg, code end
+    if not ok then csess:close() return failed(msg, code) end
   end
-  local function undo(...)
+  local function undo(_, m, c)
     ws().release(S.ws)
     csess:close()
-    return ...
+    return failed(m, c)
   end
   ok, msg, code = emit(S, "SessionForked", { forked_from = origin, title = st.title,
     workspace_ref = ref })
@@ -1701,6 +1736,7 @@ function Session:fork(opts)
   dg().restored(S, dg().new_fold(), st.children)
   S.title = st.title
   S.forked_from = origin
+  S.handover = handover
   catalog(S, { state = "idle", status = "active", loop_count = #S.loop_order,
     title = S.title or "", forked_from = origin, workspace_ref = ref })
   note_usage(S)

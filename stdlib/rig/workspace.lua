@@ -27,9 +27,15 @@
 --   s:snapshots() -> { { event = "WorkspaceCheckpointed" | "WorkspaceRestored", ref,
 --                        trigger, consistency, seq, created_at }, … } oldest first
 -- Events: WorkspaceCheckpointed{ ref, consistency = "quiescent" | "fuzzy", trigger =
--- "seed" | "fork" | "manual" | "idle" | "turn_done" | "step_done", loop_id?, turn_id? },
--- WorkspaceRestored{ ref } (rewind). RestoreDone carries workspace = "materialized" |
--- "attached" | "diverged" | "none" and workspace_ref.
+-- "seed" | "fork" | "handover" | "manual" | "idle" | "turn_done" | "step_done", loop_id?,
+-- turn_id? }, WorkspaceRestored{ ref } (rewind). RestoreDone carries workspace =
+-- "materialized" | "attached" | "diverged" | "none" and workspace_ref.
+-- An exclusive root at restore: empty -> the last checkpoint-or-restore ref is
+-- materialized; equal to it -> "attached"; different -> "diverged" (left as it
+-- is), unless the session's last record is a "handover" checkpoint (it gave the
+-- root to a fork or to another session, s:shutdown{ hand_over = true }): then
+-- the root is rewound in place to it, journaled as WorkspaceRestored{ ref,
+-- trigger = "handover", displaced = <snapshot of what was there> }, "materialized".
 
 local core = require "rig.core"
 
@@ -246,7 +252,22 @@ function M.create(S, r, seed, hooks, how)
   end
   local w, msg, code = open(S, r, pv, pol, hooks)
   if not w then return nil, msg, code end
-  if seed ~= nil then
+  if how == "fork" and p.kind == "exclusive" then
+    -- the root its origin handed over (Session:fork): made equal in place to
+    -- the checkpoint at the cut, or emptied when none was in force
+    local ok
+    if seed ~= nil then
+      ok, msg, code = r.store:rewind(seed, w.root)
+    else
+      ok, msg, code = core.ws_remove_tree(w.root)
+      if ok then ok, msg, code = core.ws_mkdirs(w.root) end
+    end
+    if not ok then
+      M.release(w)
+      return nil, "fork snapshot '" .. tostring(seed) .. "': " .. tostring(msg), code
+    end
+    w.seed, w.seed_trigger = seed, how
+  elseif seed ~= nil then
     local empty = core.ws_dir_empty(w.root)
     local ok
     if not empty then
@@ -364,7 +385,21 @@ function M.materialize(S)
     -- attach to what is there, saying whether it is still the checkpoint
     local ref, msg, code = w.store:snapshot(w.root)
     if not ref then return nil, "cannot check the workspace: " .. tostring(msg), code end
-    return ref == w.current and "attached" or "diverged"
+    if ref == w.current then return "attached" end
+    local last = w.history[#w.history]
+    if not (last and last.event == "WorkspaceCheckpointed" and last.trigger == "handover") then
+      return "diverged"
+    end
+    -- the session handed the root over (a fork, the REPL's :attach): its tree
+    -- comes back in place; what was there stays in the store as `displaced`
+    local stats
+    stats, msg, code = w.store:rewind(w.current, w.root)
+    if not stats then return nil, "cannot materialize '" .. w.current .. "': " .. tostring(msg), code end
+    local f = { ref = w.current, trigger = "handover", displaced = ref }
+    local seq, emsg, ecode = w.emit("WorkspaceRestored", f)
+    if not seq then return nil, emsg, ecode end
+    note(S, w, "WorkspaceRestored", f, seq)
+    return "materialized"
   end
   return "attached"
 end
@@ -423,7 +458,7 @@ local function capture(S, w, trigger, fields, held)
   local ref, msg, code = t:wait()
   if not ref then
     w.last_error = msg
-    if w.policy.priority == "required" and trigger ~= "manual" then
+    if w.policy.priority == "required" and trigger ~= "manual" and trigger ~= "handover" then
       w.fault = msg
     end
   end
@@ -487,6 +522,23 @@ function M.checkpoint(S)
   local w = S.ws
   if not w then return nil, "the rig has no workspace", "refused" end
   return capture(S, w, "manual", nil, false)
+end
+
+-- Before a session gives its root up (Session:shutdown{ hand_over = true }):
+-- a capture of an idle session, journaled with trigger "handover", which a
+-- later restore brings back in place (M.materialize) whoever used the root.
+function M.hand_over(S)
+  local w = S.ws
+  if not w then return nil, "the rig has no workspace", "refused" end
+  if S.busy > 0 or w.rewinding then
+    return nil, "the session is busy (handing its workspace over needs an idle session)", "busy"
+  end
+  local ref, msg, code = capture(S, w, "handover", nil, false)
+  if ref and S.busy > 0 then
+    -- input arrived while the capture ran: the session stays live
+    return nil, "the session became busy while its workspace was captured", "busy"
+  end
+  return ref, msg, code
 end
 
 function M.rewind(S, ref)

@@ -2,7 +2,10 @@
 -- scripted model — the fork's history is the origin's prefix and its
 -- workspace the checkpoint in force at the cut, both diverge independently,
 -- the origin record and the catalog's forked_from, the refusals, and a fork
--- restored after its process was killed.
+-- restored after its process was killed. With an exclusive root: the origin
+-- hands the root over (checkpointed, shut down, its journal otherwise
+-- untouched), a restore brings its tree back, a busy origin is refused, and a
+-- failure after the hand-over says how to get the origin back.
 
 local luarig = os.getenv("LUARIG") or "build/luarig"
 local json = rig.json
@@ -248,20 +251,185 @@ describe("s:fork", function()
     s:shutdown()
   end)
 
-  it("refuses an exclusive or shared workspace", function()
-    for _, kind in ipairs { "exclusive", "shared" } do
-      local d = tmpdir()
-      local r = define({ { text = "ok" } }, { workspace = rig.workspace[kind]{ root = d .. "/root" },
-        snapshots = { trigger = "turn_done" } })
-      local s = assert(r:session())
-      turn(s, "go")
-      local f, msg, code = s:fork()
-      expect(f).to_be(nil)
-      expect(code).to_be("refused")
-      expect(msg).to_match("workspace is " .. kind .. ".*a fork needs a per_session workspace")
-      s:shutdown()
-      os.execute("rm -rf '" .. d .. "'")
+  it("refuses a shared workspace, saying why", function()
+    local d = tmpdir()
+    local r = define({ { text = "ok" } }, { workspace = rig.workspace.shared{ root = d .. "/root" },
+      snapshots = { trigger = "turn_done" } })
+    local s = assert(r:session())
+    turn(s, "go")
+    local f, msg, code = s:fork()
+    expect(f).to_be(nil)
+    expect(code).to_be("refused")
+    expect(msg).to_match("workspace is shared %(one live root, no lease, fuzzy checkpoints%)")
+    expect(s.closed).to_be(false)
+    s:shutdown()
+    os.execute("rm -rf '" .. d .. "'")
+  end)
+
+  -- the raw journal of a session, shut down or not: { seq, kind, body }
+  local function raw(store, id)
+    local recs = assert(rig.core.journal_read(store, id, 1, 0))
+    local out = {}
+    for i, rec in ipairs(recs) do
+      out[i] = rec.seq .. " " .. rec.kind .. " " .. (rec.body or ("epoch " .. tostring(rec.epoch)))
     end
+    return out
+  end
+
+  local EXCL = {
+    call("a.txt", "one"), { text = "wrote a" },       -- the origin's turn 1
+    call("b.txt", "two"), { text = "wrote b" },       -- turn 2
+    call("c.txt", "fork"), { text = "fork wrote c" }, -- the fork's turn
+    { text = "origin again" },                        -- the origin's, restored
+  }
+
+  it("exclusive: hands the root over to the fork, and a restore brings the origin's tree back", function()
+    local d = tmpdir()
+    local root = d .. "/root"
+    local store <close> = rig.store.lmdb{ root = d .. "/state" }
+    local r = define(EXCL, { store = store, workspace = rig.workspace.exclusive{ root = root } })
+    local s = assert(r:session())
+    local sid = s.id
+    turn(s, "first")
+    turn(s, "second")
+    local done = seqs_of(s, "TurnDone")
+    local full = texts(s:history())
+    local before = raw(store, sid)
+    local f = assert(s:fork{ at = done[1] })
+    -- the origin: checkpointed, then shut down; the fork says so
+    expect(s.closed).to_be(true)
+    expect(f.handover.session).to_be(sid)
+    local after = raw(store, sid)
+    for i, line in ipairs(before) do expect(after[i]).to_be(line) end
+    expect(#after).to_be(#before + 2)
+    local hc, stopped = json.decode(after[#after - 1]:match("^%d+ event (.*)$")),
+      json.decode(after[#after]:match("^%d+ event (.*)$"))
+    expect(hc.type).to_be("WorkspaceCheckpointed")
+    expect(hc.trigger).to_be("handover")
+    expect(hc.consistency).to_be("quiescent")
+    expect(hc.ref).to_be(f.handover.ref)
+    expect(stopped.type).to_be("SessionStopped")
+    -- the fork: the prefix, and the root holds the checkpoint after turn 1
+    expect(f.workspace).to_be(root)
+    expect(texts(f:history())).to_be("user:first / assistant:call put / tool:result ok / assistant:wrote a")
+    expect(read(root .. "/a.txt")).to_be("one")
+    expect(read(root .. "/b.txt")).to_be(nil)
+    expect(event_types(f)).to_be("SessionForked SessionStarted WorkspaceCheckpointed LoopStarted")
+    expect(f:snapshots()[1].trigger).to_be("fork")
+    expect(entry(store, sid, function(e) return e.status == "stopped" end).status).to_be("stopped")
+    -- the fork works in the root, then is shut down (no hand-over)
+    turn(f, "fork turn")
+    expect(read(root .. "/c.txt")).to_be("fork")
+    f:shutdown()
+    -- the origin restored: its later files back, the fork's displaced tree kept
+    local o = assert(r:restore(sid))
+    expect(texts(o:history())).to_be(full)
+    expect(read(root .. "/a.txt")).to_be("one")
+    expect(read(root .. "/b.txt")).to_be("two")
+    expect(read(root .. "/c.txt")).to_be(nil)
+    local restored, rdone
+    for rec in o:journal() do
+      if rec.type == "WorkspaceRestored" then restored = rec end
+      if rec.type == "RestoreDone" then rdone = rec end
+    end
+    expect(rdone.workspace).to_be("materialized")
+    expect(restored.trigger).to_be("handover")
+    expect(restored.ref).to_be(hc.ref)
+    assert(store:restore(restored.displaced, d .. "/displaced"))
+    expect(read(d .. "/displaced/c.txt")).to_be("fork")
+    turn(o, "again")
+    expect(texts(o:history())).to_be(full .. " / user:again / assistant:origin again")
+    -- restored once more with the root as it left it: attached, nothing rewound
+    o:shutdown()
+    o = assert(r:restore(sid))
+    for rec in o:journal() do if rec.type == "RestoreDone" then rdone = rec end end
+    expect(rdone.workspace).to_be("attached")
+    o:shutdown()
+    os.execute("rm -rf '" .. d .. "'")
+  end)
+
+  it("exclusive: a busy origin is refused and stays live", function()
+    local d = tmpdir()
+    local r = define({ call("a.txt", "one"), { text = "a" }, call("x", "!slow"), { text = "slow" } },
+      { workspace = rig.workspace.exclusive{ root = d .. "/root" } })
+    local s = assert(r:session())
+    turn(s, "first")
+    local at = seqs_of(s, "TurnDone")[1]
+    assert(s:submit("slow"))
+    rig.sleep(0.2)
+    local f, msg, code = s:fork{ at = at }
+    expect(f).to_be(nil)
+    expect(code).to_be("busy")
+    expect(msg:find("cannot fork session " .. s.id .. ": the session is busy", 1, true) ~= nil).to_be(true)
+    expect(s.closed).to_be(false)
+    assert(s:wait_idle(10))
+    f = assert(s:fork{ at = at })
+    expect(read(d .. "/root/a.txt")).to_be("one")
+    f:shutdown()
+    os.execute("rm -rf '" .. d .. "'")
+  end)
+
+  it("exclusive: no checkpoint at the cut empties the root; s:shutdown{ hand_over } keeps it", function()
+    local d = tmpdir()
+    local root = d .. "/root"
+    local store <close> = rig.store.lmdb{ root = d .. "/state" }
+    local r = define(EXCL, { store = store, workspace = rig.workspace.exclusive{ root = root },
+      snapshots = { trigger = "manual" } })
+    local s = assert(r:session())
+    local sid = s.id
+    turn(s, "first")
+    turn(s, "second")
+    expect(#s:snapshots()).to_be(0)
+    local f = assert(s:fork{ at = seqs_of(s, "TurnDone")[1] })
+    expect(rig.core.ws_dir_empty(root)).to_be(true)
+    expect(event_types(f)).to_be("SessionForked SessionStarted LoopStarted")
+    expect(#f:history()).to_be(4)
+    -- the fork hands the root over by itself, then the origin comes back
+    expect(function() f:shutdown{ handover = true } end).to_fail("rig.session: shutdown: unknown option 'handover'")
+    local ref = assert(f:shutdown{ hand_over = true })
+    expect(ref).to_match("^v1:sha256:")
+    local o = assert(r:restore(sid))
+    expect(read(root .. "/a.txt")).to_be("one")
+    expect(read(root .. "/b.txt")).to_be("two")
+    o:shutdown()
+    -- and the fork gets its (empty) tree back
+    f = assert(r:restore(f.id))
+    expect(rig.core.ws_dir_empty(root)).to_be(true)
+    f:shutdown()
+    os.execute("rm -rf '" .. d .. "'")
+  end)
+
+  it("exclusive: a failure after the hand-over says the origin was shut down and it restores", function()
+    local d = tmpdir()
+    local root = d .. "/root"
+    local store <close> = rig.store.lmdb{ root = d .. "/state" }
+    local r = define(EXCL, { store = store, workspace = rig.workspace.exclusive{ root = root } })
+    local s = assert(r:session())
+    local sid = s.id
+    turn(s, "first")
+    turn(s, "second")
+    local at = seqs_of(s, "TurnDone")[1]
+    -- another holder takes the root between the hand-over and the fork
+    local Session = require("rig.session").Session
+    local shutdown, thief = Session.shutdown, nil
+    Session.shutdown = function(S, ...)
+      local a, b, c = shutdown(S, ...)
+      thief = assert(rig.core.lease_acquire(store, "workspace-roots/" .. rig.core.sha256_hex(root)))
+      return a, b, c
+    end
+    local f, msg, code = s:fork{ at = at }
+    Session.shutdown = shutdown
+    expect(f).to_be(nil)
+    expect(code).to_be("lease_held")
+    expect(msg:find("(session " .. sid .. " was checkpointed and shut down first: r:restore('" .. sid ..
+      "') brings it back)", 1, true) ~= nil).to_be(true)
+    expect(s.closed).to_be(true)
+    thief:release()
+    local o = assert(r:restore(sid))
+    expect(#o:history()).to_be(8)
+    expect(read(root .. "/b.txt")).to_be("two")
+    o:shutdown()
+    os.execute("rm -rf '" .. d .. "'")
   end)
 
   it("restores a fork whose process was killed", function()

@@ -2,7 +2,11 @@
 # The REPL's :fork on a real terminal (tmux, 80 columns, as tests/repl/run.sh):
 # load a rig with a per_session workspace, run two turns, :fork at the
 # first turn's end, see the message and the family tree in :sessions, check
-# both histories and both workspaces, and that they diverge.
+# both histories and both workspaces, and that they diverge. Then the
+# quickstart's rig (an exclusive workspace root, 100 columns): a fix approved,
+# the workspace rewound, :fork at the fix's turn end hands the root to the
+# fork (the fix is back in it), :sessions shows the stopped origin and the
+# fork, and :attach ORIGIN hands it back (the rewound tree, the whole history).
 # Prints TAP lines "ok - repl fork ..." / "not ok - repl fork ...".
 cd "$(dirname "$0")/../.." || exit 1
 LUARIG=${LUARIG:-$PWD/build/luarig}
@@ -113,3 +117,61 @@ check ":fork past the tip says so" wait_for "at seq 100000: it is beyond the jou
 
 T send-keys C-d
 check "exits with status 0" wait_for '^EXIT=0$' 10
+T kill-server >/dev/null 2>&1
+
+QS_TMP="$tmp/qs"
+mkdir -p "$QS_TMP"
+GREET="$QS_TMP/luarig-quickstart/workspace/greet.sh"
+T new-session -d -x 100 -y 60 \
+	"TERM=screen NO_COLOR=1 TMPDIR='$QS_TMP' XDG_STATE_HOME='$tmp/xdg' '$LUARIG' repl scripts/quickstart.lua; echo \"EXIT=\$?\"; sleep 600"
+check "quickstart: repl scripts/quickstart.lua starts" wait_for '^r = rig.define\(workspace-assistant\)' 15
+check "quickstart: its workspace is exclusive" wait_for '^  workspace +rig\.workspace\.exclusive\('
+type_line 'o = r:session()'
+wait_for '^── attached to session' >/dev/null
+type_line ':checkpoint'
+wait_for '^checkpoint v1:sha256:' >/dev/null
+type_line 'o:submit(quickstart.task)'
+wait_for '^\? allow bash: run `sh test.sh`' 10 >/dev/null
+T send-keys y
+wait_for '^\? allow edit_file: edit greet\.sh' 10 >/dev/null
+T send-keys y
+wait_count '^\? allow bash: run `sh test.sh`' 2 10 >/dev/null
+T send-keys y
+wait_for '^── snapshot v1:sha256:[0-9a-f]+ \(turn_done\)$' 10 >/dev/null
+type_line ':rewind 1'
+wait_for '^rewound to v1:sha256:' >/dev/null
+check "quickstart: the rewound root has the bug again" grep -q 'Helo,' "$GREET"
+type_line 'for rec in o:journal() do if rec.type == "TurnDone" then print("QSDONE " .. rec.seq) end end; print("QSLEN " .. #o:history())'
+wait_for '^QSLEN [0-9]+$' >/dev/null
+qseq=$(screen | sed -n 's/^QSDONE \([0-9]*\)$/\1/p' | head -n 1)
+qlen=$(screen | sed -n 's/^QSLEN \([0-9]*\)$/\1/p' | head -n 1)
+oid=$(screen | sed -n 's/^── attached to session \([0-9a-f-]*\) .*/\1/p' | tail -n 1)
+short=$(echo "$oid" | cut -c1-8)
+
+type_line ":fork $qseq"
+check "quickstart: :fork SEQ forks the session" wait_for "^forked $oid at $qseq -> [0-9a-f-]{36}\$"
+check "quickstart: :fork says the origin was checkpointed and shut down, and how to get it back" \
+	wait_for "^exclusive workspace root: $short was checkpointed and shut down; :attach $short restores it\$"
+check "quickstart: the origin's handover checkpoint is shown" wait_for '^── snapshot v1:sha256:[0-9a-f]+ \(handover\)$'
+check "quickstart: the root holds the checkpoint at the cut (the fix)" grep -q 'Hello,' "$GREET"
+type_line '"QS " .. tostring(o.closed) .. " " .. tostring(s.forked_from.session == o.id) .. " " .. #s:history()'
+check "quickstart: the origin is shut down, s is the fork with the whole first turn" \
+	wait_for "^\"QS true true $qlen\"\$"
+type_line ':sessions'
+check "quickstart: :sessions shows the stopped origin" wait_for "^ $short-[0-9a-f]{4}… +The test in this .* stopped "
+check "quickstart: :sessions shows the fork under it" wait_for "^\\*└ [0-9a-f]{8}-[0-9a-f]{4}… @$qseq +The test .* idle "
+fid=$(screen | sed -n 's/^forked [0-9a-f-]* at [0-9]* -> \([0-9a-f-]*\)$/\1/p' | tail -n 1)
+fshort=$(echo "$fid" | cut -c1-8)
+
+type_line ":attach $short"
+check "quickstart: :attach ORIGIN hands the root back from the fork" \
+	wait_for "^exclusive workspace root: $fshort was checkpointed and shut down; :attach $fshort restores it\$"
+check "quickstart: :attach ORIGIN restores and attaches it" wait_count "^── attached to session $oid " 2
+check "quickstart: the origin's tree is back (rewound, the bug)" grep -q 'Helo,' "$GREET"
+type_line '"QS2 " .. tostring(s.id == o.id) .. " " .. #s:history()'
+check "quickstart: the restored origin has its whole history" wait_for "^\"QS2 true $qlen\"\$"
+type_line ':attach '"$fshort"
+check "quickstart: :attach FORK brings the fix back" wait_count "^── attached to session $fid " 2
+check "quickstart: the fork's tree is back" grep -q 'Hello,' "$GREET"
+T send-keys C-d
+check "quickstart: exits with status 0" wait_for '^EXIT=0$' 10
