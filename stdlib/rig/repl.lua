@@ -149,6 +149,9 @@ end
 
 -- The traceback without the REPL's own frames.
 local function handler(e)
+  if type(e) == "table" and type(rawget(e, "repl_plain")) == "string" then
+    return e.repl_plain -- a command's refusal: its message, no traceback
+  end
   if type(e) ~= "string" then
     if has_tostring(e) then
       local ok, s = pcall(tostring, e)

@@ -805,7 +805,17 @@ function M.command(line)
   if not f then
     return nil, "unknown command '" .. (line:match("^:%S*") or line) .. "' (:help lists them)"
   end
-  return function() return f(arg) end
+  -- A command's own refusal (raised at level 0: no "file:line:" in front) is
+  -- shown as its message alone; a bug in a command keeps its traceback, and a
+  -- cancellation passes through as it is.
+  return function()
+    local ok, e = pcall(f, arg)
+    if ok then return end
+    if type(e) == "string" and not e:find("^cancelled") and not e:find("^[^%s:]+:%d+: ") then
+      error({ repl_plain = e }, 0)
+    end
+    error(e, 0)
+  end
 end
 
 return M

@@ -114,6 +114,14 @@ check "a seq that ends no step is refused, naming it" \
 	wait_for "seq $started is a TurnStarted record, not the end of a step or turn"
 type_line ":fork 100000"
 check ":fork past the tip says so" wait_for "at seq 100000: it is beyond the journal's tip"
+type_line ':fork x'
+check "a command's refusal is its message alone, no traceback" \
+	wait_for '^error: usage: :fork \[SEQ\]'
+if screen | grep -q 'stack traceback'; then
+	echo "not ok - repl fork a refused command printed a stack traceback"
+else
+	pass "a refused command prints no stack traceback"
+fi
 
 T send-keys C-d
 check "exits with status 0" wait_for '^EXIT=0$' 10
