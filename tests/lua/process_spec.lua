@@ -401,7 +401,16 @@ end)
 
 describe("process hygiene", function()
   it("leaks no file descriptors", function()
-    local before = fd_count()
+    -- Earlier cases' children are reaped (their pidfds closed) when their
+    -- SIGKILL lands: let that settle first, or "before" counts their fds.
+    collectgarbage(); collectgarbage()
+    local before, settle = fd_count(), rig.now() + 10
+    repeat
+      rig.sleep(0.1)
+      local n = fd_count()
+      local stable = n == before
+      before = n
+    until stable or rig.now() > settle
     for _ = 1, 5 do
       assert(process.run{ argv = { "sh", "-c", "echo x; echo y >&2" }, stdin = "in" })
       local p = assert(process.spawn{ argv = { "cat" }, stdin = "pipe" })
