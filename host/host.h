@@ -228,6 +228,11 @@ int lr_session_subscribe(struct lr_session *s, const struct lr_session_filter *f
 int lr_session_sub_next(struct lr_session_sub *sub, struct lr_session_event **ev,
 			uint64_t *catch_up);
 uint64_t lr_session_sub_dropped(const struct lr_session_sub *sub);
+/*
+ * 1 while the session has emissions queued or in flight, so more events may
+ * be delivered soon (a writer may wait a little to send them together).
+ */
+int lr_session_sub_more(const struct lr_session_sub *sub);
 /* Ends the subscription (later next: LR_ECLOSED after the buffer). */
 void lr_session_sub_end(struct lr_session_sub *sub);
 /* Frees; accepts NULL. */
@@ -494,6 +499,11 @@ int lr_httpd_req_start(struct lr_httpd_req *r, int status);
 int lr_httpd_req_write(struct lr_httpd_req *r, const void *p, size_t n);
 /* Stages bytes for the next write (one chunk from several pieces, one copy). */
 int lr_httpd_req_append(struct lr_httpd_req *r, const void *p, size_t n);
+/*
+ * Sends what was staged as one chunk, like write(r, NULL, 0), straight to
+ * the socket when nothing is queued (the rest queued as usual).
+ */
+int lr_httpd_req_send(struct lr_httpd_req *r);
 int lr_httpd_req_finish(struct lr_httpd_req *r);
 /* Drops the connection at once (no on_close: the caller knows). */
 void lr_httpd_req_abort(struct lr_httpd_req *r);
@@ -528,7 +538,9 @@ void lr_httpd_req_free(struct lr_httpd_req *r);
  * (a data line per line of JSON, as rig.http's res:event frames them) and
  * ": ping\n\n" after heartbeat seconds with nothing sent. Enduring events
  * with seq <= last are skipped (sent already by a replay of the journal).
- * Events buffered in one loop round go out as one chunk. Above high bytes
+ * Frames are gathered per connection and sent one chunk per loop round (held
+ * up to 2 ms while the session has more emissions on the way, so a turn's
+ * burst costs one send per connection). Above high bytes
  * queued on the connection it stops taking events (the subscription's
  * buffer holds them, and overflows for a client too slow) until the queue
  * drains to low.
@@ -562,8 +574,6 @@ void lr_session_pipe_notify(struct lr_session_pipe *p);
 void lr_session_pipe_drained(struct lr_session_pipe *p);
 /* The highest enduring seq sent or skipped (the config's last at first). */
 uint64_t lr_session_pipe_last(const struct lr_session_pipe *p);
-/* Frames sent (pings not counted). */
-uint64_t lr_session_pipe_frames(const struct lr_session_pipe *p);
 /* Stops and frees; accepts NULL. */
 void lr_session_pipe_free(struct lr_session_pipe *p);
 

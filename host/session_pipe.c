@@ -5,10 +5,19 @@
  * Why: an SSE stream used to be a Lua task woken per event to format and
  * write the frame, ~12 us of CPU per frame and subscriber; a turn's frames
  * to 1,000 subscribers serialized into ~80 ms. Here the subscription's
- * notify (forwarded by the owner) pulls every buffered event, formats the
- * frames into the request's staging buffer and sends them as one chunk, so
- * events that arrive in one loop round cost one chunk per connection and
- * libevent writes them in one send.
+ * notify (forwarded by the owner) pulls every buffered event and formats
+ * the frames into the request's staging buffer; the pipe then joins the
+ * flush queue, and a deferred call sends each queued pipe's staged bytes as
+ * one chunk (lr_httpd_req_send: straight to the socket when nothing is
+ * queued on it), up to FLUSH_SLICE pipes per loop round. The queue is
+ * process-wide (one loop).
+ *
+ * Sends, not formatting, are what a fan-out to 1,000 connections spends its
+ * time on (the loopback send includes the receiver's TCP work), so frames
+ * are gathered: while the session still has emissions queued or in flight
+ * (lr_session_sub_more: the rest of a burst, a fraction of a millisecond
+ * away) a pipe holds its staged bytes, at most HOLD_S, and the burst goes
+ * out in one send per connection.
  *
  * The pipe ends once, with done(arg, why): the subscription overflowed
  * (the owner catches up from the journal after lr_session_pipe_last and
@@ -24,7 +33,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Pipes handed to the socket per loop round. */
+#define FLUSH_SLICE 1024
+
 struct lr_session_pipe {
+	struct lr_session_pipe *qnext, *qprev; /* the flush queue or the held list */
+	int queued, held;
+	size_t staged;             /* bytes in the request's staging buffer */
 	struct lr_session_sub *sub;
 	struct lr_httpd_req *r;
 	struct lr_loop *loop;
@@ -34,12 +49,94 @@ struct lr_session_pipe {
 	double last_write;         /* lr_loop_now of the last bytes sent */
 	size_t high, low;
 	uint64_t last;             /* the highest enduring seq sent or skipped */
-	uint64_t frames;
 	int paused;                /* waiting for the output to drain */
 	int why;                   /* 0 while running, then an LR_SPIPE_* */
 	void (*done)(void *arg, int why);
 	void *arg;
 };
+
+/* The flush queue; its defer exists while pipes do. */
+struct plist {
+	struct lr_session_pipe *head, *tail;
+};
+
+static struct {
+	struct lr_loop *loop;
+	struct lr_defer defer;
+	struct lr_timer hold;  /* ends the holds of the held list */
+	struct plist queue;    /* staged, to send */
+	struct plist held;     /* staged, waiting a little for more */
+	size_t pipes;
+} fq;
+
+static void plist_remove(struct plist *l, struct lr_session_pipe *p)
+{
+	if (p->qprev)
+		p->qprev->qnext = p->qnext;
+	else
+		l->head = p->qnext;
+	if (p->qnext)
+		p->qnext->qprev = p->qprev;
+	else
+		l->tail = p->qprev;
+	p->qnext = p->qprev = NULL;
+}
+
+static void plist_append(struct plist *l, struct lr_session_pipe *p)
+{
+	p->qprev = l->tail;
+	p->qnext = NULL;
+	if (l->tail)
+		l->tail->qnext = p;
+	else
+		l->head = p;
+	l->tail = p;
+}
+
+static void queue_remove(struct lr_session_pipe *p)
+{
+	if (p->queued)
+		plist_remove(&fq.queue, p);
+	else if (p->held)
+		plist_remove(&fq.held, p);
+	p->queued = p->held = 0;
+}
+
+static void queue_add(struct lr_session_pipe *p)
+{
+	if (p->queued)
+		return;
+	queue_remove(p);
+	plist_append(&fq.queue, p);
+	p->queued = 1;
+	lr_defer_schedule(&fq.defer);
+}
+
+/*
+ * The session has more emissions on the way (its next append completes in
+ * a fraction of a millisecond): hold the staged bytes for them, so the burst
+ * of a turn costs one send per connection, not one per event. HOLD_S caps
+ * the wait.
+ */
+#define HOLD_S 0.002
+
+static void hold(struct lr_session_pipe *p)
+{
+	if (p->queued || p->held)
+		return;
+	plist_append(&fq.held, p);
+	p->held = 1;
+	if (!lr_timer_pending(&fq.hold))
+		lr_timer_start(&fq.hold, HOLD_S);
+}
+
+static void on_hold(struct lr_timer *t, void *arg)
+{
+	(void)t;
+	(void)arg;
+	while (fq.held.head)
+		queue_add(fq.held.head);
+}
 
 static void pipe_end(struct lr_session_pipe *p, int why)
 {
@@ -106,15 +203,36 @@ static ssize_t stage_event(struct lr_session_pipe *p, const struct lr_session_ev
 }
 
 /* Sends what was staged as one chunk; 0, or the reason to end. */
-static int flush(struct lr_session_pipe *p, size_t staged)
+static int flush(struct lr_session_pipe *p)
 {
-	if (!staged)
+	queue_remove(p);
+	if (!p->staged)
 		return 0;
-	int rc = lr_httpd_req_write(p->r, NULL, 0);
+	p->staged = 0;
+	int rc = lr_httpd_req_send(p->r);
 	if (rc)
 		return rc == -ENOMEM ? LR_SPIPE_NOMEM : LR_SPIPE_GONE;
 	p->last_write = lr_loop_now(p->loop);
 	return 0;
+}
+
+static void flush_queue(void)
+{
+	for (int n = 0; fq.queue.head && n < FLUSH_SLICE; n++) {
+		struct lr_session_pipe *p = fq.queue.head;
+		int why = flush(p);
+		if (why)
+			pipe_end(p, why);
+	}
+	if (fq.queue.head)
+		lr_defer_schedule(&fq.defer);
+}
+
+static void on_flush(struct lr_defer *d, void *arg)
+{
+	(void)d;
+	(void)arg;
+	flush_queue();
 }
 
 /*
@@ -124,17 +242,15 @@ static int flush(struct lr_session_pipe *p, size_t staged)
  */
 static void pump(struct lr_session_pipe *p)
 {
-	size_t staged = 0;
 	int why = 0;
 	while (!p->why && !p->paused) {
 		if (lr_httpd_req_closed(p->r)) {
 			why = LR_SPIPE_GONE;
 			break;
 		}
-		if (lr_httpd_req_buffered(p->r) + staged > p->high) {
-			if ((why = flush(p, staged)))
+		if (lr_httpd_req_buffered(p->r) + p->staged > p->high) {
+			if ((why = flush(p)))
 				break;
-			staged = 0;
 			int rc = lr_httpd_req_notify_drain(p->r, p->low);
 			if (rc == 0) {
 				p->paused = 1;
@@ -166,12 +282,14 @@ static void pump(struct lr_session_pipe *p)
 			why = LR_SPIPE_NOMEM;
 			break;
 		}
-		staged += (size_t)n;
-		p->frames++;
+		p->staged += (size_t)n;
 	}
-	int rc = flush(p, staged);
-	if (!why)
-		why = rc;
+	if (p->staged) {
+		if (!why && lr_session_sub_more(p->sub))
+			hold(p);
+		else
+			queue_add(p);
+	}
 	if (why)
 		pipe_end(p, why);
 }
@@ -196,9 +314,22 @@ static void on_beat(struct lr_timer *t, void *arg)
 	lr_timer_start(&p->beat, p->heartbeat);
 	if (p->paused) /* bytes are queued already: a ping would only add to them */
 		return;
-	int why = lr_httpd_req_append(p->r, ": ping\n\n", 8) ? LR_SPIPE_NOMEM : flush(p, 8);
-	if (why)
-		pipe_end(p, why);
+	if (lr_httpd_req_append(p->r, ": ping\n\n", 8)) {
+		pipe_end(p, LR_SPIPE_NOMEM);
+		return;
+	}
+	p->staged += 8;
+	p->last_write = lr_loop_now(p->loop); /* it goes out with the next flush */
+	queue_add(p);
+}
+
+static void fq_unref(void)
+{
+	if (--fq.pipes == 0) {
+		lr_defer_release(&fq.defer);
+		lr_timer_release(&fq.hold);
+		fq.loop = NULL;
+	}
 }
 
 int lr_session_pipe_new(struct lr_loop *loop, struct lr_session_sub *sub,
@@ -206,16 +337,26 @@ int lr_session_pipe_new(struct lr_loop *loop, struct lr_session_sub *sub,
 			struct lr_session_pipe **out)
 {
 	*out = NULL;
-	struct lr_session_pipe *p = calloc(1, sizeof *p);
-	if (!p)
+	if (fq.pipes && fq.loop != loop)
+		return -EINVAL; /* NEVER: one loop per process */
+	if (!fq.pipes && lr_defer_init(loop, &fq.defer, on_flush, NULL))
 		return -ENOMEM;
-	if (lr_defer_init(loop, &p->defer, on_defer, p)) {
+	if (!fq.pipes && lr_timer_init(loop, &fq.hold, on_hold, NULL)) {
+		lr_defer_release(&fq.defer);
+		return -ENOMEM;
+	}
+	fq.loop = loop;
+	fq.pipes++;
+	struct lr_session_pipe *p = calloc(1, sizeof *p);
+	if (!p || lr_defer_init(loop, &p->defer, on_defer, p)) {
 		free(p);
+		fq_unref();
 		return -ENOMEM;
 	}
 	if (lr_timer_init(loop, &p->beat, on_beat, p)) {
 		lr_defer_release(&p->defer);
 		free(p);
+		fq_unref();
 		return -ENOMEM;
 	}
 	p->sub = sub;
@@ -257,18 +398,15 @@ uint64_t lr_session_pipe_last(const struct lr_session_pipe *p)
 	return p->last;
 }
 
-uint64_t lr_session_pipe_frames(const struct lr_session_pipe *p)
-{
-	return p->frames;
-}
-
 void lr_session_pipe_free(struct lr_session_pipe *p)
 {
 	if (!p)
 		return;
 	if (p->paused)
 		lr_httpd_req_cancel_drain(p->r);
+	flush(p); /* what was staged goes out before anything the owner writes next */
 	lr_timer_release(&p->beat);
 	lr_defer_release(&p->defer);
 	free(p);
+	fq_unref();
 }

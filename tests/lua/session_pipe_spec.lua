@@ -6,10 +6,11 @@ local function ev(t, extra)
   return '{"v":1,"type":"' .. t .. '"' .. (extra or "") .. "}"
 end
 
-local function curl(url, max_time)
+local function curl(url, max_time, extra)
   return rig.spawn(function()
-    return assert(rig.process.run{ argv = { "curl", "-s", "-N", "--max-time", tostring(max_time or 10),
-      url }, timeout = 20 })
+    local argv = { "curl", "-s", "-N", "--max-time", tostring(max_time or 10), url }
+    if extra then table.insert(argv, 2, extra) end
+    return assert(rig.process.run{ argv = argv, timeout = 20, output_limit = 16 << 20 })
   end)
 end
 
@@ -60,6 +61,28 @@ describe("rig.session sub:pipe", function()
     wait_for(function() return st.ended end)
     expect(st.why).to_be("closed")
     expect(st.last).to_be(4)
+    s:close()
+  end)
+
+  it("frames without chunks for an HTTP/1.0 client, and a frame bigger than a send", function()
+    local s = assert(core.session_open(core.store_memory()))
+    local big = ev("Big", ',"x":"' .. string.rep("y", 3 << 20) .. '"')
+    local st = {}
+    local srv <close> = serve(s, {}, st)
+    local client = curl(srv.url .. "/e", 10, "--http1.0")
+    wait_for(function() return st.sub end)
+    rig.sleep(0.05)
+    assert(s:emit(ev("A"), { type = "A", enduring = true }))
+    assert(s:emit(big, { type = "Big" }))
+    assert(s:emit(ev("B"), { type = "B", enduring = true }))
+    rig.sleep(0.2)
+    st.sub:close()
+    local out = client:wait(20).stdout
+    local want = "event: enduring\nid: 2\ndata: " .. ev("A") .. "\n\n" ..
+      "event: ephemeral\ndata: " .. big .. "\n\n" ..
+      "event: enduring\nid: 3\ndata: " .. ev("B") .. "\n\n"
+    expect(#out).to_be(#want)
+    expect(out == want).to_be(true)
     s:close()
   end)
 
