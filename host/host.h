@@ -228,6 +228,11 @@ int lr_session_subscribe(struct lr_session *s, const struct lr_session_filter *f
 int lr_session_sub_next(struct lr_session_sub *sub, struct lr_session_event **ev,
 			uint64_t *catch_up);
 uint64_t lr_session_sub_dropped(const struct lr_session_sub *sub);
+/*
+ * 1 while the session has emissions queued or in flight, so more events may
+ * be delivered soon (a writer may wait a little to send them together).
+ */
+int lr_session_sub_more(const struct lr_session_sub *sub);
 /* Ends the subscription (later next: LR_ECLOSED after the buffer). */
 void lr_session_sub_end(struct lr_session_sub *sub);
 /* Frees; accepts NULL. */
@@ -496,6 +501,11 @@ int lr_httpd_req_start(struct lr_httpd_req *r, int status);
 int lr_httpd_req_write(struct lr_httpd_req *r, const void *p, size_t n);
 /* Stages bytes for the next write (one chunk from several pieces, one copy). */
 int lr_httpd_req_append(struct lr_httpd_req *r, const void *p, size_t n);
+/*
+ * Sends what was staged as one chunk, like write(r, NULL, 0), straight to
+ * the socket when nothing is queued (the rest queued as usual).
+ */
+int lr_httpd_req_send(struct lr_httpd_req *r);
 int lr_httpd_req_finish(struct lr_httpd_req *r);
 /* Drops the connection at once (no on_close: the caller knows). */
 void lr_httpd_req_abort(struct lr_httpd_req *r);
@@ -519,6 +529,55 @@ void lr_httpd_req_cancel_drain(struct lr_httpd_req *r);
  * keeps sending in the background and is freed when done. NULL is fine.
  */
 void lr_httpd_req_free(struct lr_httpd_req *r);
+
+/* ---- session pipes (host/session_pipe.c) ---- */
+
+/*
+ * A pipe forwards a session subscription's events to a started, streamed
+ * HTTP response as server-sent events, in C (rig.serve's live SSE):
+ *   enduring:  "event: enduring\nid: SEQ\ndata: JSON\n\n"
+ *   ephemeral: "event: ephemeral\ndata: JSON\n\n"
+ * (a data line per line of JSON, as rig.http's res:event frames them) and
+ * ": ping\n\n" after heartbeat seconds with nothing sent. Enduring events
+ * with seq <= last are skipped (sent already by a replay of the journal).
+ * Frames are gathered per connection and sent one chunk per loop round (held
+ * up to 2 ms while the session has more emissions on the way, so a turn's
+ * burst costs one send per connection). Above high bytes
+ * queued on the connection it stops taking events (the subscription's
+ * buffer holds them, and overflows for a client too slow) until the queue
+ * drains to low.
+ *
+ * The owner keeps sub and r alive while the pipe lives, forwards the
+ * subscription's notify to lr_session_pipe_notify and the request's on_drain
+ * to lr_session_pipe_drained. done(arg, why) runs once, on the loop, when
+ * the pipe ends (never inside new or free; it may run inside notify); the
+ * pipe sends nothing afterwards. lr_session_pipe_last is then where a
+ * journal catch-up resumes. free stops a pipe at any time (done not called).
+ */
+struct lr_session_pipe;
+enum {
+	LR_SPIPE_OVERFLOW = 1, /* an enduring event did not fit the subscription */
+	LR_SPIPE_CLOSED,       /* the subscription ended (closed, session closing) */
+	LR_SPIPE_GONE,         /* the client is gone or the response ended */
+	LR_SPIPE_NOMEM,
+};
+struct lr_session_pipe_config {
+	uint64_t last;          /* enduring seqs <= last are not sent */
+	double heartbeat;       /* seconds; <= 0: no pings */
+	size_t high, low;       /* output marks; 0: 1 MiB and 256 KiB (rig.http's) */
+	void (*done)(void *arg, int why);
+	void *arg;
+};
+/* 0 and *out, or -ENOMEM (done is then never called). */
+int lr_session_pipe_new(struct lr_loop *loop, struct lr_session_sub *sub,
+			struct lr_httpd_req *r, const struct lr_session_pipe_config *c,
+			struct lr_session_pipe **out);
+void lr_session_pipe_notify(struct lr_session_pipe *p);
+void lr_session_pipe_drained(struct lr_session_pipe *p);
+/* The highest enduring seq sent or skipped (the config's last at first). */
+uint64_t lr_session_pipe_last(const struct lr_session_pipe *p);
+/* Stops and frees; accepts NULL. */
+void lr_session_pipe_free(struct lr_session_pipe *p);
 
 
 /* ---- processes (host/proc.c) ---- */

@@ -71,7 +71,7 @@ struct lr_httpd_req {
 	void *arg;
 	const char *method;
 	char remote[INET6_ADDRSTRLEN + 16];
-	unsigned closed : 1, started : 1, finished : 1, freed : 1, aborting : 1;
+	unsigned closed : 1, started : 1, finished : 1, freed : 1, aborting : 1, chunked : 1;
 	struct lr_httpd_req *next, *prev;
 };
 
@@ -446,6 +446,10 @@ int lr_httpd_req_start(struct lr_httpd_req *r, int status)
 	peek_stop(r);
 	r->started = 1;
 	evhttp_send_reply_start(r->req, status, NULL);
+	/* evhttp chose chunked framing (HTTP/1.1, no Content-Length): lr_httpd_req_send frames itself */
+	const char *te = evhttp_find_header(evhttp_request_get_output_headers(r->req),
+					    "Transfer-Encoding");
+	r->chunked = te && evutil_ascii_strcasecmp(te, "chunked") == 0;
 	/*
 	 * A stream may be quiet for long and its client sends nothing: keep
 	 * only the write timeout (a reader that stops reading is dropped).
@@ -477,6 +481,42 @@ int lr_httpd_req_write(struct lr_httpd_req *r, const void *p, size_t n)
 		return 0;
 	evhttp_send_reply_chunk(r->req, r->chunk); /* moves the bytes, no copy */
 	evbuffer_drain(r->chunk, evbuffer_get_length(r->chunk));
+	return 0;
+}
+
+/*
+ * Like lr_httpd_req_write(r, NULL, 0), but when nothing is queued on the
+ * connection the chunk goes to the socket at once (one writev), and only
+ * what the socket did not take is queued for libevent to finish. A fan-out
+ * to many connections then costs one system call per connection instead of
+ * three (arming and disarming the write event around the send).
+ */
+int lr_httpd_req_send(struct lr_httpd_req *r)
+{
+	int rc = req_check_open(r);
+	if (rc || !r->started || r->finished || strcmp(r->method, "HEAD") == 0)
+		return lr_httpd_req_write(r, NULL, 0);
+	size_t n = evbuffer_get_length(r->chunk);
+	if (n == 0)
+		return 0;
+	struct bufferevent *bev = evhttp_connection_get_bufferevent(r->evcon);
+	if (evbuffer_get_length(bufferevent_get_output(bev)) != 0)
+		return lr_httpd_req_write(r, NULL, 0);
+	if (r->chunked) {
+		char head[24];
+		int hl = snprintf(head, sizeof head, "%zx\r\n", n);
+		if (evbuffer_prepend(r->chunk, head, (size_t)hl) != 0 ||
+		    evbuffer_add(r->chunk, "\r\n", 2) != 0) {
+			evbuffer_drain(r->chunk, evbuffer_get_length(r->chunk));
+			return -ENOMEM;
+		}
+	}
+	/* An error leaves the bytes queued: libevent's own write meets it and closes. */
+	evbuffer_write(r->chunk, bufferevent_getfd(bev));
+	if (evbuffer_get_length(r->chunk) != 0 && bufferevent_write_buffer(bev, r->chunk) != 0) {
+		evbuffer_drain(r->chunk, evbuffer_get_length(r->chunk));
+		return -ENOMEM;
+	}
 	return 0;
 }
 

@@ -338,6 +338,11 @@ int lr_session_sub_next(struct lr_session_sub *sub, struct lr_session_event **ev
 	return sub->ended;
 }
 
+int lr_session_sub_more(const struct lr_session_sub *sub)
+{
+	return sub->s && sub->s->qhead;
+}
+
 uint64_t lr_session_sub_dropped(const struct lr_session_sub *sub)
 {
 	return sub->dropped;

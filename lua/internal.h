@@ -247,5 +247,15 @@ int lr_sandbox_run_cli(int argc, char **argv);
  */
 int lr__server_take_signal(int signo);
 int lr__server_graceful(void);
+/*
+ * server.c, for a C writer of a streamed response (rig.session's sub:pipe):
+ * the request behind the response userdata at idx, which must be started and
+ * not finished (raises naming fn otherwise), and in *res a handle for
+ * lr__server_hook. While a hook is set the request's drain notifications
+ * go to drained(arg) and res:write/event/comment raise; NULL unhooks. The
+ * caller keeps the userdata anchored while hooked.
+ */
+struct lr_httpd_req *lr__server_stream(lua_State *L, int idx, const char *fn, void **res);
+void lr__server_hook(void *res, void (*drained)(void *arg), void *arg);
 
 #endif

@@ -42,6 +42,8 @@ struct res {
 	struct lr_wait wait;    /* a write waiting for the output to drain */
 	int waiting;
 	int started, finished;
+	void (*hook)(void *arg); /* a C writer's drain notification (lr__server_hook) */
+	void *hook_arg;
 };
 
 /* Server. */
@@ -111,7 +113,11 @@ static void res_on_close(struct lr_httpd_req *r, void *arg)
 static void res_on_drain(struct lr_httpd_req *r, void *arg)
 {
 	(void)r;
-	lr_sched_wake(&((struct res *)arg)->wait);
+	struct res *x = arg;
+	if (x->hook)
+		x->hook(x->hook_arg);
+	else
+		lr_sched_wake(&x->wait);
 }
 
 static void push_lower(lua_State *L, const char *s)
@@ -263,6 +269,37 @@ static struct res *check_res(lua_State *L)
 	return x;
 }
 
+/* A response Lua may write to: none while a C writer owns its stream. */
+static struct res *check_writer(lua_State *L)
+{
+	struct res *x = check_res(L);
+	if (x->hook)
+		luaL_error(L, "rig.http: another task is writing to this response");
+	return x;
+}
+
+struct lr_httpd_req *lr__server_stream(lua_State *L, int idx, const char *fn, void **res)
+{
+	struct res *x = luaL_testudata(L, idx, RES_MT);
+	if (!x)
+		luaL_typeerror(L, idx, "http response");
+	if (!x->r)
+		luaL_error(L, "attempt to use a released response");
+	if (!x->started || x->finished)
+		luaL_error(L, "%s: the response must be a started stream", fn);
+	if (x->waiting || x->hook)
+		luaL_error(L, "rig.http: another task is writing to this response");
+	*res = x;
+	return x->r;
+}
+
+void lr__server_hook(void *res, void (*drained)(void *arg), void *arg)
+{
+	struct res *x = res;
+	x->hook = drained;
+	x->hook_arg = arg;
+}
+
 static int push_closed(lua_State *L)
 {
 	return lr_pushfail(L, LR_ECLOSED, "closed");
@@ -401,7 +438,7 @@ static int send_chunk(lua_State *L, struct res *x, const char *p, size_t n)
 /* res:write(data) -> true | nil, "closed", "closed" */
 static int res_write(lua_State *L)
 {
-	struct res *x = check_res(L);
+	struct res *x = check_writer(L);
 	size_t n;
 	const char *p = luaL_checklstring(L, 2, &n);
 	if (x->waiting)
@@ -477,7 +514,7 @@ static const char *sse_field(lua_State *L, int t, const char *key, size_t *len)
 /* res:event{event=, data=, id=, retry=} -> true | nil, "closed", "closed" */
 static int res_event(lua_State *L)
 {
-	struct res *x = check_res(L);
+	struct res *x = check_writer(L);
 	luaL_checktype(L, 2, LUA_TTABLE);
 	lua_pushnil(L);
 	while (lua_next(L, 2)) {
@@ -532,7 +569,7 @@ static int res_event(lua_State *L)
 /* res:comment(text) -> ": text\n\n" */
 static int res_comment(lua_State *L)
 {
-	struct res *x = check_res(L);
+	struct res *x = check_writer(L);
 	size_t n;
 	const char *s = luaL_optlstring(L, 2, "", &n);
 	if (x->started && !x->finished && !lr_httpd_req_closed(x->r)) {

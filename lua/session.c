@@ -27,6 +27,7 @@
 #define NEXTOP_MT "rig.op.session_next"
 #define CLOSEOP_MT "rig.op.session_close"
 #define READOP_MT "rig.op.session_read"
+#define PIPEOP_MT "rig.op.session_pipe"
 
 struct sess {
 	struct lr_session *s; /* NULL once closed */
@@ -36,9 +37,12 @@ struct sess {
 	int close_done;
 };
 
+struct pipeop;
+
 struct subud {
 	struct lr_session_sub *sub; /* NULL once closed */
 	struct lr_wait *waiter;
+	struct pipeop *pipe;        /* sub:pipe in progress: events go to C */
 };
 
 static struct sess *check_sess(lua_State *L, int idx)
@@ -383,9 +387,22 @@ static int sess_emit(lua_State *L)
 
 /* ---- subscriptions ---- */
 
+struct pipeop {
+	struct lr_wait wait;
+	struct subud *su;           /* NULL once the pipe is over */
+	void *res;                  /* the response (lr__server_hook) */
+	struct lr_session_pipe *p;
+	int why;
+	uint64_t last;
+};
+
 static void sub_notify(void *arg)
 {
 	struct subud *su = arg;
+	if (su->pipe) {
+		lr_session_pipe_notify(su->pipe->p);
+		return;
+	}
 	if (su->waiter) {
 		struct lr_wait *w = su->waiter;
 		su->waiter = NULL;
@@ -586,15 +603,137 @@ static int sub_dropped(lua_State *L)
 	return 1;
 }
 
+static void pipe_release(struct pipeop *op);
+static void pipe_done(void *arg, int why);
+
 static int sub_close(lua_State *L)
 {
 	struct subud *su = luaL_checkudata(L, 1, SUB_MT);
+	if (su->pipe) { /* a task piping this subscription ends with "closed" */
+		struct pipeop *op = su->pipe;
+		int ended = op->why != 0; /* its wake is on the way */
+		pipe_release(op);
+		if (!ended)
+			pipe_done(op, LR_SPIPE_CLOSED);
+	}
 	if (su->sub) {
 		lr_session_sub_free(su->sub);
 		su->sub = NULL;
 	}
 	sub_notify(su); /* a task waiting in next() sees "closed" */
 	return 0;
+}
+
+/* ---- sub:pipe: the live part of an SSE stream, in C (host/session_pipe.c) ---- */
+
+/* Ends the pipe (C side): unhooks the response and the subscription. */
+static void pipe_release(struct pipeop *op)
+{
+	if (!op->su)
+		return;
+	op->last = lr_session_pipe_last(op->p);
+	lr_session_pipe_free(op->p);
+	op->p = NULL;
+	lr__server_hook(op->res, NULL, NULL);
+	op->su->pipe = NULL;
+	op->su = NULL;
+}
+
+static void pipe_done(void *arg, int why)
+{
+	struct pipeop *op = arg;
+	op->why = why;
+	lr_sched_wake(&op->wait);
+}
+
+static void pipe_drained(void *arg)
+{
+	struct pipeop *op = arg;
+	lr_session_pipe_drained(op->p);
+}
+
+static void pipe_cancel(struct lr_wait *w)
+{
+	pipe_release((struct pipeop *)w);
+}
+
+static int pipeop_gc(lua_State *L)
+{
+	pipe_release(lua_touserdata(L, 1));
+	return 0;
+}
+
+static int pipe_k(lua_State *L, int status, lua_KContext ctx)
+{
+	(void)status;
+	struct pipeop *op = (struct pipeop *)ctx;
+	pipe_release(op);
+	lr_sched_resumed(L, &op->wait);
+	switch (op->why) {
+	case LR_SPIPE_OVERFLOW: lua_pushliteral(L, "overflow"); break;
+	case LR_SPIPE_CLOSED: lua_pushliteral(L, "closed"); break;
+	case LR_SPIPE_GONE: lua_pushliteral(L, "gone"); break;
+	default: return luaL_error(L, "out of memory");
+	}
+	lua_pushinteger(L, (lua_Integer)op->last);
+	return 2;
+}
+
+static const char *const pipe_fields[] = { "last", "heartbeat", NULL };
+
+/*
+ * sub:pipe(res, { last = 0, heartbeat = 20 }) -> why, last
+ * Forwards the subscription's events to the started SSE response res in C
+ * until the subscription overflows ("overflow": catch up from the journal
+ * after last, then pipe again), ends ("closed": the session is closing or
+ * sub:close() was called) or the client leaves ("gone"). last: the highest
+ * enduring seq sent or skipped; enduring events at or below opts.last are
+ * not sent.
+ */
+static int sub_pipe(lua_State *L)
+{
+	const char *fn = "rig.session.sub.pipe";
+	struct subud *su = check_sub(L, 1);
+	void *res;
+	struct lr_httpd_req *r = lr__server_stream(L, 2, fn, &res);
+	if (lua_isnoneornil(L, 3))
+		lua_newtable(L);
+	else
+		luaL_checktype(L, 3, LUA_TTABLE);
+	lua_settop(L, 3);
+	check_fields(L, 3, fn, pipe_fields);
+	struct lr_session_pipe_config c = { 0 };
+	if (opt_field(L, 3, fn, "last", LUA_TNUMBER)) {
+		if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0)
+			return luaL_error(L, "%s: option 'last' must be a non-negative integer", fn);
+		c.last = (uint64_t)lua_tointeger(L, -1);
+		lua_pop(L, 1);
+	}
+	c.heartbeat = 20;
+	if (opt_field(L, 3, fn, "heartbeat", LUA_TNUMBER)) {
+		c.heartbeat = lua_tonumber(L, -1);
+		if (!(c.heartbeat > 0))
+			return luaL_error(L, "%s: option 'heartbeat' must be a positive number", fn);
+		lua_pop(L, 1);
+	}
+	lr_sched_enter(L);
+	if (su->waiter || su->pipe)
+		return luaL_error(L, "%s: another task is waiting on this subscription", fn);
+	struct pipeop *op = lua_newuserdatauv(L, sizeof *op, 0);
+	memset(op, 0, sizeof *op);
+	luaL_setmetatable(L, PIPEOP_MT);
+	c.done = pipe_done;
+	c.arg = op;
+	int rc = lr_session_pipe_new(lr_state_of(L)->loop, su->sub, r, &c, &op->p);
+	if (rc)
+		return luaL_error(L, "out of memory");
+	op->su = su;
+	op->res = res;
+	op->last = c.last;
+	op->wait.cancel = pipe_cancel;
+	su->pipe = op;
+	lr__server_hook(res, pipe_drained, op);
+	return lr_sched_await(L, &op->wait, (lua_KContext)op, pipe_k);
 }
 
 /* ---- catalog ---- */
@@ -1153,6 +1292,7 @@ void lr__session_open(lua_State *L)
 	gc_only(L, SOPEN_MT, openud_gc);
 	gc_only(L, EMITOP_MT, emitop_gc);
 	gc_only(L, NEXTOP_MT, nextop_gc);
+	gc_only(L, PIPEOP_MT, pipeop_gc);
 	gc_only(L, CLOSEOP_MT, noop_gc);
 	gc_only(L, READOP_MT, readud_gc);
 
@@ -1181,6 +1321,7 @@ void lr__session_open(lua_State *L)
 	static const luaL_Reg sub_methods[] = {
 		{ "next", sub_next },
 		{ "dropped", sub_dropped },
+		{ "pipe", sub_pipe },
 		{ "close", sub_close },
 		{ NULL, NULL },
 	};

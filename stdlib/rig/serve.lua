@@ -10,6 +10,8 @@
 --     max_headers = 64 << 10,           -- request line + headers cap
 --     max_connections = 1024,           -- requests in hand at once (SSE streams count): 503 above
 --     heartbeat = 20,                   -- seconds between SSE ": ping" comments
+--     sse_buffer = 1024,                -- events a stream holds for a client behind; then
+--                                       -- it catches up from the journal
 --     drain_timeout = 10,               -- graceful shutdown: how long requests may finish
 --   }
 --   srv.url, srv.port; srv:run() waits for SIGINT/SIGTERM, then srv:shutdown():
@@ -64,10 +66,9 @@ M.ERRORS = ERRORS
 
 local KNOWN = { rig = true, listen = true, auth = true, insecure_public_bind = true,
                 max_body = true, max_headers = true, max_connections = true, heartbeat = true,
-                drain_timeout = true }
+                drain_timeout = true, sse_buffer = true }
 
 local IDEM_TTL, IDEM_MAX = 24 * 3600, 10000
-local SSE_BUFFER = 1024
 local METRICS_BUFFER = 4096
 -- TurnFailed codes the runner makes itself; any other code came from the model
 local RUNNER_CODES = { limit = true, invalid_output = true, internal = true,
@@ -171,6 +172,8 @@ function M.serve(opts)
   local max_body = int_opt("max_body", 1 << 20, 0)
   local max_headers = int_opt("max_headers", 64 << 10, 1024)
   local max_conns = int_opt("max_connections", 1024, 1)
+  local SSE_BUFFER = int_opt("sse_buffer", 1024, 1)
+  if SSE_BUFFER > 1 << 24 then fail("option 'sse_buffer' must be an integer 1..16777216") end
   local heartbeat = opts.heartbeat or 20
   if type(heartbeat) ~= "number" or heartbeat <= 0 then fail("option 'heartbeat' must be a positive number") end
   local drain_timeout = opts.drain_timeout or 10
@@ -190,7 +193,7 @@ function M.serve(opts)
   -- ---- metrics: counted from the enduring events of the live sessions ----
 
   local m = { turns = { done = 0, failed = 0, interrupted = 0 }, tool_calls = 0, gates = {},
-              tokens = { input = 0, output = 0 }, model_errors = {}, appends = 0 }
+              tokens = { input = 0, output = 0 }, model_errors = {}, appends = 0, catch_ups = 0 }
   local watchers = {}    -- watcher -> true; watcher.sub is closed to end it
 
   local function bump(t, k, n) t[k] = (t[k] or 0) + (n or 1) end
@@ -591,30 +594,19 @@ function M.serve(opts)
     elseif not replay(res, st, s.id) then
       return finish()
     end
-    local c = st.sub.c
+    -- live: C forwards the events (sub:pipe, host/session_pipe.c) until the
+    -- subscription overflows (catch up from the journal, pipe again), ends, or
+    -- the client leaves
     while not st.ended do
-      local text, seq, code = c:next(heartbeat)
-      local sent = true
-      if text then
-        if seq == nil then
-          sent = res:event{ event = "ephemeral", data = text }
-        elseif seq > st.last then
-          sent = res:event{ event = "enduring", id = seq, data = text }
-          st.last = seq
-        end
-      elseif code == "timeout" then
-        sent = res:comment("ping")
-      elseif code == "overflow" then
-        -- this client fell behind by a whole buffer: catch up from the journal
-        st.sub:close()
-        if st.ended or s.closed then break end
-        st.sub = s:subscribe{ ephemeral = true, buffer = SSE_BUFFER }
-        c = st.sub.c
-        sent = replay(res, st, s.id)
-      else
-        break -- the session shut down, or the server ends the stream
-      end
-      if not sent then break end
+      local why, seq = st.sub.c:pipe(res, { last = st.last, heartbeat = heartbeat })
+      st.last = seq
+      if why ~= "overflow" then break end
+      -- this client fell behind by a whole buffer: catch up from the journal
+      m.catch_ups = m.catch_ups + 1
+      st.sub:close()
+      if st.ended or s.closed then break end
+      st.sub = s:subscribe{ ephemeral = true, buffer = SSE_BUFFER }
+      if not replay(res, st, s.id) then break end
     end
     finish()
     if not res:closed() then res:finish() end
@@ -681,6 +673,8 @@ function M.serve(opts)
       "of the live sessions (commands and fences not counted).", { [""] = m.appends })
     family("luarig_sse_subscribers", "gauge", "Open server-sent event streams.",
       { [""] = nstreams })
+    family("luarig_sse_catch_ups_total", "counter", "Times a server-sent event stream fell " ..
+      "behind by its whole buffer and was caught up from the journal.", { [""] = m.catch_ups })
     return { status = 200, headers = METRICS_HEADERS, body = table.concat(out, "\n") .. "\n" }
   end
 

@@ -481,6 +481,80 @@ time.sleep(60)
     slow:close()
     srv:shutdown()
   end)
+
+  it("catches a client that fell a whole buffer behind up from the journal, no gap, no duplicate", function()
+    -- a 4-event buffer: a client that stops reading while 8 turns of ~1.5 MiB of
+    -- frames each run overflows it once the kernel's buffers and the 1 MiB
+    -- backpressure mark are full; when it reads again the stream catches up from
+    -- the journal and goes on live. (No small SO_RCVBUF here: a window below the
+    -- loopback MSS stalls the reader until a zero-window probe, seconds later.)
+    local srv = start{ sse_buffer = 4 }
+    local id = new_session(srv)
+    local turns = 8
+    local client = assert(rig.process.spawn{ argv = { "python3", "-c", ([[
+import json, socket, sys
+s = socket.create_connection(("127.0.0.1", %d))
+s.sendall(b"GET /v1/sessions/%s/events?from=0 HTTP/1.1\r\nHost: x\r\n\r\n")
+print("sent", flush=True)
+sys.stdin.readline()
+s.settimeout(10)
+buf, body, ids, done = b"", b"", [], 0
+def more():
+    global buf
+    try:
+        d = s.recv(1 << 20)
+    except socket.timeout:
+        d = b""
+    if not d:  # ended or stalled: show what came
+        print(",".join(ids), flush=True)
+        sys.exit(0)
+    buf += d
+while b"\r\n\r\n" not in buf:
+    more()
+buf = buf.split(b"\r\n\r\n", 1)[1]
+while done < %d:
+    while True:  # de-chunk
+        i = buf.find(b"\r\n")
+        if i < 0:
+            break
+        n = int(buf[:i], 16)
+        if len(buf) < i + n + 4:
+            break
+        body += buf[i + 2:i + 2 + n]
+        buf = buf[i + n + 4:]
+    while b"\n\n" in body:
+        frame, body = body.split(b"\n\n", 1)
+        f = dict(l.split(b": ", 1) for l in frame.split(b"\n") if not l.startswith(b":"))
+        if f.get(b"event") == b"enduring":
+            ids.append(f[b"id"].decode())
+            if json.loads(f[b"data"])["type"] == "TurnDone":
+                done += 1
+    if done < %d:
+        more()
+print(",".join(ids), flush=True)
+]]):format(srv.port, id, turns, turns) }, stdin = "pipe", stdout = "pipe", stderr = "pipe" })
+    local out = client:lines("stdout")
+    expect(out()).to_be("sent")
+    rig.sleep(0.2)
+    for i = 1, turns do
+      call(srv, "POST", "/v1/sessions/" .. id .. "/input", '{"text":"big 512"}')
+      wait_event(srv, id, "TurnDone", i)
+    end
+    client:write("go\n")
+    local got = out()
+    expect(got).to_be_truthy()
+    local want = journal_event_seqs(srv, id, 0)
+    local ids = {}
+    for n in got:gmatch("%d+") do ids[#ids + 1] = tonumber(n) end
+    expect(#ids > turns * 5).to_be(true)
+    for i = 1, #ids do expect(ids[i]).to_be(want[i]) end
+    -- the catch-up path ran (the metric counts it)
+    local resp = assert(rig.http.request{ url = srv.url .. "/metrics", timeout = 10 })
+    expect(tonumber(resp.body:match("\nluarig_sse_catch_ups_total (%d+)\n")) >= 1).to_be(true)
+    client:kill()
+    client:close()
+    srv:shutdown()
+  end)
 end)
 
 describe("rig.serve events, a client that leaves", function()
