@@ -141,6 +141,14 @@ function M.turn_ended(S, inst, turn, etype, fields)
   resolve(S, turn.command_id, outcome_of(etype, fields))
 end
 
+-- From the runner: does someone wait on the outcome of command cid (a
+-- delegated request)? Its turn's terminal is then waited for before
+-- turn_ended hands the outcome on.
+function M.pending(S, cid)
+  local d = S.dg
+  return d ~= nil and d.requests[cid] ~= nil
+end
+
 -- From the runner: queued input was cancelled or rejected.
 function M.cancelled(S, cid, reason)
   resolve(S, cid, { status = "cancelled", text = "the request was cancelled before it ran ("

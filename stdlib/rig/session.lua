@@ -712,9 +712,11 @@ local function run_turn(S, inst, item)
       end
       inst.history[#inst.history + 1] = message
       add_usage(S.usage_sum, resp.usage)
+      -- the turn's last step: nothing acts on it before the terminal, which
+      -- is queued behind it (not waited: see drive)
       ok, msg, code = emit(S, "StepDone", { loop_id = inst.id, turn_id = turn.id,
         step_id = step_id, message = message, usage = resp.usage,
-        finish_reason = resp.finish_reason })
+        finish_reason = resp.finish_reason }, false)
       if not ok then return nil, msg, code end
       if oerr then return "TurnFailed", { error = oerr } end
       return "TurnDone", { message = message, usage = sum, output = output }
@@ -759,9 +761,11 @@ local function run_turn(S, inst, item)
     inst.history[#inst.history + 1] = message
     inst.history[#inst.history + 1] = tool_msg
     add_usage(S.usage_sum, resp.usage)
+    -- waited unless the final tool ends the turn here: the next model call
+    -- acts on this step
     ok, msg, code = emit(S, "StepDone", { loop_id = inst.id, turn_id = turn.id,
       step_id = step_id, message = message, results = tool_msg, usage = resp.usage,
-      finish_reason = resp.finish_reason })
+      finish_reason = resp.finish_reason }, not (final and #calls == 1))
     if not ok then return nil, msg, code end
     if final and #calls == 1 then
       if oerr then return "TurnFailed", { error = oerr } end
@@ -855,7 +859,15 @@ local function drive(S, inst)
       if etype == "TurnFailed" then cancel_queue(S, inst, "turn_failed") end
     end
     inst.turn = nil
-    local ok = emit(S, etype, fields)
+    -- The terminal is not waited for unless a delegated request waits on
+    -- this turn (rig.delegation hands its outcome on as journaled). Nothing
+    -- else here acts on it: the emission queue keeps it ahead of whatever
+    -- follows, subscribers see it only once journaled, a failed append
+    -- faults the session (the next turn's TurnStarted or SessionIdle, both
+    -- waited, report it), and wait_idle returns after SessionIdle's append,
+    -- which is behind it. A wide SSE fan-out then carries the terminal with
+    -- LoopIdle and SessionIdle instead of alone.
+    local ok = emit(S, etype, fields, S.dg ~= nil and dg().pending(S, turn.command_id))
     if not ok then
       S.faulted_msg = S.core:faulted() or "the journal append failed"
       break
@@ -883,7 +895,12 @@ local function drive(S, inst)
   end
   emit(S, "LoopIdle", { loop_id = inst.id }, false)
   if S.busy == 0 then
-    emit(S, "SessionIdle", {})
+    -- waited: wait_idle returns once the turn's events are durable; a failed
+    -- append (this one or an unwaited one before it) faults the session
+    if not emit(S, "SessionIdle", {}) and S.core:faulted() then
+      S.faulted_msg = S.core:faulted()
+      catalog(S, { state = "failed" })
+    end
     S.idle_cond:signal()
   end
 end

@@ -508,6 +508,41 @@ describe("rig sessions", function()
     s:shutdown()
   end)
 
+  -- The last StepDone and the terminal are not waited for (one SSE fan-out
+  -- with LoopIdle and SessionIdle): a failed append of any of a turn's
+  -- records still faults the session, wait_idle says so, subscribers see
+  -- nothing from the failed record on, and the catalog says "failed".
+  it("faults the session when any append of a turn fails, waited or not", function()
+    local seen_done = false
+    for after = 0, 8 do
+      local store = rig.store.memory()
+      local r = define({ { text = "fine" } }, { store = store })
+      local s = assert(r:session())
+      local sub = s:subscribe{ ephemeral = false }
+      rig.core.store_inject_failure(store, "append", after)
+      s:submit("go")
+      local ok, _, code = s:wait_idle(5)
+      rig.core.store_inject_failure(store, "append", -1)
+      local types = {}
+      for ev in sub:events(0.2) do types[#types + 1] = ev.type end
+      local list = r:sessions()
+      if ok then
+        -- every append of the turn went through
+        expect(types[#types]).to_be("SessionIdle")
+        expect(list[1].state).to_be("idle")
+        seen_done = true
+      else
+        expect(code).to_be("faulted")
+        expect(s:faulted()).to_match("injected")
+        expect(#types <= after).to_be(true)
+        expect(types[#types] ~= "SessionIdle").to_be(true)
+        expect(list[1].state).to_be("failed")
+      end
+      s:shutdown()
+    end
+    expect(seen_done).to_be(true)
+  end)
+
   it("restores a session: history, a new turn, the catalog", function()
     local store = rig.store.memory()
     local steps = { { text = "first answer" }, { text = "second answer" } }
