@@ -7,6 +7,7 @@
  * Prints BENCH lines (tests/bench/bench.py runs it).
  */
 #include "../../storage/storage.h"
+#include "bench_body.h"
 
 #include <sqlite3.h>
 #include <stdio.h>
@@ -15,37 +16,6 @@
 #include <unistd.h>
 
 #define SID "4f2a9c1e-7b3d-4e8f-9a0b-1c2d3e4f5a6b"
-
-static unsigned rng = 12345;
-static unsigned rnd(void)
-{
-	rng = rng * 1103515245u + 12345u;
-	return rng >> 8;
-}
-
-/* A realistic enduring event: a StepDone-ish object with some text. */
-static size_t make_body(char *out, size_t cap, unsigned i)
-{
-	static const char *words[] = { "the", "file", "compiles", "now", "and", "tests",
-				       "pass", "except", "one", "in", "storage", "journal" };
-	char text[400];
-	size_t tl = 0, want = 60 + rnd() % 280;
-	while (tl < want) {
-		const char *w = words[rnd() % 12];
-		size_t wl = strlen(w);
-		memcpy(text + tl, w, wl);
-		tl += wl;
-		text[tl++] = ' ';
-	}
-	text[tl] = '\0';
-	int n = snprintf(out, cap,
-			 "{\"type\":\"StepDone\",\"v\":1,\"session_id\":\"" SID "\","
-			 "\"loop_id\":\"main\",\"turn_id\":\"t%u\",\"step_id\":\"s%u\","
-			 "\"event_id\":\"ev-%08u\",\"created_at\":\"2026-11-29T10:%02u:%02u.%03uZ\","
-			 "\"cause\":{\"command_id\":\"cmd-%u\"},\"text\":\"%s\"}",
-			 i / 10, i, i, (i / 60) % 60, i % 60, i % 1000, i / 10, text);
-	return (size_t)n;
-}
 
 struct sink {
 	uint64_t n, bytes, kinds;
@@ -83,7 +53,7 @@ static void fill(struct lr_store *s, unsigned n, sqlite3 *db)
 	char body[1024], id[32];
 	rng = 12345;
 	for (unsigned i = 1; i < n; i++) {
-		size_t len = make_body(body, sizeof body, i);
+		size_t len = make_body(body, sizeof body, i, SID);
 		snprintf(id, sizeof id, "ev-%08u", i);
 		uint64_t seq;
 		if (lr_journal_append(j, LR_JOURNAL_EVENT, id, body, len, &seq, NULL, &e))

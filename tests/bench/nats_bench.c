@@ -38,7 +38,10 @@
 
 #include "../../storage/storage.h"
 
-#define REC 1024
+#define BENCH_PROG "nats_bench"
+#include "bench_appends.h"
+#include "bench_body.h"
+
 #define RESTORE_RECORDS 10000
 #define BLOB_BYTES ((uint64_t)200 << 20)
 
@@ -51,13 +54,6 @@ static void fail(const char *what, const struct lr_err *e)
 	if (server > 0)
 		kill(server, SIGTERM);
 	exit(1);
-}
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 static void line(const char *name, double v, const char *unit, const char *peer, double pv)
@@ -134,110 +130,7 @@ static struct lr_store *open_lmdb(const char *name, int no_sync)
 	return s;
 }
 
-/* ---- durable appends (the workers of store_bench.c) ---- */
-
-struct worker {
-	int id, n, errors;
-	struct lr_store *s;
-	const char *db;
-	pthread_barrier_t *start;
-};
-
-static void *store_worker(void *arg)
-{
-	struct worker *w = arg;
-	char name[32], rec[REC];
-	struct lr_err e;
-	snprintf(name, sizeof name, "sessions/%d", w->id);
-	memset(rec, 'x', sizeof rec);
-	pthread_barrier_wait(w->start);
-	for (int i = 0; i < w->n; i++) {
-		snprintf(rec, 32, "%d/%d", w->id, i);
-		if (lr_store_append(w->s, name, (uint64_t)i, rec, sizeof rec, &e)) {
-			fprintf(stderr, "nats_bench: %s\n", e.msg);
-			w->errors++;
-			break;
-		}
-	}
-	return NULL;
-}
-
-static void *sqlite_worker(void *arg)
-{
-	struct worker *w = arg;
-	sqlite3 *db;
-	sqlite3_stmt *st = NULL;
-	char rec[REC];
-	memset(rec, 'x', sizeof rec);
-	if (sqlite3_open(w->db, &db) != SQLITE_OK) {
-		w->errors++;
-		pthread_barrier_wait(w->start);
-		return NULL;
-	}
-	sqlite3_busy_timeout(db, 60000);
-	sqlite3_exec(db, "PRAGMA synchronous=FULL", NULL, NULL, NULL);
-	if (sqlite3_prepare_v2(db, "INSERT INTO rec(ledger, seq, data) VALUES (?, ?, ?)", -1, &st,
-			       NULL) != SQLITE_OK)
-		w->errors++;
-	pthread_barrier_wait(w->start);
-	for (int i = 0; i < w->n && st; i++) {
-		snprintf(rec, 32, "%d/%d", w->id, i);
-		sqlite3_bind_int(st, 1, w->id);
-		sqlite3_bind_int(st, 2, i + 1);
-		sqlite3_bind_blob(st, 3, rec, sizeof rec, SQLITE_STATIC);
-		int rc = sqlite3_step(st);
-		sqlite3_reset(st);
-		if (rc != SQLITE_DONE) {
-			w->errors++;
-			break;
-		}
-	}
-	sqlite3_finalize(st);
-	sqlite3_close(db);
-	return NULL;
-}
-
-/* threads workers of n appends each; µs of wall time per append */
-static double run(int threads, int n, void *(*fn)(void *), struct lr_store *s, const char *db)
-{
-	struct worker *w = calloc((size_t)threads, sizeof *w);
-	pthread_t *th = calloc((size_t)threads, sizeof *th);
-	pthread_barrier_t start;
-	pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
-	for (int i = 0; i < threads; i++) {
-		w[i] = (struct worker){ i, n, 0, s, db, &start };
-		pthread_create(&th[i], NULL, fn, &w[i]);
-	}
-	pthread_barrier_wait(&start);
-	double t0 = now();
-	int errors = 0;
-	for (int i = 0; i < threads; i++) {
-		pthread_join(th[i], NULL);
-		errors += w[i].errors;
-	}
-	double dt = now() - t0;
-	pthread_barrier_destroy(&start);
-	free(w);
-	free(th);
-	if (errors)
-		fail("appends failed", NULL);
-	return dt * 1e6 / ((double)threads * n);
-}
-
-static double sqlite_appends(int threads, int n)
-{
-	char path[4200];
-	snprintf(path, sizeof path, "%s/sqlite-%d.db", dir, threads);
-	sqlite3 *db;
-	if (sqlite3_open(path, &db) != SQLITE_OK ||
-	    sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
-			     "CREATE TABLE rec(ledger INTEGER, seq INTEGER, data BLOB, "
-			     "PRIMARY KEY(ledger, seq))", NULL, NULL, NULL) != SQLITE_OK)
-		fail("sqlite setup", NULL);
-	double us = run(threads, n, sqlite_worker, NULL, path);
-	sqlite3_close(db);
-	return us;
-}
+/* ---- durable appends (bench_appends.h, as store_bench.c) ---- */
 
 static void bench_appends(int threads, int n)
 {
@@ -250,44 +143,13 @@ static void bench_appends(int threads, int n)
 	s = open_lmdb(name, 0);
 	double lmdb = run(threads, n, store_worker, s, NULL);
 	lr_store_close(s);
-	double sq = sqlite_appends(threads, n);
+	double sq = sqlite_appends(dir, threads, n);
 	snprintf(name, sizeof name, "nats_durable_append_1k_%dsessions", threads);
 	line(name, ours, "us", "lmdb", lmdb);
 	line(name, ours, "us", "sqlite_wal_full", sq);
 }
 
 /* ---- restore of a 10k-record session ---- */
-
-static unsigned rng = 12345;
-static unsigned rnd(void)
-{
-	rng = rng * 1103515245u + 12345u;
-	return rng >> 8;
-}
-
-/* A StepDone-like event of 200–500 bytes (as journal_bench.c). */
-static size_t make_body(char *out, size_t cap, unsigned i, const char *sid)
-{
-	static const char *words[] = { "the", "file", "compiles", "now", "and", "tests",
-				       "pass", "except", "one", "in", "storage", "journal" };
-	char text[400];
-	size_t tl = 0, want = 60 + rnd() % 280;
-	while (tl < want) {
-		const char *w = words[rnd() % 12];
-		size_t wl = strlen(w);
-		memcpy(text + tl, w, wl);
-		tl += wl;
-		text[tl++] = ' ';
-	}
-	text[tl] = '\0';
-	int n = snprintf(out, cap,
-			 "{\"type\":\"StepDone\",\"v\":1,\"session_id\":\"%s\","
-			 "\"loop_id\":\"main\",\"turn_id\":\"t%u\",\"step_id\":\"s%u\","
-			 "\"event_id\":\"e1.%u\",\"created_at\":\"2026-11-29T10:%02u:%02u.%03uZ\","
-			 "\"text\":\"%s\"}",
-			 sid, i / 10, i, i, (i / 60) % 60, i % 60, i % 1000, text);
-	return (size_t)n;
-}
 
 struct fold {
 	uint64_t n, bytes;
