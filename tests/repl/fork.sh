@@ -19,35 +19,9 @@ sock="luarig-fork-test-$$"
 T() { tmux -L "$sock" -f /dev/null "$@"; }
 trap 'T kill-server >/dev/null 2>&1; rm -rf "$tmp"' EXIT
 
-now_ms() { date +%s%3N; }
-screen() { T capture-pane -p -J -S -300 2>/dev/null; }
-wait_for() { # PATTERN [SECONDS]
-	deadline=$(($(now_ms) + ${2:-5} * 1000))
-	while :; do
-		screen | grep -qE -- "$1" && return 0
-		[ "$(now_ms)" -ge "$deadline" ] && return 1
-		sleep 0.05
-	done
-}
-wait_count() { # PATTERN N [SECONDS]
-	deadline=$(($(now_ms) + ${3:-5} * 1000))
-	while :; do
-		[ "$(screen | grep -cE -- "$1")" -ge "$2" ] && return 0
-		[ "$(now_ms)" -ge "$deadline" ] && return 1
-		sleep 0.05
-	done
-}
-type_line() { T send-keys -l -- "$1" && T send-keys Enter; }
-pass() { echo "ok - repl fork $1"; }
-fail() {
-	echo "not ok - repl fork $1"
-	screen | sed 's/^/#   /'
-}
-check() { # name command...
-	name=$1
-	shift
-	if "$@"; then pass "$name"; else fail "$name"; fi
-}
+TAP_PREFIX="repl fork"
+. tests/repl/lib.sh
+
 # fits80 PATTERN: every screen line matching PATTERN is at most 80 characters
 # (the multibyte characters the table uses count as one).
 fits80() {

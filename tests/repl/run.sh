@@ -16,43 +16,11 @@ export XDG_STATE_HOME="$tmp/state"
 T() { tmux -L "$sock-$n_start" -f /dev/null "$@"; }
 trap 'T kill-server >/dev/null 2>&1; rm -rf "$tmp"' EXIT
 
-now_ms() { date +%s%3N; }
-screen() { T capture-pane -p -J -S -300 2>/dev/null; }
-
-# wait_for PATTERN [SECONDS]: the screen (with scrollback) matches in time.
-wait_for() {
-	deadline=$(($(now_ms) + ${2:-5} * 1000))
-	while :; do
-		screen | grep -qE -- "$1" && return 0
-		[ "$(now_ms)" -ge "$deadline" ] && return 1
-		sleep 0.05
-	done
-}
-
-# wait_count PATTERN N [SECONDS]: at least N screen lines match in time.
-wait_count() {
-	deadline=$(($(now_ms) + ${3:-5} * 1000))
-	while :; do
-		[ "$(screen | grep -cE -- "$1")" -ge "$2" ] && return 0
-		[ "$(now_ms)" -ge "$deadline" ] && return 1
-		sleep 0.05
-	done
-}
+TAP_PREFIX=repl
+. tests/repl/lib.sh
 
 not_on_screen() { ! screen | grep -qE -- "$1"; }
-type_line() { T send-keys -l -- "$1" && T send-keys Enter; }
 type_text() { T send-keys -l -- "$1"; }
-
-pass() { echo "ok - repl $1"; }
-fail() {
-	echo "not ok - repl $1"
-	screen | sed 's/^/#   /'
-}
-check() { # name command...
-	name=$1
-	shift
-	if "$@"; then pass "$name"; else fail "$name"; fi
-}
 
 # start [ARGS]: a fresh REPL in a fresh window; waits for the first prompt.
 start() {
