@@ -502,6 +502,13 @@ int lr_httpd_req_write(struct lr_httpd_req *r, const void *p, size_t n);
 /* Stages bytes for the next write (one chunk from several pieces, one copy). */
 int lr_httpd_req_append(struct lr_httpd_req *r, const void *p, size_t n);
 /*
+ * Stages s as server-sent-event field lines: prefix + line + "\n" for each
+ * line, split at CRLF, LF or CR (a trailing break ends the last line; an
+ * empty s is one empty line).
+ */
+int lr_httpd_req_append_lines(struct lr_httpd_req *r, const char *prefix, const char *s,
+			      size_t n);
+/*
  * Sends what was staged as one chunk, like write(r, NULL, 0), straight to
  * the socket when nothing is queued (the rest queued as usual).
  */

@@ -464,6 +464,28 @@ int lr_httpd_req_append(struct lr_httpd_req *r, const void *p, size_t n)
 	return evbuffer_add(r->chunk, p, n) == 0 ? 0 : -ENOMEM;
 }
 
+int lr_httpd_req_append_lines(struct lr_httpd_req *r, const char *prefix, const char *s,
+			      size_t n)
+{
+	size_t plen = strlen(prefix);
+	size_t i = 0;
+	for (;;) {
+		size_t j = i;
+		while (j < n && s[j] != '\n' && s[j] != '\r')
+			j++;
+		if (evbuffer_add(r->chunk, prefix, plen) || evbuffer_add(r->chunk, s + i, j - i) ||
+		    evbuffer_add(r->chunk, "\n", 1))
+			return -ENOMEM;
+		if (j >= n)
+			return 0;
+		if (s[j] == '\r' && j + 1 < n && s[j + 1] == '\n')
+			j++;
+		i = j + 1;
+		if (i >= n)
+			return 0; /* a trailing break ends the last line */
+	}
+}
+
 int lr_httpd_req_write(struct lr_httpd_req *r, const void *p, size_t n)
 {
 	int rc = req_check_open(r);

@@ -151,33 +151,6 @@ static void pipe_end(struct lr_session_pipe *p, int why)
 	p->done(p->arg, why);
 }
 
-/*
- * Stages s as lines with prefix, split at CRLF, LF or CR (exactly as
- * rig.http's res:event frames data): event JSON has no raw line breaks, so
- * the usual case is one piece.
- */
-static int stage_lines(struct lr_httpd_req *r, const char *prefix, size_t plen,
-		       const char *s, size_t n)
-{
-	size_t i = 0;
-	for (;;) {
-		size_t j = i;
-		while (j < n && s[j] != '\n' && s[j] != '\r')
-			j++;
-		if (lr_httpd_req_append(r, prefix, plen) || lr_httpd_req_append(r, s + i, j - i) ||
-		    lr_httpd_req_append(r, "\n", 1))
-			return -ENOMEM;
-		if (j >= n)
-			break;
-		if (s[j] == '\r' && j + 1 < n && s[j + 1] == '\n')
-			j++;
-		i = j + 1;
-		if (i >= n)
-			break; /* a trailing newline ends the last line */
-	}
-	return 0;
-}
-
 /* Stages one frame; returns its size, or -ENOMEM. */
 static ssize_t stage_event(struct lr_session_pipe *p, const struct lr_session_event *ev)
 {
@@ -189,16 +162,9 @@ static ssize_t stage_event(struct lr_session_pipe *p, const struct lr_session_ev
 		n = snprintf(head, sizeof head, "event: ephemeral\n");
 	if (lr_httpd_req_append(p->r, head, (size_t)n))
 		return -ENOMEM;
-	if (memchr(ev->data, '\n', ev->len) || memchr(ev->data, '\r', ev->len)) {
-		if (stage_lines(p->r, "data: ", 6, ev->data, ev->len))
-			return -ENOMEM;
-		if (lr_httpd_req_append(p->r, "\n", 1))
-			return -ENOMEM;
-	} else if (lr_httpd_req_append(p->r, "data: ", 6) ||
-		   lr_httpd_req_append(p->r, ev->data, ev->len) ||
-		   lr_httpd_req_append(p->r, "\n\n", 2)) {
+	if (lr_httpd_req_append_lines(p->r, "data: ", ev->data, ev->len) ||
+	    lr_httpd_req_append(p->r, "\n", 1))
 		return -ENOMEM;
-	}
 	return n + (ssize_t)ev->len + 8;
 }
 

@@ -479,26 +479,12 @@ static void stage(struct stager *g, const char *p, size_t n)
 	g->n += n;
 }
 
-/* Stages each line of s (split at CRLF, LF or CR) as prefix + line + "\n". */
+/* Stages s as SSE field lines after what the stager holds. */
 static void stage_lines(struct stager *g, const char *prefix, const char *s, size_t n)
 {
-	size_t plen = strlen(prefix);
-	size_t i = 0;
-	for (;;) {
-		size_t j = i;
-		while (j < n && s[j] != '\n' && s[j] != '\r')
-			j++;
-		stage(g, prefix, plen);
-		stage(g, s + i, j - i);
-		stage(g, "\n", 1);
-		if (j >= n)
-			break;
-		if (s[j] == '\r' && j + 1 < n && s[j + 1] == '\n')
-			j++;
-		i = j + 1;
-		if (i >= n)
-			break; /* a trailing newline ends the last line */
-	}
+	stage_flush(g);
+	if (lr_httpd_req_append_lines(g->x->r, prefix, s, n))
+		luaL_error(g->L, "out of memory");
 }
 
 static const char *sse_field(lua_State *L, int t, const char *key, size_t *len)
