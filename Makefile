@@ -3,7 +3,7 @@
 #   make          build build/luarig
 #   make deps     install the Debian packages the project needs (as root)
 #   make demo     deps, build, run the quickstart (scripts/quickstart.lua --yes)
-#   make test     build and run every suite; last line "N passed, N failed"
+#   make test     build and run every suite; last line "N passed, N failed, N skipped"
 #   make check    the tests again under ASan + UBSan with -Werror, plus lint
 #   make bench    the benchmarks in tests/bench/ (ratios against peers)
 #   make fuzz     the libFuzzer targets (clang) in build/fuzz/

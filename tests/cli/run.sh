@@ -13,7 +13,7 @@ for c in tests/cli/cases/*.sh; do
 	name=$(basename "$c" .sh)
 	(cd "$tmp" && LUARIG_ROOT="$OLDPWD" sh "$OLDPWD/$c" </dev/null >"$tmp/$name.actual" 2>&1; echo "exit $?" >>"$tmp/$name.actual")
 	if [ "$(tail -n 1 "$tmp/$name.actual")" = "exit 77" ]; then
-		echo "ok - cli $name # skip"
+		echo "ok - cli $name # SKIP $(tail -n 2 "$tmp/$name.actual" | head -n 1)"
 		continue
 	fi
 	if [ "${UPDATE:-0}" = 1 ]; then

@@ -397,6 +397,4 @@ describe("recorded provider streams", function()
   end
 end)
 
-describe("the server used by these specs", function()
-  it("closes", function() srv:close() end)
-end)
+after_all(function() srv:close() end)

@@ -4,10 +4,23 @@
 --
 -- Each `it` runs as its own task with a deadline, so specs can wait (sleep,
 -- HTTP, processes) and a hung case fails instead of hanging the suite.
+-- `after_all(fn)` registers teardown that runs once after every case, even
+-- when cases failed (a failing teardown is reported as its own failure).
+-- `skip(reason)` inside a case ends it as "ok - name # SKIP reason", which
+-- tests/run.sh counts apart from passes.
 local file = assert(arg[1], "usage: luarig tests/lua/runner.lua SPEC.lua")
 
-local cases, prefix = {}, {}
+local cases, prefix, teardown = {}, {}, {}
 local env = setmetatable({}, { __index = _G })
+local SKIP = {}
+
+function env.after_all(fn)
+  teardown[#teardown + 1] = { name = table.concat(prefix, " "), fn = fn }
+end
+
+function env.skip(reason)
+  error(setmetatable({ reason = tostring(reason) }, SKIP), 0)
+end
 
 function env.describe(name, fn)
   prefix[#prefix + 1] = name
@@ -57,7 +70,12 @@ chunk()
 
 local failed = 0
 for _, c in ipairs(cases) do
-  local t = rig.spawn(function() return xpcall(c.fn, debug.traceback) end)
+  local t = rig.spawn(function()
+    return xpcall(c.fn, function(e)
+      if getmetatable(e) == SKIP then return e end
+      return debug.traceback(e)
+    end)
+  end)
   -- wait() returns xpcall's results, or nil, message, code when the task itself failed
   local ok, err, code = t:wait(c.timeout)
   if ok == nil then
@@ -65,12 +83,25 @@ for _, c in ipairs(cases) do
     print("not ok - " .. c.name)
     print("#   " .. (code == "timeout" and ("timed out after " .. c.timeout .. "s") or tostring(err)))
     failed = failed + 1
+  elseif ok == false and getmetatable(err) == SKIP then
+    print("ok - " .. c.name .. " # SKIP " .. err.reason)
   elseif ok == false then
     print("not ok - " .. c.name)
     print("#   " .. (tostring(err):gsub("\n", "\n#   ")))
     failed = failed + 1
   else
     print("ok - " .. c.name)
+  end
+end
+for i = #teardown, 1, -1 do
+  local td = teardown[i]
+  local t = rig.spawn(function() return xpcall(td.fn, debug.traceback) end)
+  local ok, err = t:wait(30)
+  if not ok then
+    t:cancel()
+    print("not ok - " .. td.name .. " (after_all)")
+    print("#   " .. (tostring(err):gsub("\n", "\n#   ")))
+    failed = failed + 1
   end
 end
 print(string.format("# %d cases, %d failed", #cases, failed))

@@ -530,7 +530,7 @@ describe("rig.tools.fetch", function()
     expect(rig.tools.fetch():check_args{ url = "http://x/", timeout = 61 }).to_be_nil()
   end)
 
-  it("closes the server", function() srv:close() end)
+  after_all(function() srv:close() end)
 end)
 
 -- ---- end to end through a session ----

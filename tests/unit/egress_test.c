@@ -1115,10 +1115,9 @@ TEST(listeners_from_a_network_namespace)
 		int st;
 		waitpid(pid, &st, 0);
 		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 77);
-		printf("# skipped: no network namespaces here\n");
 		close(sp[1]);
 		echo_stop(&e);
-		return;
+		SKIP("no network namespaces here");
 	}
 	CHECK_EQ_INT(rc, 0);
 	CHECK_EQ_INT(local_port(tcp), 3128);
@@ -1167,8 +1166,7 @@ static void do_curl(void *arg)
 TEST(curl_through_proxy)
 {
 	if (system("curl --version >/dev/null 2>&1") != 0) {
-		printf("# skipped: no curl\n");
-		return;
+		SKIP("no curl");
 	}
 	for (int ap = 0; ap <= 1; ap++) {
 		struct lr_egress_rule rules[] = { { "localhost:*", ap } };
