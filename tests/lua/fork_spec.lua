@@ -230,13 +230,15 @@ describe("s:fork", function()
       { loops = { "a", "b" } })
     local s = assert(r:session())
     local sub = s:subscribe{ ephemeral = false }
+    R.release = false -- a's tool call waits until b's turn is done
     assert(s:submit("slow", { loop = "a" }))
     assert(s:submit("quick", { loop = "b" }))
     local bdone
     for ev in sub:events(10) do
-      if ev.type == "TurnDone" and ev.loop_id == "b" then bdone = ev.seq end
+      if ev.type == "TurnDone" and ev.loop_id == "b" then bdone = ev.seq; R.release = true end
       if ev.type == "SessionIdle" then break end
     end
+    R.release = true
     sub:close()
     expect(bdone).to_be_truthy()
     local f, msg, code = s:fork{ at = bdone }
@@ -355,9 +357,13 @@ describe("s:fork", function()
     local s = assert(r:session())
     turn(s, "first")
     local at = seqs_of(s, "TurnDone")[1]
+    local sub = s:subscribe{ ephemeral = false }
+    R.release = false -- the slow tool call holds the turn until the fork was refused
     assert(s:submit("slow"))
-    rig.sleep(0.2)
+    for ev in sub:events(10) do if ev.type == "TurnStarted" then break end end
+    sub:close()
     local f, msg, code = s:fork{ at = at }
+    R.release = true
     expect(f).to_be(nil)
     expect(code).to_be("busy")
     expect(msg:find("cannot fork session " .. s.id .. ": the session is busy", 1, true) ~= nil).to_be(true)

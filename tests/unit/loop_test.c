@@ -53,16 +53,21 @@ TEST(timers_fire_in_order)
 TEST(stopped_timer_never_fires)
 {
 	new_loop();
-	struct lr_timer t;
+	struct lr_timer t, later;
 	nfired = 0;
-	CHECK(lr_timer_init(loop, &t, on_timer, NULL) == 0);
+	CHECK(lr_timer_init(loop, &t, on_timer, (void *)(intptr_t)1) == 0);
+	CHECK(lr_timer_init(loop, &later, on_timer, (void *)(intptr_t)2) == 0);
 	lr_timer_start(&t, 0.01);
 	lr_timer_stop(&t);
 	CHECK(!lr_timer_pending(&t));
-	lr_loop_once(loop, 1);
-	usleep(20000);
-	lr_loop_once(loop, 1);
-	CHECK_EQ_INT(nfired, 0);
+	/* a timer due after the stopped one: once it fired, the stopped one's time has passed */
+	lr_loop_ref(loop);
+	lr_timer_start(&later, 0.02);
+	while (nfired == 0)
+		lr_loop_once(loop, 0);
+	CHECK_EQ_INT(nfired, 1);
+	CHECK_EQ_INT(fired[0], 2);
+	lr_timer_release(&later);
 	lr_timer_release(&t);
 	lr_timer_release(&t); /* releasing twice is harmless */
 	lr_loop_free(loop);

@@ -3,7 +3,9 @@
 --   local M = dofile("tests/lua/fork/rig.lua")
 --   M.define(steps, { store, workspace, snapshots, loops = { names } }) -> rig
 --   M.call(path, text) -> a scripted step calling put
-local M = {}
+-- A put of "!slow" holds its tool call until the spec sets M.release = true
+-- (the event it waits for, polled), so a case decides when a turn is over.
+local M = { release = true }
 
 local function allow_all()
   return rig.gate{ access = { ["filesystem.read"] = "allow", ["filesystem.write"] = "allow",
@@ -16,7 +18,11 @@ M.put = rig.tool{ name = "put", description = "writes a file in the workspace",
   prepare = function(a) return { summary = "put " .. a.path .. "=" .. a.text, requirements = {} } end,
   run = function(req, ctx)
     local path, text = req.summary:match("^put ([^=]*)=(.*)$")
-    if text == "!slow" then rig.sleep(1) return "slept" end
+    if text == "!slow" then
+      local t0 = rig.now()
+      while not M.release and rig.now() - t0 < 30 do rig.sleep(0.01) end
+      return "slept"
+    end
     local f = assert(io.open(ctx.workspace and (ctx.workspace .. "/" .. path) or "/dev/null", "w"))
     f:write(text)
     f:close()
