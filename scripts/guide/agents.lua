@@ -10,9 +10,12 @@
 --     stop_agent into it (never add them yourself);
 --   * rig.define's delegation_limits bound the nesting depth and the number
 --     of children over the session's life;
---   * every delegate call passes the planner's gate (here a headless gate:
---     a delegate request has no requirements, so it is allowed; a loop
---     without a gate would be denied);
+--   * every delegate call passes the planner's gate: start_agent and
+--     message_agent require { kind = "delegate", match = "researcher" }, so
+--     the gate must allow it (here access `delegate = "allow"`; "gated"
+--     asks a person once per call unless a saved rule allows that delegate,
+--     and a saved deny rule refuses it; docs/delegation.md). list_agents and
+--     stop_agent require nothing. A loop without a gate is denied;
 --   * a foreground start (wait = true): the child's final answer is the
 --     tool result; a background start (wait = false): the agent id at once,
 --     and the child's answer reaches the planner later as a new message,
@@ -84,7 +87,9 @@ local model = rig.model.script{ steps = steps }
 
 -- ---- the rig ----
 
-local planner_gate = rig.gate{ access = {}, approver = "headless" }
+-- delegation allowed outright; with a person to ask: access = { delegate =
+-- "gated" }, rules = rig.permissions.file(PATH), approver = "interactive"
+local planner_gate = rig.gate{ access = { delegate = "allow" }, approver = "headless" }
 
 local planner = rig.loop{
   name = "planner", model = model,

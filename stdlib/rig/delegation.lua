@@ -21,8 +21,17 @@
 --   stop_agent{ agent_id } -> { agent_id, stopped = true | false }
 --     interrupts the child's current turn; the child persists.
 --
--- Every call goes through the parent's gate as a request with no
--- requirements (an allowing gate passes it; a loop without a gate denies it).
+-- Every call goes through the parent's gate (a loop without a gate denies
+-- it). A call that hands a delegate work requires { kind = "delegate", scope
+-- = match = the delegate loop's name }: start_agent the agent it starts,
+-- message_agent the agent the child was started as. The gate routes that
+-- requirement to its access source (a profile's `delegate`, an access
+-- table's `delegate`; default gated in a profile, denied when a table leaves
+-- it out), then to the saved rules (a deny rule refuses, an allow rule
+-- approves), and what is left gated asks a person once per call (headless:
+-- "permission denied: approval required"). list_agents (reads the loop's own
+-- children) and stop_agent (only ends work already approved) require nothing,
+-- so they pass any gate. docs/delegation.md has the whole story.
 -- Refusals are error results the model reads: an agent that is not a
 -- delegate, an id that is not a direct child, the depth limit (a child of
 -- depth d needs d <= delegation_limits.depth; a primer is depth 0) and the
@@ -183,6 +192,12 @@ local function check_timeout(t)
   return true
 end
 
+-- What a call that hands the delegate `name` work asks of the gate (a saved
+-- rule { kind = "delegate", match = name } or "*" matches it).
+local function delegate_requirement(name)
+  return { kind = "delegate", scope = name, match = name }
+end
+
 -- A direct child of inst, or nil and the refusal.
 local function child_of(S, inst, id)
   local c = S.loops[id]
@@ -320,7 +335,7 @@ function M.tools(S, inst)
       if not ok then return nil, err end
       return { summary = "start agent " .. args.agent .. (args.wait == false
         and " (background)" or "") .. ": " .. first_line(args.instructions, 200),
-        requirements = {} }, args
+        requirements = { delegate_requirement(args.agent) } }, args
     end,
     run = function(_, ctx) return start(S, inst, ctx.prepared, ctx) end,
   }
@@ -341,13 +356,21 @@ function M.tools(S, inst)
       if not ok then return nil, err end
       ok, err = check_timeout(args.timeout)
       if not ok then return nil, err end
+      -- the gate is asked about the delegate the child was started as; an id
+      -- that is no direct child now is refused at run (even if a parallel
+      -- start_agent makes it one meanwhile: that child was never gated here)
+      local child, refusal = child_of(S, inst, args.agent_id)
       return { summary = "message agent " .. first_line(args.agent_id, 64) .. ": "
-        .. first_line(args.message, 200), requirements = {} }, args
+        .. first_line(args.message, 200),
+        requirements = child and { delegate_requirement(child.name) } or {} },
+        { args = args, child_id = child and child.id, refusal = refusal }
     end,
     run = function(_, ctx)
-      local args = ctx.prepared
-      local child, err = child_of(S, inst, args.agent_id)
+      local p = ctx.prepared
+      if not p.child_id then return nil, p.refusal end
+      local child, err = child_of(S, inst, p.child_id)
       if not child then return nil, err end
+      local args = p.args
       return request(S, inst, child, args.message, args.wait ~= false, args.timeout, ctx)
     end,
   }

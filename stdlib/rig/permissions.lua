@@ -25,6 +25,10 @@
 --   network          "tcp://HOST:PORT": HOST exact (case-insensitive), "*.example.org"
 --                    (any name below example.org, not example.org itself) or "*" (any);
 --                    PORT a number or "*".
+--   delegate         a delegate loop's name, exactly ("researcher"), or "*" (every
+--                    delegate the loop lists). start_agent requires the delegate it
+--                    starts, message_agent the delegate the child was started as
+--                    (rig.delegation); list_agents and stop_agent require nothing.
 --   Each rule object holds exactly these three fields.
 --
 -- Safety: the path must be absolute; the file must not be a symbolic link, must be a
@@ -47,7 +51,9 @@ local M = {}
 local MAX_BYTES = 1 << 20
 local MAX_RULES = 10000
 local KINDS = { ["filesystem.read"] = true, ["filesystem.write"] = true, network = true,
-                ["command.execute"] = true }
+                ["command.execute"] = true, delegate = true }
+-- a loop name (rig.loop's rule), or "*" in a delegate rule
+local LOOP_NAME = "^%a[%w_.%-]*$"
 local SHELL_CONTROL = "[;&|`$()<>\r\n]"
 
 -- ---- match semantics ----
@@ -133,6 +139,7 @@ local function rule_matches(rule, req)
   if type(m) ~= "string" then return false end
   if rule.kind == "command.execute" then return match_command(rule.match, m) end
   if rule.kind == "network" then return match_network(rule.match, m) end
+  if rule.kind == "delegate" then return rule.match == "*" or rule.match == m end
   local path = clean_path(m)
   if not path then return false end
   return match_segments(rule.segments, 1, path, 1)
@@ -153,7 +160,7 @@ local function check_rule(r)
   end
   if not KINDS[r.kind] then
     return nil, "unknown kind " .. tostring(json.encode(r.kind)) .. " (filesystem.read, "
-      .. "filesystem.write, network, command.execute)"
+      .. "filesystem.write, network, command.execute, delegate)"
   end
   local m = r.match
   if type(m) ~= "string" or m == "" then return nil, "match must be a non-empty string" end
@@ -162,6 +169,10 @@ local function check_rule(r)
   if r.kind == "command.execute" then
     if m == "*" or m:match("^%s*%*$") or (m:sub(-2) == " *" and not m:sub(1, -3):find("%S")) then
       return nil, "match \"*\" would match every command"
+    end
+  elseif r.kind == "delegate" then
+    if m ~= "*" and (#m > 64 or not m:match(LOOP_NAME)) then
+      return nil, "match must be a loop name or \"*\" (got \"" .. m .. "\")"
     end
   elseif r.kind == "network" then
     local host, port = split_hostport(m)

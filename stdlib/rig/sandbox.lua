@@ -6,6 +6,8 @@
 --     workspace_read = "allow", workspace_write = "gated",
 --     host_read = "allow", host_write = "deny",
 --     network = "gated", command = "gated",   -- each "deny" | "gated" | "allow"
+--     delegate = "gated",            -- starting/messaging a delegate loop: the gate's
+--                                    -- access only (nothing for the OS to enforce)
 --     home = "isolated",             -- or "real"
 --     isolation = "sandboxed",       -- or "unconfined" (every filesystem and
 --                                    -- network field allow, ack_unconfined = true)
@@ -18,7 +20,8 @@
 --   p:access_for(kind, scope) --> "deny" | "gated" | "allow"
 --     kind: "filesystem.read" | "filesystem.write" (scope: a path, relative
 --     to the workspace, symlinks followed), "network" (scope "host:port"),
---     "command.execute" (scope a command line); an unknown kind raises
+--     "command.execute" (scope a command line), "delegate" (scope a delegate
+--     loop's name: the profile's `delegate` for every name); an unknown kind raises
 --   rig.sandbox.restrict(a, b) --> the intersection, never wider than a or b
 --   rig.sandbox.check([profile]) --> {
 --     tier = "A" | "B" | "none", why = "what is missing", cgroup = "the layout",

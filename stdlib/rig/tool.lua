@@ -15,11 +15,13 @@
 --     request = { summary = "…", requirements = { requirement, … }, command = "…"?,
 --                 cwd = "…"? }
 --     requirement = { kind = "filesystem.read" | "filesystem.write" | "network"
---                     | "command.execute", scope = "…", match = "…", description = "…"? }
+--                     | "command.execute" | "delegate", scope = "…", match = "…",
+--                     description = "…"? }
 --       scope is what the access source routes on (a path for filesystem kinds,
---       "host:port" for network, the command line for command.execute); match is
---       what saved permission rules match (a path, "tcp://host:port", a command
---       line). Give either: the other is derived (network: "tcp://" .. scope).
+--       "host:port" for network, the command line for command.execute, the
+--       delegate loop's name for delegate); match is what saved permission rules
+--       match (a path, "tcp://host:port", a command line, a loop name). Give
+--       either: the other is derived (network: "tcp://" .. scope).
 --   t:spec() -> { name =, description =, schema = } (the tool as a model request lists it)
 --
 -- Reserved names (the runner injects these tools itself; a rig.tool may not take
@@ -40,7 +42,7 @@ local fields = { name = true, description = true, schema = true, prepare = true,
                  sequential = true }
 
 local KINDS = { ["filesystem.read"] = true, ["filesystem.write"] = true, network = true,
-                ["command.execute"] = true }
+                ["command.execute"] = true, delegate = true }
 M.kinds = KINDS
 
 local RESERVED = { final_answer = true, start_agent = true, message_agent = true,
@@ -131,7 +133,7 @@ local function check_requirement(r, path)
   end
   if not KINDS[r.kind] then
     return nil, path .. ".kind must be one of filesystem.read, filesystem.write, network, "
-      .. "command.execute (got " .. (type(r.kind) == "string" and ("'" .. r.kind .. "'")
+      .. "command.execute, delegate (got " .. (type(r.kind) == "string" and ("'" .. r.kind .. "'")
       or tostring(r.kind)) .. ")"
   end
   local scope, err = one_line(r.scope, path .. ".scope", true)

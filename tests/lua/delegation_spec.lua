@@ -403,7 +403,8 @@ describe("delegation", function()
     local pd = of_type(records(r.store, s.id), "PermissionDecided")
     expect(pd[1].verdict).to_be("deny")
     s:shutdown()
-    -- an allowing gate: decided "allow" (a request with no requirements)
+    -- a gate whose access allows delegation: decided "allow" by access (the
+    -- gated, ruled and denied paths: delegation_gate_spec.lua)
     r = define(rig.store.memory(), {
       plan = script { call("start_agent", { agent = "researcher", instructions = "x" }),
                       { text = "ok" } },
@@ -415,6 +416,7 @@ describe("delegation", function()
     pd = of_type(records(r.store, s.id), "PermissionDecided")
     expect(pd[1].tool).to_be("start_agent")
     expect(pd[1].verdict).to_be("allow")
+    expect(pd[1].source).to_be("access")
     s:shutdown()
   end)
 

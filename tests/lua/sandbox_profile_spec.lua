@@ -25,6 +25,7 @@ describe("rig.sandbox.profile", function()
     expect(p.host_write).to_be("deny")
     expect(p.network).to_be("gated")
     expect(p.command).to_be("gated")
+    expect(p.delegate).to_be("gated")
     expect(p.home).to_be("isolated")
     expect(p.isolation).to_be("sandboxed")
     expect(p.ack_unconfined).to_be(false)
@@ -45,6 +46,7 @@ describe("rig.sandbox.profile", function()
     local cases = {
       { { workspace_root = ws, tiemout = 1 }, "unknown field 'tiemout'" },
       { { workspace_root = ws, network = "maybe" }, "field 'network' must be deny, gated or allow" },
+      { { workspace_root = ws, delegate = "yes" }, "field 'delegate' must be deny, gated or allow" },
       { { workspace_root = ws, workspace_write = true }, "field 'workspace_write' must be" },
       { { workspace_root = ws, home = "shared" }, "field 'home' must be isolated or real" },
       { { workspace_root = ws, isolation = "none" }, "field 'isolation' must be" },
@@ -92,7 +94,8 @@ describe("rig.sandbox.profile", function()
     expect(a:fingerprint()).to_be(b:fingerprint())
     expect(a == b).to_be(true)
     local seen = { [a:fingerprint()] = true }
-    for _, o in ipairs{ { network = "deny" }, { command = "allow" }, { home = "real" },
+    for _, o in ipairs{ { network = "deny" }, { command = "allow" }, { delegate = "allow" },
+                        { delegate = "deny" }, { home = "real" },
                         { workspace_write = "deny" }, { host_read = "gated" },
                         { roots = { { path = cache } } }, { workspace_root = cache } } do
       o.workspace_root = o.workspace_root or ws
@@ -114,6 +117,12 @@ describe("rig.sandbox.profile", function()
     expect(p:access_for("filesystem.write", cache .. "/x")).to_be("gated")
     expect(p:access_for("network", "example.com:443")).to_be("deny")
     expect(p:access_for("command.execute", "make test")).to_be("allow")
+    -- delegation: one state for every delegate name (the gate's rules narrow it)
+    expect(p:access_for("delegate", "researcher")).to_be("gated")
+    expect(sandbox.profile{ workspace_root = ws, delegate = "deny" }:access_for("delegate", "x"))
+      .to_be("deny")
+    expect(sandbox.profile{ workspace_root = ws, delegate = "allow" }:access_for("delegate", "x"))
+      .to_be("allow")
     expect(function() p:access_for("filesystem.exec", "/bin/sh") end).to_fail("unknown access kind 'filesystem.exec'")
     expect(function() p:access_for("filesystem.read") end).to_fail("needs a path")
   end)
@@ -124,7 +133,8 @@ describe("rig.sandbox.restrict", function()
   local rank = { deny = 1, gated = 2, allow = 3 }
 
   it("takes the lower state of every pair and never widens", function()
-    for _, f in ipairs{ "workspace_read", "workspace_write", "host_read", "host_write", "network", "command" } do
+    for _, f in ipairs{ "workspace_read", "workspace_write", "host_read", "host_write", "network", "command",
+                        "delegate" } do
       for _, x in ipairs(states) do
         for _, y in ipairs(states) do
           local oa, ob = { workspace_root = ws, [f] = x }, { workspace_root = ws, [f] = y }

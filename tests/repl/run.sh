@@ -171,6 +171,7 @@ check "exit after a script session is 0" wait_for '^EXIT=0$'
 # --- the workbench: a rig file, a live session, gates, Ctrl-C, attach, reload ---
 "$LUARIG" tests/lua/runner.lua tests/repl/render_spec.lua | sed -n 's/^\(not \)\{0,1\}ok - /&repl /p'
 . tests/repl/inspect.sh # budgets, inspecting, paging, :compact :checkpoint :rewind :log :gates
+. tests/repl/delegation.sh # delegation through the gate: y, a and its saved rule, n
 export BENCH_STATE="$tmp/bench-state"
 cp tests/repl/fixtures/bench_rig.lua "$tmp/bench_rig.lua"
 start_bench() {

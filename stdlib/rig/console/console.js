@@ -398,6 +398,10 @@
         const b = actions.appendChild(el('button', action.replace('_', '-'), label));
         b.type = 'button';
         b.dataset.action = action;
+        // what "always" saves (a delegation gate: allow delegate NAME)
+        if (action === 'approve_always' && Array.isArray(req.candidates) && req.candidates.length) {
+          b.title = 'saves ' + req.candidates.map((c) => c.effect + ' ' + c.kind + ' ' + c.match).join('; ');
+        }
         b.addEventListener('click', () => this.answer(ev.gate_id, action, card));
       }
       if (ev.step_id) this.step(ev).box.appendChild(card);
