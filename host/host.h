@@ -437,6 +437,10 @@ struct lr_http_opts {
 	size_t max_body;             /* buffered mode: a longer body is LR_ETOOBIG */
 	size_t max_headers;          /* bytes of the header block */
 	int stream;                  /* 2xx bodies go through the SSE framer */
+	int sse_auto;                /* stream mode: only when the 2xx Content-Type is
+				        text/event-stream; any other 2xx body is buffered
+				        (max_body) and resp.buffered set (MCP's Streamable
+				        HTTP answers a POST either way) */
 	size_t max_line, max_event;  /* the framer's caps */
 	size_t max_queue;            /* events queued unread before the transfer pauses (or 1 MiB) */
 	size_t max_error_body;       /* stream mode, non-2xx: body kept up to this, then stop */
@@ -452,6 +456,7 @@ struct lr_http_resp {
 	struct lr_buf headers;   /* "name\0value\0" pairs in order, names lower-case */
 	struct lr_buf body;      /* buffered mode, or a stream's non-2xx body */
 	long connects;           /* new connections this transfer opened (0: reused) */
+	int buffered;            /* sse_auto: the 2xx body was not an event stream and is in body */
 };
 
 /*

@@ -187,8 +187,9 @@ M.cap_result = cap_result
 
 -- ---- tools and gates ----
 
-local function tool_result(id, text, is_error)
-  return { type = "tool_result", tool_use_id = id, content = text, is_error = is_error == true }
+local function tool_result(id, text, is_error, details)
+  return { type = "tool_result", tool_use_id = id, content = text, is_error = is_error == true,
+           details = details }
 end
 
 -- A task's cancellation travels as the error "cancelled": a tool's pcall must
@@ -320,13 +321,15 @@ local function run_call(S, inst, turn, call)
                 observations = inst.observations, approved = approved, prepared = artifact }
   local rok, out, rmsg = pcall(tool.run, req, ctx)
   if not rok and is_cancel(out) then error(out, 0) end
-  local text, is_error
+  local text, is_error, details
   if not rok then
     text, is_error = "error: " .. tostring(out), true
   elseif out == nil then
     text, is_error = "error: " .. tostring(rmsg or "the tool failed"), true
   elseif type(out) == "string" then
     text = out
+  elseif getmetatable(out) == "rig.tool.result" then
+    text, is_error, details = out.text, out.is_error, out.details
   else
     local enc = json.encode(out)
     text = enc or tostring(out)
@@ -337,7 +340,7 @@ local function run_call(S, inst, turn, call)
       tool = tool.name, call_id = call.id, is_error = is_error == true,
       preview = text:sub(1, 200) })
   end
-  return tool_result(call.id, text, is_error)
+  return tool_result(call.id, text, is_error, details)
 end
 
 -- Runs the step's calls: consecutive non-sequential tools together (at most
