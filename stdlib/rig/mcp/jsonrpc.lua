@@ -21,7 +21,8 @@
 --     timeout = 60,                  -- the default seconds a request waits for its answer
 --   }
 --   peer:request(method, params, { timeout =, on_progress = fn(p, total, msg),
---                reset_on_progress = true, max_timeout =, related = })
+--                reset_on_progress = true, max_timeout =, related =, track = {} })
+--     (track.id is set to the request's id before it is sent)
 --     -> result | nil, message, code, error
 --     code: "rpc" (the other side answered with an error; error = { code, message, data }),
 --     "timeout" (notifications/cancelled is sent), "closed" (the transport ended; message
@@ -148,8 +149,13 @@ function Peer:request(method, params, opts)
     params._meta = meta
   end
   self.pending[id] = p
-  local ok, msg, code = send(self, { id = id, method = method, params = params },
-                             { related = opts.related })
+  if opts.track then opts.track.id = id end
+  local sok, ok, msg, code = pcall(send, self, { id = id, method = method, params = params },
+                                   { related = opts.related })
+  if not sok then
+    self.pending[id] = nil
+    error(ok, 0)
+  end
   if not ok then
     self.pending[id] = nil
     return nil, self.name .. ": " .. method .. ": " .. tostring(msg), code or "closed"
