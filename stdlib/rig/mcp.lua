@@ -272,10 +272,11 @@ end
 
 -- The tools a loop instance takes from its clients, and whether they changed since.
 function M.loop_tools(clients)
-  local out, seen = {}, {}
+  local out, seen, complete = {}, {}, true
   for _, c in ipairs(clients) do
-    if c.state == "ready" or c.opts.restart == "auto" then
+    if c.state == "ready" or (c.state == "dead" and c.opts.restart == "auto") then
       local list = c:tools()
+      if not list then complete = false end
       for _, t in ipairs(list or {}) do
         if not seen[t.name] then
           seen[t.name] = true
@@ -284,7 +285,7 @@ function M.loop_tools(clients)
       end
     end
   end
-  return out
+  return out, complete
 end
 
 function M.stamp(clients)
