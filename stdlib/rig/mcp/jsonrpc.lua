@@ -58,6 +58,11 @@ M.INVALID_PARAMS = -32602
 M.INTERNAL_ERROR = -32603
 
 local null = json.null
+-- LUARIG_MCP_TRACE=1: every message in and out on stderr (debugging a server)
+local TRACE = os.getenv("LUARIG_MCP_TRACE") == "1"
+local function trace(dir, name, text)
+  io.stderr:write("mcp trace ", name, " ", dir, " ", text, "\n")
+end
 
 local Peer = {}
 Peer.__index = Peer
@@ -118,6 +123,7 @@ local function send(self, msg, opts)
   if self.closed then return nil, self.closed.message, self.closed.code end
   msg.jsonrpc = "2.0"
   self.stats.sent = self.stats.sent + 1
+  if TRACE then trace(">", self.name, json.encode(msg) or "?") end
   return self.send_fn(msg, opts)
 end
 
@@ -210,6 +216,7 @@ local function respond(self, id, result, err, out)
   if out then out[#out + 1] = msg return end
   if self.closed then return end
   self.stats.sent = self.stats.sent + 1
+  if TRACE then trace(">", self.name, json.encode(msg) or "?") end
   self.send_fn(msg, { related = id })
 end
 
@@ -371,6 +378,7 @@ end
 
 function Peer:receive(text, via)
   self.stats.received = self.stats.received + 1
+  if TRACE then trace("<", self.name, text) end
   local msg, err = json.decode(text)
   if msg == nil then
     protocol_error(self, self.name .. ": a message is not JSON (" .. tostring(err) .. ")")
