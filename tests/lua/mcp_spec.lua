@@ -5,7 +5,7 @@ local json = require "rig.json"
 local jsonrpc = require "rig.mcp.jsonrpc"
 local core = rig.core
 
-local ROOT = os.getenv("LUARIG_ROOT") or "."
+local ROOT = assert(core.fs_realpath(os.getenv("LUARIG_ROOT") or "."))
 local NM = ROOT .. "/build/npm/node_modules"
 local FAULT = ROOT .. "/tests/mcp/fault_server.js"
 local function have_npm()

@@ -120,8 +120,9 @@ function T:start(on_message, on_oversized, on_close)
     if self.closed then why = "the client closed the connection" end
     local tail = self.stderr_buf:gsub("%s+$", "")
     if tail ~= "" and not self.closed then
-      local last = tail:match("([^\n]*)$")
-      why = why .. " (stderr: " .. (#last > 300 and last:sub(1, 300) .. "…" or last) .. ")"
+      -- the last lines (a crash's message sits above its last line), as one line
+      local last = tail:sub(-600):gsub("%s*\n%s*", " | ")
+      why = why .. " (stderr: " .. last .. ")"
     end
     self.dead = why
     on_close(why, code)
