@@ -110,13 +110,6 @@ function M.schema(input)
   local s = lenient(input, "inputSchema", dropped, 0)
   if type(s) ~= "table" then s = { type = "object" } end
   if s.type == nil then s.type = "object" end
-  -- rig.tool's own checks (copy, then the subset): what still fails means any arguments
-  local ok = pcall(tool_mod, { name = "probe", description = "probe", schema = s,
-                               run = function() end })
-  if not ok then
-    dropped[#dropped + 1] = "inputSchema (not checkable: any arguments are accepted)"
-    s = { type = "object" }
-  end
   return s, dropped
 end
 
@@ -230,15 +223,15 @@ function M.wrap(client, t, rig_name)
   local input, dropped = M.schema(t.inputSchema)
   local out_schema
   if type(t.outputSchema) == "table" then
-    local s, d2 = M.schema(t.outputSchema)
-    if #d2 == 0 or not d2[#d2]:find("not checkable") then out_schema = s end
+    local s = M.schema(t.outputSchema)
+    if schema_mod.check(s) then out_schema = s end
   end
   local desc = str(t.description) or ""
   local title = str(t.title) or (type(t.annotations) == "table" and str(t.annotations.title))
   if title and title ~= "" then desc = title .. (desc ~= "" and (": " .. desc) or "") end
   if desc == "" then desc = "MCP tool " .. t.name .. " of server " .. server end
   local scope = server .. "/" .. t.name
-  local rt = tool_mod{
+  local def = {
     name = rig_name, description = desc, schema = input,
     prepare = function(args)
       local a = json.encode(args) or "{}"
@@ -256,6 +249,14 @@ function M.wrap(client, t, rig_name)
       return tool_mod.result{ text = text, is_error = is_error, details = details }
     end,
   }
+  -- rig.tool's own checks (copy, then the subset): a schema that still fails them
+  -- means any arguments (the server checks its own)
+  local ok, rt = pcall(tool_mod, def)
+  if not ok then
+    dropped[#dropped + 1] = "inputSchema (not checkable: any arguments are accepted)"
+    def.schema = { type = "object" }
+    rt = tool_mod(def)
+  end
   return rt, dropped
 end
 
