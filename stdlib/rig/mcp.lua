@@ -32,6 +32,7 @@
 --   c:ping(), c:status() -> "ready" | "dead" | "closed", why; c:restart(); c:close()
 --   c:logs() (the last 100 notifications/message), c:set_log_level(level)
 --   c:request(method, params), c:notify(method, params): anything else
+--   rig.mcp.clients() -> every client made in this process (oldest first)
 --
 -- A loop takes clients as `mcp = { fs, web }`: their tools join the loop's, and
 -- follow notifications/tools/list_changed. Each call is a gate request with one
@@ -154,6 +155,15 @@ local function check_fields(where, o, extra)
   end
 end
 
+-- Every client made in this process and not yet collected, oldest first (the REPL's :mcp).
+local registry = setmetatable({}, { __mode = "k" })
+local order = 0
+local function remember(c)
+  order = order + 1
+  registry[c] = order
+  return c
+end
+
 function M.stdio(o)
   check_fields("stdio", o, stdio_fields)
   if type(o.command) ~= "string" or o.command == "" then
@@ -223,7 +233,7 @@ function M.stdio(o)
       if self.executor_set then self.executor_set:close() self.executor_set = nil end
     end
   end
-  return cl
+  return remember(cl)
 end
 
 function M.http(o)
@@ -261,7 +271,14 @@ function M.http(o)
   if not cl then return nil, err, code end
   cl.kind = "http"
   cl.url = o.url
-  return cl
+  return remember(cl)
+end
+
+function M.clients()
+  local out = {}
+  for c in pairs(registry) do out[#out + 1] = c end
+  table.sort(out, function(a, b) return registry[a] < registry[b] end)
+  return out
 end
 
 function M.is_client(v)
