@@ -137,15 +137,41 @@ int lr_bundle_run(struct lr_state *S, const char *path, int argc, char **argv)
 
 static void pack_notice(void *arg, const char *msg)
 {
-	(void)arg;
+	(void)arg; /* the compiler's state, see pack_compile */
 	fprintf(stderr, "luarig: %s\n", msg);
+}
+
+/*
+ * Compiles one Lua file of the packed tree in a bare state of its own (the
+ * parser needs no library): arg points to that state, made on first use.
+ */
+static int pack_compile(void *arg, const char *name, const void *data, size_t size,
+			char *msg, size_t msglen)
+{
+	lua_State **Lp = arg;
+	if (!*Lp && !(*Lp = luaL_newstate())) {
+		snprintf(msg, msglen, "%s: cannot create a Lua state to compile it", name);
+		return -1;
+	}
+	lua_State *L = *Lp;
+	char chunk[4096];
+	snprintf(chunk, sizeof chunk, "@%s", name);
+	int rc = luaL_loadbufferx(L, data, size, chunk, "t");
+	if (rc != LUA_OK)
+		snprintf(msg, msglen, "%s", lua_tostring(L, -1));
+	lua_settop(L, 0);
+	return rc;
 }
 
 int lr_bundle_pack(const char *dir, const char *out)
 {
 	char written[4096], err[1024];
-	if (lr_bundle_write(dir, out, LR_VERSION, pack_notice, NULL, written, sizeof written,
-			    err, sizeof err) != 0) {
+	lua_State *cl = NULL;
+	int rc = lr_bundle_write(dir, out, LR_VERSION, pack_notice, pack_compile, &cl, written,
+				 sizeof written, err, sizeof err);
+	if (cl)
+		lua_close(cl);
+	if (rc != 0) {
 		fprintf(stderr, "luarig: pack '%s': %s\n", dir, err);
 		return 1;
 	}
