@@ -95,6 +95,13 @@ static int searcher_preload(lua_State *L)
 	return 2;
 }
 
+static const char *skip_dots(const char *p)
+{
+	while (p[0] == '.' && p[1] == '/')
+		p += 2;
+	return p;
+}
+
 /*
  * The file a name given to loadfile, dofile or rig.bundle.read means:
  * names are relative to the bundle's root ("lib/x.lua" or "./lib/x.lua");
@@ -103,12 +110,6 @@ static int searcher_preload(lua_State *L)
  * pushed and *rc set: -ENOENT, or LR_EREFUSED for a name outside the
  * bundle. The disk is never consulted.
  */
-static const char *skip_dots(const char *p)
-{
-	while (p[0] == '.' && p[1] == '/')
-		p += 2;
-	return p;
-}
 
 static const struct lr_bundle_file *bundle_file(lua_State *L, const struct lr_bundle *b,
 						 const char *where, const char *name, int *rc)
