@@ -213,7 +213,10 @@ describe("s:resume() after SIGKILL", function()
     local g = s:gates()[1]
     expect(g.restored).to_be(true)
     expect(s:respond_gate(g.gate_id, "approve")).to_be(true)
-    expect(#runs(dir)).to_be(0) -- answering alone runs nothing
+    -- answering alone runs nothing: the turn still waits for s:resume()
+    expect(s:wait_idle(5)).to_be(true)
+    expect(#s:resumable()).to_be(1)
+    expect(#runs(dir)).to_be(0)
     local tip = s.core:tip()
     local last = resume_and_wait(s)
     expect(last.type).to_be("TurnDone")
