@@ -232,6 +232,24 @@ describe("s:resume() after SIGKILL", function()
     cleanup(s, dir)
   end, { timeout = 60 })
 
+  it("approved, then killed inside the call: the resume runs it again, not asking again", function()
+    local dir = tmpdir()
+    local id = run_child(dir, "approved")
+    local store <close> = rig.store.lmdb{ root = dir }
+    local brain = script({ { text = "done" } })
+    local s = assert(define(store, brain, { log = dir .. "/runs.log" }):restore(id))
+    expect(#s:gates()).to_be(0)
+    local tip = s.core:tip()
+    expect(resume_and_wait(s).type).to_be("TurnDone")
+    local log = runs(dir)
+    expect(#log).to_be(2)
+    expect(log[1].how .. " " .. log[2].how).to_be("fresh resumed")
+    expect(log[2].key).to_be(log[1].key)
+    expect(#of_type(events(store, id), "PermissionRequested", tip)).to_be(0)
+    check_history(s:history())
+    cleanup(s, dir)
+  end, { timeout = 60 })
+
   it("gate open, resumed before an answer: the restored gate is superseded and the call asks again", function()
     local dir = tmpdir()
     local id = run_child(dir, "gate")
@@ -260,6 +278,32 @@ describe("s:resume() after SIGKILL", function()
     expect(res[1].source).to_be("resumed")
     expect(res[2].action).to_be("approve")
     expect(#runs(dir)).to_be(1)
+    cleanup(s, dir)
+  end, { timeout = 60 })
+
+  it("gate open and approved, but the call now asks for more: it is asked again", function()
+    local dir = tmpdir()
+    local id = run_child(dir, "gate")
+    local store <close> = rig.store.lmdb{ root = dir }
+    local brain = script({ { text = "done" } })
+    -- the same definition (prepare is not in the revision), a request that is not the one approved
+    local s = assert(define(store, brain, { log = dir .. "/runs.log", host = "example.net" })
+      :restore(id))
+    expect(s:respond_gate(s:gates()[1].gate_id, "approve")).to_be(true)
+    local tip = s.core:tip()
+    local sub = s:subscribe{ ephemeral = false }
+    expect(s:resume()).to_be(true)
+    local asked
+    for ev in sub:events(20) do
+      if ev.type == "GateOpened" then
+        asked = ev.summary
+        s:respond_gate(ev.gate_id, "deny")
+      end
+      if ev.ends_turn then break end
+    end
+    sub:close()
+    expect(asked).to_be("fetch example.net")
+    expect(#runs(dir)).to_be(0)
     cleanup(s, dir)
   end, { timeout = 60 })
 

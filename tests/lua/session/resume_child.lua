@@ -6,6 +6,7 @@
 --   stream     a TokenDelta of the first model call
 --   tool       inside echo's run (after it logged its run)
 --   gate       fetchy's gate is open
+--   approved   fetchy's gate approved (here), inside its run
 --   between    two steps (echo) committed, the third model call waits
 --   limits     the same with limits.iterations = 2 and one step committed
 --   partial    two calls: echo's result recorded, fetchy's gate open
@@ -28,6 +29,7 @@ local plans = {
   stream = { { text = string.rep("streaming ", 100), chunk = 4, chunk_delay = 0.01 } },
   tool = { { text = "", tool_calls = { { name = "echo", input = { text = "x" } } } } },
   gate = { { text = "", tool_calls = { { name = "fetchy", input = {} } } } },
+  approved = { { text = "", tool_calls = { { name = "fetchy", input = {} } } } },
   between = { { text = "step one", tool_calls = { { name = "echo", input = { text = "x" } } } },
               { text = "step two", tool_calls = { { name = "echo", input = { text = "y" } } } },
               { text = "slow", delay = 30 } },
@@ -94,6 +96,7 @@ local recorded, gated, steps = false, false, 0
 for ev in sub:events() do
   if point == "stream" and ev.type == "TokenDelta" then rig.crash_now() end
   if point == "gate" and ev.type == "GateOpened" then rig.crash_now() end
+  if point == "approved" and ev.type == "GateOpened" then s:respond_gate(ev.gate_id, "approve") end
   if point == "delegate" and ev.type == "GateOpened" and ev.loop_id == "worker#1" then
     rig.crash_now()
   end

@@ -3,12 +3,14 @@
 -- terminal test: same loops, same policy revisions.
 --
 --   define(store, brain, { log = PATH, limits = {…}, rules = …,
---                          network = "gated", revision = "resume-v1" }) -> rig, model
+--                          network = "gated", revision = "resume-v1",
+--                          host = "example.org" (what fetchy asks for) }) -> rig, model
 --   brain(request, n) -> a script step; request.system says whose call it is:
 --     "resume test" (the assistant), "boss" or "worker" (delegation).
 -- Every tool run appends "TOOL KEY resumed|fresh" to opts.log (ctx.idempotency_key,
 -- ctx.resumed), so a test can tell what ran in which process. rig.crash_at ==
--- "tool" makes echo kill its process after logging (rig.crash_now, set by the child).
+-- "tool" makes echo, "approved" fetchy, kill its process after logging
+-- (rig.crash_now, set by the child).
 return function(store, brain, opts)
   opts = opts or {}
   local function logged(name, ctx)
@@ -30,10 +32,14 @@ return function(store, brain, opts)
     end }
   local fetchy = rig.tool{ name = "fetchy", description = "needs the network",
     schema = { type = "object", properties = { host = { type = "string" } } },
-    prepare = function(a) return { summary = "fetch " .. (a.host or "example.org"), requirements = {
-      { kind = "network", match = "tcp://" .. (a.host or "example.org") .. ":443" } } } end,
+    prepare = function(a)
+      local host = a.host or opts.host or "example.org"
+      return { summary = "fetch " .. host, requirements = {
+        { kind = "network", match = "tcp://" .. host .. ":443" } } }
+    end,
     run = function(_, ctx)
       logged("fetchy", ctx)
+      if rig.crash_at == "approved" then rig.crash_now() end
       return "fetched"
     end }
   local gate = rig.gate{ access = { ["filesystem.read"] = "allow", ["filesystem.write"] = "deny",
