@@ -1041,7 +1041,8 @@ local function enqueue(S, inst, item)
   inst.starting = item
   inst.busy = true
   S.busy = S.busy + 1
-  if S.resumable_turns then S.resumable_turns[inst.id] = nil end -- a new or resumed turn: not resumable
+  -- a new or resumed turn ends what a restore left resumable on this loop
+  if S.resumable_turns then S.resumable_turns[inst.id] = nil end
   if S.busy == 1 then emit(S, "SessionActive", {}, false) end
   -- a driver started from inside another loop's turn (a delegated request,
   -- a hand-back) must outlive that turn's cancellation
