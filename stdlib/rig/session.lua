@@ -340,7 +340,9 @@ local function run_call(S, inst, turn, call)
                 -- the same for this call in a resume after a crash (ctx.resumed)
                 idempotency_key = S.id .. "/" .. tostring(turn.step_id) .. "/" .. tostring(call.id),
                 resumed = turn.resume ~= nil and turn.resume.step_id == turn.step_id or nil }
-  local rok, out, rmsg = pcall(tool.run, req, ctx)
+  -- a delegation call a resume runs again waits for the request it made before
+  local run = ctx.resumed and rs().runner(S, inst, turn, call) or tool.run
+  local rok, out, rmsg = pcall(run, req, ctx)
   if not rok and is_cancel(out) then error(out, 0) end
   local text, is_error
   if not rok then

@@ -16,7 +16,8 @@
 -- usage, revision, drifted }, which goes on from the last committed step:
 --   - a step the model had answered (a ToolCallsPlanned and no StepDone): its
 --     answer comes from the journal; a call with a recorded result keeps it;
---     the others run (ctx.resumed, the same ctx.idempotency_key as before);
+--     the others run, checked and gated again (ctx.resumed, the same
+--     ctx.idempotency_key as before);
 --     an answer given to their gate, before the crash or to the restored gate
 --     after it, stands when the call asks for the same again; the step
 --     commits with its own step id, once;
@@ -386,46 +387,44 @@ local function wait_child(S, inst, child, c, f, call)
   return w.outcome
 end
 
--- A start_agent/message_agent call re-run by a resume, whose request reached
--- the child before the crash: its outcome (the child's answer, or its
--- resumed turn's) instead of a second request. nil: the call runs again.
-local function delegated(S, inst, turn, call, req)
+-- A start_agent/message_agent call run again by a resume (past its gate, as
+-- any call), whose request reached the child before the crash: a run that
+-- takes the request's outcome (the child's answer, or its resumed turn's)
+-- instead of making a second request. nil: the tool runs as it is.
+function M.runner(S, inst, turn, call)
+  local req = DELEGATION[call.name] and turn.resume.requests[call.id]
+  if not req then return nil end
   local f = turn.resume.fold
   local child = S.loops[req.child]
   local c = f.by_cause[req.cid]
-  if not child or not c then return nil end
-  local r = rt()
+  if not child or not c then return nil end -- it never started a turn: the call runs again
   local running = { agent_id = child.id, status = "running", message = "the agent goes on "
     .. "and its final answer will arrive as a new message" }
-  local outcome
-  if f.requests[req.cid] and f.requests[req.cid].background then
-    return r.tool_result(call.id, json.encode(running))
-  elseif c.terminal and c.terminal.type ~= "TurnInterrupted" then
-    outcome = dg().outcome_of(c.terminal.type, c.terminal)
-  elseif resumable(c) and f.loops[child.id] == c and not child.busy then
-    outcome = wait_child(S, inst, child, c, f, call)
-    if not outcome then return r.tool_result(call.id, json.encode(running)) end
-  else
-    outcome = dg().outcome_of("TurnInterrupted", c.terminal or {})
+  return function()
+    local outcome
+    if f.requests[req.cid] and f.requests[req.cid].background then
+      return running -- the restore handed its outcome back already
+    elseif c.terminal and c.terminal.type ~= "TurnInterrupted" then
+      outcome = dg().outcome_of(c.terminal.type, c.terminal)
+    elseif resumable(c) and f.loops[child.id] == c and not child.busy then
+      outcome = wait_child(S, inst, child, c, f, call)
+      if not outcome then return running end
+    else
+      outcome = dg().outcome_of("TurnInterrupted", c.terminal or {})
+    end
+    if outcome.status == "answered" then return outcome.text end
+    return nil, "agent " .. child.id .. " " .. (dg().HEADS[outcome.status] or outcome.status)
+      .. ": " .. outcome.text
   end
-  local sm = require "rig.session"
-  if outcome.status == "answered" then
-    return r.tool_result(call.id, sm.cap_result(outcome.text, inst.limits.result_bytes))
-  end
-  return r.tool_result(call.id, sm.cap_result("error: agent " .. child.id .. " "
-    .. (dg().HEADS[outcome.status] or outcome.status) .. ": " .. outcome.text,
-    inst.limits.result_bytes), true)
 end
 
 -- A call of the resumed step: its recorded result (true: already journaled),
--- a delegated request's outcome, or nil (it runs).
+-- or nil (it runs).
 function M.call(S, inst, turn, call)
   local R = turn.resume
   if turn.step_id ~= R.step_id then return nil end
   local got = R.results[call.id]
   if got then return got, true end
-  local req = DELEGATION[call.name] and R.requests[call.id]
-  if req then return delegated(S, inst, turn, call, req) end
   return nil
 end
 
