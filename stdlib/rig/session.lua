@@ -1849,7 +1849,7 @@ end
 M._rt = { emit = emit, next_id = next_id, enqueue = enqueue, command = emit_command_record,
           new_instance = new_instance, catalog = catalog, user_message = user_message,
           -- and rig.session_resume's
-          close_gate = close_gate, tool_result = tool_result, limit_failure = limit_failure,
+          close_gate = close_gate, limit_failure = limit_failure,
           out_setup = out_setup, native_output = native_output, check_output = check_output,
           invalid_output = invalid_output, new_usage = new_usage, add_usage = add_usage }
 
