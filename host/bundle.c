@@ -144,6 +144,26 @@ static const char *show(const char *s, char buf[SHOW_LEN])
 	return buf;
 }
 
+/* A message with outside bytes in it, control bytes as \xNN, cut to fit cap. */
+static const char *show_msg(const char *s, char *buf, size_t cap)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0;
+	for (size_t i = 0; s[i] && o + 5 < cap; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c < 0x20 || c == 0x7f) {
+			buf[o++] = '\\';
+			buf[o++] = 'x';
+			buf[o++] = hex[c >> 4];
+			buf[o++] = hex[c & 15];
+		} else {
+			buf[o++] = (char)c;
+		}
+	}
+	buf[o] = '\0';
+	return buf;
+}
+
 /* A cap for messages: "16 MiB", "64 KiB" or "1000 bytes". buf holds 32 bytes. */
 static const char *show_size(size_t n, char buf[32])
 {
@@ -971,6 +991,8 @@ struct packing {
 	ino_t out_ino;
 	int have_out;
 	void (*notice)(void *arg, const char *msg);
+	int (*compile)(void *arg, const char *name, const void *data, size_t size,
+		       char *msg, size_t msglen);
 	void *arg;
 	char *err;
 	size_t errlen;
@@ -1251,12 +1273,14 @@ static char *dir_basename(const char *dir)
 }
 
 int lr_bundle_write(const char *dir, const char *out, const char *version,
-		    void (*notice)(void *arg, const char *msg), void *arg,
-		    char *written, size_t writtenlen, char *err, size_t errlen)
+		    void (*notice)(void *arg, const char *msg),
+		    int (*compile)(void *arg, const char *name, const void *data, size_t size,
+				   char *msg, size_t msglen),
+		    void *arg, char *written, size_t writtenlen, char *err, size_t errlen)
 {
 	char q[SHOW_LEN];
-	struct packing p = { .dir = dir, .rootfd = -1, .notice = notice, .arg = arg,
-			     .err = err, .errlen = errlen };
+	struct packing p = { .dir = dir, .rootfd = -1, .notice = notice, .compile = compile,
+			     .arg = arg, .err = err, .errlen = errlen };
 	struct author au = { 0 };
 	struct lr_bundle_entry *entries = NULL;
 	struct lr_buf arc;
@@ -1360,6 +1384,33 @@ int lr_bundle_write(const char *dir, const char *out, const char *version,
 			path[k] = '\0';
 			rc = refuse(err, errlen, "entry module '%s' is not in '%s' (no %s.lua or %s/init.lua)",
 				    au.entry, dir, path, path);
+			goto out;
+		}
+	}
+
+	/* Every Lua file compiles, or nothing is written: syntax errors surface here, not at run. */
+	if (p.compile) {
+		size_t bad = 0;
+		char msg[2048], shown[2048], note[2200];
+		for (size_t i = 0; i < p.n; i++) {
+			size_t k = strlen(p.files[i].path);
+			if (k < 4 || strcmp(p.files[i].path + k - 4, ".lua") != 0)
+				continue;
+			char name[PATH_CAP + 600];
+			snprintf(name, sizeof name, "%s/%s", dir, p.files[i].path);
+			msg[0] = '\0';
+			if (p.compile(arg, name, p.files[i].data, p.files[i].size, msg, sizeof msg) == 0)
+				continue;
+			bad++;
+			if (notice) {
+				snprintf(note, sizeof note, "pack: %s",
+					 show_msg(msg[0] ? msg : name, shown, sizeof shown));
+				notice(arg, note);
+			}
+		}
+		if (bad) {
+			rc = refuse(err, errlen, "%zu Lua file%s not compile; nothing was written", bad,
+				    bad == 1 ? " does" : "s do");
 			goto out;
 		}
 	}

@@ -1006,14 +1006,22 @@ int lr_bundle_archive(const struct lr_bundle_entry *e, size_t n, struct lr_buf *
  * current directory when out is NULL; the file is written to a temporary
  * name and renamed. dir may hold a rig.json with name, version, entry and
  * description. version is this luarig's, recorded in the manifest. notice
- * (may be NULL) hears about skipped dot-directories. The path written is
- * copied to written (writtenlen bytes). Returns 0, LR_EREFUSED with err
- * naming the path (a link, a device, a bad rig.json, no entry module, a cap
- * exceeded), LR_EUNAVAILABLE or -errno.
+ * (may be NULL) hears about skipped dot-directories and files that do not
+ * compile. compile (may be NULL) is called for every file whose name ends
+ * in ".lua", with its name as "DIR/lib/x.lua" and its bytes; it returns 0
+ * when the file compiles, nonzero otherwise with a message such as
+ * "DIR/lib/x.lua:3: unexpected symbol near 'x'" in msg (msglen bytes).
+ * Every file is tried; any failure refuses the pack and nothing is written.
+ * notice and compile get arg. The path written is copied to written
+ * (writtenlen bytes). Returns 0, LR_EREFUSED with err naming the path (a
+ * link, a device, a bad rig.json, no entry module, a cap exceeded, Lua that
+ * does not compile), LR_EUNAVAILABLE or -errno.
  */
 int lr_bundle_write(const char *dir, const char *out, const char *version,
-		    void (*notice)(void *arg, const char *msg), void *arg,
-		    char *written, size_t writtenlen, char *err, size_t errlen);
+		    void (*notice)(void *arg, const char *msg),
+		    int (*compile)(void *arg, const char *name, const void *data, size_t size,
+				   char *msg, size_t msglen),
+		    void *arg, char *written, size_t writtenlen, char *err, size_t errlen);
 
 /* Compares two versions "MAJOR.MINOR.PATCH[-pre]": <0, 0, >0; -2 with ok=0 when either is malformed. */
 int lr_bundle_vercmp(const char *a, const char *b, int *ok);

@@ -87,6 +87,8 @@ struct lr_state {
 	lua_State *volatile running;
 
 	int repl;               /* the REPL owns the terminal */
+	int bundle;             /* a bundle runs: code comes from its archive and the
+				 * binary only, LUARIG_PATH is ignored (bundle.c) */
 	int unhandled;          /* task errors nobody retrieved */
 	int exit_signal;        /* the signal that asked for shutdown */
 	volatile int pending_signal; /* set inside the signal handler */
@@ -196,6 +198,10 @@ struct lr_embedded {
 extern const struct lr_embedded lr_stdlib[];
 extern const size_t lr_stdlib_count;
 void lr_searchers_install(lua_State *L);
+/* The searcher for the embedded library (and LUARIG_PATH), as installed. */
+int lr__searcher_stdlib(lua_State *L);
+/* LUARIG_PATH when set, not empty and no bundle runs; NULL otherwise. */
+const char *lr__stdlib_dir(lua_State *L);
 
 /* main.c: opens the libraries, installs the searchers, binds the global rig. */
 int lr_state_prepare(struct lr_state *S);

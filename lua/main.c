@@ -52,7 +52,8 @@ static void usage(FILE *f)
 	      "\n"
 	      "environment:\n"
 	      "  LUARIG_PATH              load the rig library from this directory\n"
-	      "                           (stdlib/ of a checkout) instead of the binary\n",
+	      "                           (stdlib/ of a checkout) instead of the binary;\n"
+	      "                           ignored while a bundle runs\n",
 	      f);
 }
 
@@ -362,6 +363,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "luarig: cannot create the Lua state\n");
 		return 1;
 	}
+	/* Before the library loads: a bundle runs the rig library built in (bundle.c). */
+	S.bundle = run && is_bundle(script);
 	int code;
 	if (lr_state_prepare(&S) != 0) {
 		code = 1;

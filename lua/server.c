@@ -697,7 +697,7 @@ static int core_await_shutdown_signal(lua_State *L)
 /*
  * rig.core.asset(name) -> the bytes of stdlib/NAME as embedded (the web
  * console's files, "rig/console/index.html"), or nil. With LUARIG_PATH set
- * the file is read from that folder first, as modules are.
+ * the file is read from that folder first, as modules are (not in a bundle).
  */
 static int core_asset(lua_State *L)
 {
@@ -706,8 +706,8 @@ static int core_asset(lua_State *L)
 	if (len == 0 || len > 200 || name[0] == '/' || strstr(name, "..") ||
 	    strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_-./") != len)
 		return luaL_error(L, "rig.core.asset: bad asset name '%s'", name);
-	const char *dir = getenv("LUARIG_PATH");
-	if (dir && *dir) {
+	const char *dir = lr__stdlib_dir(L);
+	if (dir) {
 		char path[4096];
 		snprintf(path, sizeof path, "%s/%s", dir, name);
 		FILE *f = fopen(path, "rbe");

@@ -322,16 +322,24 @@ static int search_disk(lua_State *L, const char *dir, const char *name)
 	return 2;
 }
 
+const char *lr__stdlib_dir(lua_State *L)
+{
+	if (lr_state_of(L)->bundle)
+		return NULL;
+	const char *dir = getenv("LUARIG_PATH");
+	return dir && *dir ? dir : NULL;
+}
+
 /*
  * The embedded standard library. With LUARIG_PATH set (the stdlib/ folder
  * of a checkout), modules are read from there first, so the library can be
- * edited without rebuilding.
+ * edited without rebuilding; not while a bundle runs (lr__stdlib_dir).
  */
-static int searcher_stdlib(lua_State *L)
+int lr__searcher_stdlib(lua_State *L)
 {
 	const char *name = luaL_checkstring(L, 1);
-	const char *dir = getenv("LUARIG_PATH");
-	if (dir && *dir) {
+	const char *dir = lr__stdlib_dir(L);
+	if (dir) {
 		int n = search_disk(L, dir, name);
 		if (n)
 			return n;
@@ -360,7 +368,7 @@ void lr_searchers_install(lua_State *L)
 		lua_rawgeti(L, -1, i);
 		lua_rawseti(L, -2, i + 1);
 	}
-	lua_pushcfunction(L, searcher_stdlib);
+	lua_pushcfunction(L, lr__searcher_stdlib);
 	lua_rawseti(L, -2, 2);
 	lua_pop(L, 1);
 

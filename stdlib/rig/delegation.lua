@@ -438,7 +438,7 @@ function M.fold(f, ev, seq)
   elseif t == "SubagentResult" then
     f.results[#f.results + 1] = ev
     f.result_for[ev.target_command_id] = ev
-  elseif t == "TurnStarted" then
+  elseif t == "TurnStarted" or t == "TurnResumed" then
     if cause then f.turn_of[cause] = ev.turn_id; f.consumed[cause] = true end
   elseif t == "TurnFoldedInto" then
     if cause then f.consumed[cause] = true end
@@ -494,4 +494,5 @@ function M.redeliver(S, plan)
 end
 
 M.state = state
+M.outcome_of, M.HEADS = outcome_of, HEADS -- rig.session_resume hands a child's outcome back too
 return M

@@ -10,7 +10,7 @@
 -- turn interrupts that turn (lua/repl.c asks interrupt_turn()).
 --
 -- Commands (a line starting with ':'): :help, :reload, :sessions, :attach ID,
--- :detach, :gates, :interrupt, :compact, :checkpoint, :rewind REF, :snapshots,
+-- :detach, :gates, :interrupt, :resume [LOOP], :compact, :checkpoint, :rewind REF, :snapshots,
 -- :log [FROM] (the journal, then follows it live until Ctrl-C), :journal [FROM],
 -- :history [LOOP], :usage (paged; `s:history()` and the like typed alone too:
 -- M.inspect), :fork [SEQ] (s:fork{ at = SEQ }, which in the REPL attaches the
@@ -181,8 +181,8 @@ local function follower(S, sub, rd)
       out(lines)
       if ev.type == "GateResolved" then gate_resolved(ev.gate_id) end
     end
-    if ev.type == "TurnStarted" or ev.ends_turn or ev.type == "SessionIdle"
-      or ev.type == "SessionActive" then
+    if ev.type == "TurnStarted" or ev.type == "TurnResumed" or ev.ends_turn
+      or ev.type == "SessionIdle" or ev.type == "SessionActive" then
       note_busy()
     end
   end
@@ -255,10 +255,33 @@ local function hook_sessions()
     methods[name] = function(...)
       local S, msg, code = orig(...)
       if S then M.attach(S) end
+      if S and name == "restore" then M.resume_hint(S) end
       return S, msg, code
     end
   end
   M.hook_fork(sm.Session)
+end
+
+-- ---- resuming ----
+
+-- After a restore: the turns a crash or a shutdown cut, and how to go on.
+function M.resume_hint(S)
+  local rd = state.follow and state.follow.rd or new_renderer()
+  for _, e in ipairs(S:resumable()) do
+    local at = e.step_id and string.format(" at a step with %d tool call%s (%d done)", e.calls,
+      e.calls == 1 and "" or "s", e.done) or ""
+    out(rd:yellow("── turn " .. tostring(e.turn_id) .. " of " .. e.loop_id .. " was cut by "
+      .. (e.reason == "shutdown" and "a shutdown" or "a crash") .. at .. ": :resume continues it"))
+  end
+end
+
+local function resume_cmd(arg)
+  local S = state.attached
+  if not S then error("no session attached (s = r:session(), or :attach ID)", 0) end
+  local loop = arg ~= "" and arg or nil
+  if loop and not S.loops[loop] then error("no loop '" .. loop .. "' in this session", 0) end
+  local ok, msg = S:resume(loop)
+  if not ok then error("resume: " .. tostring(msg), 0) end
 end
 
 -- ---- forking ----
@@ -574,6 +597,7 @@ local HELP = {
   ":mcp [NAME]        the MCP servers (or one server's tools); :mcp restart NAME",
   "pager: space = next page, Enter = next line, q = stop",
   ":reload            run the rig file again (new sessions use it)",
+  ":resume [LOOP]     continue the turns a crash or a shutdown cut (after :attach / r:restore)",
   ":fork [SEQ]        fork the attached session at journal seq SEQ (default: its last step)",
   "                   (an exclusive workspace root passes to the fork: the origin is",
   "                   checkpointed and shut down, and :attach restores it)",
@@ -649,6 +673,7 @@ local COMMANDS = {
     end
     M.page(lines)
   end,
+  resume = resume_cmd,
 }
 
 -- ---- budgets in the prompt ----
@@ -719,8 +744,10 @@ function M.note_budget(S, ev)
   local b = state.budget
   if not b or b.S ~= S then return end
   local t = ev.type
-  if t == "TurnStarted" then
+  if t == "TurnStarted" or t == "TurnResumed" then
+    -- a resumed turn goes on with what its committed steps used
     b.loop_id, b.turn_id, b.used = ev.loop_id or b.loop_id, ev.turn_id, {}
+    add_used(b.used, ev.usage)
   elseif t == "StepDone" and ev.turn_id == b.turn_id then
     add_used(b.used, ev.usage)
   elseif ev.ends_turn and ev.turn_id == b.turn_id and type(ev.usage) == "table" then

@@ -189,6 +189,14 @@ function R:event(ev)
   if t == "TurnStarted" then
     self.turns = self.turns + 1
     out[#out + 1] = self:dim(clip("── turn " .. tostring(ev.turn_id) .. " · " .. tostring(ev.loop_id), w))
+  elseif t == "TurnResumed" then
+    self.turns = self.turns + 1
+    local n = ev.step_id and #(ev.rerun or {}) or 0
+    local kept = ev.step_id and #(ev.reused or {}) or 0
+    local what = ev.step_id and string.format(" · %d call%s to run, %d result%s kept", n,
+      n == 1 and "" or "s", kept, kept == 1 and "" or "s") or ""
+    out[#out + 1] = self:dim(clip("── turn " .. tostring(ev.turn_id) .. " · " .. tostring(ev.loop_id)
+      .. " resumes " .. tostring(ev.resumes) .. what, w))
   elseif t == "ToolCallStarted" then
     out[#out + 1] = self:cyan(clip("  → " .. tostring(ev.tool) .. " " .. tostring(ev.summary or ""), w))
   elseif t == "ToolCallCompleted" then

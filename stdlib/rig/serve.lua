@@ -25,6 +25,7 @@
 --   POST /v1/sessions/{id}/restore         -> {session_id}
 --   POST /v1/sessions/{id}/input           {blocks}|{text} -> {command_id}
 --   POST /v1/sessions/{id}/interrupt       -> {interrupted}
+--   POST /v1/sessions/{id}/resume          {loop?} -> 202 {resumed: [loop ids]} (docs/resume.md)
 --   POST /v1/sessions/{id}/gates/{gate}    {action} -> 202 {}
 --   GET  /v1/sessions/{id}/status
 --   GET  /v1/sessions/{id}/journal?from&limit -> {events[{seq, kind, event}], next_seq, done}
@@ -41,7 +42,7 @@ local M = {}
 
 M.PROTOCOL, M.VERSION = "luarig.serve", 1
 local FEATURES = { "journal", "live_sse", "ephemeral_sse", "gate_response", "sse_resume",
-                   "idempotency" }
+                   "idempotency", "resume" }
 
 -- The stable error codes: status and whether a retry may succeed.
 local ERRORS = {
@@ -55,6 +56,8 @@ local ERRORS = {
   session_held = { 409, true },
   session_faulted = { 409, false },
   drift = { 409, false },
+  nothing_to_resume = { 409, false },
+  session_busy = { 409, true },
   idempotency_conflict = { 409, false },
   body_too_large = { 413, false },
   internal = { 500, false },
@@ -461,6 +464,37 @@ function M.serve(opts)
     return ok(200, { interrupted = s:interrupt() })
   end
 
+  -- Continues the turns a crash or a shutdown cut (status lists them as `resumable`).
+  local function resume(req)
+    local s, e = find(req.params.id)
+    if not s then return e end
+    local loop
+    if #req.body > max_body then return err("body_too_large", "the request body is over " .. max_body .. " bytes") end
+    if req.body:find("%S") then
+      local v, msg = json.decode(req.body)
+      if v == nil then return err("invalid_json", msg) end
+      if type(v) ~= "table" or json.is_array(v) then return err("invalid_request", "the body must be a JSON object") end
+      for k in pairs(v) do
+        if k ~= "loop" then return err("invalid_request", "unknown field '" .. tostring(k):sub(1, 64) .. "'") end
+      end
+      loop = v.loop
+      if loop ~= nil and (type(loop) ~= "string" or not s.loops[loop]) then
+        return err("invalid_request", "field 'loop' must name a loop of the session")
+      end
+    end
+    local resumed = {}
+    for _, c in ipairs(s:resumable()) do
+      if loop == nil or c.loop_id == loop then resumed[#resumed + 1] = c.loop_id end
+    end
+    local done, msg, code = s:resume(loop)
+    if done then return ok(202, { resumed = json.array(resumed) }) end
+    if code == "nothing_to_resume" then return err(code, msg) end
+    if code == "busy" then return err("session_busy", msg) end
+    if code == "faulted" then return err("session_faulted", "session '" .. s.id .. "' is faulted (restore it)") end
+    log("resume of '%s' failed: %s (%s)", s.id, tostring(msg), tostring(code))
+    return err(code == "io" and "storage" or "internal", "the resume failed")
+  end
+
   local function gate(req)
     local s, e = find(req.params.id)
     if not s then return e end
@@ -501,6 +535,9 @@ function M.serve(opts)
       out.state = live_state(s)
       out.faulted = faulted and true or false
       out.open_gates = json.array(gates)
+      local cut = {}
+      for _, c in ipairs(s:resumable()) do cut[#cut + 1] = c.loop_id end
+      out.resumable = json.array(cut) -- POST …/resume continues these loops' cut turns
       out.usage = s:usage()
       out.last_seq = s.core:tip()
     end
@@ -741,6 +778,7 @@ function M.serve(opts)
     ["POST /v1/sessions/{id}/restore"] = restore,
     ["POST /v1/sessions/{id}/input"] = input,
     ["POST /v1/sessions/{id}/interrupt"] = interrupt,
+    ["POST /v1/sessions/{id}/resume"] = resume,
     ["POST /v1/sessions/{id}/gates/{gate}"] = gate,
     ["GET /v1/sessions/{id}/status"] = status,
     ["GET /v1/sessions/{id}/journal"] = journal,

@@ -31,6 +31,13 @@
 --     { hand_over = true } first and the fork's f.handover = { session, ref } says so
 --     (r:restore(origin) brings its tree back into the root)
 --   s:shutdown([{ hand_over = true }]) -> true | the handover checkpoint ref | nil, msg, code
+--   s:resumable() -> { { loop_id, turn_id, step_id?, calls, done, reason } }: after a restore,
+--     the turns a crash ("restored") or a shutdown cut; s:resume([loop]) -> true | nil, msg,
+--     code ("nothing_to_resume", "busy", "faulted") continues them from the last committed
+--     step (TurnResumed; rig.session_resume, docs/resume.md). A step's tool calls are
+--     journaled before they run (ToolCallsPlanned) and each result as it completes
+--     (ToolResultRecorded); a tool gets ctx.idempotency_key (session/step/call, the same
+--     when a resume runs the call again) and ctx.resumed
 --   r:sessions() -> catalog entries (a fork's carries forked_from = { session, at })
 --
 -- A loop with `delegates` gets the tools rig.delegation injects (start_agent,
@@ -58,6 +65,7 @@ local ENDURING = {
   RestoreStarted = true, RestoreDone = true, RestoreErrored = true,
   LoopStarted = true, LoopIdle = true,
   TurnStarted = true, TurnRejected = true, TurnFoldedInto = true, InputCancelled = true,
+  TurnResumed = true, ToolCallsPlanned = true, ToolResultRecorded = true,
   StepDone = true, TurnDone = true, TurnFailed = true, TurnInterrupted = true,
   PermissionRequested = true, PermissionDecided = true, GateOpened = true, GateResolved = true,
   UserInputRequested = true, UserInputResolved = true, WorkspaceCheckpointed = true, WorkspaceRestored = true,
@@ -76,6 +84,13 @@ Session.__index = Session
 
 local function fail(where, msg, level)
   error("rig.session: " .. where .. ": " .. msg, (level or 1) + 1)
+end
+
+-- Resuming a turn a crash cut short (rig.session_resume owns it).
+local resume_mod
+local function rs()
+  resume_mod = resume_mod or require "rig.session_resume"
+  return resume_mod
 end
 
 -- ---- ids and events ----
@@ -204,6 +219,9 @@ end
 
 -- Waits for the person's answer to an open gate. Returns the action.
 local function open_gate(S, inst, turn, call, tool, req, decision)
+  -- a resumed step: an answer given before the resume stands (not asked twice)
+  local prior = turn.resume and rs().answer(S, turn, call, req, decision)
+  if prior then return prior, { resolved = true } end
   local gid = next_id(S, "g")
   local g = { gate_id = gid, loop_id = inst.id, turn_id = turn.id, call_id = call.id,
               tool = tool.name, request = req, unmet = decision.unmet,
@@ -234,6 +252,7 @@ local function open_gate(S, inst, turn, call, tool, req, decision)
 end
 
 local function close_gate(S, g, action, source)
+  if g.resolved then return true end -- answered (and journaled) before a resume
   S.open_gates[g.gate_id] = nil
   for i, id in ipairs(S.gate_order) do
     if id == g.gate_id then table.remove(S.gate_order, i) break end
@@ -323,7 +342,10 @@ local function run_call(S, inst, turn, call)
   end
   local ctx = { session_id = S.id, loop_id = inst.id, turn_id = turn.id, call_id = call.id,
                 tool = tool.name, request = req, workspace = S.workspace,
-                observations = inst.observations, approved = approved, prepared = artifact }
+                observations = inst.observations, approved = approved, prepared = artifact,
+                -- the same for this call in a resume after a crash (ctx.resumed)
+                idempotency_key = S.id .. "/" .. tostring(turn.step_id) .. "/" .. tostring(call.id),
+                resumed = turn.resume ~= nil and turn.resume.step_id == turn.step_id or nil }
   -- for tools whose server asks back (rig.mcp): a gate decision within this call,
   -- and a question to the session's approver
   ctx.authorize = function(r)
@@ -386,7 +408,9 @@ decide = function(S, inst, turn, call, tool_name, req)
 end
 
 run_tool = function(S, inst, turn, call, tool, req, ctx)
-  local rok, out, rmsg = pcall(tool.run, req, ctx)
+  -- a delegation call a resume runs again waits for the request it made before
+  local run = ctx.resumed and rs().runner(S, inst, turn, call) or tool.run
+  local rok, out, rmsg = pcall(run, req, ctx)
   if not rok and is_cancel(out) then error(out, 0) end
   local text, is_error, details
   if not rok then
@@ -410,6 +434,20 @@ run_tool = function(S, inst, turn, call, tool, req, ctx)
   return tool_result(call.id, text, is_error, details)
 end
 
+-- One call of a step, its result journaled (ToolResultRecorded, not waited)
+-- before the step commits: a resume after a crash takes a recorded result
+-- instead of running the call again.
+local function step_call(S, inst, turn, call)
+  local res, kept
+  if turn.resume then res, kept = rs().call(S, inst, turn, call) end
+  if not res then res = run_call(S, inst, turn, call) end
+  if not kept then
+    emit(S, "ToolResultRecorded", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
+      call_id = call.id, tool = call.name, result = res }, false)
+  end
+  return res
+end
+
 -- Runs the step's calls: consecutive non-sequential tools together (at most
 -- `parallel` at a time), a sequential tool alone. Results in call order.
 local function run_calls(S, inst, turn, calls)
@@ -420,7 +458,7 @@ local function run_calls(S, inst, turn, calls)
     local c = calls[i]
     local tool = inst.tools[c.name]
     if (tool and tool.sequential) or parallel <= 1 then
-      results[i] = run_call(S, inst, turn, c)
+      results[i] = step_call(S, inst, turn, c)
       i = i + 1
     else
       local batch = {}
@@ -431,11 +469,11 @@ local function run_calls(S, inst, turn, calls)
         i = i + 1
       end
       if #batch == 1 then
-        results[batch[1]] = run_call(S, inst, turn, calls[batch[1]])
+        results[batch[1]] = step_call(S, inst, turn, calls[batch[1]])
       else
         local tasks = {}
         for k, idx in ipairs(batch) do
-          tasks[k] = core.spawn(run_call, S, inst, turn, calls[idx])
+          tasks[k] = core.spawn(step_call, S, inst, turn, calls[idx])
         end
         for k, idx in ipairs(batch) do
           local r, msg, code = tasks[k]:wait()
@@ -753,27 +791,37 @@ local function run_turn(S, inst, item)
   local def = inst.def
   local limits = inst.limits
   local turn = inst.turn
-  inst.history[#inst.history + 1] = item.message
-  local ok, msg, code = emit(S, "TurnStarted", { loop_id = inst.id, turn_id = turn.id,
-    message = item.message, cause = { command_id = item.command_id } })
+  local rsm = item.resume -- a turn a crash cut short, resumed (rig.session_resume)
+  local ok, msg, code
+  if rsm then
+    ok, msg, code = rs().begin(S, inst, turn, rsm)
+    if ok and rsm.ended then return rsm.ended[1], rsm.ended[2] end
+  else
+    inst.history[#inst.history + 1] = item.message
+    ok, msg, code = emit(S, "TurnStarted", { loop_id = inst.id, turn_id = turn.id,
+      message = item.message, cause = { command_id = item.command_id } })
+  end
   if not ok then return nil, msg, code end
-  local sum = new_usage()
+  -- a resumed turn goes on with the budget its committed steps used
+  local sum = rsm and rsm.usage or new_usage()
   turn.usage = sum
-  local calls_total = 0
-  local iterations = 0
+  local calls_total = rsm and rsm.calls or 0
+  local iterations = rsm and rsm.iterations or 0
   while true do
     iterations = iterations + 1
     if iterations > limits.iterations then
       return "TurnFailed", { error = limit_failure("iterations", limits.iterations) }
     end
-    local step_id = next_id(S, "s")
+    -- the step the crash cut after the model answered: that answer, once
+    local plan = rsm and rs().take(rsm)
+    local step_id = plan and plan.step_id or next_id(S, "s")
     turn.step_id = step_id
     local req = history_request(inst)
     local cok, cerr, ccode = auto_compact(S, inst, turn)
     if cok == nil then return nil, cerr, ccode end
     if not cok then return "TurnFailed", { error = cerr } end
     req.messages = inst.history
-    local st, serr, scode = inst.model:stream(req, { cache = inst.req_cache })
+    local st, serr, scode = (plan or inst.model):stream(req, { cache = inst.req_cache })
     if not st then
       return "TurnFailed", { error = { code = scode or "model", message = tostring(serr) } }
     end
@@ -828,6 +876,14 @@ local function run_turn(S, inst, item)
     calls_total = calls_total + #calls
     if calls_total > limits.calls then
       return "TurnFailed", { error = limit_failure("calls", limits.calls, "tool calls") }
+    end
+    if not plan and not (final and #calls == 1) then
+      -- durable before any call runs: a resume after a crash runs this step's
+      -- calls that have no ToolResultRecorded instead of asking the model again
+      ok, msg, code = emit(S, "ToolCallsPlanned", { loop_id = inst.id, turn_id = turn.id,
+        step_id = step_id, message = message, usage = resp.usage,
+        finish_reason = resp.finish_reason })
+      if not ok then return nil, msg, code end
     end
     local results, output, oerr
     if final and #calls == 1 then
@@ -1096,6 +1152,8 @@ local function enqueue(S, inst, item)
   inst.starting = item
   inst.busy = true
   S.busy = S.busy + 1
+  -- a new or resumed turn ends what a restore left resumable on this loop
+  if S.resumable_turns then S.resumable_turns[inst.id] = nil end
   if S.busy == 1 then emit(S, "SessionActive", {}, false) end
   -- a driver started from inside another loop's turn (a delegated request,
   -- a hand-back) must outlive that turn's cancellation
@@ -1243,6 +1301,18 @@ function Session:inputs()
   end
   table.sort(out, function(a, b) return a.input_id < b.input_id end)
   return out
+end
+
+-- s:resume([loop]) -> true | nil, msg, code ("nothing_to_resume", "busy", "faulted"):
+-- continues the turns a crash or a shutdown cut (s:resumable() lists them;
+-- rig.session_resume, docs/resume.md).
+function Session:resume(loop)
+  check_open(self, "resume")
+  return rs().resume(self, loop)
+end
+
+function Session:resumable()
+  return rs().resumable(self)
 end
 
 function Session:gates()
@@ -1503,7 +1573,7 @@ end
 local function fold(records)
   local st = { loops = {}, order = {}, gates = {}, gate_order = {}, started = nil,
                last_quiescence = nil, counter = 0, usage = new_usage(), title = nil,
-               children = 0, dg = dg().new_fold() }
+               children = 0, dg = dg().new_fold(), rs = rs().new_fold() }
   local function inst(id)
     local l = st.loops[id]
     if not l then
@@ -1513,14 +1583,17 @@ local function fold(records)
     end
     return l
   end
-  local dfold = dg().fold
+  local dfold, rfold = dg().fold, rs().fold
   for _, r in ipairs(records) do
     if r.kind == "command" then
-      dfold(st.dg, json.decode(r.body), r.seq)
+      local c = json.decode(r.body)
+      dfold(st.dg, c, r.seq)
+      rfold(st.rs, c, r.seq)
     elseif r.kind == "event" then
       local ev = json.decode(r.body)
       local t = ev.type
       dfold(st.dg, ev, r.seq)
+      rfold(st.rs, ev, r.seq)
       if t == "SessionStarted" then
         st.started = st.started or ev
       elseif t == "SessionForked" then
@@ -1559,6 +1632,10 @@ local function fold(records)
         l.history = h
         l.context_tokens = nil
         add_usage(st.usage, ev.usage)
+      elseif t == "TurnResumed" then
+        local l = inst(ev.loop_id)
+        l.open_turn = ev.turn_id
+        l.open_cause = ev.cause
       elseif t == "TurnFoldedInto" then
         local l = inst(ev.loop_id)
         l.history[#l.history + 1] = ev.message
@@ -1679,6 +1756,8 @@ local function restore(r, id, opts)
     end
   end
   if st.last_quiescence == "SessionActive" then emit(S, "SessionIdle", {}, false) end
+  -- the turns a crash or a shutdown cut that s:resume() can continue
+  S.resumable_turns = rs().restored(S, st.rs)
   S.usage_sum = st.usage
   S.title = st.title
   S.forked_from = st.forked_from
@@ -1695,7 +1774,7 @@ local function restore(r, id, opts)
   end
   ok, msg, code = emit(S, "RestoreDone", { loops = #S.loop_order,
     open_gates = #S.gate_order, workspace = wstate,
-    workspace_ref = S.ws and S.ws.current or nil })
+    workspace_ref = S.ws and S.ws.current or nil, resumable = rs().loop_ids(S) })
   if not ok then ws().release(S.ws) csess:close() return nil, msg, code end
   if S.ws and S.ws.current then catalog(S, { workspace_ref = S.ws.current }) end
   catalog(S, { state = #S.gate_order > 0 and "waiting_on_gate" or "idle", status = "active",
@@ -1709,8 +1788,8 @@ end
 
 -- Records that start activity: a checkpoint journaled after the cut but
 -- before the next of these still shows the tree as the cut left it.
-local ACTIVITY = { TurnStarted = true, StepDone = true, TurnFoldedInto = true,
-                   WorkspaceRestored = true }
+local ACTIVITY = { TurnStarted = true, TurnResumed = true, StepDone = true,
+                   TurnFoldedInto = true, WorkspaceRestored = true }
 
 -- The cut points of a journal: a StepDone or a turn's terminal with no
 -- other loop's turn in flight, and the end of a fork's seed (its last
@@ -1732,7 +1811,7 @@ local function cut_points(records, at)
     local ev = evs[i]
     if ev then
       local t = ev.type
-      if t == "TurnStarted" then open[ev.loop_id] = ev.turn_id end
+      if t == "TurnStarted" or t == "TurnResumed" then open[ev.loop_id] = ev.turn_id end
       if TERMINAL[t] then open[ev.loop_id] = nil end
       local busy
       for lid, tid in pairs(open) do
@@ -1907,7 +1986,11 @@ end
 
 -- The runner's internals rig.delegation works with.
 M._rt = { emit = emit, next_id = next_id, enqueue = enqueue, command = emit_command_record,
-          new_instance = new_instance, catalog = catalog, user_message = user_message }
+          new_instance = new_instance, catalog = catalog, user_message = user_message,
+          -- and rig.session_resume's
+          close_gate = close_gate, limit_failure = limit_failure,
+          out_setup = out_setup, native_output = native_output, check_output = check_output,
+          invalid_output = invalid_output, new_usage = new_usage, add_usage = add_usage }
 
 M.rig_methods = {
   session = function(r, opts) return create(r, opts) end,

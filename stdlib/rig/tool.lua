@@ -30,6 +30,11 @@
 --     the journal but never sent to the model (rig.mcp keeps the MCP content there)
 --   t:spec() -> { name =, description =, schema = } (the tool as a model request lists it)
 --
+-- run's ctx (from rig.session): session_id, loop_id, turn_id, call_id, tool, request,
+-- workspace, observations, approved (requirements a person approved), prepared (what
+-- prepare returned second), idempotency_key ("SESSION/STEP/CALL": the same when a
+-- resume after a crash runs the call again, docs/resume.md) and resumed (true then).
+--
 -- Reserved names (the runner injects these tools itself; a rig.tool may not take
 -- them): "final_answer" (a loop's output_schema without native structured output),
 -- "start_agent", "message_agent", "list_agents", "stop_agent" (a loop with

@@ -110,6 +110,8 @@ def kinds():
     k["size"] = lambda: app(man=json.dumps(manifest(dict(base, **{"main.lua": MAIN + b"\n"}))).encode())
     bc = b"\x1bLuaT\x00\x19\x93\r\n\x1a\n"
     k["bytecode"] = lambda: app(dict(base, **{"lib/util.lua": bc}))
+    # Verifies (pack would refuse it): a syntax error is reported at run, naming file:line.
+    k["syntax"] = lambda: app(dict(base, **{"lib/util.lua": b"return {\n  greet = = 1,\n}\n"}))
     k["not_json"] = lambda: app(man=b"{ this is not json")
     k["lacks_field"] = lambda: app(man=json.dumps(manifest(base, entry=None)).encode())
     k["unknown_format"] = lambda: app(man=json.dumps(manifest(base, format=2)).encode())

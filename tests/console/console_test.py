@@ -8,7 +8,9 @@ console, gives it the token, creates a session, sends input and watches the
 text stream in, approves a gate with a mouse click, sees the tool result
 and the turn end, cuts the event stream and checks the page resumes with
 Last-Event-ID and shows nothing twice, reloads the page (the view replays
-the journal), interrupts a turn, and keeps screenshots in build/artifacts/:
+the journal), interrupts a turn; then kills the server (SIGKILL) with a gate
+open, starts another on the same store, restores the session, approves the
+restored gate and clicks Resume: the approved call runs. Keeps screenshots in build/artifacts/:
 console.png (the gate card open), console-final.png (after the reload).
 Prints TAP lines "ok - console: …" / "not ok - console: …".
 """
@@ -209,15 +211,16 @@ class Chrome:
         self.log.close()
 
 
-def start_server(tmp):
+def start_server(tmp, name="serve"):
     token_file = os.path.join(tmp, "token")
     with open(token_file, "w") as f:
         f.write(TOKEN + "\n")
-    log_path = os.path.join(tmp, "serve.log")
+    log_path = os.path.join(tmp, name + ".log")
     log = open(log_path, "wb")
+    env = dict(os.environ, CONSOLE_STORE=os.path.join(tmp, "state"))
     proc = subprocess.Popen([LUARIG, "serve", os.path.join(ROOT, "tests/console/rig.lua"),
                              "--listen", "127.0.0.1:0", "--auth-token-file", token_file],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT)
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT, env=env)
     deadline = time.time() + 10
     while time.time() < deadline:
         with open(log_path) as f:
@@ -232,8 +235,10 @@ def start_server(tmp):
         raise Step("luarig serve did not start: " + f.read()[-500:])
 
 
-def http(url, token=None):
-    req = urllib.request.Request(url)
+def http(url, token=None, body=None):
+    req = urllib.request.Request(url, data=body)
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
     if token:
         req.add_header("Authorization", "Bearer " + token)
     try:
@@ -386,6 +391,56 @@ def run(c, base):
     ok(not c.errors, "no script error, console error or CSP violation", repr(c.errors))
 
 
+def run_resume(c, tmp, server, base):
+    """A crash with a gate open; another server; Restore, Approve, Resume. Returns the new
+    server and its log."""
+    status, _, body = http(base + "/v1/sessions", TOKEN, b'{"text":"gate me"}')
+    ok(status == 201, "a session for the crash", "%d %r" % (status, body))
+    sid = json.loads(body)["session_id"]
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        _, _, body = http(base + "/v1/sessions/" + sid + "/journal?limit=1000", TOKEN)
+        if any(e["event"]["type"] == "GateOpened" for e in json.loads(body)["events"]):
+            break
+        time.sleep(0.05)
+    else:
+        raise Step("the gate did not open before the crash")
+    server.kill()
+    server.wait()
+    server, base2, log_path = start_server(tmp, "serve2")
+    c.call("Page.navigate", {"url": base2 + "/#" + sid})
+    c.wait("document.readyState === 'complete' && !document.getElementById('auth').hidden",
+           "the token form of the second server")
+    c.type("#token", TOKEN)
+    c.click("#token-save")
+    c.wait("!document.getElementById('restore').hidden", "the Restore button")
+    ok(c.eval("document.getElementById('resume').hidden"),
+       "a session that is not live shows Restore, not Resume")
+    c.click("#restore")
+    c.wait("window.luarigConsole.view && window.luarigConsole.view.conn === 'live' && "
+           "!document.getElementById('resume').hidden", "the Resume button after the restore")
+    ok(True, "after a crash, Restore brings the session back and offers Resume")
+    c.wait("document.querySelector('.gate:not(.resolved) .actions button.approve')",
+           "the restored gate card")
+    c.click(".gate:not(.resolved) .actions button.approve")
+    c.wait("document.querySelector('.gate.resolved .outcome')", "the restored gate answered")
+    answer = "The page says: Example Domain (1256 bytes)."
+    _, _, body = http(base2 + "/v1/sessions/" + sid + "/status", TOKEN)
+    st = json.loads(body)
+    ok(st.get("resumable") == ["assistant"] and counts(c, [answer]) == [0] and
+       not c.eval("document.getElementById('resume').hidden"),
+       "approving the restored gate alone runs nothing; Resume is still offered", repr(st))
+    c.click("#resume")
+    c.wait("document.querySelectorAll('.turn-end').length === 1", "the resumed turn's end")
+    ok(counts(c, [answer, "turn resumed"]) == [1, 1],
+       "Resume runs the approved call and the turn ends with its answer, once",
+       repr(counts(c, [answer, "turn resumed"])))
+    ok(c.eval("document.getElementById('resume').hidden"), "once resumed, Resume is gone")
+    ok(not c.errors, "no script error, console error or CSP violation after the crash",
+       repr(c.errors))
+    return server, log_path
+
+
 def main():
     exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     if not exe:
@@ -406,6 +461,7 @@ def main():
         chrome = Chrome(exe, tmp)
         try:
             run(chrome, base)
+            server, log_path = run_resume(chrome, tmp, server, base)
         except Step as e:
             ok(False, "the console flow stopped", str(e))
             try:

@@ -33,4 +33,7 @@ local steps = {}
 for i = 1, 1000 do steps[i] = reply end
 local loop = rig.loop{ name = "assistant", model = rig.model.script(steps), system = "console test",
   tools = { fetch }, gate = gate, policy_revision = "console-v1" }
-return rig.define{ loops = { loop }, primers = { "assistant" }, store = rig.store.memory() }
+-- CONSOLE_STORE: an LMDB root, so a second server finds what a killed one left
+local dir = os.getenv("CONSOLE_STORE")
+return rig.define{ loops = { loop }, primers = { "assistant" },
+  store = dir and rig.store.lmdb{ root = dir } or rig.store.memory() }

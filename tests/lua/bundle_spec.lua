@@ -1,4 +1,5 @@
--- rig.core.bundle_read: the manifest of a verified bundle, or nil, message, code.
+-- rig.core.bundle_read: the manifest of a verified bundle, or nil, message, code;
+-- rig.bundle: the same manifest, inside the bundle that runs.
 local core = require "rig.core"
 local root = os.getenv("LUARIG_ROOT") or "."
 local luarig = os.getenv("LUARIG") or "build/luarig"
@@ -42,6 +43,36 @@ describe("rig.core.bundle_read", function()
     expect(msg2).to_match("cannot open")
     expect(code2).to_be("ENOENT")
     expect(function() core.bundle_read() end).to_fail("bad argument")
+    os.execute("rm -rf " .. d)
+  end)
+end)
+
+describe("rig.bundle", function()
+  it("is nil outside a bundle", function()
+    expect(rig.bundle).to_be_nil()
+  end)
+
+  it("is the manifest rig.core.bundle_read returns, plus path and read", function()
+    local d = tmpdir()
+    write(d .. "/app/main.lua", [[
+local keys = {}
+for k in pairs(rig.bundle) do keys[#keys + 1] = k end
+table.sort(keys)
+print(table.concat(keys, " "))
+print(rig.json.encode(rig.bundle.files))
+io.write(rig.bundle.read("lib/util.lua"))
+]])
+    write(d .. "/app/lib/util.lua", "return 2\n")
+    write(d .. "/app/rig.json", '{"name":"spec","version":"2.0.1"}')
+    assert(os.execute(luarig .. " pack " .. d .. "/app -o " .. d .. "/s.rig >/dev/null"))
+    local p = assert(io.popen(luarig .. " run " .. d .. "/s.rig"))
+    local out = p:read("a")
+    expect(p:close()).to_be(true)
+    local keys, files, util = out:match("^([^\n]*)\n([^\n]*)\n(.*)$")
+    expect(keys).to_be("entry files format luarig name path read version")
+    local m = assert(core.bundle_read(d .. "/s.rig"))
+    expect(files).to_be(rig.json.encode(m.files))
+    expect(util).to_be("return 2\n")
     os.execute("rm -rf " .. d)
   end)
 end)

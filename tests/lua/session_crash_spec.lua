@@ -1,7 +1,8 @@
 -- Crash tests: a child process runs a session on an LMDB store and is
 -- killed with SIGKILL at one point of a turn; this process restores the
 -- session, checks the journal has no gap, the history and open gates are
--- right, and completes a new turn. Then a stale writer across processes.
+-- right, the cut turn is resumable (session_resume_spec.lua resumes such
+-- turns), and completes a new turn. Then a stale writer across processes.
 
 local luarig = os.getenv("LUARIG") or "build/luarig"
 local here = (os.getenv("LUARIG_ROOT") or ".") .. "/tests/lua/session/"
@@ -77,6 +78,9 @@ describe("sessions after SIGKILL", function()
       -- an open turn was closed by the restore (unless shutdown already closed it)
       local interrupted = select(2, after:gsub("TurnInterrupted", ""))
       expect(interrupted).to_be(1)
+      -- and s:resume() could continue it (tests/lua/session_resume_spec.lua does)
+      expect(#s:resumable()).to_be(1)
+      expect(s:resumable()[1].reason).to_be(point == "shutdown" and "shutdown" or "restored")
       expect(#s:history()).to_be(hist)
       expect(#s:gates()).to_be(gates)
       if gates > 0 then

@@ -88,7 +88,7 @@ describe("rig sessions", function()
     expect(cid).to_be_truthy()
     local evs = until_terminal(sub)
     local t = types(evs, true)
-    expect(t).to_be("SessionActive TurnStarted PermissionDecided StepDone StepDone TurnDone")
+    expect(t).to_be("SessionActive TurnStarted ToolCallsPlanned PermissionDecided ToolResultRecorded StepDone StepDone TurnDone")
     local last = evs[#evs]
     expect(last.type).to_be("TurnDone")
     expect(last.message.content[1].text).to_be("Done: hi.")
@@ -153,7 +153,7 @@ describe("rig sessions", function()
     local evs = until_terminal(sub)
     local t = types(evs, false)
     expect(t).to_match("InputQueued")
-    expect(types(evs, true)).to_be("SessionActive TurnStarted PermissionDecided StepDone TurnFoldedInto StepDone TurnDone")
+    expect(types(evs, true)).to_be("SessionActive TurnStarted ToolCallsPlanned PermissionDecided ToolResultRecorded StepDone TurnFoldedInto StepDone TurnDone")
     for _, e in ipairs(evs) do
       if e.type == "TurnFoldedInto" then expect(e.cause.command_id).to_be(c2) end
     end

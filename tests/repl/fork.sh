@@ -42,10 +42,10 @@ type_line 'o:submit("write alpha")'
 wait_count '^── done' 1 >/dev/null
 type_line 'o:submit("write beta")'
 check "two turns ran" wait_count '^── done' 2
-type_line 'for rec in o:journal() do if rec.type == "TurnDone" then print("TURNDONE " .. rec.seq) end end'
+type_line 'for rec in o:journal() do if rec.type == "TurnDone" or rec.type == "TurnStarted" then print(rec.type:upper() .. " " .. rec.seq) end end'
 wait_count '^TURNDONE [0-9]+$' 2 >/dev/null
 seq=$(screen | sed -n 's/^TURNDONE \([0-9]*\)$/\1/p' | head -n 1)
-started=$(($seq - 4))
+started=$(screen | sed -n 's/^TURNSTARTED \([0-9]*\)$/\1/p' | head -n 1)
 
 type_line ":fork $seq"
 check ":fork SEQ says what it forked" \

@@ -153,6 +153,7 @@
       this.calls = new Map();  // call_id -> tool card
       this.gates = new Map();  // gate_id -> card
       this.requests = new Map(); // gate_id -> PermissionRequested
+      this.resumable = new Set(); // loops with a turn a crash or a shutdown cut (RestoreDone)
       this.log = $('log');
       this.log.textContent = '';
     }
@@ -461,6 +462,10 @@
         this.setState('running');
         break;
       }
+      case 'TurnResumed':
+        this.turn(ev.turn_id).el.appendChild(el('div', 'note', 'turn resumed (it was cut: ' + (ev.resumes || '') + ')'));
+        this.setState('running');
+        break;
       case 'TokenDelta': this.delta(ev); break;
       case 'StepDone': this.stepDone(ev); break;
       case 'ToolCallStarted': {
@@ -498,11 +503,18 @@
       case 'SessionActive': this.setState('running'); break;
       case 'SessionIdle': this.setState('idle'); break;
       case 'SessionStopped': this.log.appendChild(el('div', 'note', 'session stopped')); break;
-      case 'RestoreDone': this.log.appendChild(el('div', 'note', 'session restored')); break;
+      case 'RestoreDone':
+        this.log.appendChild(el('div', 'note', 'session restored'));
+        this.resumable = new Set(ev.resumable || []);
+        break;
       case 'RestoreErrored': this.log.appendChild(el('div', 'error', 'restore failed: ' + (ev.reason || ''))); break;
       case 'CompactionCommitted': this.log.appendChild(el('div', 'note', 'context compacted')); break;
       default: break;
       }
+      // Resume: a cut turn is waiting (a new or resumed turn on its loop ends that)
+      if (ev.type === 'TurnStarted' || ev.type === 'TurnResumed') this.resumable.delete(ev.loop_id);
+      if (ev.type === 'SessionStopped') this.resumable.clear();
+      $('resume').hidden = this.mode === 'journal' || this.resumable.size === 0;
       if (stick) this.log.scrollTop = this.log.scrollHeight;
     }
   }
@@ -511,6 +523,7 @@
     if (view && view.id === id) return;
     if (view) view.close();
     $('restore').hidden = true;
+    $('resume').hidden = true;
     view = new View(id);
     const s = sessions.find((x) => x.id === id);
     $('view-title').textContent = (s && s.title) || id;
@@ -565,6 +578,13 @@
     try {
       const r = await api('POST', '/v1/sessions/' + encodeURIComponent(view.id) + '/interrupt');
       if (!r.interrupted) view.log.appendChild(el('div', 'note', 'nothing to interrupt'));
+    } catch (e) { if (!(e instanceof AuthError)) flash(e.message); }
+  });
+
+  $('resume').addEventListener('click', async () => {
+    if (!view) return;
+    try {
+      await api('POST', '/v1/sessions/' + encodeURIComponent(view.id) + '/resume');
     } catch (e) { if (!(e instanceof AuthError)) flash(e.message); }
   });
 
