@@ -197,7 +197,8 @@ local function is_cancel(e)
   return e == "cancelled" or (type(e) == "string" and e:find("^cancelled") ~= nil)
 end
 
--- Waits for the person's answer to an open gate. Returns the action.
+-- Waits for the person's answer to an open gate (at most limits.gate_timeout
+-- seconds when set: then the action is "timeout"). Returns the action.
 local function open_gate(S, inst, turn, call, tool, req, decision)
   local gid = next_id(S, "g")
   local g = { gate_id = gid, loop_id = inst.id, turn_id = turn.id, call_id = call.id,
@@ -224,17 +225,43 @@ local function open_gate(S, inst, turn, call, tool, req, decision)
     return nil, msg, code
   end
   catalog(S, { state = "waiting_on_gate" })
-  while not g.answer do g.cond:wait() end
+  local limit = inst.limits.gate_timeout
+  local deadline = limit and core.now() + limit
+  while not g.answer do
+    local left = deadline and deadline - core.now()
+    if left and left <= 0 then
+      g.answer = "timeout"
+      break
+    end
+    g.cond:wait(left)
+  end
   return g.answer, g
 end
 
-local function close_gate(S, g, action, source)
+local function close_gate(S, g, action, source, code)
   S.open_gates[g.gate_id] = nil
   for i, id in ipairs(S.gate_order) do
     if id == g.gate_id then table.remove(S.gate_order, i) break end
   end
   return emit(S, "GateResolved", { loop_id = g.loop_id, turn_id = g.turn_id,
-    gate_id = g.gate_id, action = action, source = source or "user" })
+    gate_id = g.gate_id, action = action, source = source or "user", code = code })
+end
+
+-- A tool's run, bounded by limits.tool_timeout when set: in a task of its own,
+-- cancelled (its processes with it) when the time is up. Returns pcall's
+-- results, or false, message, nil, "timeout".
+local function run_bounded(tool, req, ctx, limit)
+  if not limit then return pcall(tool.run, req, ctx) end
+  local t = core.spawn(function() return table.pack(pcall(tool.run, req, ctx)) end)
+  local res, msg, code = t:wait(limit)
+  if res then return table.unpack(res, 1, res.n) end
+  if code == "timeout" then
+    t:cancel()
+    return false, "timeout: tool '" .. tool.name .. "' did not finish within " .. limit ..
+      " s (limits.tool_timeout)", nil, "timeout"
+  end
+  if code == "cancelled" then error("cancelled", 0) end
+  return false, msg
 end
 
 -- One tool call: check, prepare, gate, run. Returns the tool_result block.
@@ -284,6 +311,13 @@ local function run_call(S, inst, turn, call)
     if not action then
       return tool_result(call.id, "error: " .. tostring(g), true)
     end
+    if action == "timeout" then
+      local cok, cmsg, ccode = close_gate(S, g, "deny", "timeout", "timeout")
+      if not cok then return tool_result(call.id, "error: " .. tostring(cmsg), true), ccode end
+      catalog(S, { state = "running" })
+      return tool_result(call.id, "error: permission denied: nobody answered within " ..
+        inst.limits.gate_timeout .. " s (limits.gate_timeout)", true)
+    end
     if action == "approve_always" then
       local wok, werr = gate:approve_always(d.candidates or {})
       if not wok then
@@ -318,7 +352,7 @@ local function run_call(S, inst, turn, call)
   local ctx = { session_id = S.id, loop_id = inst.id, turn_id = turn.id, call_id = call.id,
                 tool = tool.name, request = req, workspace = S.workspace,
                 observations = inst.observations, approved = approved, prepared = artifact }
-  local rok, out, rmsg = pcall(tool.run, req, ctx)
+  local rok, out, rmsg, rcode = run_bounded(tool, req, ctx, inst.limits.tool_timeout)
   if not rok and is_cancel(out) then error(out, 0) end
   local text, is_error
   if not rok then
@@ -335,7 +369,7 @@ local function run_call(S, inst, turn, call)
   if S.want_ephemeral > 0 then
     emit(S, "ToolCallCompleted", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
       tool = tool.name, call_id = call.id, is_error = is_error == true,
-      preview = text:sub(1, 200) })
+      code = not rok and rcode or nil, preview = text:sub(1, 200) })
   end
   return tool_result(call.id, text, is_error)
 end
