@@ -15,9 +15,12 @@
 --   s:wait_idle([timeout]) -> true | nil, msg, code ("faulted", "timeout")
 --   for rec in s:journal{ from = 1 } do … end   -- rec.seq, rec.type, the event's fields
 --   s:history([loop]) -> the loop's conversation (the messages the model sees)
---   s:compact([loop]) -> { replaced, retained, summary } | nil, msg, code ("busy",
---     "nothing_to_compact", "empty_summary", "faulted", "cancelled", the summarizer's code):
---     an idle loop's older history becomes one summary message (CompactionCommitted)
+--   s:compact([loop] [, { fallback = "truncate" }]) -> { replaced, retained, summary,
+--     fallback?, error? } | nil, msg, code ("busy", "nothing_to_compact", "empty_summary",
+--     "faulted", "cancelled", the summarizer's code): an idle loop's older history becomes
+--     one summary message (CompactionCommitted); with fallback, a failed summary drops
+--     that part instead behind a marker message (fallback = "truncated"), as automatic
+--     compaction always does
 --   s:usage() -> { input_tokens, output_tokens, cache_read_tokens, …, cost }
 --   s:fork{ at = SEQ } -> a new live session of the same rig | nil, msg, code
 --     ("invalid_request": SEQ ends no committed step or turn, is past the tip, or another
@@ -522,6 +525,9 @@ end
 local loop_mod = require "rig.loop"
 local SUMMARY_HEAD = "[summary of the earlier conversation]\n\n"
 M.SUMMARY_HEAD = SUMMARY_HEAD
+-- The marker that replaces the oldest messages when their summary failed.
+local OMITTED_HEAD = "[earlier conversation omitted]\n\n"
+M.OMITTED_HEAD = OMITTED_HEAD
 local COMPACTION_DEFAULT = { at = false, keep = 4 }
 local CLIP = 2000
 
@@ -534,7 +540,8 @@ end
 
 local function is_summary(msg)
   local b = msg and msg.role == "user" and msg.content[1]
-  return b and b.type == "text" and b.text:sub(1, #SUMMARY_HEAD) == SUMMARY_HEAD or false
+  return b and b.type == "text" and (b.text:sub(1, #SUMMARY_HEAD) == SUMMARY_HEAD
+    or b.text:sub(1, #OMITTED_HEAD) == OMITTED_HEAD) or false
 end
 
 local function clip(s, n)
@@ -590,7 +597,12 @@ end
 -- CompactionCommitted. Returns { replaced, retained, summary } or nil,
 -- message, code ("nothing_to_compact", the summarizer's failure code,
 -- "empty_summary", or the journal's code with the session faulted).
-local function compact(S, inst, trigger, turn)
+-- fallback: when the summary fails (after the summarizer model's own
+-- retries), the same older part is dropped instead and a marker message
+-- stands in for it (CompactionCommitted{ fallback = "truncated", error }),
+-- so the loop can always take its next step; the result then has
+-- fallback = "truncated" and error.
+local function compact(S, inst, trigger, turn, fallback)
   out_setup(inst)
   local cfg = inst.compaction or COMPACTION_DEFAULT
   local h = inst.history
@@ -606,41 +618,63 @@ local function compact(S, inst, trigger, turn)
       .. "will replace it.\n\n<conversation>\n" .. transcript(h, cut - 1)
       .. "\n</conversation>" } },
   }
+  local text, failed
   if not resp then
     if code == "cancelled" then error("cancelled", 0) end
-    return nil, "the summary failed: " .. tostring(err), code or "model"
+    failed = { code = code or "model", message = "the summary failed: " .. tostring(err) }
+  else
+    local parts = {}
+    for _, b in ipairs(resp.message.content) do
+      if b.type == "text" then parts[#parts + 1] = b.text end
+    end
+    text = table.concat(parts)
+    if not text:find("%S") then
+      failed = { code = "empty_summary", message = "the summary model returned no text" }
+    end
   end
-  local parts = {}
-  for _, b in ipairs(resp.message.content) do
-    if b.type == "text" then parts[#parts + 1] = b.text end
-  end
-  local text = table.concat(parts)
-  if not text:find("%S") then
-    return nil, "the summary model returned no text", "empty_summary"
+  if failed and not fallback then
+    return nil, failed.message .. " (s:compact(loop, { fallback = \"truncate\" }) drops the "
+      .. "oldest messages instead)", failed.code
   end
   if h ~= inst.history then error("rig.session: internal: the history changed while compacting", 0) end
-  local summary = { role = "user",
-                    content = json.array({ { type = "text", text = SUMMARY_HEAD .. text } }) }
+  local summary
+  if failed then
+    local n = cut - 1
+    summary = { role = "user", content = json.array({ { type = "text", text = OMITTED_HEAD ..
+      string.format("%d earlier message%s of this conversation %s dropped because the summary "
+        .. "failed; %s content is no longer available.", n, n == 1 and "" or "s",
+        n == 1 and "was" or "were", n == 1 and "its" or "their") } }) }
+  else
+    summary = { role = "user",
+                content = json.array({ { type = "text", text = SUMMARY_HEAD .. text } }) }
+  end
   local new = { summary }
   table.move(h, cut, #h, 2, new)
   local fields = { loop_id = inst.id, turn_id = turn and turn.id, trigger = trigger,
     summary = summary, replaced = cut - 1, retained = #h - cut + 1,
-    context_tokens = inst.context_tokens, usage = resp.usage, model = resp.model }
+    context_tokens = inst.context_tokens, usage = resp and resp.usage, model = resp and resp.model }
+  if failed then
+    fields.fallback = "truncated"
+    fields.error = { code = "compaction_failed", cause_code = failed.code,
+                     message = failed.message }
+  end
   -- a new table: the request cache keys on the list
   inst.history = new
   inst.context_tokens = nil
-  add_usage(S.usage_sum, resp.usage)
+  add_usage(S.usage_sum, resp and resp.usage)
   local ok, msg, ecode = emit(S, "CompactionCommitted", fields)
   if not ok then
     S.faulted_msg = S.faulted_msg or S.core:faulted() or "the journal append failed"
     return nil, msg, ecode or "faulted"
   end
-  return { replaced = fields.replaced, retained = fields.retained, summary = summary }
+  return { replaced = fields.replaced, retained = fields.retained, summary = summary,
+           fallback = fields.fallback, error = fields.error }
 end
 
 -- Before a model call: compacts when the last step's context reached `at` of
--- the model's window. Returns true, or false and the failure (the turn
--- fails), or nil, message, code when the journal failed.
+-- the model's window; a failed summary falls back to dropping the oldest
+-- messages (journaled), so the turn goes on. Returns true, or nil, message,
+-- code when the journal failed.
 local function auto_compact(S, inst, turn)
   local cfg = inst.compaction
   local used = inst.context_tokens
@@ -648,14 +682,13 @@ local function auto_compact(S, inst, turn)
      or used < cfg.at * inst.context_window then
     return true
   end
-  local res, msg, code = compact(S, inst, "automatic", turn)
+  local res, msg, code = compact(S, inst, "automatic", turn, true)
   if res then return true end
   if code == "nothing_to_compact" then
     inst.context_tokens = nil
     return true
   end
-  if S.faulted_msg then return nil, msg, code end
-  return false, { code = "compaction_failed", message = msg, cause_code = code }
+  return nil, msg, code
 end
 
 local function limit_failure(name, value, what)
@@ -700,8 +733,7 @@ local function run_turn(S, inst, item)
     turn.step_id = step_id
     local req = history_request(inst)
     local cok, cerr, ccode = auto_compact(S, inst, turn)
-    if cok == nil then return nil, cerr, ccode end
-    if not cok then return "TurnFailed", { error = cerr } end
+    if not cok then return nil, cerr, ccode end
     req.messages = inst.history
     local st, serr, scode = inst.model:stream(req, { cache = inst.req_cache })
     if not st then
@@ -1059,9 +1091,20 @@ end
 
 -- Compacts an idle loop now (a busy one refuses: compaction there is
 -- automatic, between steps). Input submitted meanwhile queues and runs after.
-function Session:compact(loop)
+-- opts.fallback = "truncate": if the summary fails, drop the oldest messages
+-- instead (as automatic compaction does); without it the failure is returned.
+function Session:compact(loop, opts)
   check_open(self, "compact")
   if loop ~= nil and type(loop) ~= "string" then fail("compact", "loop must be a loop id", 2) end
+  local fallback = false
+  if opts ~= nil then
+    if type(opts) ~= "table" then fail("compact", "options must be a table", 2) end
+    for k, v in pairs(opts) do
+      if k ~= "fallback" then fail("compact", "unknown option '" .. tostring(k) .. "'", 2) end
+      if v ~= "truncate" then fail("compact", "option 'fallback' must be \"truncate\"", 2) end
+    end
+    fallback = opts.fallback == "truncate"
+  end
   local inst = self.loops[loop or self.rig.active_primer or self.rig.primers[1]]
   if not inst then fail("compact", "no loop '" .. tostring(loop) .. "' in this session", 2) end
   local f = self.faulted_msg or self.core:faulted()
@@ -1074,7 +1117,7 @@ function Session:compact(loop)
   if self.busy == 1 then emit(self, "SessionActive", {}, false) end
   local done = { cond = core.cond() }
   inst.driver = core.spawn(function()
-    local task = core.spawn(compact, self, inst, "manual")
+    local task = core.spawn(compact, self, inst, "manual", nil, fallback)
     inst.task = task
     local res, msg, code = task:wait()
     inst.task = nil
