@@ -31,6 +31,8 @@
 --     holds one live tree: the origin must be idle ("busy"), is shut down with
 --     { hand_over = true } first and the fork's f.handover = { session, ref } says so
 --     (r:restore(origin) brings its tree back into the root)
+--   s:checkpoint([{ timeout = s }]) -> ref | nil, msg, code; s:clear_fault() -> true | false:
+--     the workspace's way out of a fault (rig.workspace; WorkspaceFaultCleared)
 --   s:shutdown([{ hand_over = true }]) -> true | the handover checkpoint ref | nil, msg, code
 --   r:sessions() -> catalog entries (a fork's carries forked_from = { session, at })
 --
@@ -60,6 +62,7 @@ local ENDURING = {
   StepDone = true, TurnDone = true, TurnFailed = true, TurnInterrupted = true,
   PermissionRequested = true, PermissionDecided = true, GateOpened = true, GateResolved = true,
   UserInputRequested = true, WorkspaceCheckpointed = true, WorkspaceRestored = true,
+  WorkspaceFaulted = true, WorkspaceFaultCleared = true,
   ActiveLoopChanged = true, CompactionCommitted = true, ContextMeasured = true,
 }
 local EPHEMERAL = { TokenDelta = true, ToolCallStarted = true, ToolCallCompleted = true,
@@ -1250,11 +1253,29 @@ function Session:shutdown(opts)
   return ref or true
 end
 
--- The workspace: a manual capture, a rewind (idle only), the checkpoints.
-function Session:checkpoint()
+-- The workspace: a manual capture (with its own timeout), clearing a fault,
+-- a rewind (idle only), the checkpoints.
+function Session:checkpoint(opts)
   check_open(self, "checkpoint")
+  local timeout
+  if opts ~= nil then
+    if type(opts) ~= "table" then fail("checkpoint", "options must be a table", 2) end
+    for k in pairs(opts) do
+      if k ~= "timeout" then fail("checkpoint", "unknown option '" .. tostring(k) .. "'", 2) end
+    end
+    timeout = opts.timeout
+    if type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0 or timeout > 86400 then
+      fail("checkpoint", "option 'timeout' must be a number of seconds above 0, at most 86400", 2)
+    end
+  end
   if not self.ws then return nil, "the rig has no workspace", "refused" end
-  return ws().checkpoint(self)
+  return ws().checkpoint(self, timeout)
+end
+
+function Session:clear_fault()
+  check_open(self, "clear_fault")
+  if not self.ws then return false end
+  return ws().clear_fault(self)
 end
 
 function Session:rewind(ref)
@@ -1521,7 +1542,8 @@ local function workspace_events(records)
   for _, r in ipairs(records) do
     if r.kind == "event" and r.body:find("\"Workspace", 1, true) then
       local ev = json.decode(r.body)
-      if ev and (ev.type == "WorkspaceCheckpointed" or ev.type == "WorkspaceRestored") then
+      if ev and (ev.type == "WorkspaceCheckpointed" or ev.type == "WorkspaceRestored"
+                 or ev.type == "WorkspaceFaulted" or ev.type == "WorkspaceFaultCleared") then
         ev.seq = r.seq
         out[#out + 1] = ev
       end
@@ -1633,7 +1655,8 @@ local function restore(r, id, opts)
   end
   ok, msg, code = emit(S, "RestoreDone", { loops = #S.loop_order,
     open_gates = #S.gate_order, workspace = wstate,
-    workspace_ref = S.ws and S.ws.current or nil })
+    workspace_ref = S.ws and S.ws.current or nil,
+    workspace_fault = S.ws and S.ws.fault or nil })
   if not ok then ws().release(S.ws) csess:close() return nil, msg, code end
   if S.ws and S.ws.current then catalog(S, { workspace_ref = S.ws.current }) end
   catalog(S, { state = #S.gate_order > 0 and "waiting_on_gate" or "idle", status = "active",
