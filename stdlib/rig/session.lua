@@ -117,6 +117,18 @@ local function catalog(S, t)
   S.core:catalog(t)
 end
 
+-- Why a faulted session refuses work, said once: the C latch's message
+-- already reads "session ID is faulted: cause"; a cause of our own gets that
+-- prefix here. nil when the session is not faulted.
+local function fault_message(S)
+  local f = S.faulted_msg or S.core:faulted()
+  if not f then return nil end
+  f = tostring(f)
+  local head = "session " .. S.id .. " is faulted: "
+  if f:sub(1, #head) == head then return f end
+  return head .. f
+end
+
 local USAGE_KEYS = { "input_tokens", "output_tokens", "cache_read_tokens",
                      "cache_creation_tokens", "reasoning_tokens" }
 
@@ -1079,10 +1091,8 @@ function Session:submit(input, opts)
   local inst = self.loops[target]
   if not inst then fail("submit", "no loop '" .. tostring(target) .. "' in this session", 2) end
   local cid = next_id(self, "c")
-  if self.faulted_msg or self.core:faulted() then
-    return nil, "session " .. self.id .. " is faulted: " ..
-      tostring(self.faulted_msg or self.core:faulted()), "faulted"
-  end
+  local f = fault_message(self)
+  if f then return nil, f, "faulted" end
   if self.ws then
     local wmsg, wcode = ws().refusal(self)
     if wmsg then return nil, wmsg, wcode end
@@ -1110,8 +1120,8 @@ function Session:compact(loop, opts)
   end
   local inst = self.loops[loop or self.rig.active_primer or self.rig.primers[1]]
   if not inst then fail("compact", "no loop '" .. tostring(loop) .. "' in this session", 2) end
-  local f = self.faulted_msg or self.core:faulted()
-  if f then return nil, "session " .. self.id .. " is faulted: " .. tostring(f), "faulted" end
+  local f = fault_message(self)
+  if f then return nil, f, "faulted" end
   if inst.busy then
     return nil, "loop '" .. inst.id .. "' is busy (compact it when idle)", "busy"
   end
@@ -1201,8 +1211,8 @@ end
 function Session:wait_idle(timeout)
   local deadline = timeout and (core.now() + timeout)
   while true do
-    local f = self.faulted_msg or self.core:faulted()
-    if f then return nil, "session " .. self.id .. " is faulted: " .. tostring(f), "faulted" end
+    local f = fault_message(self)
+    if f then return nil, f, "faulted" end
     if self.busy == 0 then return true end
     local left = deadline and (deadline - core.now())
     if left and left <= 0 then return nil, "timeout", "timeout" end
@@ -1211,7 +1221,7 @@ function Session:wait_idle(timeout)
 end
 
 function Session:faulted()
-  return self.faulted_msg or self.core:faulted()
+  return fault_message(self)
 end
 
 -- s:shutdown{ hand_over = true }: an idle session first checkpoints its
