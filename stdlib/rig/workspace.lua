@@ -332,7 +332,7 @@ end
 -- Journals the end of a fault (after the capture or decision that ended it).
 local function clear(S, w, by, ref)
   if not w.fault then return true end
-  w.fault = nil
+  w.fault, w.fault_code = nil, nil
   w.last_error = nil
   return w.emit("WorkspaceFaultCleared", { by = by, ref = ref })
 end
@@ -499,8 +499,8 @@ local function capture(S, w, trigger, fields, held, timeout)
     w.last_error = msg
     if w.policy.priority == "required" and trigger ~= "manual" and trigger ~= "handover"
        and not S.closed then
-      w.fault = msg
-      w.emit("WorkspaceFaulted", { trigger = trigger, code = code or "error", message = msg,
+      w.fault, w.fault_code = msg, code or "error"
+      w.emit("WorkspaceFaulted", { trigger = trigger, code = w.fault_code, message = msg,
         loop_id = fields and fields.loop_id, turn_id = fields and fields.turn_id })
     end
   end
@@ -557,8 +557,8 @@ end
 -- The failure a turn ends with when its required step capture failed.
 function M.failure(S)
   local w = S.ws
-  return { code = "workspace_faulted", message = "the required workspace snapshot failed: " ..
-    tostring(w and w.fault) }
+  return { code = "workspace_faulted", cause_code = w and w.fault_code,
+    message = "the required workspace snapshot failed: " .. tostring(w and w.fault) }
 end
 
 function M.checkpoint(S, timeout)

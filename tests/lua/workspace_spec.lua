@@ -392,6 +392,7 @@ describe("a failing required snapshot", function()
     local evs = turn(s)
     local failed = of_type(evs, "TurnFailed")[1]
     expect(failed.error.code).to_be("workspace_faulted")
+    expect(failed.error.cause_code).to_be(of_type(evs, "WorkspaceFaulted")[1].code)
     expect(select(3, s:submit("x"))).to_be("workspace_faulted")
     s:shutdown()
   end)
