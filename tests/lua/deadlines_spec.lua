@@ -123,6 +123,22 @@ describe("a stream cut short", function()
     end)
   end
 
+  it("inside an event records and replays as truncated", function()
+    local p = mock.start()
+    local body = mock.reply("openai", "recorded")
+    p:push{ body = body, end_after = #body - 30 }
+    local file = os.tmpname()
+    local rec = rig.model.record(model_for(p, "openai"), file)
+    local _, _, code = rec:invoke(user("x"))
+    p:close()
+    expect(code).to_be("truncated")
+    local r, msg, code2 = rig.model.replay(file):invoke(user("x"))
+    os.remove(file)
+    expect(r).to_be_nil()
+    expect(code2).to_be("truncated")
+    expect(msg).to_match("ended inside an event")
+  end)
+
   it("before any content is retried as truncated", function()
     local p = mock.start()
     local body = mock.reply("anthropic", "second")
