@@ -389,10 +389,12 @@ end
 
 -- ---- the deadline (timeouts.total): one call, every attempt and backoff included ----
 
-local function past_deadline(st)
-  -- a little slack: the transfer's own clock started after ours
-  return st.deadline ~= nil and rig.now() >= st.deadline - 0.05
+-- slack: for telling a transfer's own timeout from the deadline (its clock
+-- started a little after ours)
+local function past_deadline(st, slack)
+  return st.deadline ~= nil and rig.now() >= st.deadline - (slack or 0)
 end
+local SLACK = 0.05
 
 local function deadline_message(st)
   return string.format("%s: the call did not end within timeouts.total (%g s)", st.m.provider,
@@ -423,7 +425,7 @@ local function establish(st)
       st.events = 0
       return true
     end
-    if code == "timeout" and past_deadline(st) then
+    if code == "timeout" and past_deadline(st, SLACK) then
       return stream_fail(st, deadline_message(st), "timeout")
     end
     if code == "cancelled" or not retryable[code] or st.attempts >= st.m.retry.attempts then
@@ -502,7 +504,7 @@ local function pump(st)
       msg, c = st.m.provider .. ": the stream ended before its final event", "truncated"
     else
       c = cut
-      if c == "timeout" and past_deadline(st) then
+      if c == "timeout" and past_deadline(st, SLACK) then
         msg = deadline_message(st)
       else
         msg = st.m.provider .. ": " .. tostring(ev):gsub("^http: ", "")
@@ -592,7 +594,7 @@ end
 
 local Model = {}
 
-local function start(self, request, invoke, opts)
+local function start(self, request, opts)
   local m, codec = self._m, self._codec
   local cache
   if opts ~= nil then
@@ -627,12 +629,12 @@ end
 
 -- m:stream(request) -> st | nil, message, code, detail
 function Model:stream(request, opts)
-  return start(self, request, false, opts)
+  return start(self, request, opts)
 end
 
 -- m:invoke(request) -> resp | nil, message, code, detail (streams underneath)
 function Model:invoke(request)
-  local st, msg, code, detail = start(self, request, true)
+  local st, msg, code, detail = start(self, request)
   if not st then return nil, msg, code, detail end
   local resp
   resp, msg, code, detail = st:result()
