@@ -577,10 +577,6 @@ function M.clear_fault(S)
   return true
 end
 
--- The standing fault's message, or nil.
-function M.fault(S)
-  return S.ws and S.ws.fault or nil
-end
 
 -- Before a session gives its root up (Session:shutdown{ hand_over = true }):
 -- a capture of an idle session, journaled with trigger "handover", which a
