@@ -310,6 +310,7 @@ struct lr_sse_event {
 	const char *id;   /* the last event id, NULL when none */
 	size_t id_len;
 	long retry;       /* a retry: value seen since the last dispatch, or -1 */
+	int unterminated; /* dispatched by lr_sse_finish: the stream ended before its blank line */
 };
 
 /*
@@ -404,7 +405,11 @@ int lr_mcp_frame_finish(struct lr_mcp_frame *f, lr_mcp_frame_cb cb, void *arg);
  * verification always on, no redirects unless follow_redirects (then at
  * most 5). Two timers of our own: header_timeout (from the start until the
  * final header block is complete) and idle_timeout (between received bytes;
- * stopped while the transfer is paused for backpressure).
+ * stopped while the transfer is paused for backpressure); timeout is
+ * libcurl's, from the start to the end, paused or not (for a stream too: a
+ * deadline that bytes arriving slowly never push back). A stream keeps the first
+ * LR_HTTP_HEAD_BYTES of a 2xx body in resp->body, so a caller can say what
+ * came instead of events (a proxy's HTML page).
  *
  * A request calls notify(arg) on the loop when the final headers arrive,
  * when events are queued and when it ends; the owner reads lr_http_resp and
@@ -415,6 +420,8 @@ int lr_mcp_frame_finish(struct lr_mcp_frame *f, lr_mcp_frame_cb cb, void *arg);
  */
 struct lr_http;
 struct lr_http_req;
+
+#define LR_HTTP_HEAD_BYTES 512
 
 /* One client per loop. Creating it does not load libcurl. */
 int lr_http_new(struct lr_loop *loop, struct lr_http **out);
@@ -454,7 +461,8 @@ struct lr_http_resp {
 	char err[320];           /* the message for rc */
 	long status;
 	struct lr_buf headers;   /* "name\0value\0" pairs in order, names lower-case */
-	struct lr_buf body;      /* buffered mode, or a stream's non-2xx body */
+	struct lr_buf body;      /* buffered mode, a stream's non-2xx body, or a 2xx stream's
+				  * first LR_HTTP_HEAD_BYTES */
 	long connects;           /* new connections this transfer opened (0: reused) */
 	int buffered;            /* sse_auto: the 2xx body was not an event stream and is in body */
 };
@@ -471,6 +479,7 @@ struct lr_http_event {
 	const char *id;          /* NULL when none */
 	size_t id_len;
 	long retry;              /* -1 when none */
+	int unterminated;        /* the last event, cut short by the end of the stream */
 };
 
 /*

@@ -337,13 +337,14 @@ struct qrec {
 	size_t type_len, data_len, id_len;
 	long retry;
 	int has_id;
+	int unterminated;
 };
 
 static int queue_event(void *arg, const struct lr_sse_event *ev)
 {
 	struct lr_http_req *r = arg;
 	struct qrec h = { ev->type_len, ev->data_len, ev->id ? ev->id_len : 0, ev->retry,
-			  ev->id != NULL };
+			  ev->id != NULL, ev->unterminated };
 	size_t n = sizeof h + h.type_len + h.data_len + h.id_len;
 	/* The queue's own cap is enforced by pausing; the buffer cap only guards size_t. */
 	if (r->q.alloc < r->q.len + n + 1 && r->q_off > 0) {
@@ -425,6 +426,15 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *arg)
 			return CURL_WRITEFUNC_PAUSE;
 		}
 		idle_rearm(r);
+		if (r->resp.body.len < LR_HTTP_HEAD_BYTES) {
+			/* The first bytes, to show what came when no event does. */
+			size_t room = LR_HTTP_HEAD_BYTES - r->resp.body.len;
+			if (lr_buf_add(&r->resp.body, ptr, n < room ? n : room)) {
+				req_seterr(r, -ENOMEM, "http: out of memory reading from '%s'",
+					   r->host);
+				return 0;
+			}
+		}
 		size_t before = r->queued;
 		int rc = lr_sse_feed(&r->sse, ptr, n, queue_event, r);
 		if (rc) {
@@ -729,6 +739,7 @@ int lr_http_peek(struct lr_http_req *r, struct lr_http_event *ev)
 	ev->id = h.has_id ? p + h.type_len + h.data_len : NULL;
 	ev->id_len = h.id_len;
 	ev->retry = h.retry;
+	ev->unterminated = h.unterminated;
 	return 1;
 }
 

@@ -431,10 +431,15 @@ static int stream_step(lua_State *L, struct stream *s)
 				lua_pushlstring(L, e.type, e.type_len);
 			else
 				lua_pushliteral(L, "message");
+			int n = 2;
+			if (e.unterminated) {
+				lua_pushboolean(L, 1);
+				n = 3;
+			}
 			lr_http_consume(s->req);
-			return 2;
+			return n;
 		}
-		lua_createtable(L, 0, 2 + (e.id != NULL) + (e.retry >= 0));
+		lua_createtable(L, 0, 2 + (e.id != NULL) + (e.retry >= 0) + e.unterminated);
 		lua_pushlstring(L, e.type, e.type_len);
 		lua_setfield(L, -2, "event");
 		lua_pushlstring(L, e.data, e.data_len);
@@ -446,6 +451,10 @@ static int stream_step(lua_State *L, struct stream *s)
 		if (e.retry >= 0) {
 			lua_pushinteger(L, e.retry);
 			lua_setfield(L, -2, "retry");
+		}
+		if (e.unterminated) {
+			lua_pushboolean(L, 1);
+			lua_setfield(L, -2, "unterminated");
 		}
 		lr_http_consume(s->req);
 		return 1;
@@ -489,9 +498,11 @@ static int stream_next(lua_State *L)
 }
 
 /*
- * st:read() -> data, event | nil (the end) | nil, message, code: next()
- * without the table, for decoders that only need the data and the event
- * name ("message" when the event had none).
+ * st:read() -> data, event [, true] | nil (the end) | nil, message, code:
+ * next() without the table, for decoders that only need the data and the
+ * event name ("message" when the event had none). The third value is true
+ * for a last event the end of the stream cut short (no blank line after
+ * it; next() says unterminated = true).
  */
 static int stream_read(lua_State *L)
 {
@@ -515,6 +526,22 @@ static int stream_events(lua_State *L)
 	lua_pushcfunction(L, stream_next);
 	lua_pushvalue(L, 1);
 	return 2;
+}
+
+/*
+ * st:head() -> the first bytes of the body (at most LR_HTTP_HEAD_BYTES) as
+ * they came, events or not: what to show when a 2xx answer was no event
+ * stream (a proxy's HTML page). "" before any byte, or once closed.
+ */
+static int stream_head(lua_State *L)
+{
+	struct stream *s = luaL_checkudata(L, 1, STREAM_MT);
+	const struct lr_http_resp *resp = s->req ? lr_http_resp(s->req) : NULL;
+	if (resp && resp->body.len)
+		lua_pushlstring(L, resp->body.data, resp->body.len);
+	else
+		lua_pushliteral(L, "");
+	return 1;
 }
 
 /* st:result() -> true | nil, message, code: how the stream ended. */
@@ -663,6 +690,7 @@ void lr__http_open(lua_State *L)
 	static const luaL_Reg methods[] = {
 		{ "next", stream_next },     { "read", stream_read },     { "events", stream_events },
 		{ "result", stream_result }, { "close", stream_close },
+		{ "head", stream_head },
 		{ NULL, NULL },
 	};
 	luaL_newlib(L, methods);

@@ -84,6 +84,8 @@ struct lr_state {
 	/* Ctrl-C or SIGTERM while Lua runs: raise in the running chunk. */
 	volatile int interrupt;
 	volatile int interrupt_armed;
+	/* The interrupt is a shutdown signal's: the running task ends cancelled, as every other. */
+	volatile int interrupt_cancels;
 	lua_State *volatile running;
 
 	int repl;               /* the REPL owns the terminal */

@@ -127,6 +127,21 @@ void lr_set_arg(lua_State *L, const char *script, int argc, char **argv)
 	lua_setglobal(L, "arg");
 }
 
+static const char *signal_name(int signo)
+{
+	return signo == SIGINT ? "SIGINT" : signo == SIGTERM ? "SIGTERM" : "a signal";
+}
+
+/* The one line a shutdown by signal prints (once), instead of any task's error. */
+static void say_interrupted(struct lr_state *S, int signo)
+{
+	static int said;
+	if (said || S->repl)
+		return;
+	said = 1;
+	fprintf(stderr, "luarig: interrupted by %s\n", signal_name(signo));
+}
+
 static void on_shutdown_signal(int signo, void *arg)
 {
 	struct lr_state *S = arg;
@@ -135,6 +150,7 @@ static void on_shutdown_signal(int signo, void *arg)
 	S->exit_signal = signo;
 	if (lr__server_take_signal(signo))
 		return; /* a server shuts down gracefully (rig.serve) */
+	say_interrupted(S, signo);
 	lr_state_shutdown(S);
 }
 
@@ -144,6 +160,7 @@ static void async_signal_hook(int signo)
 	struct lr_state *S = g_state;
 	if (S && !S->repl && !lr__server_graceful()) {
 		S->pending_signal = signo;
+		S->interrupt_cancels = 1;
 		lr_state_interrupt(S);
 	}
 }
@@ -183,15 +200,18 @@ int lr_main_task(struct lr_state *S, int nargs)
 		default:
 			lr_task_push_error(L, t);
 			lua_pop(L, 1);
-			if (!S->exit_signal)
+			if (!S->exit_signal && !S->pending_signal)
 				fprintf(stderr, "luarig: the main task was cancelled\n");
 			code = 1;
 			break;
 		}
 	}
 	lua_pop(L, 1);
-	if (!S->exit_signal)
+	if (!S->exit_signal && S->pending_signal) {
+		/* The run ended before the loop handled the signal (it cancelled the last task). */
+		say_interrupted(S, S->pending_signal);
 		S->exit_signal = S->pending_signal;
+	}
 	if (S->exit_signal)
 		code = 128 + S->exit_signal;
 	if (!S->killed) {

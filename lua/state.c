@@ -162,6 +162,16 @@ static void state_hook(lua_State *L, lua_Debug *ar)
 		S->interrupt_armed = 0;
 		lua_sethook(L, S->instr_max ? state_hook : NULL,
 			    S->instr_max ? LUA_MASKCOUNT : 0, S->hook_count);
+		/*
+		 * A shutdown signal cancels every task; the one running Lua right
+		 * now is cancelled here, so it ends "cancelled" like the others
+		 * (never an unhandled "interrupted" error with a traceback).
+		 */
+		struct lr_task *t = S->interrupt_cancels ? lr_sched_current(L) : NULL;
+		if (t) {
+			lr_task_cancel(t);
+			luaL_error(L, "cancelled");
+		}
 		luaL_error(L, "interrupted");
 	}
 	if (S->instr_max) {

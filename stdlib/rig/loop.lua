@@ -9,7 +9,7 @@
 --     policy_revision = "v1",      -- required with a gate: names the gate's policy, which
 --                                  -- the loop cannot hash itself (1 to 128 bytes)
 --     limits = { iterations = 25, calls = 100, parallel = 8, result_bytes = 32768,
---                max_tokens = nil, max_cost = nil },
+--                max_tokens = nil, max_cost = nil, tool_timeout = nil, gate_timeout = nil },
 --     delegates = { "researcher" },-- loop names this loop may start (resolved by rig.define)
 --     mcp = { client, … },         -- rig.mcp clients: their tools join this loop's
 --                                  -- ("SERVER__TOOL"), listed when a session's loop starts
@@ -45,7 +45,11 @@
 -- limits: iterations (model calls per turn, >= 1), calls (tool calls per turn, >= 1),
 -- parallel (tool calls at once, >= 1), result_bytes (0 = no cap, else >= 256: longer
 -- results keep head and tail), max_tokens (output tokens per turn, or nil), max_cost
--- (dollars per turn, or nil).
+-- (dollars per turn, or nil), tool_timeout (seconds one tool call may run, its gate
+-- wait not counted; past it the call is cancelled and its result is an error; nil: the
+-- tool's own limits only), gate_timeout (seconds a gate waits for a person's answer;
+-- past it the call is denied, GateResolved{ action = "deny", source = "timeout" }; nil:
+-- it waits). Both up to 86400; they join the revision only when set.
 
 local core = require "rig.core"
 local json = require "rig.json"
@@ -69,7 +73,9 @@ M.SUMMARY_PROMPT = "You summarize a conversation between a user and an AI assist
 
 local LIMITS = { iterations = 25, calls = 100, parallel = 8, result_bytes = 32768 }
 local limit_fields = { iterations = true, calls = true, parallel = true, result_bytes = true,
-                       max_tokens = true, max_cost = true }
+                       max_tokens = true, max_cost = true, tool_timeout = true,
+                       gate_timeout = true }
+local SECONDS_LIMITS = { tool_timeout = true, gate_timeout = true }
 
 local private = setmetatable({}, { __mode = "k" })
 
@@ -170,6 +176,11 @@ local function check_loop(def)
           bad("field 'limits.max_cost' must be a positive number of dollars")
         end
         limits.max_cost = v
+      elseif SECONDS_LIMITS[k] then
+        if type(v) ~= "number" or v ~= v or v <= 0 or v > 86400 then
+          bad("field 'limits." .. k .. "' must be a number of seconds above 0, at most 86400")
+        end
+        limits[k] = v
       else
         limits[k] = int_limit(v, k, k == "result_bytes" and 0 or 1, bad)
       end
@@ -320,7 +331,8 @@ local function revision(p)
     tools = json.array(tools),
     limits = { iterations = l.iterations, calls = l.calls, parallel = l.parallel,
                result_bytes = l.result_bytes, max_tokens = or_null(l.max_tokens),
-               max_cost = or_null(l.max_cost) },
+               max_cost = or_null(l.max_cost), tool_timeout = l.tool_timeout,
+               gate_timeout = l.gate_timeout },
     delegates = json.array(delegates),
     policy_revision = or_null(p.policy_revision),
   }
