@@ -340,6 +340,60 @@ int lr_sse_feed(struct lr_sse *p, const void *buf, size_t len, lr_sse_cb cb, voi
 int lr_sse_finish(struct lr_sse *p, lr_sse_cb cb, void *arg);
 
 
+/* ---- MCP stdio framing (host/mcp_frame.c) ---- */
+
+/*
+ * A push parser for the Model Context Protocol's stdio transport: JSON-RPC
+ * messages as newline-delimited lines. Feed it chunks split anywhere; it
+ * calls back once per line. No JSON is parsed here (rig.json decodes the
+ * line above), no Lua, no I/O: the client (a server's stdout) and the
+ * server side (its own stdin) share it, and so does the fuzz target.
+ *
+ * A line ends in LF; one CR before the LF is dropped (CRLF writers); empty
+ * lines (after that) are skipped. A line longer than max_line bytes (a CR
+ * before its LF counted) is not
+ * an error of the stream: its bytes are dropped as they come, and at its LF
+ * the callback gets one oversized report holding the first and the last
+ * LR_MCP_FRAME_KEEP bytes and the full length, so the reader can still
+ * name the request it answered (an "id" usually sits at either end) and the
+ * stream goes on with the next line. lr_mcp_frame_finish, at the end of the
+ * stream, reports a last line that lacked its LF.
+ */
+#define LR_MCP_FRAME_KEEP 512
+
+struct lr_mcp_line {
+	const char *data;    /* the line (no LF, no trailing CR), or an oversized line's head */
+	size_t len;
+	const char *tail;    /* oversized: its last bytes (may overlap the head's range) */
+	size_t tail_len;
+	size_t total;        /* the line's length in bytes (oversized: all of it) */
+	int oversized;
+};
+
+/* Called per line; pointers are borrowed until it returns. Non-zero stops the parser (sticky). */
+typedef int (*lr_mcp_frame_cb)(void *arg, const struct lr_mcp_line *line);
+
+struct lr_mcp_frame {
+	struct lr_buf line;   /* a line split across chunks (at most max_line bytes) */
+	size_t max_line;
+	size_t over;          /* bytes of the current oversized line seen, 0 when none */
+	char head[LR_MCP_FRAME_KEEP];
+	size_t head_len;
+	char tail[LR_MCP_FRAME_KEEP]; /* the last bytes seen, oldest first */
+	size_t tail_len;
+	int status;
+};
+
+/* max_line: 1 or more bytes (the caller's cap: a client takes 16 MiB by default). */
+void lr_mcp_frame_init(struct lr_mcp_frame *f, size_t max_line);
+void lr_mcp_frame_release(struct lr_mcp_frame *f);
+/* Returns 0, -ENOMEM or the callback's non-zero status (then sticky). */
+int lr_mcp_frame_feed(struct lr_mcp_frame *f, const void *buf, size_t len, lr_mcp_frame_cb cb,
+		      void *arg);
+/* End of stream: reports a last line without its LF (oversized or not). */
+int lr_mcp_frame_finish(struct lr_mcp_frame *f, lr_mcp_frame_cb cb, void *arg);
+
+
 /* ---- HTTP client (host/http_client.c) ---- */
 
 /*
@@ -390,6 +444,10 @@ struct lr_http_opts {
 	size_t max_body;             /* buffered mode: a longer body is LR_ETOOBIG */
 	size_t max_headers;          /* bytes of the header block */
 	int stream;                  /* 2xx bodies go through the SSE framer */
+	int sse_auto;                /* stream mode: only when the 2xx Content-Type is
+				        text/event-stream; any other 2xx body is buffered
+				        (max_body) and resp.buffered set (MCP's Streamable
+				        HTTP answers a POST either way) */
 	size_t max_line, max_event;  /* the framer's caps */
 	size_t max_queue;            /* events queued unread before the transfer pauses (or 1 MiB) */
 	size_t max_error_body;       /* stream mode, non-2xx: body kept up to this, then stop */
@@ -406,6 +464,7 @@ struct lr_http_resp {
 	struct lr_buf body;      /* buffered mode, a stream's non-2xx body, or a 2xx stream's
 				  * first LR_HTTP_HEAD_BYTES */
 	long connects;           /* new connections this transfer opened (0: reused) */
+	int buffered;            /* sse_auto: the 2xx body was not an event stream and is in body */
 };
 
 /*

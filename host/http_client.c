@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define MAX_REDIRECTS 5L
 /* Queued event bytes above which the transfer pauses, whatever the count. */
@@ -85,6 +86,7 @@ struct lr_http_req {
 	int follow;
 	int stream;
 	int sse_on;              /* headers done with 2xx in stream mode */
+	int sse_auto;            /* stream mode: only a text/event-stream 2xx is framed */
 	int paused;
 	int stop_ok;             /* we stopped on purpose (error body cap): not an error */
 	int own_rc;              /* a failure decided by us inside a curl callback */
@@ -444,7 +446,7 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *arg)
 		return n;
 	}
 	idle_rearm(r);
-	if (r->stream) {
+	if (r->stream && !r->resp.buffered) {
 		/* A non-2xx body of a stream: keep a bounded prefix for the caller. */
 		size_t room = r->max_error_body - r->resp.body.len;
 		if (n >= room) {
@@ -466,6 +468,20 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *arg)
 		return 0;
 	}
 	return n;
+}
+
+/* Whether the header pairs ("name\0value\0", names lower-case) say text/event-stream. */
+static int is_event_stream(const struct lr_buf *h)
+{
+	const char *p = h->data, *end = p + h->len;
+	while (p && p < end) {
+		size_t nl = strlen(p);
+		const char *v = p + nl + 1;
+		if (nl == 12 && memcmp(p, "content-type", 12) == 0)
+			return strncasecmp(v, "text/event-stream", 17) == 0;
+		p = v + strlen(v) + 1;
+	}
+	return 0;
 }
 
 static int is_redirect(long code)
@@ -497,8 +513,12 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *arg)
 		r->resp.status = code;
 		r->resp.headers_done = 1;
 		lr_timer_stop(&r->header_timer);
-		if (r->stream && code / 100 == 2)
-			r->sse_on = 1;
+		if (r->stream && code / 100 == 2) {
+			if (r->sse_auto && !is_event_stream(&r->resp.headers))
+				r->resp.buffered = 1; /* a whole body, as a request's */
+			else
+				r->sse_on = 1;
+		}
 		req_notify(r);
 		return n;
 	}
@@ -619,7 +639,8 @@ int lr_http_start(struct lr_http *c, const struct lr_http_opts *o,
 	r->max_error_body = o->max_error_body ? o->max_error_body : 65536;
 	lr_buf_init(&r->q, SIZE_MAX / 2);
 	lr_buf_init(&r->resp.headers, o->max_headers ? o->max_headers : 256 * 1024);
-	lr_buf_init(&r->resp.body, o->stream ? r->max_error_body : o->max_body);
+	r->sse_auto = o->stream && o->sse_auto;
+	lr_buf_init(&r->resp.body, o->stream && !r->sse_auto ? r->max_error_body : o->max_body);
 	lr_sse_init(&r->sse, o->max_line, o->max_event);
 	url_host(o->url, r->host, sizeof r->host);
 	rc = -ENOMEM;

@@ -63,7 +63,7 @@ static const char *const request_fields[] = {
 };
 static const char *const stream_fields[] = {
 	"method", "url", "headers", "body", "timeout", "connect_timeout", "header_timeout",
-	"idle_timeout", "follow_redirects", "max_body", "max_line", "max_event", NULL
+	"idle_timeout", "follow_redirects", "max_body", "max_line", "max_event", "events", NULL
 };
 
 static int is_token(const char *s, size_t n)
@@ -174,6 +174,15 @@ static void check_opts(lua_State *L, const char *fname, int stream, struct lr_ht
 		o->max_event = opt_size(L, fname, "max_event", MAX_EVENT);
 		o->max_queue = MAX_QUEUE;
 		o->max_error_body = o->max_body < MAX_ERROR_BODY ? o->max_body : MAX_ERROR_BODY;
+		t = lua_getfield(L, 1, "events");
+		if (t != LUA_TNIL) {
+			const char *ev = t == LUA_TSTRING ? lua_tostring(L, -1) : "";
+			if (strcmp(ev, "auto") == 0)
+				o->sse_auto = 1;
+			else if (strcmp(ev, "sse") != 0)
+				luaL_error(L, "%s: option 'events' must be \"sse\" or \"auto\"", fname);
+		}
+		lua_pop(L, 1);
 	}
 
 	/* Headers: "name: value" strings kept in a table at the top of the stack. */
@@ -607,12 +616,27 @@ static int stream_open_step(lua_State *L, struct stream *s)
 		s->closed = 1;
 		return 4;
 	}
+	if (resp->buffered && !resp->done)
+		return stream_wait(L, s, stream_open_k);
+	if (resp->buffered && resp->rc) {
+		/* events = "auto": the whole body failed (cap, reset, timeout) */
+		lua_pushstring(L, resp->err);
+		int rc = resp->rc;
+		stream_abort(s);
+		s->closed = 1;
+		return lr_pushfail(L, rc, "%s", lua_tostring(L, -1));
+	}
 	lua_settop(L, STREAM_IDX);
 	lua_getiuservalue(L, STREAM_IDX, 1);
 	lua_pushinteger(L, resp->status);
 	lua_setfield(L, -2, "status");
 	push_headers(L, resp);
 	lua_setfield(L, -2, "headers");
+	if (resp->buffered) {
+		lua_pushlstring(L, resp->body.data ? resp->body.data : "", resp->body.len);
+		lua_setfield(L, -2, "body");
+		s->ended = 1;
+	}
 	lua_pop(L, 1);
 	return 1; /* the stream, on top */
 }

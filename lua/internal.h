@@ -183,6 +183,8 @@ void lr__session_open(lua_State *L);
 void lr__workspace_open(lua_State *L);
 /* term.c: core.isatty(fd) and core.read_line([max]), a waiting read of one stdin line. */
 void lr__term_open(lua_State *L);
+/* mcp.c: core.mcp_framer(max_line), the MCP stdio line framer (host/mcp_frame.c). */
+void lr__mcp_open(lua_State *L);
 /* sandbox.c: the profile held by the rig.sandbox.profile userdata at idx
  * (raises when it is not one); borrowed, valid while the userdata lives. */
 struct lr_profile;

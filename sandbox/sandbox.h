@@ -54,6 +54,7 @@ struct lr_profile {
 	enum lr_cap network;
 	enum lr_cap command;
 	enum lr_cap delegate; /* starting or messaging a delegate loop (the gate only) */
+	enum lr_cap mcp;      /* calling an MCP server's tool, answering its sampling (the gate only) */
 	enum lr_home home;
 	enum lr_isolation isolation;
 	struct lr_sbx_root *roots;
@@ -77,11 +78,12 @@ int lr_profile_validate(const struct lr_profile *p, char err[LR_SBX_ERRLEN]);
 void lr_profile_fingerprint(const struct lr_profile *p, char out[65]);
 /*
  * The state for one request of the gate. kind: "filesystem.read",
- * "filesystem.write", "network", "command.execute", "delegate"; scope: a path
+ * "filesystem.write", "network", "command.execute", "delegate", "mcp"; scope: a path
  * (for the filesystem kinds: inside the workspace, an extra root or the host)
  * or a "host:port" (network) or a command line or a delegate loop's name
  * (delegate: one state for every delegate; the OS enforces nothing here, the
- * gate is the whole mechanism). Unknown kind: -EINVAL with a
+ * gate is the whole mechanism) or "SERVER/TOOL" / "SERVER:sampling" (mcp: one
+ * state for every server and tool, likewise). Unknown kind: -EINVAL with a
  * message, and *out = LR_CAP_DENY (fail closed).
  */
 int lr_profile_access_for(const struct lr_profile *p, const char *kind, const char *scope,
@@ -101,7 +103,7 @@ void lr_profile_release(struct lr_profile *p);
 /*
  * The defaults every face starts from: workspace_read allow, workspace_write
  * gated, host_read allow, host_write deny, network gated, command gated,
- * delegate gated, home isolated, isolation sandboxed, no roots, no
+ * delegate gated, mcp gated, home isolated, isolation sandboxed, no roots, no
  * acknowledgement, and workspace_root NULL (the caller sets it; validation requires it).
  */
 void lr_profile_init(struct lr_profile *p);

@@ -9,9 +9,12 @@
 --   nil, message, code ("network", "timeout", "cancelled", "too_large").
 --
 --   local st, err, code, resp = rig.http.stream{ same fields, plus max_line = 1 << 20,
---     max_event = 16 << 20 }   -- timeout none, idle_timeout 300 s by default
+--     max_event = 16 << 20, events = "sse" }   -- timeout none, idle_timeout 300 s by default
 --   timeout is a deadline from the call to the end of the stream (paused or not; bytes
 --   arriving slowly never push it back): past it the stream fails with "timeout".
+--   events = "auto": only a 2xx text/event-stream response is framed as events; any other 2xx
+--   body is read whole (max_body) and the stream comes back ended with st.body set (MCP's
+--   Streamable HTTP answers a POST with JSON or with an event stream)
 --   Returns once the headers arrived; a non-2xx status gives nil, "http: status N from 'host'",
 --   "status", resp (body up to 64 KiB).
 --   st.status, st.headers; st:next() -> { event =, data =, id =, retry =, unterminated = }

@@ -11,6 +11,9 @@
 --     limits = { iterations = 25, calls = 100, parallel = 8, result_bytes = 32768,
 --                max_tokens = nil, max_cost = nil, tool_timeout = nil, gate_timeout = nil },
 --     delegates = { "researcher" },-- loop names this loop may start (resolved by rig.define)
+--     mcp = { client, … },         -- rig.mcp clients: their tools join this loop's
+--                                  -- ("SERVER__TOOL"), listed when a session's loop starts
+--                                  -- and again after notifications/tools/list_changed
 --     description = "…",           -- what a delegating loop reads about this one
 --     output_schema = { name = "answer", schema = { type = "object", … },
 --                       description = "…"?, strict = true? },
@@ -58,7 +61,7 @@ local M = {}
 
 local fields = { name = true, model = true, system = true, tools = true, gate = true,
                  policy_revision = true, limits = true, delegates = true, description = true,
-                 output_schema = true, compaction = true }
+                 output_schema = true, compaction = true, mcp = true }
 
 local COMPACTION_DEFAULT = { at = 0.8, keep = 4 }
 M.SUMMARY_PROMPT = "You summarize a conversation between a user and an AI assistant so that "
@@ -204,6 +207,20 @@ local function check_loop(def)
     end
   end
 
+  if def.mcp ~= nil then
+    local n = list_of(def.mcp, "mcp", bad)
+    local mcp_mod = require "rig.mcp"
+    local seen = {}
+    p.mcp = {}
+    for i = 1, n do
+      local c = def.mcp[i]
+      if not mcp_mod.is_client(c) then bad("field 'mcp[" .. i .. "]' must be a rig.mcp client") end
+      if seen[c.name] then bad("field 'mcp' lists two servers named '" .. c.name .. "'") end
+      seen[c.name] = true
+      p.mcp[i] = c
+    end
+  end
+
   if def.output_schema ~= nil then
     local o = def.output_schema
     if type(o) ~= "table" then bad("field 'output_schema' must be a table { name, schema }") end
@@ -325,6 +342,12 @@ local function revision(p)
     doc.output_schema = { name = o.name, schema = o.schema, description = or_null(o.description),
                           strict = o.strict, native = p.model.structured_output == true }
   end
+  if p.mcp then
+    -- the servers by name: their tools are the servers' to change (list_changed)
+    local names = {}
+    for i, cl in ipairs(p.mcp) do names[i] = cl.name end
+    doc.mcp = json.array(names)
+  end
   local c = p.compaction
   if c then
     doc.compaction = { at = c.at, keep = c.keep, prompt = or_null(c.prompt),
@@ -355,7 +378,7 @@ function Loop:canonical()
   return private[self].canonical
 end
 
-local copied = { tools = true, limits = true, delegates = true }
+local copied = { tools = true, limits = true, delegates = true, mcp = true }
 
 local loop_mt = {
   __index = function(t, k)
@@ -363,6 +386,7 @@ local loop_mt = {
     if f then return f end
     local p = private[t]
     if copied[k] then
+      if p[k] == nil then return nil end
       local out = {}
       for a, b in pairs(p[k]) do out[a] = b end
       return out

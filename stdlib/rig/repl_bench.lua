@@ -594,6 +594,7 @@ local HELP = {
   ":history [LOOP]    the conversation as the model sees it, paged",
   ":usage             the attached session's tokens and cost",
   "                   (s:history(), s:usage(), s:snapshots(), s:journal{...} typed alone print the same)",
+  ":mcp [NAME]        the MCP servers (or one server's tools); :mcp restart NAME",
   "pager: space = next page, Enter = next line, q = stop",
   ":reload            run the rig file again (new sessions use it)",
   ":resume [LOOP]     continue the turns a crash or a shutdown cut (after :attach / r:restore)",
@@ -639,6 +640,39 @@ local COMMANDS = {
   history = function(arg) M.page(new_renderer():history_lines(need_session():history(arg ~= "" and arg or nil))) end,
   usage = function() M.page(new_renderer():usage_lines(need_session():usage())) end,
   fork = fork_cmd,
+  -- :mcp                 the MCP servers of this process: name, state, protocol, tools
+  -- :mcp NAME            that server's tools as loops see them (NAME__TOOL: description)
+  -- :mcp restart NAME    starts a dead server again
+  mcp = function(arg)
+    local mcp = require "rig.mcp"
+    local verb, name = arg:match("^(%S+)%s+(%S+)$")
+    if verb ~= "restart" then name = arg ~= "" and arg or nil end
+    local lines = {}
+    for _, c in ipairs(mcp.clients()) do
+      if not name then
+        local st, why = c:status()
+        local n = c.tool_cache and #c.tool_cache or "?"
+        lines[#lines + 1] = string.format("%-16s %-6s %-5s %-10s %s tools%s", c.name, c.kind or "?",
+          st, c.protocol_version or "-", tostring(n), why and ("  (" .. why .. ")") or "")
+      elseif c.name == name then
+        if verb == "restart" then
+          local ok, err = c:restart()
+          out(ok and ("restarted " .. name) or ("restart " .. name .. ": " .. tostring(err)))
+          return
+        end
+        local list, err = c:tools()
+        if not list then error("mcp: " .. tostring(err), 0) end
+        for _, t in ipairs(list) do
+          lines[#lines + 1] = t.name .. ": " .. (t.description:gsub("%s+", " "))
+        end
+      end
+    end
+    if #lines == 0 then
+      out(name and ("no MCP server named '" .. name .. "'") or "no MCP servers")
+      return
+    end
+    M.page(lines)
+  end,
   resume = resume_cmd,
 }
 

@@ -11,6 +11,8 @@
 --                                    -- ev.ends_turn; sub:next([timeout]), sub.error, sub:close()
 --   s:respond_gate(gate_id, "approve" | "approve_always" | "deny") -> true | nil, msg, code
 --   s:gates()                        -- the open gates { { gate_id, loop_id, tool, request, unmet } }
+--   s:inputs()                       -- open questions of a tool's server (MCP elicitation)
+--   s:respond_input(input_id, "accept" | "decline" | "cancel", content) -> true | nil, msg, code
 --   s:interrupt() -> true if a turn was cancelled
 --   s:wait_idle([timeout]) -> true | nil, msg, code ("faulted", "timeout")
 --   for rec in s:journal{ from = 1 } do … end   -- rec.seq, rec.type, the event's fields
@@ -60,6 +62,8 @@ local json = require "rig.json"
 
 local M = {}
 
+local mcp_mod, mcp_sync -- below: a loop's MCP servers
+
 local ENDURING = {
   SessionStarted = true, SessionForked = true, SessionActive = true, SessionIdle = true,
   SessionStopped = true,
@@ -69,7 +73,7 @@ local ENDURING = {
   TurnResumed = true, ToolCallsPlanned = true, ToolResultRecorded = true,
   StepDone = true, TurnDone = true, TurnFailed = true, TurnInterrupted = true,
   PermissionRequested = true, PermissionDecided = true, GateOpened = true, GateResolved = true,
-  UserInputRequested = true, WorkspaceCheckpointed = true, WorkspaceRestored = true,
+  UserInputRequested = true, UserInputResolved = true, WorkspaceCheckpointed = true, WorkspaceRestored = true,
   WorkspaceFaulted = true, WorkspaceFaultCleared = true,
   ActiveLoopChanged = true, CompactionCommitted = true, ContextMeasured = true,
 }
@@ -220,8 +224,9 @@ M.cap_result = cap_result
 
 -- ---- tools and gates ----
 
-local function tool_result(id, text, is_error)
-  return { type = "tool_result", tool_use_id = id, content = text, is_error = is_error == true }
+local function tool_result(id, text, is_error, details)
+  return { type = "tool_result", tool_use_id = id, content = text, is_error = is_error == true,
+           details = details }
 end
 
 -- A task's cancellation travels as the error "cancelled": a tool's pcall must
@@ -301,6 +306,45 @@ local function run_bounded(tool, run, req, ctx, limit)
   return false, msg
 end
 
+local decide, run_tool
+
+-- A question a tool's server asks the person (MCP elicitation), within a call:
+-- UserInputRequested, then the answer (s:respond_input) as UserInputResolved.
+-- A headless gate (or none) cannot ask: declined at once. Returns
+-- { action = "accept" | "decline" | "cancel", content = { … } }.
+local INPUT_ACTIONS = { accept = true, decline = true, cancel = true }
+local function request_input(S, inst, turn, call, spec)
+  local gate = inst.gate
+  if not gate or gate.approver ~= "interactive" then return { action = "decline" } end
+  local id = next_id(S, "i")
+  local q = { input_id = id, loop_id = inst.id, turn_id = turn.id, call_id = call.id,
+              server = spec.server, message = spec.message, schema = spec.schema,
+              cond = core.cond() }
+  S.open_inputs[id] = q
+  local ok = emit(S, "UserInputRequested", { loop_id = inst.id, turn_id = turn.id,
+    step_id = turn.step_id, call_id = call.id, input_id = id, server = spec.server,
+    message = spec.message, schema = spec.schema })
+  if not ok then
+    S.open_inputs[id] = nil
+    return { action = "cancel" }
+  end
+  local wok, werr = pcall(function() while not q.answer do q.cond:wait() end end)
+  S.open_inputs[id] = nil
+  if not wok then
+    emit(S, "UserInputResolved", { loop_id = inst.id, turn_id = turn.id, input_id = id,
+      action = "cancel", source = "interrupt" }, false)
+    error(werr, 0)
+  end
+  emit(S, "UserInputResolved", { loop_id = inst.id, turn_id = turn.id, input_id = id,
+    action = q.answer.action, content = q.answer.content, source = "user" })
+  return q.answer
+end
+local tool_lib
+local function tool_mod()
+  tool_lib = tool_lib or require "rig.tool"
+  return tool_lib
+end
+
 -- One tool call: check, prepare, gate, run. Returns the tool_result block.
 local function run_call(S, inst, turn, call)
   local def = inst.def
@@ -334,54 +378,9 @@ local function run_call(S, inst, turn, call)
       true)
   end
   req = nreq
-  local gate = inst.gate
-  if not gate then
-    local m = "permission denied: loop '" .. inst.name .. "' has no gate"
-    emit(S, "PermissionDecided", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
-      tool = tool.name, call_id = call.id, verdict = "deny", source = "default", reason = m }, false)
-    return tool_result(call.id, "error: " .. m, true)
-  end
-  local d = gate:evaluate(req)
-  local approved
-  if d.verdict == "gated" then
-    local action, g = open_gate(S, inst, turn, call, tool, req, d)
-    if not action then
-      return tool_result(call.id, "error: " .. tostring(g), true)
-    end
-    if action == "timeout" then
-      local cok, cmsg, ccode = close_gate(S, g, "deny", "timeout", "timeout")
-      if not cok then return tool_result(call.id, "error: " .. tostring(cmsg), true), ccode end
-      catalog(S, { state = "running" })
-      return tool_result(call.id, "error: permission denied: nobody answered within " ..
-        inst.limits.gate_timeout .. " s (limits.gate_timeout)", true)
-    end
-    if action == "approve_always" then
-      local wok, werr = gate:approve_always(d.candidates or {})
-      if not wok then
-        close_gate(S, g, "deny", "rule_write_failed")
-        return tool_result(call.id, "error: permission denied: the rule could not be saved: "
-          .. tostring(werr), true)
-      end
-    end
-    local cok, cmsg, ccode = close_gate(S, g, action)
-    if not cok then return tool_result(call.id, "error: " .. tostring(cmsg), true), ccode end
-    catalog(S, { state = "running" })
-    if action == "deny" then
-      return tool_result(call.id, "error: permission denied: denied by the user", true)
-    end
-    approved = d.unmet
-  else
-    local e, emsg = emit(S, "PermissionDecided", { loop_id = inst.id, turn_id = turn.id,
-      step_id = turn.step_id, tool = tool.name, call_id = call.id, verdict = d.verdict,
-      source = d.source, reason = d.reason }, false)
-    if not e then return tool_result(call.id, "error: " .. tostring(emsg), true) end
-    if d.verdict ~= "allow" then
-      local reason = d.reason or "permission denied"
-      if not reason:find("^permission denied") then reason = "permission denied: " .. reason end
-      return tool_result(call.id, "error: " .. reason, true)
-    end
-    approved = d.approved -- requirements a saved rule (an earlier "approve always") settled
-  end
+  local approved, derr, dcode = decide(S, inst, turn, call, tool.name, req)
+  if not approved then return tool_result(call.id, derr, true), dcode end
+  if approved == true then approved = nil end
   if S.want_ephemeral > 0 then
     emit(S, "ToolCallStarted", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
       tool = tool.name, call_id = call.id, summary = req.summary })
@@ -392,17 +391,88 @@ local function run_call(S, inst, turn, call)
                 -- the same for this call in a resume after a crash (ctx.resumed)
                 idempotency_key = S.id .. "/" .. tostring(turn.step_id) .. "/" .. tostring(call.id),
                 resumed = turn.resume ~= nil and turn.resume.step_id == turn.step_id or nil }
+  -- for tools whose server asks back (rig.mcp): a gate decision within this call,
+  -- and a question to the session's approver
+  ctx.authorize = function(r)
+    local nr, e = tool_mod().check_request(r)
+    if not nr then return nil, e end
+    local a, m = decide(S, inst, turn, call, tool.name, nr)
+    if not a then return nil, (m:gsub("^error: ", "")) end
+    return true
+  end
+  ctx.request_input = function(spec) return request_input(S, inst, turn, call, spec) end
+  return run_tool(S, inst, turn, call, tool, req, ctx)
+end
+
+-- The gate's decision on one call's request: the approved requirements (or true),
+-- or nil and the error result's text.
+decide = function(S, inst, turn, call, tool_name, req)
+  local tool = { name = tool_name }
+  local gate = inst.gate
+  if not gate then
+    local m = "permission denied: loop '" .. inst.name .. "' has no gate"
+    emit(S, "PermissionDecided", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
+      tool = tool.name, call_id = call.id, verdict = "deny", source = "default", reason = m }, false)
+    return nil, "error: " .. m
+  end
+  local d = gate:evaluate(req)
+  local approved
+  if d.verdict == "gated" then
+    local action, g = open_gate(S, inst, turn, call, tool, req, d)
+    if not action then
+      return nil, "error: " .. tostring(g)
+    end
+    if action == "timeout" then
+      local cok, cmsg, ccode = close_gate(S, g, "deny", "timeout", "timeout")
+      if not cok then return nil, "error: " .. tostring(cmsg), ccode end
+      catalog(S, { state = "running" })
+      return nil, "error: permission denied: nobody answered within " ..
+        inst.limits.gate_timeout .. " s (limits.gate_timeout)"
+    end
+    if action == "approve_always" then
+      local wok, werr = gate:approve_always(d.candidates or {})
+      if not wok then
+        close_gate(S, g, "deny", "rule_write_failed")
+        return nil, "error: permission denied: the rule could not be saved: "
+          .. tostring(werr)
+      end
+    end
+    local cok, cmsg, ccode = close_gate(S, g, action)
+    if not cok then return nil, "error: " .. tostring(cmsg), ccode end
+    catalog(S, { state = "running" })
+    if action == "deny" then
+      return nil, "error: permission denied: denied by the user"
+    end
+    approved = d.unmet
+  else
+    local e, emsg = emit(S, "PermissionDecided", { loop_id = inst.id, turn_id = turn.id,
+      step_id = turn.step_id, tool = tool.name, call_id = call.id, verdict = d.verdict,
+      source = d.source, reason = d.reason }, false)
+    if not e then return nil, "error: " .. tostring(emsg) end
+    if d.verdict ~= "allow" then
+      local reason = d.reason or "permission denied"
+      if not reason:find("^permission denied") then reason = "permission denied: " .. reason end
+      return nil, "error: " .. reason
+    end
+    approved = d.approved -- requirements a saved rule (an earlier "approve always") settled
+  end
+  return approved or true
+end
+
+run_tool = function(S, inst, turn, call, tool, req, ctx)
   -- a delegation call a resume runs again waits for the request it made before
   local run = ctx.resumed and rs().runner(S, inst, turn, call) or tool.run
   local rok, out, rmsg, rcode = run_bounded(tool, run, req, ctx, inst.limits.tool_timeout)
   if not rok and is_cancel(out) then error(out, 0) end
-  local text, is_error
+  local text, is_error, details
   if not rok then
     text, is_error = "error: " .. tostring(out), true
   elseif out == nil then
     text, is_error = "error: " .. tostring(rmsg or "the tool failed"), true
   elseif type(out) == "string" then
     text = out
+  elseif getmetatable(out) == "rig.tool.result" then
+    text, is_error, details = out.text, out.is_error, out.details
   else
     local enc = json.encode(out)
     text = enc or tostring(out)
@@ -413,7 +483,7 @@ local function run_call(S, inst, turn, call)
       tool = tool.name, call_id = call.id, is_error = is_error == true,
       code = not rok and rcode or nil, preview = text:sub(1, 200) })
   end
-  return tool_result(call.id, text, is_error)
+  return tool_result(call.id, text, is_error, details)
 end
 
 -- One call of a step, its result journaled (ToolResultRecorded, not waited)
@@ -471,6 +541,36 @@ local function run_calls(S, inst, turn, calls)
   return results
 end
 
+-- ---- MCP servers (rig.mcp owns the clients; a loop's `mcp` lists them) ----
+
+local mcp_lib
+mcp_mod = function()
+  mcp_lib = mcp_lib or require "rig.mcp"
+  return mcp_lib
+end
+
+-- The instance's tools: its own and injected ones, then the servers' (listed now;
+-- again after a server's tools/list_changed, a restart or a failed listing).
+mcp_sync = function(inst)
+  local list, tools = {}, {}
+  for i, t in ipairs(inst.base_tools) do list[i] = t end
+  for _, t in ipairs(list) do tools[t.name] = t end
+  local ok, got, complete = pcall(mcp_mod().loop_tools, inst.mcp)
+  if ok then
+    for _, t in ipairs(got) do
+      if not tools[t.name] then
+        list[#list + 1] = t
+        tools[t.name] = t
+      end
+    end
+  elseif is_cancel(got) then
+    error(got, 0)
+  end
+  inst.tool_list, inst.tools = list, tools
+  -- a listing that failed (or could not wait here) is tried again at the next step
+  inst.mcp_stamp = ok and complete and mcp_mod().stamp(inst.mcp) or false
+end
+
 -- ---- the workspace (rig.workspace owns placements and the snapshot policy) ----
 
 local workspace_mod
@@ -510,6 +610,10 @@ end
 -- An output_schema goes natively into the request, or as the final tool the
 -- model must call (tool_choice "required": every step calls a tool).
 local function history_request(inst)
+  if inst.mcp and inst.mcp_stamp ~= mcp_mod().stamp(inst.mcp) then
+    mcp_sync(inst)
+    inst.tool_specs = nil
+  end
   if inst.tool_specs == nil then
     out_setup(inst)
     local final = inst.output and not inst.output_native
@@ -1047,7 +1151,7 @@ end
 local function new_session(r, csess)
   local S = setmetatable({
     id = csess.id, rig = r, core = csess, epoch = csess:epoch(), counter = 0,
-    loops = {}, loop_order = {}, busy = 0, open_gates = {}, gate_order = {},
+    loops = {}, loop_order = {}, busy = 0, open_gates = {}, gate_order = {}, open_inputs = {},
     idle_cond = core.cond(), usage_sum = new_usage(), want_ephemeral = 0,
     subs = setmetatable({}, { __mode = "k" }), closed = false,
   }, Session)
@@ -1072,6 +1176,11 @@ local function new_instance(S, def, id, meta)
     for _, t in ipairs(dg().tools(S, inst)) do list[#list + 1] = t end
   end
   for _, t in ipairs(list) do tools[t.name] = t end
+  local mcp = def.mcp
+  if mcp then
+    inst.mcp, inst.base_tools = mcp, list
+    mcp_sync(inst)
+  end
   S.loops[id] = inst
   S.loop_order[#S.loop_order + 1] = id
   return inst
@@ -1252,6 +1361,36 @@ function Session:respond_gate(gate_id, action)
   g.answer = action
   g.cond:signal()
   return true
+end
+
+-- Answers an open question (UserInputRequested): action "accept" with content (a
+-- table of the schema's fields), "decline" or "cancel".
+function Session:respond_input(input_id, action, content)
+  check_open(self, "respond_input")
+  if not INPUT_ACTIONS[action] then
+    fail("respond_input", "action must be \"accept\", \"decline\" or \"cancel\"", 2)
+  end
+  if content ~= nil and type(content) ~= "table" then
+    fail("respond_input", "content must be a table", 2)
+  end
+  local q = self.open_inputs[input_id]
+  if not q or q.answer then
+    return nil, "no open input '" .. tostring(input_id) .. "'", "input_not_open"
+  end
+  q.answer = { action = action, content = action == "accept" and (content or {}) or nil }
+  q.cond:signal()
+  return true
+end
+
+-- The open questions { { input_id, loop_id, call_id, server, message, schema } }.
+function Session:inputs()
+  local out = {}
+  for id, q in pairs(self.open_inputs) do
+    out[#out + 1] = { input_id = id, loop_id = q.loop_id, turn_id = q.turn_id, call_id = q.call_id,
+                      server = q.server, message = q.message, schema = q.schema }
+  end
+  table.sort(out, function(a, b) return a.input_id < b.input_id end)
+  return out
 end
 
 -- s:resume([loop]) -> true | nil, msg, code ("nothing_to_resume", "busy", "faulted"):
