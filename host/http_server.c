@@ -522,26 +522,37 @@ static void conn_read(struct bufferevent *b, void *arg)
 	conn_advance(arg);
 }
 
-/* The response went out whole: the next request, or close. */
+/*
+ * The response went out whole: the next request, or close. A stream
+ * answering HEAD is whole once its head is out: the owner, still
+ * streaming into nothing, is told as if the client had left.
+ */
 static void conn_done(struct conn *c)
 {
-	struct lr_httpd_req *r = c->req;
+	struct lr_httpd_req *r = c->req, *ended = NULL;
 	if (r) {
 		lr_httpd_req_cancel_drain(r);
 		r->conn = NULL;
 		c->req = NULL;
-		if (r->freed)
+		if (r->freed) {
 			req_destroy(r);
+		} else if (!r->finished) {
+			r->closed = 1;
+			ended = r;
+		}
 	}
 	if (!c->keep) {
 		conn_free(c);
-		return;
+	} else {
+		c->state = C_HEAD;
+		bufferevent_set_timeouts(c->bev, &io_tv, &io_tv);
+		bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+		bufferevent_enable(c->bev, EV_READ);
+		conn_advance(c);
 	}
-	c->state = C_HEAD;
-	bufferevent_set_timeouts(c->bev, &io_tv, &io_tv);
-	bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
-	bufferevent_enable(c->bev, EV_READ);
-	conn_advance(c);
+	/* last: it may close the server; c may be gone already */
+	if (ended && ended->on_close)
+		ended->on_close(ended, ended->arg);
 }
 
 static void conn_write(struct bufferevent *b, void *arg)
@@ -797,6 +808,8 @@ int lr_httpd_req_start(struct lr_httpd_req *r, int status)
 	if (write_head(r, status, -1) != 0)
 		return -ENOMEM;
 	r->started = 1;
+	if (r->no_body) /* HEAD (or a status without a body): the head is all of it */
+		r->conn->state = C_FLUSH;
 	return 0;
 }
 
@@ -985,13 +998,13 @@ void lr_httpd_req_free(struct lr_httpd_req *r)
 		req_destroy(r);
 		return;
 	}
-	if (!r->finished) {
+	if (!r->finished && !(r->started && r->no_body)) {
 		/* Unanswered, or a stream not ended: the client must see it broken. */
 		conn_free(c);
 		req_destroy(r);
 		return;
 	}
-	/* Finished and still sending: the connection goes on without it. */
+	/* Finished (or a head that is all of it) and still sending: the connection goes on without it. */
 	lr_httpd_req_cancel_drain(r);
 	r->conn = NULL;
 	c->req = NULL;

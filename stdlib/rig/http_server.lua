@@ -10,11 +10,12 @@
 --   }
 --   srv.port, srv.url, srv:close(), srv:refusals() -> { code = count }
 --
--- Errors are JSON: {"error":{"code","message"}} (404 not_found, 405
--- method_not_allowed with Allow, 500 internal). What the host server
--- refuses before any route (host/http_server.c) has the same shape, plus
--- "retryable": 400 malformed_request, 413 body_too_large, 417
--- expectation_failed, 431 headers_too_large; srv:refusals() counts them.
+-- Errors are JSON: {"error":{"code","message","retryable"}} (404 not_found,
+-- 405 method_not_allowed with Allow, 500 internal). What the host server
+-- refuses before any route (host/http_server.c) has the same shape: 400
+-- malformed_request, 413 body_too_large, 417 expectation_failed, 431
+-- headers_too_large; srv:refusals() counts them. A method no route has
+-- (any token: FOO too) is a 405 where the path matches, else a 404.
 --
 -- Each request runs its handler as its own task. The handler returns
 -- { status =, headers =, body = } or { status =, headers =, json = }, or
@@ -143,8 +144,10 @@ end
 local function send_error(res, status, code, message, headers)
   local h = { ["content-type"] = "application/json" }
   for k, v in pairs(headers or {}) do h[k] = v end
-  -- code and message are our own constants: a fixed field order, byte-stable
-  return res:_reply(status, h, '{"error":{"code":"' .. code .. '","message":"' .. message .. '"}}')
+  -- code and message are our own constants: a fixed field order, byte-stable,
+  -- the shape of the host server's own refusals (host/http_server.c)
+  return res:_reply(status, h, '{"error":{"code":"' .. code .. '","message":"' .. message ..
+    '","retryable":false}}')
 end
 
 local function has_header(h, name)
