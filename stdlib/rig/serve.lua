@@ -51,8 +51,13 @@ M.PROTOCOL, M.VERSION = "luarig.serve", 1
 local FEATURES = { "journal", "live_sse", "ephemeral_sse", "gate_response", "sse_resume",
                    "idempotency" }
 
--- The stable error codes: status and whether a retry may succeed.
+-- The stable error codes: status and whether a retry may succeed (docs/serve.md).
+-- The lower layers answer some themselves, in the same shape: rig.http.server
+-- (not_found for no route, method_not_allowed), the host server
+-- (malformed_request, body_too_large over max_body, expectation_failed,
+-- headers_too_large) and lua/server.c (unavailable).
 local ERRORS = {
+  malformed_request = { 400, false },
   invalid_json = { 400, false },
   invalid_request = { 400, false },
   unauthorized = { 401, false },
@@ -69,10 +74,13 @@ local ERRORS = {
   idempotency_conflict = { 409, false },
   body_too_large = { 413, false },
   unsupported_media_type = { 415, false },
+  expectation_failed = { 417, false },
+  headers_too_large = { 431, false },
   internal = { 500, false },
   over_capacity = { 503, true },
   shutting_down = { 503, true },
   storage = { 503, true },
+  unavailable = { 503, true },
 }
 M.ERRORS = ERRORS
 
