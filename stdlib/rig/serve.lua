@@ -147,7 +147,6 @@ local UUID = "^" .. H4 .. H4 .. "%-" .. H4 .. "%-" .. H4 .. "%-" .. H4 .. "%-" .
 local function valid_id(s)
   return type(s) == "string" and #s == 36 and s:find(UUID) ~= nil
 end
-M.valid_id = valid_id
 
 -- ---- the browser checks (docs/serve.md "Browsers") ----
 
@@ -162,7 +161,7 @@ local function authority(s)
   end
   if not name then return nil end
   if rest == "" or rest == ":" then return name:lower(), nil end
-  local port = rest:match("^:(%d%d?%d?%d?%d?)$")
+  local port = rest:match("^:([1-9]%d?%d?%d?%d?)$") -- no leading zeros, no port 0
   port = tonumber(port)
   if not port or port > 65535 then return nil end
   return name:lower(), port
