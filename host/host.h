@@ -504,17 +504,28 @@ void lr_http_consume(struct lr_http_req *r);
 void lr_http_req_free(struct lr_http_req *r);
 
 
-/* ---- HTTP server (host/http_server.c) ---- */
+/* ---- HTTP server (host/http_server.c, host/http_head.c) ---- */
 
 /*
- * An HTTP/1.1 server over evhttp. The server hands each request, body
- * complete, to on_request; the callee owns the lr_httpd_req from then on
- * and must lr_httpd_req_free it. A request is answered either whole
- * (lr_httpd_req_reply) or streamed (start, write..., finish; chunked for
- * HTTP/1.1 clients). While a request is in hand the server watches its
+ * An HTTP/1.1 server on libevent bufferevents, with its own request
+ * parser. The server hands each request, body complete, to on_request; the
+ * callee owns the lr_httpd_req from then on and must lr_httpd_req_free it.
+ * A request is answered either whole (lr_httpd_req_reply) or streamed
+ * (start, write..., finish; chunked for HTTP/1.1 clients, close-delimited
+ * for HTTP/1.0). While a request is in hand the server watches its
  * connection: when the client goes away, on_close runs once and every later
- * write fails with LR_ECLOSED. Bodies above max_body get evhttp's 413 and
- * malformed requests its 400, without reaching on_request.
+ * write fails with LR_ECLOSED. Keep-alive and pipelined requests are served
+ * in order, one at a time.
+ *
+ * What the server refuses itself never reaches on_request: it answers with
+ * a JSON error {"error":{"code","message","retryable":false}} and closes
+ * (after reading and dropping what the client still sends, so the client
+ * sees the answer, not a reset):
+ *   400 malformed_request   request line, header syntax, framing (see http_head.c)
+ *   413 body_too_large      a body over max_body (by Content-Length, or as it arrives)
+ *   417 expectation_failed  an Expect other than 100-continue
+ *   431 headers_too_large   request line + headers over max_headers, or too many fields
+ * Each refusal is counted (lr_httpd_refusals).
  */
 struct lr_httpd;
 struct lr_httpd_req;
@@ -543,6 +554,14 @@ int lr_httpd_port(const struct lr_httpd *h);
  */
 void lr_httpd_close(struct lr_httpd *h);
 
+/*
+ * The refusals counted since lr_httpd_open, one count per code of the list
+ * above, in the order of lr_httpd_refusal_code(0 .. LR_HTTPD_REFUSALS - 1).
+ */
+#define LR_HTTPD_REFUSALS 4
+const char *lr_httpd_refusal_code(int i);
+void lr_httpd_refusals(const struct lr_httpd *h, uint64_t out[LR_HTTPD_REFUSALS]);
+
 /* The request. Strings are borrowed until lr_httpd_req_free. */
 const char *lr_httpd_req_method(const struct lr_httpd_req *r); /* "GET", ... */
 const char *lr_httpd_req_path(const struct lr_httpd_req *r);   /* raw, undecoded */
@@ -557,8 +576,9 @@ const void *lr_httpd_req_header_next(const struct lr_httpd_req *r, const void *c
 				     const char **name, const char **value);
 
 /*
- * The response. add_header refuses (-EINVAL) names that are not tokens and
- * values holding CR, LF or NUL. reply sends a whole response; start begins
+ * The response. add_header refuses (-EINVAL) names that are not tokens,
+ * values holding CR, LF or NUL, and the framing fields the server writes
+ * itself (Content-Length, Transfer-Encoding, Connection). reply sends a whole response; start begins
  * a streamed one, write appends a chunk (one copy of p), finish ends it.
  * All return LR_ECLOSED once the client is gone or the response was
  * aborted, and -EINVAL when called out of order.
@@ -604,6 +624,48 @@ void lr_httpd_req_cancel_drain(struct lr_httpd_req *r);
  * keeps sending in the background and is freed when done. NULL is fine.
  */
 void lr_httpd_req_free(struct lr_httpd_req *r);
+
+/*
+ * The request parser (host/http_head.c), pure functions over bytes.
+ *
+ * lr_httpd_head_parse reads one request head from buf[0..len), looking at
+ * most max bytes: 0 when the head is whole (h->len bytes, the blank line
+ * included; offsets in h point into buf), -EAGAIN when more bytes are
+ * needed, LR_EPARSE or LR_ETOOBIG when it is refused; then h->status (400,
+ * 417, 431), h->code and h->why (static text) say why.
+ */
+#define LR_HTTPD_HEADERS_MAX 128
+#define LR_HTTPD_METHOD_MAX 32
+
+struct lr_httpd_head {
+	size_t len;
+	uint32_t method, method_len, target, target_len;
+	int minor;              /* HTTP/1.minor: 0, or 1 for 1.1 and later */
+	int nhdr;
+	struct { uint32_t name, nlen, value, vlen; } hdr[LR_HTTPD_HEADERS_MAX];
+	int64_t content_length; /* -1: none */
+	unsigned chunked : 1, close : 1, keep_alive : 1, expect_continue : 1;
+	int status;
+	const char *code, *why;
+};
+int lr_httpd_head_parse(const char *buf, size_t len, size_t max, struct lr_httpd_head *h);
+
+/*
+ * A chunked body, decoded as it arrives: each step looks at buf[0..len)
+ * and consumes *used bytes, returning LR_HTTPD_CHUNK_DATA (those bytes are
+ * body), LR_HTTPD_CHUNK_FRAMING (chunk sizes, line breaks, trailer
+ * fields: dropped), LR_HTTPD_CHUNK_DONE (the body ended, *used bytes
+ * included), -EAGAIN (nothing consumed: more bytes needed), LR_EPARSE
+ * (malformed) or LR_ETOOBIG (trailer fields over max_trailer).
+ */
+enum { LR_HTTPD_CHUNK_DATA = 1, LR_HTTPD_CHUNK_FRAMING, LR_HTTPD_CHUNK_DONE };
+struct lr_httpd_chunked {
+	int state;
+	uint64_t left;
+	size_t trailer, max_trailer;
+};
+void lr_httpd_chunked_init(struct lr_httpd_chunked *c, size_t max_trailer);
+int lr_httpd_chunked_step(struct lr_httpd_chunked *c, const char *buf, size_t len, size_t *used);
 
 /* ---- session pipes (host/session_pipe.c) ---- */
 

@@ -30,10 +30,9 @@
 
   async function api(method, path, body) {
     const init = { method, headers: headers(), cache: 'no-store' };
-    if (body !== undefined) {
-      init.headers['Content-Type'] = 'application/json';
-      init.body = JSON.stringify(body);
-    }
+    // the server takes a POST only as application/json, with a body or not
+    if (method === 'POST') init.headers['Content-Type'] = 'application/json';
+    if (body !== undefined) init.body = JSON.stringify(body);
     const resp = await fetch(path, init);
     if (resp.status === 401) { askToken(token ? 'the token was refused' : ''); throw new AuthError('unauthorized'); }
     let data = null;
