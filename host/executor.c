@@ -1317,7 +1317,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	memset(l, 0, sizeof *l);
 	l->spec_fd = -1;
 	l->ctl_fd = -1;
-	l->fds[1] = -1;
+	l->fds[1] = l->fds[2] = l->life_w = -1;
 	err[0] = '\0';
 	struct lr_executor_set *s = e->set;
 	struct redeemed g = { 0 };
@@ -1367,7 +1367,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 			rc = -errno;
 		if (!rc) {
 			l->ctl_fd = sp[0];
-			l->fds[1] = sp[1];
+			l->fds[2] = sp[1];
 		}
 		if (rc) {
 			free(buf);
@@ -1390,15 +1390,37 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	}
 	l->spec_fd = fd;
 	l->fds[0] = fd;
+	/* the lifeline: both ends close-on-exec (no other child inherits the
+	   write end), the write end above 2 (lr_proc_opts.lifeline_fd) */
+	int life[2];
+	if (pipe2(life, O_CLOEXEC) < 0) {
+		rc = -errno;
+		seterr(err, "executor: cannot make the run's lifeline: %s", lr_strerror(rc));
+		goto out;
+	}
+	l->fds[1] = life[0];
+	l->life_w = life[1];
+	if (life[1] < 3) {
+		l->life_w = fcntl(life[1], F_DUPFD_CLOEXEC, 3);
+		rc = l->life_w < 0 ? -errno : 0;
+		close(life[1]);
+		if (rc) {
+			seterr(err, "executor: cannot make the run's lifeline: %s", lr_strerror(rc));
+			goto out;
+		}
+	}
+	l->proc.lifeline_fd = l->life_w;
 	l->proc.file = "/proc/self/exe";
 	l->proc.argv = helper_argv;
 	l->proc.envp = empty_env;
 	l->proc.extra_fds = l->fds;
-	l->proc.n_extra = l->ctl_fd >= 0 ? 2 : 1;
+	l->proc.n_extra = l->ctl_fd >= 0 ? 3 : 2;
 out:
 	strv_free(&g.rd);
 	strv_free(&g.wr);
 	strv_free(&g.net);
+	if (rc)
+		lr_executor_launch_release(l);
 	return rc;
 }
 
@@ -1407,9 +1429,14 @@ void lr_executor_launch_release(struct lr_exec_launch *l)
 	if (l->spec_fd >= 0)
 		close(l->spec_fd);
 	l->spec_fd = -1;
-	if (l->fds[1] >= 0)
-		close(l->fds[1]); /* the helper's end: the child has its copy */
-	l->fds[1] = -1;
+	for (int i = 1; i < 3; i++) {
+		if (l->fds[i] >= 0)
+			close(l->fds[i]); /* the helper's ends: the child has its copies */
+		l->fds[i] = -1;
+	}
+	if (l->life_w >= 0)
+		close(l->life_w); /* the proc keeps its own copy */
+	l->life_w = l->proc.lifeline_fd = -1;
 	if (l->ctl_fd >= 0)
 		close(l->ctl_fd);
 	l->ctl_fd = -1;

@@ -3,22 +3,33 @@
  *
  * The host re-executes its own binary with this hidden subcommand, before
  * any Lua state, thread or event loop exists, and hands it a sealed spec on
- * fd 3. The helper is single-threaded and does everything in order, dying
- * with exit 126 and "luarig sandbox: <what>: <why>" at the first failure:
+ * fd 3 and the run's lifeline on fd 4. The helper is single-threaded and
+ * does everything in order, dying with exit 126 and "luarig sandbox:
+ * <what>: <why>" at the first failure:
  *
- *   helper (host namespaces): read and check the spec, open libseccomp and
- *     build the filter (while the host's /usr is still visible), enter the
- *     cgroup, then for tier A unshare user+mount+pid+ipc+uts+net at once and
- *     map the real uid/gid; fork the reaper and wait for it, forwarding
- *     SIGTERM/SIGINT/SIGHUP; exit with its status.
- *   reaper (tier A: pid 1 of the new pid namespace): build the mount view,
- *     bring lo up, set the hostname, setsid, fork the target, reap every
- *     child, and when the target exits kill everything left and exit with
- *     the target's status (128+N for a signal).
- *   target: setsid, rlimits, every fd >= 3 close-on-exec, capabilities
- *     dropped (bounding, ambient, permitted, effective, inheritable, locked
- *     securebits, no_new_privs), Landlock, the seccomp filter last, execve
- *     with the spec's environment (127 when the exec fails).
+ *   helper (host namespaces): read and check the spec and the lifeline,
+ *     open libseccomp and build the filter (while the host's /usr is still
+ *     visible), enter the cgroup, then for tier A unshare
+ *     user+mount+pid+ipc+uts+net at once and map the real uid/gid; fork the
+ *     reaper and wait for it, forwarding SIGTERM/SIGINT/SIGHUP/SIGQUIT and
+ *     watching the lifeline; exit with its status.
+ *   reaper (tier A: pid 1 of the new pid namespace): die with the helper,
+ *     build the mount view, bring lo up, set the hostname, setsid, fork the
+ *     target, reap every child, and when the target exits kill everything
+ *     left and exit with the target's status (128+N for a signal).
+ *   target: setsid, die with its parent, rlimits, every fd >= 3
+ *     close-on-exec, capabilities dropped (bounding, ambient, permitted,
+ *     effective, inheritable, locked securebits, no_new_privs), Landlock,
+ *     the seccomp filter last, execve with the spec's environment (127 when
+ *     the exec fails).
+ *
+ * Lifetime (issue 16 §3): nothing the run started outlives the host. The
+ * host holds the lifeline's write end; however the host ends (SIGKILL
+ * included) or ends the run, the helper reads EOF and kills: in tier A the
+ * reaper, whose pid namespace the kernel then empties; otherwise every
+ * descendant. The helper is killed itself only when nothing remains that
+ * the kernel would not take with it (the reaper and the target carry
+ * SIGKILL as their parent death signal, checked against the fork race).
  *
  * Tier B (no user namespace): the helper is a child subreaper instead of a
  * pid namespace's init; after the target exits it kills every descendant it
@@ -38,6 +49,8 @@
 #include <linux/sched.h>
 #include <linux/securebits.h>
 #include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
@@ -822,7 +835,7 @@ static void apply_landlock(const struct lr_sbx_spec *s)
 
 /* In the target, after fork: the per-process layers, the filter last, exec. */
 __attribute__((noreturn))
-static void exec_target(struct lr_sbx_spec *s, scmp_filter_ctx filter)
+static void exec_target(struct lr_sbx_spec *s, scmp_filter_ctx filter, pid_t parent)
 {
 	sigset_t none;
 	sigemptyset(&none);
@@ -831,9 +844,15 @@ static void exec_target(struct lr_sbx_spec *s, scmp_filter_ctx filter)
 		signal(sig, SIG_DFL);
 	if (setsid() < 0)
 		die(errno, "setsid");
-	/* The helper (or reaper) gone means the run is over; it survives exec. */
+	/*
+	 * The helper (or reaper) gone means the run is over; the signal survives
+	 * exec. A parent that died before the prctl sent none: then the parent
+	 * is another process already, and the target never runs.
+	 */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
 		die(errno, "parent death signal");
+	if (getppid() != parent)
+		die(0, "the helper died before the command started");
 	set_limits(&s->limits);
 	if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
 		die(errno, "close_range");
@@ -930,15 +949,15 @@ static long count_procs(void)
 }
 
 /*
- * Waits for the target, then kills whatever is left (kill(-1) from the pid
- * namespace's init reaches every process in it; in tier B the inherited
- * orphans, round after round) and reaps them all. cap: the most processes
+ * The reaper's wait (pid 1 of the sandbox's pid namespace): waits for the
+ * target, then kills whatever is left (kill(-1) from the namespace's init
+ * reaches every process in it) and reaps them all. cap: the most processes
  * the namespace may hold (0: no cap).
  */
-static int reap(pid_t target, int pid_ns, uint64_t cap)
+static int reap(pid_t target, uint64_t cap)
 {
 	int code = -1, st, over = 0;
-	if (pid_ns && cap)
+	if (cap)
 		start_ticks();
 	for (;;) {
 		pid_t p = waitpid(-1, &st, 0);
@@ -963,20 +982,32 @@ static int reap(pid_t target, int pid_ns, uint64_t cap)
 			code = status_code(st);
 			g_target = 0;
 		}
-		if (code >= 0) {
-			if (pid_ns)
-				kill(-1, SIGKILL);
-			else
-				kill_children();
-		}
+		if (code >= 0)
+			kill(-1, SIGKILL);
 	}
 	return code < 0 ? LR_SBX_EXIT_SETUP : code;
 }
 
+/*
+ * The reaper dies with the helper (the parent death signal; the helper is
+ * single-threaded, so its one thread is the parent the signal watches), and
+ * the pid namespace dies with its pid 1. getppid() says nothing across the
+ * namespace (it is 0 for pid 1), so a helper that died before the prctl is
+ * seen on alive_fd instead: the read end of a pipe only the helper writes.
+ */
 __attribute__((noreturn))
-static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter)
+static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter, int alive_fd,
+		       const sigset_t *mask)
 {
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		die(errno, "parent death signal");
+	struct pollfd pf = { .fd = alive_fd, .events = POLLIN };
+	if (poll(&pf, 1, 0) != 0)
+		die(0, "the helper died while the sandbox was being set up");
+	close(alive_fd);
+	close(LR_SBX_FD_LIFELINE); /* the helper watches it */
+	signal(SIGCHLD, SIG_DFL);
+	sigprocmask(SIG_SETMASK, mask, NULL);
 	build_view(s);
 	loopback_up();
 	if (sethostname("sandbox", 7) < 0)
@@ -998,9 +1029,76 @@ static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter)
 	if (t < 0)
 		die(errno, "fork");
 	if (t == 0)
-		exec_target(s, filter);
+		exec_target(s, filter, 1);
 	g_target = t;
-	_exit(reap(t, 1, s->limits.nproc));
+	_exit(reap(t, s->limits.nproc));
+}
+
+/* ---- the helper's wait and the lifeline ---- */
+
+/* Anything on the lifeline (EOF: its write end closed) ends the run. */
+static int lifeline_ended(int timeout_ms)
+{
+	struct pollfd pf = { .fd = LR_SBX_FD_LIFELINE, .events = POLLIN };
+	return poll(&pf, 1, timeout_ms) > 0;
+}
+
+static void check_lifeline(void)
+{
+	struct stat st;
+	if (fstat(LR_SBX_FD_LIFELINE, &st) < 0)
+		die(errno, "the lifeline on fd %d", LR_SBX_FD_LIFELINE);
+	int fl = fcntl(LR_SBX_FD_LIFELINE, F_GETFL);
+	if (!S_ISFIFO(st.st_mode) || fl < 0 || (fl & O_ACCMODE) != O_RDONLY)
+		die(0, "the lifeline on fd %d is not the read end of a pipe", LR_SBX_FD_LIFELINE);
+	if (fcntl(LR_SBX_FD_LIFELINE, F_SETFD, FD_CLOEXEC) < 0)
+		die(errno, "the lifeline on fd %d", LR_SBX_FD_LIFELINE);
+	if (lifeline_ended(0))
+		die(0, "the host is gone (its lifeline on fd %d is closed)", LR_SBX_FD_LIFELINE);
+}
+
+static void on_chld(int sig)
+{
+	(void)sig; /* only to interrupt ppoll */
+}
+
+/*
+ * The helper's wait: reaps its children (tier A: the reaper; otherwise the
+ * target and, as child subreaper, every orphan of the run), forwards the
+ * signals (their handlers), and watches the lifeline. SIGCHLD is blocked
+ * except inside ppoll, so no exit is missed between a reap and the wait.
+ * When the lifeline ends, or the target exited (not tier A), what is left
+ * is killed: tier A the reaper, and with it its pid namespace; otherwise
+ * the target's group and every child, again after each reap, since the
+ * orphans of a dying process are reparented here.
+ */
+static int helper_wait(pid_t child, int tier_a, const sigset_t *waitmask)
+{
+	int code = -1, st, ending = 0, life = 1;
+	for (;;) {
+		pid_t p;
+		while ((p = waitpid(-1, &st, WNOHANG)) > 0)
+			if (p == child) {
+				code = status_code(st);
+				g_target = 0;
+				ending = 1;
+			}
+		if (p < 0 && errno == EINTR)
+			continue;
+		if (p < 0)
+			break; /* ECHILD: nothing is left */
+		if (ending && !tier_a)
+			kill_children();
+		struct pollfd pf = { .fd = LR_SBX_FD_LIFELINE, .events = POLLIN };
+		if (ppoll(&pf, life ? 1 : 0, NULL, waitmask) > 0 && pf.revents) {
+			life = 0;
+			ending = 1;
+			kill(tier_a ? child : -child, SIGKILL);
+			if (!tier_a)
+				kill_children();
+		}
+	}
+	return code < 0 ? LR_SBX_EXIT_SETUP : code;
 }
 
 int lr_sbx_helper_main(int argc, char **argv)
@@ -1010,6 +1108,7 @@ int lr_sbx_helper_main(int argc, char **argv)
 		die(0, "usage: luarig __sandbox-helper (with the spec on fd 3)");
 	size_t len;
 	char *buf = read_spec(&len);
+	check_lifeline();
 	struct lr_sbx_spec s;
 	char err[LR_SBX_ERRLEN];
 	if (lr_sbx_spec_decode(buf, len, &s, err))
@@ -1039,18 +1138,37 @@ int lr_sbx_helper_main(int argc, char **argv)
 	if (!tier_a && chdir(s.cwd) < 0)
 		die(errno, "chdir '%s'", s.cwd);
 	on_forwarded_signals();
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_chld;
+	sa.sa_flags = SA_NOCLDSTOP; /* no SA_RESTART: ppoll returns EINTR */
+	sigaction(SIGCHLD, &sa, NULL);
+	sigset_t chld, old, waitmask;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, &old);
+	waitmask = old;
+	sigdelset(&waitmask, SIGCHLD);
+	int alive[2] = { -1, -1 };
+	if (tier_a && pipe2(alive, O_CLOEXEC) < 0)
+		die(errno, "pipe");
+	pid_t self = getpid();
 	pid_t child = fork();
 	if (child < 0)
 		die(errno, "fork");
 	if (child == 0) {
-		if (tier_a)
-			run_reaper(&s, filter);
-		exec_target(&s, filter);
+		if (tier_a) {
+			close(alive[1]);
+			run_reaper(&s, filter, alive[0], &old);
+		}
+		exec_target(&s, filter, self);
 	}
+	if (tier_a)
+		close(alive[0]); /* alive[1] stays open as long as this process lives */
 	g_target = child;
 	/*
 	 * _exit, not return: in tier A this process shares the view's mount
 	 * namespace but not its pid namespace, and nothing at exit may run here.
 	 */
-	_exit(reap(child, 0, 0));
+	_exit(helper_wait(child, tier_a, &waitmask));
 }

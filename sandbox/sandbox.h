@@ -15,7 +15,8 @@
  *   executor builds an lr_sbx_spec (argv, env, cwd, mounts, Landlock rules,
  *   limits, network mode, grants' deltas) -> lr_sbx_spec_encode ->
  *   a sealed memfd -> spawns "/proc/self/exe __sandbox-helper" with the
- *   memfd as fd 3 (and, with a proxy, a socket as fd 4 on which the helper
+ *   memfd as fd 3, the read end of the run's lifeline as fd 4 (and, with a
+ *   proxy, a socket as fd 5 on which the helper
  *   sends back the listeners it made inside the network namespace) ->
  *   lr_sbx_helper_main decodes, sets everything up, and execs the target
  *   under a reaper; any failure before the exec exits 126.
@@ -236,8 +237,14 @@ int lr_sbx_seal(const char *buf, size_t len);
 
 /* ---- the helper (sandbox/helper.c) ---- */
 
-/* fds the helper receives */
-enum { LR_SBX_FD_SPEC = 3, LR_SBX_FD_CONTROL = 4 };
+/*
+ * fds the helper receives: the spec; the lifeline, the read end of a pipe
+ * whose write end only the host holds (for the length of the run): when it
+ * reads EOF (the host closed it, or the host died, however) the helper
+ * kills everything the run started and exits; and, with a proxy, the
+ * control socket.
+ */
+enum { LR_SBX_FD_SPEC = 3, LR_SBX_FD_LIFELINE = 4, LR_SBX_FD_CONTROL = 5 };
 /* the exit status of a helper that could not set up confinement */
 #define LR_SBX_EXIT_SETUP 126
 /*
