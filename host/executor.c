@@ -25,6 +25,7 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <linux/landlock.h>
@@ -904,15 +905,62 @@ fail:
 
 /* ---- removing a scratch tree ---- */
 
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452 /* Linux 6.6, the same number on every architecture */
+#endif
+
 /*
- * Removes everything below the directory open as dfd, making directories
- * accessible first (a command may leave a 000 directory behind). Symlinks
- * are removed, never followed. Returns 0 or the first error.
+ * chmod of the file open as the O_PATH handle h: fchmodat2 with
+ * AT_EMPTY_PATH, or before Linux 6.6 the handle's /proc/self/fd link (a
+ * magic link: it names the open file itself, it is not resolved again).
+ */
+static int chmod_handle(int h, mode_t mode)
+{
+	if (syscall(SYS_fchmodat2, h, "", mode, AT_EMPTY_PATH) == 0)
+		return 0;
+	if (errno != ENOSYS && errno != EINVAL)
+		return -errno;
+	char link[32];
+	snprintf(link, sizeof link, "/proc/self/fd/%d", h);
+	return chmod(link, mode) == 0 ? 0 : -errno;
+}
+
+/*
+ * name in dfd opened for reading as a directory, without following a
+ * symlink at any step, even if name is swapped meanwhile (a process of the
+ * run that is still dying may do that): an O_PATH handle of exactly what
+ * the name is now, a directory made 0700 through that handle when it is not
+ * (a command may leave a 000 directory behind), then that directory
+ * reopened from the handle. -ENOTDIR when name is not a directory.
+ */
+static int open_dir_here(int dfd, const char *name)
+{
+	int h = openat(dfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (h < 0)
+		return -errno;
+	struct stat st;
+	int rc = fstat(h, &st) < 0 ? -errno : S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+	if (!rc && (st.st_mode & 0700) != 0700)
+		rc = chmod_handle(h, 0700);
+	int d = rc ? -1 : openat(h, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (!rc && d < 0)
+		rc = -errno;
+	close(h);
+	return rc ? rc : d;
+}
+
+/*
+ * Removes everything below the directory open as dfd. Every step is
+ * relative to an open directory and follows no symlink: a symlink is
+ * removed as itself, and a name swapped for one while the walk runs leads
+ * nowhere outside the tree. Returns 0 or the first error.
  */
 static int rm_below(int dfd, int depth)
 {
-	if (depth > RM_DEPTH)
+	if (depth > RM_DEPTH) {
+		close(dfd);
 		return -ELOOP;
+	}
 	DIR *d = fdopendir(dfd);
 	if (!d) {
 		close(dfd);
@@ -924,22 +972,25 @@ static int rm_below(int dfd, int depth)
 		const char *n = de->d_name;
 		if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0)
 			continue;
-		struct stat st;
-		if (fstatat(dirfd(d), n, &st, AT_SYMLINK_NOFOLLOW) != 0)
-			continue;
-		if (S_ISDIR(st.st_mode)) {
-			fchmodat(dirfd(d), n, 0700, 0);
-			int sub = openat(dirfd(d), n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (sub >= 0) {
-				int r = rm_below(sub, depth + 1);
-				if (r && !rc)
-					rc = r;
+		int sub = open_dir_here(dirfd(d), n);
+		if (sub >= 0) {
+			int r = rm_below(sub, depth + 1);
+			if (r && !rc)
+				rc = r;
+			if (unlinkat(dirfd(d), n, AT_REMOVEDIR) == 0)
+				continue;
+			if (errno != ENOTDIR) { /* not swapped for a non-directory meanwhile */
+				if (!rc)
+					rc = -errno;
+				continue;
 			}
-			if (unlinkat(dirfd(d), n, AT_REMOVEDIR) != 0 && !rc)
-				rc = -errno;
-		} else if (unlinkat(dirfd(d), n, 0) != 0 && !rc) {
-			rc = -errno;
+		} else if (sub != -ENOTDIR) {
+			if (sub != -ENOENT && !rc)
+				rc = sub;
+			continue;
 		}
+		if (unlinkat(dirfd(d), n, 0) != 0 && errno != ENOENT && !rc)
+			rc = -errno;
 	}
 	closedir(d);
 	return rc;
@@ -947,10 +998,9 @@ static int rm_below(int dfd, int depth)
 
 static int rm_tree(const char *path)
 {
-	chmod(path, 0700);
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = open_dir_here(AT_FDCWD, path);
 	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno;
+		return fd == -ENOENT ? 0 : fd;
 	int rc = rm_below(fd, 0);
 	if (rmdir(path) != 0 && !rc)
 		rc = -errno;
@@ -1126,6 +1176,9 @@ void lr_executor_set_free(struct lr_executor_set *s)
 	if (!s)
 		return;
 	abort_runs(s, NULL, "executor: the set was closed");
+	/* every process of its runs (and of handles closed before) gone first:
+	   then nothing can still write, or swap a name, in the tree removed next */
+	lr_proc_reap_all(s->loop);
 	while (s->executors) {
 		struct lr_executor *e = s->executors;
 		s->executors = e->next;

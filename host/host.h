@@ -1074,7 +1074,11 @@ int lr_executor_command_line(const struct lr_exec_request *r, struct lr_buf *out
 int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
 			const char *scratch_root, size_t max, struct lr_executor_set **out,
 			char err[LR_EXEC_ERRLEN]);
-/* Kills every run still going, removes the scratch root, frees. Accepts NULL. */
+/*
+ * Ends every run still going and waits until each is gone (and every
+ * process closed before on the loop: lr_proc_reap_all), removes the
+ * scratch root (following no symlink), frees. Accepts NULL.
+ */
 void lr_executor_set_free(struct lr_executor_set *s);
 const char *lr_executor_set_root(const struct lr_executor_set *s);
 const struct lr_sbx_report *lr_executor_set_report(const struct lr_executor_set *s);
