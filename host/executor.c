@@ -773,14 +773,7 @@ int lr_executor_build_spec(const struct lr_profile *p, const struct lr_sbx_caps 
 	out->unconfined = p->isolation == LR_ISO_UNCONFINED;
 	out->uid = getuid();
 	out->gid = getgid();
-	out->limits = (struct lr_sbx_limits){
-		.as_bytes = 0,
-		.fsize_bytes = 1ull << 30,
-		.nproc = 512,
-		.nofile = 1024,
-		.cpu_seconds = 0,
-		.memory_bytes = 2ull << 30,
-	};
+	lr_sbx_default_limits(&out->limits);
 
 	/* The network: none unless the profile or a grant opens the targets asked for. */
 	int want_proxy = 0;

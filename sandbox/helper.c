@@ -374,13 +374,23 @@ static int openat2_path(int dirfd, const char *path, uint64_t resolve, int nofol
 	return (int)syscall(SYS_openat2, dirfd, *path ? path : ".", &how, sizeof how);
 }
 
-/* A fresh tmpfs, detached, through the fd-based mount API. */
-static int new_fs(const char *type, const char *mode, unsigned attrs)
+/*
+ * A fresh file system, detached, through the fd-based mount API; a tmpfs
+ * with bytes > 0 holds at most that many bytes and inodes files (writes
+ * past them fail with ENOSPC).
+ */
+static int new_fs(const char *type, const char *mode, uint64_t bytes, uint64_t inodes,
+		  unsigned attrs)
 {
 	int fs = fsopen(type, FSOPEN_CLOEXEC);
 	if (fs < 0)
 		return -errno;
+	char size[24], nr[24];
+	snprintf(size, sizeof size, "%llu", (unsigned long long)bytes);
+	snprintf(nr, sizeof nr, "%llu", (unsigned long long)inodes);
 	if ((mode && fsconfig(fs, FSCONFIG_SET_STRING, "mode", mode, 0) < 0) ||
+	    (bytes && fsconfig(fs, FSCONFIG_SET_STRING, "size", size, 0) < 0) ||
+	    (inodes && fsconfig(fs, FSCONFIG_SET_STRING, "nr_inodes", nr, 0) < 0) ||
 	    fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) {
 		int e = errno;
 		close(fs);
@@ -402,9 +412,19 @@ static void attach(int mfd, int target_fd, const char *what)
 static void mount_fs(const char *type, const char *mode, unsigned attrs, int target_fd,
 		     const char *what)
 {
-	int m = new_fs(type, mode, attrs);
+	int m = new_fs(type, mode, 0, 0, attrs);
 	if (m < 0)
 		die(-m, "creating the %s for %s", type, what);
+	attach(m, target_fd, what);
+}
+
+/* A tmpfs the target may write: never without a size and a file count. */
+static void mount_sized(const char *mode, uint64_t bytes, uint64_t inodes, unsigned attrs,
+			int target_fd, const char *what)
+{
+	int m = new_fs("tmpfs", mode, bytes, inodes, attrs);
+	if (m < 0)
+		die(-m, "creating the tmpfs for %s", what);
 	attach(m, target_fd, what);
 }
 
@@ -541,13 +561,14 @@ static void readonly_mount(int new_fd, const char *path)
 	close(fd);
 }
 
-static void build_dev(int old_fd, int new_fd)
+static void build_dev(int old_fd, int new_fd, uint64_t shm_bytes, uint64_t shm_inodes)
 {
 	static const char *const nodes[] = { "null", "zero", "full", "random", "urandom", "tty", NULL };
 	int dev = make_point(new_fd, "dev", 0);
 	if (dev < 0)
 		die(errno, "mount point '/dev'");
-	mount_fs("tmpfs", "0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, dev, "/dev");
+	/* only the helper's nodes and links: Landlock lets the target create nothing here */
+	mount_sized("0755", 1u << 20, 64, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, dev, "/dev");
 	close(dev);
 	dev = openat2_path(new_fd, "dev", RESOLVE_NO_SYMLINKS, 0);
 	if (dev < 0)
@@ -581,7 +602,8 @@ static void build_dev(int old_fd, int new_fd)
 		}
 		close(fs);
 	}
-	mount_fs("tmpfs", "1777", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, shm, "/dev/shm");
+	mount_sized("1777", shm_bytes, shm_inodes, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, shm,
+		    "/dev/shm");
 	close(pts);
 	close(shm);
 	static const char *const links[][2] = { { "/proc/self/fd", "fd" },
@@ -628,12 +650,16 @@ static void build_view(struct lr_sbx_spec *s)
 	if (old_fd < 0 || new_fd < 0)
 		die(errno, "the scratch root");
 
+	/* /tmp and /dev/shm sized from the limits, /run an eighth of that */
+	uint64_t bytes, inodes;
+	lr_sbx_tmpfs_limits(&s->limits, &bytes, &inodes);
 	static const char *const tmps[][2] = { { "tmp", "1777" }, { "run", "0755" } };
 	for (size_t i = 0; i < 2; i++) {
 		int p = make_point(new_fd, tmps[i][0], 0);
 		if (p < 0)
 			die(errno, "mount point '/%s'", tmps[i][0]);
-		mount_fs("tmpfs", tmps[i][1], MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, p, tmps[i][0]);
+		mount_sized(tmps[i][1], i ? bytes / 8 : bytes, i ? inodes / 8 : inodes,
+			    MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, p, tmps[i][0]);
 		close(p);
 	}
 	qsort(s->mounts, s->nmounts, sizeof *s->mounts, by_depth);
@@ -645,7 +671,7 @@ static void build_view(struct lr_sbx_spec *s)
 	}
 	for (size_t i = 0; i < s->nreadonly; i++)
 		readonly_mount(new_fd, s->readonly[i]);
-	build_dev(old_fd, new_fd);
+	build_dev(old_fd, new_fd, bytes, inodes);
 	/* /proc of the new pid namespace; the kernel wants the host's /proc still visible. */
 	int proc = make_point(new_fd, "proc", 0);
 	if (proc < 0)

@@ -746,12 +746,21 @@ int lr_sbx_report(const struct lr_profile *p, const struct lr_sbx_caps *c,
 			enforce_a(c, r);
 		else
 			enforce_b(c, r);
-		if (c->cgroup)
-			set(r, LR_G_RESOURCE_LIMITS, "rlimits (address space, file size, processes, "
-			    "open files, cpu) + cgroup memory.max and pids.max");
+		/* the memory-backed file systems of the view, as every run gets them */
+		struct lr_sbx_limits l;
+		uint64_t bytes, inodes;
+		lr_sbx_default_limits(&l);
+		lr_sbx_tmpfs_limits(&l, &bytes, &inodes);
+		char tmpfs[128];
+		if (c->tier == LR_TIER_A)
+			snprintf(tmpfs, sizeof tmpfs, "/tmp and /dev/shm tmpfs of %llu MiB and %llu files "
+				 "each, /run %llu MiB", (unsigned long long)(bytes >> 20),
+				 (unsigned long long)inodes, (unsigned long long)(bytes >> 23));
 		else
-			set(r, LR_G_RESOURCE_LIMITS, "rlimits (address space, file size, processes, "
-			    "open files, cpu); no cgroup memory or pids limit here");
+			snprintf(tmpfs, sizeof tmpfs, "no private /tmp or /dev/shm (no mount namespace)");
+		set(r, LR_G_RESOURCE_LIMITS, "rlimits (address space, file size, processes, open files, "
+		    "cpu)%s; %s", c->cgroup ? " + cgroup memory.max and pids.max"
+					  : "; no cgroup memory or pids limit here", tmpfs);
 	}
 	for (int g = 0; g < LR_G_COUNT; g++)
 		if (r->required[g] && !r->enforced[g]) {

@@ -154,8 +154,8 @@ struct lr_sbx_report {
 	enum lr_tier tier;
 	int enforced[LR_G_COUNT];          /* 1 when the OS enforces it for this profile */
 	int required[LR_G_COUNT];          /* 1 when the profile needs it */
-	char how[LR_G_COUNT][160];         /* "landlock ABI 7 + mount namespace", ... */
-	char missing[LR_G_COUNT][160];     /* why not, when not enforced */
+	char how[LR_G_COUNT][256];         /* "landlock ABI 7 + mount namespace", ... */
+	char missing[LR_G_COUNT][256];     /* why not, when not enforced */
 };
 /*
  * What the machine gives this profile. Returns 0, or LR_EREFUSED (with a
@@ -196,7 +196,26 @@ struct lr_sbx_limits {
 	uint64_t nofile;       /* RLIMIT_NOFILE */
 	uint64_t cpu_seconds;  /* RLIMIT_CPU */
 	uint64_t memory_bytes; /* cgroup memory.max when a cgroup is used */
+	/* The size and file count of each memory-backed file system the view
+	   holds writable (/tmp and /dev/shm; /run gets an eighth of both).
+	   0: derived by lr_sbx_tmpfs_limits, so a tmpfs is never unbounded. */
+	uint64_t tmpfs_bytes;
+	uint64_t tmpfs_inodes;
 };
+
+/*
+ * The limits every run gets (host/executor.c): file size 1 GiB, 512
+ * processes, 1024 open files, memory 2 GiB (cgroup), no address-space or
+ * cpu limit, and the tmpfs sizes derived from them.
+ */
+void lr_sbx_default_limits(struct lr_sbx_limits *l);
+/*
+ * The tmpfs size of l, or the one derived when l gives none: a quarter of
+ * the memory limit (512 MiB without one), at most the file-size limit, at
+ * least 1 MiB; one file per 8 KiB of it, at least 1024. Inodes cost kernel
+ * memory a size does not count, hence a bound of their own.
+ */
+void lr_sbx_tmpfs_limits(const struct lr_sbx_limits *l, uint64_t *bytes, uint64_t *inodes);
 
 struct lr_sbx_spec {
 	uint64_t exec_id;

@@ -501,6 +501,40 @@ rm -f "$T/big"
 rm -f "$WS/big"
 check 16 "a file beyond the size limit fails the command" $c $d
 
+# 16 (tmpfs, issue 16 §4): /tmp, /dev/shm and /run inside are memory-backed
+# and sized from the limits: filling one with data (each file below the
+# file-size limit) or with files ends in ENOSPC; the guarantee report says
+# so. The control: the host's /dev/shm takes the same.
+FILL="import errno, os, sys
+d, what, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+done = 0
+try:
+    if what == 'bytes':
+        with open(os.path.join(d, 'lr-fill'), 'wb', buffering=0) as f:
+            while done < n:
+                f.write(b'\\0' * (1 << 20)); done += 1
+    else:
+        os.mkdir(os.path.join(d, 'lr-files'))
+        while done < n:
+            open(os.path.join(d, 'lr-files', str(done)), 'w').close(); done += 1
+    print('wrote', done); sys.exit(1)
+except OSError as e:
+    print(errno.errorcode.get(e.errno, e.errno), done); sys.exit(0 if e.errno == errno.ENOSPC else 2)
+finally:
+    os.system('rm -rf ' + os.path.join(d, 'lr-fill') + ' ' + os.path.join(d, 'lr-files'))"
+for t in "/tmp bytes 700" "/dev/shm bytes 700" "/run bytes 100" "/tmp files 70000" "/dev/shm files 70000"; do
+	set -- $t
+	out=$($PY -c "$FILL" /dev/shm "$2" "$3" 2>&1)
+	[ "$out" = "wrote $3" ]; c=$?
+	out=$(box $PY -c "$FILL" "$1" "$2" "$3" 2>&1)
+	d=1
+	case "$out" in "ENOSPC "*) d=0 ;; esac
+	[ "$2" = bytes ] && what="$3 MiB" || what="$3 files"
+	check 16 "writing $what into $1 inside ends in ENOSPC ($out)" $c $d
+done
+"$LUARIG" sandbox check 2>/dev/null | grep -q "^resource_limits .*/tmp and /dev/shm tmpfs of [0-9]* MiB and [0-9]* files each"; d=$?
+check 16 "the guarantee report states the size of /tmp and /dev/shm" 0 $d
+
 # ---- environment (19) ----
 env_probe='env | grep -E "^(FOO_TOKEN|OPENAI_API_KEY|AWS_SECRET_ACCESS_KEY|SSH_AUTH_SOCK|GITHUB_TOKEN)="'
 FOO_TOKEN=t OPENAI_API_KEY=k AWS_SECRET_ACCESS_KEY=a SSH_AUTH_SOCK=/tmp/agent GITHUB_TOKEN=g \

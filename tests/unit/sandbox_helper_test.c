@@ -865,6 +865,40 @@ TEST(file_size_limit)
 }
 
 /*
+ * /tmp, /dev/shm and /run are sized tmpfs (issue 16 §4): the spec's size
+ * holds (writes past it fail), and a spec without one gets the size derived
+ * from the other limits (here the file-size limit), never an unbounded one.
+ */
+TEST(tmpfs_sized)
+{
+	struct specb b;
+	spec_sh(&b, LR_TIER_A, "for d in /tmp /dev/shm /run; do "
+		"if dd if=/dev/zero of=$d/x bs=1M count=3 2>&1 | grep -q 'No space left'; "
+		"then echo $d-full; else echo $d-took; fi; rm -f $d/x; done");
+	b.r[b.s.nrules++] = (struct lr_sbx_path_rule){ "/tmp", LL_ALL }; /* as the executor grants */
+	CHECK_EQ_INT(run_spec(&b.s), 0); /* the control: the derived default takes 3 MiB */
+	CHECK(strstr(out, "/tmp-took") && strstr(out, "/dev/shm-took") && strstr(out, "/run-took"));
+	b.s.limits.tmpfs_bytes = 2 << 20;
+	CHECK_EQ_INT(run_spec(&b.s), 0);
+	CHECK(strstr(out, "/tmp-full") && strstr(out, "/dev/shm-full") && strstr(out, "/run-full"));
+	spec_sh(&b, LR_TIER_A, "df -k /tmp /dev/shm | tail -n 2 | awk '{print $2}' | tr '\\n' ' '; "
+		"df -i /tmp | tail -n 1 | awk '{print $2}'");
+	b.s.limits.fsize_bytes = 8 << 20; /* no memory limit: min(512 MiB, 8 MiB) */
+	CHECK_EQ_INT(run_spec(&b.s), 0);
+	CHECK_EQ_STR(out, "8192 8192 1024\n"); /* 1024 files: the floor */
+	uint64_t bytes, inodes;
+	struct lr_sbx_limits l = { .memory_bytes = 2ull << 30, .fsize_bytes = 1ull << 30 };
+	lr_sbx_tmpfs_limits(&l, &bytes, &inodes);
+	CHECK(bytes == 512ull << 20 && inodes == 65536);
+	l = (struct lr_sbx_limits){ 0 };
+	lr_sbx_tmpfs_limits(&l, &bytes, &inodes);
+	CHECK(bytes == 512ull << 20 && inodes == 65536);
+	l.tmpfs_bytes = 1;
+	lr_sbx_tmpfs_limits(&l, &bytes, &inodes);
+	CHECK(bytes == 1 << 20 && inodes == 1024);
+}
+
+/*
  * net "proxy": the helper makes the listeners inside the sandbox's network
  * namespace and hands them over fd 5; what the target sends to its own
  * 127.0.0.1:3128 arrives at the host on the received listener, and nothing
@@ -1108,6 +1142,7 @@ int main(int argc, char **argv)
 	RUN(no_nested_namespaces);
 	RUN(no_raw_sockets);
 	RUN(file_size_limit);
+	RUN(tmpfs_sized);
 	RUN(proxy_listeners);
 	RUN(tier_b);
 	RUN(symlinks_and_renames);
