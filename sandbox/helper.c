@@ -177,10 +177,95 @@ static void deny_arg(scmp_filter_ctx ctx, const char *name, unsigned n, struct s
 		die(-rc, "seccomp rule for '%s'", name);
 }
 
+/* One socket rule: refused with err when every comparison holds. */
+static void deny_sock(scmp_filter_ctx ctx, int nr, int err, unsigned n, struct scmp_arg_cmp a,
+		      struct scmp_arg_cmp b, struct scmp_arg_cmp c)
+{
+	int rc = n == 1 ? scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 1, a)
+		 : n == 2 ? scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 2, a, b)
+			  : scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 3, a, b, c);
+	if (rc)
+		die(-rc, "seccomp rule for socket");
+}
+
+/*
+ * A libseccomp rule compares each argument once, so "argument k is not one
+ * of the allowed values" is written as the values between them, one rule
+ * each (lo..hi), and one GE rule for everything above the last (open: hi
+ * is then ignored). Comparisons are on all 64 bits: a value with high bits
+ * set, which the kernel would truncate to an allowed int, is refused.
+ */
+static void deny_range(scmp_filter_ctx ctx, int nr, int err, unsigned k, unsigned long lo,
+		       unsigned long hi, int open, unsigned n, struct scmp_arg_cmp a,
+		       struct scmp_arg_cmp b)
+{
+	for (unsigned long v = lo; open ? v == lo : v <= hi; v++) {
+		struct scmp_arg_cmp c = { k, open ? SCMP_CMP_GE : SCMP_CMP_EQ, v, 0 };
+		if (n == 0)
+			deny_sock(ctx, nr, err, 1, c, a, b);
+		else if (n == 1)
+			deny_sock(ctx, nr, err, 2, a, c, b);
+		else
+			deny_sock(ctx, nr, err, 3, a, b, c);
+	}
+}
+
+/*
+ * socket(2) and socketpair(2): what commands need and no more (issue 16 §5,
+ * docs/threat-model.md). AF_UNIX always. With inet_ok (tier A: a network
+ * namespace of the sandbox's own, loopback and at most the proxy's
+ * listeners), AF_INET and AF_INET6 for TCP (SOCK_STREAM, protocol 0 or
+ * IPPROTO_TCP) and UDP (SOCK_DGRAM, 0 or IPPROTO_UDP), with any of the
+ * SOCK_NONBLOCK / SOCK_CLOEXEC flags. Refused, with the errno the kernel
+ * itself gives for what it does not support, so that programs take their
+ * usual fallback: any other family EAFNOSUPPORT (netlink, packet, vsock,
+ * alg, bluetooth, ...); any other type or protocol of IPv4/IPv6
+ * EPROTONOSUPPORT (raw, MPTCP, SCTP, UDP-Lite, ICMP "ping" sockets, ...);
+ * without inet_ok (tier B, no network namespace) every IP socket EACCES,
+ * a refusal by policy. socketpair: AF_UNIX only (EAFNOSUPPORT).
+ */
+static void deny_sockets(scmp_filter_ctx ctx, int inet_ok)
+{
+	struct scmp_arg_cmp none = SCMP_A0(SCMP_CMP_EQ, 0); /* filler, never compared */
+	int nr = scmp.resolve("socket");
+	if (nr != __NR_SCMP_ERROR) {
+		/* families: only AF_UNIX (1), AF_INET (2), AF_INET6 (10) */
+		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_UNSPEC, AF_UNSPEC, 0, 0, none, none);
+		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_INET + 1, AF_INET6 - 1, 0, 0, none, none);
+		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_INET6 + 1, 0, 1, 0, none, none);
+		static const unsigned long ip[] = { AF_INET, AF_INET6 };
+		for (size_t i = 0; i < 2; i++) {
+			struct scmp_arg_cmp fam = SCMP_A0(SCMP_CMP_EQ, ip[i]);
+			if (!inet_ok) {
+				deny_sock(ctx, nr, EACCES, 1, fam, none, none);
+				continue;
+			}
+			/* the type without its flags: SOCK_STREAM (1) and SOCK_DGRAM (2) only */
+			for (unsigned long t = 0; t <= 0xf; t++)
+				if (t != SOCK_STREAM && t != SOCK_DGRAM)
+					deny_sock(ctx, nr, EPROTONOSUPPORT, 2, fam,
+						  SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, t), none);
+			/* the protocol: 0 or the type's own */
+			struct scmp_arg_cmp st = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_STREAM);
+			deny_range(ctx, nr, EPROTONOSUPPORT, 2, 1, IPPROTO_TCP - 1, 0, 2, fam, st);
+			deny_range(ctx, nr, EPROTONOSUPPORT, 2, IPPROTO_TCP + 1, 0, 1, 2, fam, st);
+			struct scmp_arg_cmp dg = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_DGRAM);
+			deny_range(ctx, nr, EPROTONOSUPPORT, 2, 1, IPPROTO_UDP - 1, 0, 2, fam, dg);
+			deny_range(ctx, nr, EPROTONOSUPPORT, 2, IPPROTO_UDP + 1, 0, 1, 2, fam, dg);
+		}
+	}
+	nr = scmp.resolve("socketpair");
+	if (nr != __NR_SCMP_ERROR) {
+		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_UNSPEC, AF_UNSPEC, 0, 0, none, none);
+		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_UNIX + 1, 0, 1, 0, none, none);
+	}
+}
+
 /*
  * Kernel surfaces no build or test needs, namespace and mount changes, and
- * socket families other than UNIX and IP. inet_ok: IP sockets stay allowed
- * (tier A, where the network namespace holds only loopback).
+ * socket families and protocols beyond UNIX, TCP and UDP (deny_sockets).
+ * inet_ok: IP sockets stay allowed (tier A, where the network namespace
+ * holds only loopback).
  */
 static scmp_filter_ctx seccomp_build(int inet_ok)
 {
@@ -209,22 +294,7 @@ static scmp_filter_ctx seccomp_build(int inet_ok)
 	struct scmp_arg_cmp none = SCMP_A0(SCMP_CMP_EQ, 0);
 	for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
 		deny_arg(ctx, "clone", 1, SCMP_A0(SCMP_CMP_MASKED_EQ, ns[i], ns[i]), none);
-	/* socket(domain): only AF_UNIX (1), AF_INET (2), AF_INET6 (10). */
-	deny_arg(ctx, "socket", 1, SCMP_A0(SCMP_CMP_EQ, AF_UNSPEC), none);
-	for (unsigned long d = 3; d < AF_INET6; d++)
-		deny_arg(ctx, "socket", 1, SCMP_A0(SCMP_CMP_EQ, d), none);
-	deny_arg(ctx, "socket", 1, SCMP_A0(SCMP_CMP_GE, AF_INET6 + 1), none);
-	static const unsigned long ip[] = { AF_INET, AF_INET6 };
-	for (size_t i = 0; i < 2; i++) {
-		if (!inet_ok) {
-			deny_arg(ctx, "socket", 1, SCMP_A0(SCMP_CMP_EQ, ip[i]), none);
-			continue;
-		}
-		deny_arg(ctx, "socket", 2, SCMP_A0(SCMP_CMP_EQ, ip[i]),
-			 SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW));
-		deny_arg(ctx, "socket", 2, SCMP_A0(SCMP_CMP_EQ, ip[i]),
-			 SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_PACKET));
-	}
+	deny_sockets(ctx, inet_ok);
 	return ctx;
 }
 

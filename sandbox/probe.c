@@ -684,8 +684,8 @@ static void enforce_a(const struct lr_sbx_caps *c, struct lr_sbx_report *r)
 	set(r, LR_G_NETWORK_BOUNDARY, "network namespace with loopback only");
 	set(r, LR_G_TARGET_NETWORK, "host egress proxy listening inside the network namespace, "
 	    "allow-list per execution");
-	set(r, LR_G_PROCESS_BOUNDARY, "user, pid, ipc and uts namespaces, a reaper as pid 1, "
-	    "setsid, no capabilities, seccomp");
+	set(r, LR_G_PROCESS_BOUNDARY, "user, pid, ipc and uts namespaces, a reaper as pid 1 that "
+	    "ends with luarig (lifeline), setsid, no capabilities, seccomp (sockets: unix, tcp, udp)");
 }
 
 static void enforce_b(const struct lr_sbx_caps *c, struct lr_sbx_report *r)
@@ -693,13 +693,14 @@ static void enforce_b(const struct lr_sbx_caps *c, struct lr_sbx_report *r)
 	set(r, LR_G_READ_BOUNDARY, "landlock ABI %d (degraded: no mount namespace)", c->landlock_abi);
 	set(r, LR_G_WRITE_BOUNDARY, "landlock ABI %d (degraded: protected paths inside writable "
 	    "roots stay writable without a mount namespace)", c->landlock_abi);
-	set(r, LR_G_NETWORK_BOUNDARY, "seccomp refuses socket() for every family, socketpair "
-	    "stays (degraded: no network namespace)");
+	set(r, LR_G_NETWORK_BOUNDARY, "seccomp refuses every socket but unix ones (degraded: no "
+	    "network namespace)");
 	lack(r, LR_G_TARGET_NETWORK, "the egress proxy needs a network namespace "
 	     "(no user namespaces here)");
 	if (c->landlock_abi >= 6)
 		set(r, LR_G_PROCESS_BOUNDARY, "setsid, landlock signal and abstract-socket scopes, "
-		    "seccomp, no capabilities (degraded: no pid namespace, host /proc visible)");
+		    "seccomp, no capabilities, a subreaper that ends with luarig (degraded: no pid "
+		    "namespace, host /proc visible)");
 	else
 		lack(r, LR_G_PROCESS_BOUNDARY, "no pid namespace and landlock ABI %d lacks the "
 		     "signal scope (ABI 6)", c->landlock_abi);
