@@ -397,6 +397,8 @@ TEST(spec_round_trip)
 	b.s.nreadonly = 1;
 	b.s.limits.nproc = 64;
 	b.s.limits.memory_bytes = 1 << 28;
+	b.s.limits.tmpfs_bytes = 1 << 24;
+	b.s.limits.tmpfs_inodes = 4096;
 	b.s.cgroup = "/sys/fs/cgroup/luarig/x1";
 	b.s.etc_idmap = 1;
 	char *e1, *e2;
@@ -408,6 +410,8 @@ TEST(spec_round_trip)
 	CHECK_EQ_STR(d.argv[2], "echo hi");
 	CHECK_EQ_INT(d.nmounts, b.s.nmounts);
 	CHECK_EQ_INT(d.limits.nproc, 64);
+	CHECK_EQ_INT(d.limits.tmpfs_bytes, 1 << 24);
+	CHECK_EQ_INT(d.limits.tmpfs_inodes, 4096);
 	CHECK_EQ_STR(d.cgroup, "/sys/fs/cgroup/luarig/x1");
 	CHECK_EQ_INT(d.etc_idmap, 1);
 	CHECK_EQ_INT(lr_sbx_spec_encode(&d, &e2, &n2), 0);
