@@ -348,8 +348,8 @@ lt_dir() { # NAME [OWNER]: a fresh directory $T/lt-NAME holding the marker copie
 lt_cmd() { # DIR NAME: a daemon (setsid), a background child, and the command itself
 	echo "setsid '$1/$M-lt$2d' 300 & '$1/$M-lt$2a' 300 & exec '$1/$M-lt$2b' 300"
 }
-lt_up() { # DIR NAME: waits until the three run
-	wait_for "pgrep -f '$1/$M-lt$2d' && pgrep -f '$1/$M-lt$2a' && pgrep -f '$1/$M-lt$2b'"
+lt_up() { # DIR NAME: waits until the three run (anchored: luarig's own argv names them too)
+	wait_for "pgrep -f '^$1/$M-lt$2d ' && pgrep -f '^$1/$M-lt$2a ' && pgrep -f '^$1/$M-lt$2b '"
 }
 # the control: unconfined, killing the parent leaves its children running
 D=$(lt_dir ctl)
@@ -695,16 +695,18 @@ check probe-cache "a forged tier-A probe cache fails closed (status $r), never r
 for n in a b d; do cp /bin/sleep "$NEST/$M-ltB$n"; done
 cat >"$NEST/lt-b.sh" <<'EOF'
 # lt-b.sh SIG MARKER: a run of ./luarig here, ended with SIG once it runs;
-# prints "up=N left=M": processes whose command line holds MARKER (luarig too, before), and the helper
+# prints "up=N left=M": the three running (their command lines start with
+# a marker: luarig's own names them too), then what is left (any process
+# naming a marker, and the helper)
 sig=$1 m=$2 d=$(pwd)
 ./luarig sandbox run --profile trusted --workspace "$d" -- /bin/sh -c \
 	"setsid '$d/${m}d' 300 & '$d/${m}a' 300 & exec '$d/${m}b' 300" >/dev/null 2>&1 &
 lp=$!
 i=0
-until pgrep -f "$d/${m}d" && pgrep -f "$d/${m}a" && pgrep -f "$d/${m}b"; do
+until pgrep -f "^$d/${m}d " && pgrep -f "^$d/${m}a " && pgrep -f "^$d/${m}b "; do
 	i=$((i + 1)); [ $i -ge 400 ] && break; sleep 0.05
 done >/dev/null
-up=$(pgrep -f "$d/$m" | wc -l)
+up=$(pgrep -f "^$d/$m" | wc -l)
 h=$(pgrep -P $lp)
 kill -$sig $lp
 wait $lp
@@ -719,7 +721,7 @@ EOF
 for sig in KILL TERM; do
 	out=$(nest "sh lt-b.sh $sig $M-ltB" 2>/dev/null)
 	d=1
-	[ "$out" = "up=4 left=0" ] && d=0 # luarig (its argv) and the three
+	[ "$out" = "up=3 left=0" ] && d=0
 	check 28 "tier B (a luarig inside a sandbox): luarig ended with SIG$sig while the command, a child and a daemon run ($out)" $c28 $d
 done
 
