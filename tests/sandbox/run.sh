@@ -314,7 +314,8 @@ check 18 "a background child keeping stdout open does not hang the run (${el}s)"
 # descendants (a setsid daemon too) run, during set-up (the helper entering
 # unshare, the reaper entering pivot_root: tests/sandbox/stopat.c stops the
 # run there under ptrace, kills luarig and lets the run go on), during the
-# exit chain, and in a script (executor:run, executor:spawn, os.exit). A
+# exit chain, and in a script (executor:run, executor:spawn, os.exit); and
+# the helper is killed in the race between the reaper's fork and its prctl. A
 # run is started in a directory of its own, its workspace: the helper works
 # there (luarig's directory), the reaper and the command too, so every
 # process of the run is found by its working directory whatever its name or
@@ -397,6 +398,31 @@ for sc in unshare pivot_root; do
 	[ $sc = unshare ] && what="the helper entering unshare"
 	check 28 "luarig sandbox run killed (SIGKILL) during set-up ($what): $left left" $c28 $d
 done
+# the fork race: the helper killed between the reaper's fork and its first
+# system call (the prctl that sets its parent-death signal); luarig lives on
+# (a script holding its set), so only the reaper's own check can end it
+cat >"$T/lt-race.lua" <<'EOF'
+-- lt-race.lua DIR CMD: one run of CMD, then the set is held until DIR/go exists
+local dir, cmd = arg[1], arg[2]
+local p = rig.sandbox.profile{ workspace_root = dir, workspace_write = "allow",
+                               network = "deny", command = "allow" }
+local ex = assert(assert(rig.sandbox.executors(p)):get("k"))
+ex:run{ command = cmd }
+while not io.open(dir .. "/go") do rig.sleep(0.02) end
+EOF
+D=$(lt_dir race)
+(cd "$D" && exec "$T/stopat" --parent prctl __sandbox-helper "$LUARIG" "$T/lt-race.lua" "$D" \
+	"exec '$D/$M-ltraceb' 300") >"$D.out" 2>/dev/null </dev/null &
+wait $!
+r=$(cut -d' ' -f2 "$D.out")
+# the reaper either ends or starts the command
+wait_for "! kill -0 '$r' || pgrep -f '^$D/$M-ltraceb '"
+touch "$D/go"
+left=$(left_in "$D")
+kill_in "$D"
+d=1
+case "$(cat "$D.out")" in stopped*) [ "$left" = 0 ] && d=0 ;; esac
+check 28 "the helper killed (SIGKILL) between the reaper's fork and its parent-death signal: $left left" $c28 $d
 # the exit chain: the command exited, its reaper about to kill what is left
 lt_stop kill exit "$T/stopat" kill __sandbox-helper "$LUARIG" sandbox run --profile trusted \
 	--workspace "$T/lt-exit" -- /bin/sh -c \

@@ -2,14 +2,17 @@
  * stopat.c — SIGKILL a command at a chosen moment of its sandbox's set-up or
  * exit (tests/sandbox/run.sh, issue 16 §3).
  *
- *   stopat SYSCALL MATCH CMD ARGS...
+ *   stopat [--parent] SYSCALL MATCH CMD ARGS...
  *
  * Runs CMD under ptrace, following every process it starts. When a process
  * that is not CMD itself and whose command line holds MATCH (a helper, a
  * reaper: "__sandbox-helper") enters SYSCALL (unshare, pivot_root, kill,
- * execve, wait4), CMD is killed with SIGKILL, "stopped PID" is printed, and
- * the tracer exits, which detaches every tracee: the one that was stopped
- * goes on with its system call, now without its host.
+ * execve, wait4, prctl), CMD is killed with SIGKILL, "stopped PID" is
+ * printed, and the tracer exits, which detaches every tracee: the one that
+ * was stopped goes on with its system call, now without its host. With
+ * --parent, only a process whose parent's command line holds MATCH too
+ * counts, and that parent is killed instead of CMD (a reaper whose helper
+ * dies between its fork and its first system call).
  * Exit status: 0 when it fired, 1 when CMD ended first, 2 on a usage error.
  */
 #define _GNU_SOURCE
@@ -26,7 +29,7 @@ static long syscall_nr(const char *name)
 {
 	static const struct { const char *name; long nr; } t[] = {
 		{ "unshare", SYS_unshare }, { "pivot_root", SYS_pivot_root }, { "kill", SYS_kill },
-		{ "execve", SYS_execve },   { "wait4", SYS_wait4 },
+		{ "execve", SYS_execve },   { "wait4", SYS_wait4 },	  { "prctl", SYS_prctl },
 	};
 	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
 		if (strcmp(t[i].name, name) == 0)
@@ -50,15 +53,16 @@ static int cmdline_has(pid_t pid, const char *match)
 	return strstr(buf, match) != NULL;
 }
 
-/* The thread group of pid (from /proc), or pid itself. */
-static pid_t tgid_of(pid_t pid)
+/* A field of /proc/PID/status ("Tgid", "PPid"), or dflt. */
+static pid_t status_field(pid_t pid, const char *name, pid_t dflt)
 {
-	char p[64], line[128];
+	char p[64], line[128], fmt[32];
 	snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
+	snprintf(fmt, sizeof fmt, "%s: %%d", name);
 	FILE *f = fopen(p, "r");
-	pid_t t = pid;
+	pid_t t = dflt;
 	while (f && fgets(line, sizeof line, f))
-		if (sscanf(line, "Tgid: %d", &t) == 1)
+		if (sscanf(line, fmt, &t) == 1)
 			break;
 	if (f)
 		fclose(f);
@@ -67,9 +71,13 @@ static pid_t tgid_of(pid_t pid)
 
 int main(int argc, char **argv)
 {
+	int parent = argc > 1 && strcmp(argv[1], "--parent") == 0;
+	argv += parent;
+	argc -= parent;
 	long nr = argc >= 4 ? syscall_nr(argv[1]) : -1;
 	if (nr < 0) {
-		fprintf(stderr, "usage: stopat unshare|pivot_root|kill|execve|wait4 MATCH CMD ARGS...\n");
+		fprintf(stderr, "usage: stopat [--parent] unshare|pivot_root|kill|execve|wait4|prctl "
+			"MATCH CMD ARGS...\n");
 		return 2;
 	}
 	const char *match = argv[2];
@@ -99,10 +107,12 @@ int main(int argc, char **argv)
 		int sig = WSTOPSIG(st), inject = 0;
 		if (sig == (SIGTRAP | 0x80)) {
 			struct __ptrace_syscall_info si;
+			pid_t pp = parent ? status_field(p, "PPid", 0) : root;
 			if (ptrace(PTRACE_GET_SYSCALL_INFO, p, (void *)sizeof si, &si) > 0 &&
 			    si.op == PTRACE_SYSCALL_INFO_ENTRY && (long)si.entry.nr == nr &&
-			    tgid_of(p) != root && cmdline_has(p, match)) {
-				kill(root, SIGKILL);
+			    status_field(p, "Tgid", p) != root && cmdline_has(p, match) &&
+			    (!parent || (pp > 0 && cmdline_has(pp, match)))) {
+				kill(pp, SIGKILL);
 				printf("stopped %d\n", (int)p);
 				fflush(stdout);
 				return 0; /* exiting detaches every tracee */
