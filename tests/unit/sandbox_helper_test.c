@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -746,6 +748,81 @@ TEST(lifeline)
 	kill_comm(daemon);
 }
 
+/*
+ * The fork race in tier B: the helper killed after it forked the target but
+ * before the target's prctl(PR_SET_PDEATHSIG), the target stopped at that
+ * system call under ptrace meanwhile. The parent-death signal then never
+ * comes, so the target's own check (getppid() after the prctl) must end it
+ * before it runs anything. (Tier A's reaper: tests/sandbox case 28.)
+ */
+TEST(fork_race_tier_b)
+{
+	char marker[16], daemon[16];
+	snprintf(marker, sizeof marker, "sbxr%d", (int)getpid() % 100000);
+	snprintf(daemon, sizeof daemon, "%.14sd", marker);
+	struct specb b;
+	spec_probe(&b, "hold", marker);
+	b.s.tier = LR_TIER_B;
+	char *buf;
+	size_t len;
+	CHECK_EQ_INT(lr_sbx_spec_encode(&b.s, &buf, &len), 0);
+	int spec = lr_sbx_seal(buf, len);
+	free(buf);
+	int lp[2];
+	CHECK(spec >= 0 && pipe2(lp, O_CLOEXEC) == 0);
+	pid_t h = fork();
+	if (h == 0) {
+		int a = fcntl(spec, F_DUPFD_CLOEXEC, 10), l = fcntl(lp[0], F_DUPFD_CLOEXEC, 10);
+		int nul = open("/dev/null", O_WRONLY);
+		if (a < 0 || l < 0 || dup2(a, LR_SBX_FD_SPEC) < 0 || dup2(l, LR_SBX_FD_LIFELINE) < 0 ||
+		    nul < 0 || dup2(nul, 1) < 0 || dup2(nul, 2) < 0)
+			_exit(99);
+		ptrace(PTRACE_TRACEME, 0, NULL, NULL);
+		raise(SIGSTOP);
+		execl(luarig, luarig, "__sandbox-helper", (char *)NULL);
+		_exit(98);
+	}
+	close(lp[0]);
+	close(spec);
+	int st;
+	pid_t target = 0;
+	CHECK(waitpid(h, &st, 0) == h && WIFSTOPPED(st));
+	ptrace(PTRACE_SETOPTIONS, h, NULL, (void *)(long)(PTRACE_O_TRACESYSGOOD | PTRACE_O_TRACEFORK |
+							   PTRACE_O_TRACEVFORK | PTRACE_O_TRACECLONE));
+	ptrace(PTRACE_SYSCALL, h, NULL, NULL);
+	for (;;) {
+		pid_t p = waitpid(-1, &st, __WALL);
+		if (p < 0 || (p == h && (WIFEXITED(st) || WIFSIGNALED(st))))
+			break; /* the helper ended first: the case failed */
+		if (!WIFSTOPPED(st))
+			continue;
+		int sig = WSTOPSIG(st), inject = 0;
+		struct __ptrace_syscall_info si;
+		if (sig == (SIGTRAP | 0x80) && p != h &&
+		    ptrace(PTRACE_GET_SYSCALL_INFO, p, (void *)sizeof si, &si) > 0 &&
+		    si.op == PTRACE_SYSCALL_INFO_ENTRY && si.entry.nr == SYS_prctl) {
+			target = p;
+			kill(h, SIGKILL);
+			while (waitpid(h, &st, __WALL) == h && !WIFEXITED(st) && !WIFSIGNALED(st))
+				;
+			ptrace(PTRACE_DETACH, p, NULL, NULL); /* it goes on, its parent gone */
+			break;
+		}
+		if (sig != (SIGTRAP | 0x80) && (st >> 16) == 0 && sig != SIGSTOP && sig != SIGTRAP)
+			inject = sig;
+		ptrace(PTRACE_SYSCALL, p, NULL, (void *)(long)inject);
+	}
+	CHECK(target > 0);
+	/* the target either ends or runs the command */
+	for (int i = 0; i < 2000 && target > 0 && kill(target, 0) == 0 && !find_comm(marker); i++)
+		usleep(10000);
+	CHECK(find_comm(marker) == 0);
+	CHECK(find_comm(daemon) == 0);
+	kill_comm(marker);
+	kill_comm(daemon);
+	close(lp[1]);
+}
+
 TEST(bad_spec_never_runs)
 {
 	struct specb b;
@@ -1140,6 +1217,7 @@ int main(int argc, char **argv)
 	RUN(no_capabilities);
 	RUN(no_survivor);
 	RUN(lifeline);
+	RUN(fork_race_tier_b);
 	RUN(bad_spec_never_runs);
 	RUN(protected_paths_readonly);
 	RUN(proc_shows_only_the_sandbox);
