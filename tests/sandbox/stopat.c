@@ -13,7 +13,8 @@
  * --parent, only a process whose parent's command line holds MATCH too
  * counts, and that parent is killed instead of CMD (a reaper whose helper
  * dies between its fork and its first system call).
- * Exit status: 0 when it fired, 1 when CMD ended first, 2 on a usage error.
+ * Exit status: 0 when it fired, 1 when CMD ended first, 2 on a usage error,
+ * 3 when this machine does not let it trace CMD (the caller skips then).
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -83,14 +84,15 @@ int main(int argc, char **argv)
 	const char *match = argv[2];
 	pid_t root = fork();
 	if (root == 0) {
-		ptrace(PTRACE_TRACEME, 0, NULL, NULL);
+		if (ptrace(PTRACE_TRACEME, 0, NULL, NULL) < 0)
+			_exit(3);
 		raise(SIGSTOP);
 		execvp(argv[3], argv + 3);
 		_exit(127);
 	}
 	int st;
 	if (waitpid(root, &st, 0) != root || !WIFSTOPPED(st))
-		return 2;
+		return WIFEXITED(st) && WEXITSTATUS(st) == 3 ? 3 : 2;
 	long opts = PTRACE_O_TRACESYSGOOD | PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK |
 		    PTRACE_O_TRACECLONE | PTRACE_O_TRACEEXEC;
 	ptrace(PTRACE_SETOPTIONS, root, NULL, (void *)opts);
