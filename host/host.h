@@ -770,6 +770,15 @@ struct lr_proc_opts {
 				      (a cap of 0 keeps nothing); 0: stop reading until
 				      lr_proc_consume makes room (a cap of 0 means 64 KiB) */
 	double timeout;            /* seconds (> 0): then SIGKILL to the group; 0: none */
+	/*
+	 * The write end (an fd above 2; 0: none) of a pipe whose read end the
+	 * child watches, as the confinement helper does: the proc keeps its own
+	 * copy for the child's lifetime (the caller keeps theirs, and closes it
+	 * after the spawn). Ending the proc, by lr_proc_close, the timeout or
+	 * lr_proc_kill(SIGKILL), then closes that copy instead of signalling
+	 * the group, and the child ends itself and everything it started.
+	 */
+	int lifeline_fd;
 	/* Called on the loop after something changed; must not call lr_proc_close. */
 	void (*on_event)(struct lr_proc *p, int events, void *arg);
 	void *arg;
@@ -792,7 +801,7 @@ int lr_proc_status(const struct lr_proc *p, int *code, int *signo);
 int lr_proc_timed_out(const struct lr_proc *p);
 /* Exited and every output pipe at EOF (or the timeout fired, so leftovers are not awaited). */
 int lr_proc_done(const struct lr_proc *p);
-/* Sends signo to the child's process group; 0 or -errno. */
+/* Sends signo to the child's process group (SIGKILL with a lifeline: closes it); 0 or -errno. */
 int lr_proc_kill(struct lr_proc *p, int signo);
 
 /*
@@ -1203,7 +1212,11 @@ int lr_executor_command_line(const struct lr_exec_request *r, struct lr_buf *out
 int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
 			const char *scratch_root, size_t max, struct lr_executor_set **out,
 			char err[LR_EXEC_ERRLEN]);
-/* Kills every run still going, removes the scratch root, frees. Accepts NULL. */
+/*
+ * Ends every run still going and waits until each is gone (and every
+ * process closed before on the loop: lr_proc_reap_all), removes the
+ * scratch root (following no symlink), frees. Accepts NULL.
+ */
 void lr_executor_set_free(struct lr_executor_set *s);
 const char *lr_executor_set_root(const struct lr_executor_set *s);
 const struct lr_sbx_report *lr_executor_set_report(const struct lr_executor_set *s);
@@ -1235,7 +1248,14 @@ void lr_executor_abort(struct lr_executor *e);
  */
 struct lr_exec_launch {
 	int spec_fd;
-	int fds[2];
+	/*
+	 * The helper's fds 3, 4, 5: the sealed spec, the read end of the run's
+	 * lifeline, and the control socket (with a proxy). proc.lifeline_fd is
+	 * the lifeline's write end: the proc keeps a copy, so that ending the
+	 * proc (or the host) ends every process of the run.
+	 */
+	int fds[3];
+	int life_w;
 	struct lr_proc_opts proc;
 	int unconfined;
 	/*

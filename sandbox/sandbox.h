@@ -15,7 +15,8 @@
  *   executor builds an lr_sbx_spec (argv, env, cwd, mounts, Landlock rules,
  *   limits, network mode, grants' deltas) -> lr_sbx_spec_encode ->
  *   a sealed memfd -> spawns "/proc/self/exe __sandbox-helper" with the
- *   memfd as fd 3 (and, with a proxy, a socket as fd 4 on which the helper
+ *   memfd as fd 3, the read end of the run's lifeline as fd 4 (and, with a
+ *   proxy, a socket as fd 5 on which the helper
  *   sends back the listeners it made inside the network namespace) ->
  *   lr_sbx_helper_main decodes, sets everything up, and execs the target
  *   under a reaper; any failure before the exec exits 126.
@@ -158,8 +159,8 @@ struct lr_sbx_report {
 	enum lr_tier tier;
 	int enforced[LR_G_COUNT];          /* 1 when the OS enforces it for this profile */
 	int required[LR_G_COUNT];          /* 1 when the profile needs it */
-	char how[LR_G_COUNT][160];         /* "landlock ABI 7 + mount namespace", ... */
-	char missing[LR_G_COUNT][160];     /* why not, when not enforced */
+	char how[LR_G_COUNT][256];         /* "landlock ABI 7 + mount namespace", ... */
+	char missing[LR_G_COUNT][256];     /* why not, when not enforced */
 };
 /*
  * What the machine gives this profile. Returns 0, or LR_EREFUSED (with a
@@ -200,7 +201,26 @@ struct lr_sbx_limits {
 	uint64_t nofile;       /* RLIMIT_NOFILE */
 	uint64_t cpu_seconds;  /* RLIMIT_CPU */
 	uint64_t memory_bytes; /* cgroup memory.max when a cgroup is used */
+	/* The size and file count of each memory-backed file system the view
+	   holds writable (/tmp and /dev/shm; /run gets an eighth of both).
+	   0: derived by lr_sbx_tmpfs_limits, so a tmpfs is never unbounded. */
+	uint64_t tmpfs_bytes;
+	uint64_t tmpfs_inodes;
 };
+
+/*
+ * The limits every run gets (host/executor.c): file size 1 GiB, 512
+ * processes, 1024 open files, memory 2 GiB (cgroup), no address-space or
+ * cpu limit, and the tmpfs sizes derived from them.
+ */
+void lr_sbx_default_limits(struct lr_sbx_limits *l);
+/*
+ * The tmpfs size of l, or the one derived when l gives none: a quarter of
+ * the memory limit (512 MiB without one), at most the file-size limit, at
+ * least 1 MiB; one file per 8 KiB of it, at least 1024. Inodes cost kernel
+ * memory a size does not count, hence a bound of their own.
+ */
+void lr_sbx_tmpfs_limits(const struct lr_sbx_limits *l, uint64_t *bytes, uint64_t *inodes);
 
 struct lr_sbx_spec {
 	uint64_t exec_id;
@@ -241,8 +261,14 @@ int lr_sbx_seal(const char *buf, size_t len);
 
 /* ---- the helper (sandbox/helper.c) ---- */
 
-/* fds the helper receives */
-enum { LR_SBX_FD_SPEC = 3, LR_SBX_FD_CONTROL = 4 };
+/*
+ * fds the helper receives: the spec; the lifeline, the read end of a pipe
+ * whose write end only the host holds (for the length of the run): when it
+ * reads EOF (the host closed it, or the host died, however) the helper
+ * kills everything the run started and exits; and, with a proxy, the
+ * control socket.
+ */
+enum { LR_SBX_FD_SPEC = 3, LR_SBX_FD_LIFELINE = 4, LR_SBX_FD_CONTROL = 5 };
 /* the exit status of a helper that could not set up confinement */
 #define LR_SBX_EXIT_SETUP 126
 /*
