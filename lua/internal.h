@@ -223,7 +223,8 @@ int lr_snapshot_cli(int argc, char **argv);
 int lr__cli_state_root(const char *opt, char *out, size_t cap);
 /*
  * snapshot_cli.c: the store a CLI command works on: NATS at url when given, else LMDB under
- * the state root (state or its default; created first when create). cache (cap bytes)
+ * the state root (state or its default; created first when create, else it must hold a
+ * store already: a read never creates one). cache (cap bytes)
  * receives the snapshot stat-cache directory ("" for NATS). On failure prints
  * "luarig: message" and returns 1.
  */
