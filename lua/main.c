@@ -107,7 +107,7 @@ int lr_state_prepare(struct lr_state *S)
 	lua_pushcfunction(L, lr_traceback);
 	lua_pushcfunction(L, state_init);
 	if (lua_pcall(L, 0, 0, -2) != LUA_OK) {
-		fprintf(stderr, "luarig: %s\n", lua_tostring(L, -1));
+		lr__report_error(S, NULL, lua_tostring(L, -1));
 		lua_pop(L, 2);
 		return -1;
 	}
@@ -176,7 +176,7 @@ int lr_main_task(struct lr_state *S, int nargs)
 			break;
 		case 1:
 			lr_task_push_error(L, t);
-			fprintf(stderr, "luarig: %s\n", lua_tostring(L, -1));
+			lr__report_error(S, NULL, lua_tostring(L, -1));
 			lua_pop(L, 1);
 			code = 1;
 			break;
@@ -241,6 +241,8 @@ int main(int argc, char **argv)
 
 	size_t max_mem = 0;
 	uint64_t max_instr = 0;
+	const char *dbg = getenv("LUARIG_DEBUG");
+	int debug = dbg && dbg[0] && strcmp(dbg, "0") != 0;
 	int i = 1;
 
 	/* Options come first. */
@@ -271,6 +273,8 @@ int main(int argc, char **argv)
 			if (parse_size(val, &n) < 0)
 				return usage_error("invalid count '%s' for --max-instructions", val);
 			max_instr = n;
+		} else if (strcmp(a, "--debug") == 0) {
+			debug = 1;
 		} else if (strcmp(a, "--") == 0) {
 			i++;
 			break;
@@ -286,7 +290,8 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
-	if (cmd && (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)) {
+	if (cmd && (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0 ||
+		    strcmp(cmd, "-V") == 0)) {
 		printf("luarig %s (%s)\n", LR_VERSION, LUA_RELEASE);
 		return 0;
 	}
@@ -365,6 +370,7 @@ int main(int argc, char **argv)
 	}
 	/* Before the library loads: a bundle runs the rig library built in (bundle.c). */
 	S.bundle = run && is_bundle(script);
+	S.debug = debug;
 	int code;
 	if (lr_state_prepare(&S) != 0) {
 		code = 1;

@@ -978,6 +978,8 @@ static int repl_setup(struct repl *r)
 	lua_setfield(L, -2, "rows");
 	lua_pushcfunction(L, repl_set_prompt);
 	lua_setfield(L, -2, "set_prompt");
+	lua_pushboolean(L, r->S->debug);
+	lua_setfield(L, -2, "debug");
 	r->mod_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 	lua_pop(L, 1);
 	lua_pushcfunction(L, repl_print);

@@ -147,7 +147,21 @@ function M.compile(src)
   return nil, err
 end
 
--- The traceback without the REPL's own frames.
+-- Replaced by lua/repl.c: true with --debug or LUARIG_DEBUG=1.
+M.debug = false
+
+-- True when an error message starts at a line of the rig library: a bug in
+-- luarig rather than a mistake in what was typed (as lua/state.c decides).
+local function internal(msg)
+  if msg:find("^stdlib/rig/") then return true end
+  local dir = (os.getenv("LUARIG_PATH") or ""):gsub("/+$", "")
+  return dir ~= "" and msg:sub(1, #dir + 5) == dir .. "/rig/"
+end
+M.internal = internal
+
+-- The error as shown: the message alone (one line for a mistake), or with
+-- the traceback, without the REPL's own frames, under --debug or for an
+-- error inside the library.
 local function handler(e)
   if type(e) == "table" and type(rawget(e, "repl_plain")) == "string" then
     return e.repl_plain -- a command's refusal: its message, no traceback
@@ -160,6 +174,7 @@ local function handler(e)
       e = "(error object is a " .. type(e) .. " value)"
     end
   end
+  if not M.debug and not internal(e) then return e end
   local tb = debug.traceback(e, 2)
   local out = {}
   for line in tb:gmatch("[^\n]+") do
