@@ -521,16 +521,20 @@ local function find_id(prefix)
   local r = state.r or error("no rig loaded (luarig repl FILE.lua)", 0)
   if state.live[prefix] then return prefix end
   local list = r:sessions() or {}
-  local hit
+  local hits = {}
   for _, e in ipairs(list) do
     if e.id == prefix then return e.id end
-    if e.id:sub(1, #prefix) == prefix then
-      if hit then error("session id '" .. prefix .. "' is ambiguous", 0) end
-      hit = e.id
-    end
+    if e.id:sub(1, #prefix) == prefix then hits[#hits + 1] = e.id end
   end
-  return hit or prefix
+  if #hits > 1 then
+    table.sort(hits)
+    local shown = table.concat(hits, ", ", 1, math.min(#hits, 4)) .. (#hits > 4 and ", …" or "")
+    error("session id '" .. prefix .. "' is ambiguous: " .. #hits .. " sessions start with it (" ..
+      shown .. ")", 0)
+  end
+  return hits[1] or prefix
 end
+M.find_id = find_id
 
 local function attach_cmd(arg)
   if arg == "" then error("usage: :attach ID", 0) end

@@ -136,6 +136,31 @@ describe("rig.repl.complete", function()
     expect(repl.complete("lo", ":history ")).to_equal({})
   end)
 
+  it(":attach's id prefix: an ambiguous one lists the sessions it matches", function()
+    local bench = require "rig.repl_bench"
+    local r = rig.define{ loops = { rig.loop{ name = "a", model = rig.model.script{ { text = "x" } } } },
+                          primers = { "a" }, store = rig.store.memory() }
+    bench.state.r = r
+    local ids, first = {}, {}
+    for i = 1, 17 do -- two of 17 ids share a first hex digit
+      local s = assert(r:session())
+      ids[i] = s.id
+      s:shutdown()
+    end
+    local d
+    for _, id in ipairs(ids) do
+      local c = id:sub(1, 1)
+      if first[c] then d = c break end
+      first[c] = id
+    end
+    local ok, err = pcall(bench.find_id, d)
+    expect(ok).to_be(false)
+    expect(err).to_match("^session id '" .. d .. "' is ambiguous: %d+ sessions start with it %(")
+    expect(err:find(first[d], 1, true) ~= nil).to_be(true)
+    expect(bench.find_id(ids[1]:sub(1, 20))).to_be(ids[1])
+    bench.state.r = nil
+  end)
+
   it("never calls a function to resolve the prefix", function()
     local called = false
     G.repl_spec_lazy = setmetatable({}, { __index = function() called = true; return { x = 1 } end })
