@@ -1,6 +1,8 @@
 /*
  * main.c — the luarig executable: argument parsing, the main task, exit
  * codes (0 ok, 1 the script or the work failed, 2 usage) and signals.
+ * docs/cli.md and share/man/man1/luarig.1 document every command, option,
+ * variable and status here: change them together.
  */
 #include "internal.h"
 #include "../sandbox/sandbox.h"
@@ -41,19 +43,29 @@ static void usage(FILE *f)
 	      "                                            126 no confinement, 127 not found)\n"
 	      "       luarig sandbox check                 this machine's confinement tier and\n"
 	      "                                            guarantees\n"
-	      "       luarig version | help\n"
+	      "       luarig version | --version | -V\n"
+	      "       luarig help | --help | -h\n"
 	      "\n"
 	      "With no arguments, luarig starts the REPL on a terminal and runs\n"
-	      "standard input as a script otherwise.\n"
+	      "standard input as a script otherwise. ID: a session id or the start of\n"
+	      "one no other session shares. Reads (sessions, show, log, snapshot list...)\n"
+	      "never create a store.\n"
 	      "\n"
 	      "options:\n"
 	      "  --max-memory SIZE        cap Lua memory (bytes; K, M, G suffixes)\n"
 	      "  --max-instructions N     cap executed Lua instructions\n"
+	      "  --debug                  print every error with its Lua traceback\n"
 	      "\n"
 	      "environment:\n"
 	      "  LUARIG_PATH              load the rig library from this directory\n"
 	      "                           (stdlib/ of a checkout) instead of the binary;\n"
-	      "                           ignored while a bundle runs\n",
+	      "                           ignored while a bundle runs\n"
+	      "  LUARIG_DEBUG=1           as --debug\n"
+	      "  XDG_STATE_HOME, HOME     the state root: $XDG_STATE_HOME/luarig, else\n"
+	      "                           ~/.local/state/luarig\n"
+	      "\n"
+	      "exit: 0 ok, 1 the script or the work failed, 2 usage, 128+N after signal N.\n"
+	      "More in luarig(1): man luarig.\n",
 	      f);
 }
 
