@@ -270,11 +270,12 @@ function M.hook_fork(Session)
   if state.fork_hooked then return end
   state.fork_hooked = true
   Session.fork = function(S, ...)
-    local refusal = M.fork_refusal(S, ...)
+    local refusal, empty = M.fork_refusal(S, ...)
     if refusal then return nil, refusal, "refused" end
     local F, msg, code = orig(S, ...)
     if F then
       out("forked " .. S.id .. " at " .. tostring(F.forked_from.at) .. " -> " .. F.id)
+      if empty then out(empty) end
       if F.handover then M.handed_over(S.id) end
       M.attach(F)
     end
@@ -305,11 +306,13 @@ end
 -- A fork of a session whose rig has a workspace, at a cut with no
 -- checkpoint in force, would start from an empty tree while its history
 -- says the work was done: with an exclusive root (the origin's files leave
--- the root for an empty one) the REPL refuses, saying the way out. Returns
--- the refusal, or nil (the fork goes ahead; Session:fork decides the rest).
+-- the root for an empty one) the REPL refuses, saying the way out; with a
+-- per_session one (the origin keeps its own) it forks and warns. Returns
+-- the refusal, or nil and the warning to print after the fork, or nil
+-- (Session:fork decides the rest).
 function M.fork_refusal(S, opts)
   local pv = S.rig and S.rig.workspace
-  if not (pv and pv.kind == "exclusive") then return nil end
+  if not (pv and (pv.kind == "exclusive" or pv.kind == "per_session")) then return nil end
   local at = type(opts) == "table" and opts.at or nil
   if at ~= nil and math.type(at) ~= "integer" then return nil end
   local ok, recs = pcall(function()
@@ -332,6 +335,10 @@ function M.fork_refusal(S, opts)
   end
   local way = ":checkpoint now and :fork at the last step"
   if later then way = "fork at seq " .. later .. " (the next step end with one), or " .. way end
+  if pv.kind == "per_session" then
+    return nil, "── the fork's workspace is empty: no checkpoint was in force at seq " .. cut ..
+      " (its history says the work was done); for its files " .. way
+  end
   return "cannot fork at seq " .. cut .. ": no workspace checkpoint is in force there, so the " ..
     "fork would start with an empty root while its history says the work was done; " .. way
 end

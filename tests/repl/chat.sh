@@ -102,3 +102,23 @@ type_line 'io.open(s.workspace .. "/alpha.txt") ~= nil'
 check "the fork's root has the file" wait_for '^true$'
 T send-keys C-d
 wait_for '^EXIT=' >/dev/null
+
+# the same cut on a per_session workspace forks (the origin keeps its tree) and warns
+export FORK_STATE_P="$tmp/fork-p"
+mkdir -p "$FORK_STATE_P"
+check "fork: repl on a per_session workspace starts" start_ch fork_rig.lua "FORK_STATE='$FORK_STATE_P'"
+type_line 'o = r:session()'
+wait_for '^── attached to session ' >/dev/null
+type_line 'o:submit("write alpha")'
+wait_for '^── snapshot v1:sha256:[0-9a-f]+ \(turn_done\)$' >/dev/null
+type_line 'for rec in o:journal() do if rec.type == "StepDone" then print("STEPDONE " .. rec.seq) end end'
+wait_count '^STEPDONE [0-9]+$' 2 >/dev/null
+first=$(T capture-pane -p -J -S -300 | sed -n 's/^STEPDONE \([0-9]*\)$/\1/p' | head -n 1)
+type_line ":fork $first"
+check ":fork with no checkpoint at the cut forks a per_session workspace" wait_for "^forked [0-9a-f-]{36} at $first -> "
+check "... and warns that the fork's workspace is empty, with the way out" \
+	wait_for "^── the fork's workspace is empty: no checkpoint was in force at seq $first \\(its history says the work was done\\); for its files fork at seq [0-9]+ \\(the next step end with one\\), or :checkpoint now and :fork at the last step\$"
+type_line 'io.open(s.workspace .. "/alpha.txt") == nil and io.open(o.workspace .. "/alpha.txt") ~= nil'
+check "the fork's directory is empty, the origin's is not" wait_for '^true$'
+T send-keys C-d
+wait_for '^EXIT=' >/dev/null
