@@ -126,8 +126,6 @@ int lr_traceback(lua_State *L);
  * is the message alone: one line (docs/cli.md "Errors").
  */
 void lr__report_error(struct lr_state *S, const char *lead, const char *msg);
-/* 1 when msg (an error message) starts with a position inside the rig library. */
-int lr__error_is_internal(const char *msg);
 /* Loads a chunk from a file ("-" is stdin), text only. Pushes the function or returns nil+msg. */
 int lr_load_file(lua_State *L, const char *path);
 

@@ -244,7 +244,8 @@ int lr_traceback(lua_State *L)
 	return 1;
 }
 
-int lr__error_is_internal(const char *msg)
+/* 1 when msg (an error message) starts at a line of the rig library (rig.repl says the same). */
+static int error_is_internal(const char *msg)
 {
 	if (!msg)
 		return 0;
@@ -263,7 +264,7 @@ void lr__report_error(struct lr_state *S, const char *lead, const char *msg)
 		msg = "(no message)";
 	const char *tb = strstr(msg, "\nstack traceback:\n");
 	size_t n = strlen(msg);
-	if (tb && !(S && S->debug) && !lr__error_is_internal(msg))
+	if (tb && !(S && S->debug) && !error_is_internal(msg))
 		n = (size_t)(tb - msg);
 	fprintf(stderr, "luarig: %s%.*s\n", lead ? lead : "", (int)n, msg);
 }
