@@ -7,7 +7,10 @@ mkdir install && cd install || exit 9
 command -v make >/dev/null 2>&1 || { echo "no make"; exit 77; }
 command -v man >/dev/null 2>&1 && command -v groff >/dev/null 2>&1 || { echo "no man-db/groff (tools/deps.sh)"; exit 77; }
 d=$PWD/stage
-mk() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$LUARIG_ROOT" BUILD="$(dirname "$LUARIG")" "$@" >make.log 2>&1 || { cat make.log; exit 1; }; }
+# -o: the binary under test is installed as it is, never rebuilt here (a
+# sanitized build/san/luarig would be remade without its flags)
+mk() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$LUARIG_ROOT" BUILD="$(dirname "$LUARIG")" \
+	-o "$(dirname "$LUARIG")/luarig" "$@" >make.log 2>&1 || { cat make.log; exit 1; }; }
 mk install DESTDIR="$d"
 (cd "$d" && find . | sort)
 stat -c '%a %n' "$d/usr/local/bin/luarig" "$d/usr/local/share/man/man1/luarig.1" \
