@@ -523,8 +523,9 @@ static int task_gc(lua_State *L)
 	struct lr_state *S = lr_state_of(L);
 	if (t->state == T_FAILED && !t->retrieved && t->err_ref != LUA_NOREF) {
 		lua_rawgeti(L, LUA_REGISTRYINDEX, t->err_ref);
-		fprintf(stderr, "luarig: unhandled error in task %u: %s\n", t->id,
-			lua_tostring(L, -1));
+		char lead[48];
+		snprintf(lead, sizeof lead, "unhandled error in task %u: ", t->id);
+		lr__report_error(S, lead, lua_tostring(L, -1));
 		lua_pop(L, 1);
 		S->unhandled++;
 	}

@@ -6,7 +6,8 @@ pkgs="build-essential pkg-config clang libclang-rt-14-dev cppcheck
 liblua5.4-dev lua5.4 lua-cjson lua-cjson-dev
 libevent-dev libcurl4-openssl-dev libarchive-dev libjansson-dev libedit-dev
 libssl-dev liblmdb-dev libsqlite3-dev libseccomp-dev libnats-dev
-tmux curl python3 nats-server hyperfine nodejs git bubblewrap passwd iproute2 chromium wrk"
+tmux curl python3 nats-server hyperfine nodejs git bubblewrap passwd iproute2 chromium wrk
+man-db groff-base"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

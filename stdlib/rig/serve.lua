@@ -1057,13 +1057,24 @@ function M.cli(...)
   end
   local chunk, lerr = loadfile(path, "t")
   if not chunk then error(lerr, 0) end
-  local r = chunk()
+  -- called through xpcall, not as the caller of a tail call: a definition
+  -- error in `return rig.define{…}` names no line rather than this one
+  local okc, r = xpcall(chunk, function(m)
+    return type(m) == "string" and debug.traceback(m, 2) or m
+  end)
+  if not okc then error(r, 0) end
   if type(r) ~= "table" or type(r.session) ~= "function" then
     error("serve: '" .. path .. "' must return a rig (rig.define{…})", 0)
   end
-  local srv, msg = M.serve{ rig = r, listen = listen or "127.0.0.1:8080", auth = auth,
-                            insecure_public_bind = insecure or nil,
-                            allowed_hosts = #hosts > 0 and hosts or nil }
+  local srv, msg, code = M.serve{ rig = r, listen = listen or "127.0.0.1:8080", auth = auth,
+                                  insecure_public_bind = insecure or nil,
+                                  allowed_hosts = #hosts > 0 and hosts or nil }
+  if not srv and code == "refused" then
+    -- the same refusal, in the words of the command line
+    msg = "refusing to listen on '" .. listen .. "' without authentication: it is not a " ..
+      "loopback address (give --auth-token-file FILE, or --insecure-public-bind when an " ..
+      "authenticating proxy is in front)"
+  end
   if not srv then error("serve: " .. msg, 0) end
   io.stderr:write("luarig: serving on " .. srv.url .. (auth and " (bearer token required)" or "") .. "\n")
   io.stderr:flush()

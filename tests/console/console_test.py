@@ -4,8 +4,8 @@ DevTools protocol on --remote-debugging-pipe (fds 3 and 4, NUL-terminated
 JSON; nothing downloaded, no websocket library).
 
 Starts `luarig serve tests/console/rig.lua` with a bearer token, opens the
-console, gives it the token, creates a session, sends input and watches the
-text stream in, approves a gate with a mouse click, sees the tool result
+console, gives it the token, starts a session with its first input and
+watches the text stream in, approves a gate with a mouse click, sees the tool result
 and the turn end, cuts the event stream and checks the page resumes with
 Last-Event-ID and shows nothing twice, reloads the page (the view replays
 the journal), interrupts a turn; then kills the server (SIGKILL) with a gate
@@ -288,17 +288,20 @@ def run(c, base):
            "document.getElementById('conn').textContent === 'connected'", "the session list")
     ok(True, "with the token the page reads the session list")
 
+    # New session clears the view; the first input creates the session
+    # (tests/console/edges_test.py checks that the click alone creates none)
     c.click("#new-session")
+    c.wait("document.getElementById('view-title').textContent === 'new session'", "the empty view")
+    full = "Streaming, two bytes at a time, from the scripted model."
+    c.type("#input", "stream")
+    c.click("#send")
     c.wait("window.luarigConsole.view && window.luarigConsole.view.conn === 'live'",
            "a new session's stream")
     sid = c.eval("window.luarigConsole.view.id")
     c.wait("document.querySelector('#sessions li.current') !== null", "the session in the list")
-    ok(True, "New session creates a session, lists it and opens its stream")
+    ok(True, "New session and a first input create a session, list it and open its stream")
 
     # streamed text: the page shows it growing before the step ends
-    full = "Streaming, two bytes at a time, from the scripted model."
-    c.type("#input", "stream")
-    c.click("#send")
     seen = set()
     deadline = time.time() + 10
     while time.time() < deadline:
