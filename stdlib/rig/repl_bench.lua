@@ -961,10 +961,15 @@ end
 
 function M.pager_key(k)
   local pg = state.pager
+  if pg.key then return true end -- answered; the pager's task has not run yet
   if k == "q" or k == "Q" then pg.key = "q"
   elseif k == " " then pg.key = "page"
   elseif k == "\r" or k == "\n" then pg.key = "line"
   else return true end
+  -- the answer is in: what is typed next belongs to the line editor, not to
+  -- this pager (under load the next line arrives before the task resumes and
+  -- its first key was swallowed); the pager turns the mode on again per page
+  key_mode(false)
   pg.cond:signal()
   return true
 end
