@@ -100,6 +100,10 @@ fi
 T send-keys C-d
 check "exits with status 0" wait_for '^EXIT=0$' 10
 T kill-server >/dev/null 2>&1
+# a server of its own for the second part: kill-server returns before the old
+# server is gone, and a new session on the same socket then meets it dying
+# ("server exited unexpectedly": under load the whole second half failed)
+sock="$sock-qs"
 
 QS_TMP="$tmp/qs"
 mkdir -p "$QS_TMP"
