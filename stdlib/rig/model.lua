@@ -3,7 +3,8 @@
 --   local m = rig.model{ provider = "anthropic", name = "claude-sonnet-4-5",
 --     api_key_env = "ANTHROPIC_API_KEY", base_url = nil, tools = true, thinking = false,
 --     max_tokens = 4096, temperature = nil, top_p = nil, stop = nil, effort = nil,
---     prices = { input =, output =, cache_read =, cache_creation = },  -- $ per million tokens
+--     prices = { input =, output =, cache_read =, cache_write = },  -- $ per million tokens
+--     cache = "auto",           -- prompt caching: "auto", "off" or a table (docs/caching.md)
 --     retry = { attempts = 5, delay = 1, max_delay = 30, retry_after_max = 60 },
 --     timeouts = { connect = 10, header = 60, idle = 120, total = 600 },
 --     headers = { ["anthropic-beta"] = "…" },
@@ -41,6 +42,7 @@
 local json = require "rig.json"
 local accum = require "rig.model.accum"
 local request_mod = require "rig.model.request"
+local cache_mod = require "rig.model.cache"
 
 local M = {}
 
@@ -61,7 +63,7 @@ local fields = {
   provider = true, name = true, api_key_env = true, base_url = true, tools = true,
   thinking = true, max_tokens = true, temperature = true, top_p = true, stop = true,
   effort = true, prices = true, retry = true, timeouts = true, headers = true,
-  context_window = true, structured_output = true,
+  context_window = true, structured_output = true, cache = true,
 }
 
 -- Providers whose codec sends request.output_schema natively by default.
@@ -200,8 +202,18 @@ local function check_common(where, def, m)
   if def.prices ~= nil then
     local inf = math.huge
     m.prices = sub_table(where, "prices", def.prices,
-      { input = inf, output = inf, cache_read = inf, cache_creation = inf })
+      { input = inf, output = inf, cache_read = inf, cache_write = inf, cache_creation = inf })
+    -- cache_creation: the earlier name of cache_write
+    local cw = m.prices.cache_creation
+    if cw ~= nil then
+      if m.prices.cache_write ~= nil and m.prices.cache_write ~= cw then
+        fail(where, "fields 'prices.cache_write' and 'prices.cache_creation' (its earlier name)"
+          .. " differ", 2)
+      end
+      m.prices.cache_write, m.prices.cache_creation = cw, nil
+    end
   end
+  m.cache = cache_mod.check(def.cache, function(msg) fail(where, msg, 2) end)
   m.retry = sub_table(where, "retry", def.retry,
     { attempts = 20, delay = 3600, max_delay = 3600, retry_after_max = 3600 }, RETRY_DEFAULT)
   if m.retry.attempts < 1 then fail(where, "field 'retry.attempts' must be at least 1", 2) end
@@ -271,7 +283,7 @@ local function add_cost(usage, prices)
   part(usage.input_tokens, prices.input)
   part(usage.output_tokens, prices.output)
   part(usage.cache_read_tokens, prices.cache_read or prices.input)
-  part(usage.cache_creation_tokens, prices.cache_creation or prices.input)
+  part(usage.cache_creation_tokens, prices.cache_write or prices.input)
   usage.cost = cost / 1e6
 end
 

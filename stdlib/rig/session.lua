@@ -717,6 +717,7 @@ local function run_turn(S, inst, item)
     if cok == nil then return nil, cerr, ccode end
     if not cok then return "TurnFailed", { error = cerr } end
     req.messages = inst.history
+    req.cache_key = S.id .. "/" .. inst.id -- one prompt cache per loop of a session
     local st, serr, scode = (plan or inst.model):stream(req, { cache = inst.req_cache })
     if not st then
       return "TurnFailed", { error = { code = scode or "model", message = tostring(serr) } }

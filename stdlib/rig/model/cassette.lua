@@ -19,12 +19,13 @@ local C = {}
 
 local FORMAT = "luarig-model/1"
 local model_keys = { "provider", "name", "base_url", "tools", "thinking", "max_tokens",
-                     "temperature", "top_p", "stop", "effort", "prices" }
+                     "temperature", "top_p", "stop", "effort", "prices", "cache" }
 
 local function describe(m)
   local d = {}
   for _, k in ipairs(model_keys) do d[k] = m[k] end
   if m.stop then d.stop = json.array(m.stop) end
+  if m.cache == false then d.cache = "off" end
   return d
 end
 
@@ -202,6 +203,8 @@ function C.replay(file, opts, M)
   local header, calls = M._checked(3, load, file)
   local def = {}
   for k, v in pairs(header.model) do def[k] = v end
+  -- cassettes from before prompt caching were recorded without it
+  if def.cache == nil then def.cache = "off" end
   -- the recorded attempts are served back-to-back: no waiting between retries
   def.retry = (opts and opts.retry) or { attempts = 20, delay = 0, max_delay = 0,
                                           retry_after_max = 0 }
