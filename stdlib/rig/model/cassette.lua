@@ -69,6 +69,7 @@ function C.record(model, file, M)
   f:write(assert(json.encode { cassette = FORMAT, model = describe(m) }), "\n")
   f:flush()
   local codec = rawget(model, "_codec")
+  local req_path = M._path(m, codec)
 
   local function writer(path, body, response)
     local line = assert(json.encode { request = { path = path, body = json.raw(body) },
@@ -82,12 +83,12 @@ function C.record(model, file, M)
     local tr, msg, code, detail = http_open(st)
     if not tr then
       if code ~= "cancelled" then
-        writer(codec.path, st.body, { status = detail and detail.status or 0,
+        writer(req_path, st.body, { status = detail and detail.status or 0,
           error = { message = msg, code = code, detail = detail } })
       end
       return nil, msg, code, detail
     end
-    return setmetatable({ inner = tr, events = {}, path = codec.path, body = st.body,
+    return setmetatable({ inner = tr, events = {}, path = req_path, body = st.body,
                           writer = writer }, Tee)
   end
   return M._make(m, codec, { _open = open })
