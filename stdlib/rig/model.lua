@@ -655,8 +655,16 @@ function M.is_model(v)
   return type(v) == "table" and getmetatable(v) == "rig.model"
 end
 
+-- rig.model{ "provider/name", … }: the catalog's entry under the overrides.
+local function expand(def)
+  if type(def) == "table" and def[1] ~= nil then
+    return require("rig.model.catalog").expand(def)
+  end
+  return def
+end
+
 function M.new(def)
-  local m, codec = checked(2, check_model, def)
+  local m, codec = checked(2, function(d) return check_model(expand(d)) end, def)
   return make(m, codec)
 end
 
@@ -681,8 +689,16 @@ function M.replay(file, opts)
 end
 
 return setmetatable(M, {
+  -- rig.model.catalog, loaded on first use (it reads the provider list above)
+  __index = function(t, k)
+    if k == "catalog" then
+      local c = require "rig.model.catalog"
+      rawset(t, "catalog", c)
+      return c
+    end
+  end,
   __call = function(_, def)
-    local m, codec = checked(2, check_model, def)
+    local m, codec = checked(2, function(d) return check_model(expand(d)) end, def)
     return make(m, codec)
   end,
 })
