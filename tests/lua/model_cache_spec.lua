@@ -140,6 +140,12 @@ describe("anthropic breakpoints", function()
     -- a system prompt without a breakpoint stays a string
     body = json.decode(model("anthropic", { cache = { system = false } }):encode(session_request()))
     expect(body.system).to_be("You read logs.")
+    -- one message (a one-off call, a summary): nothing would read it back; a hint still counts
+    body = json.decode(model("anthropic"):encode{ system = "s", messages = { { role = "user", content = "x" } } })
+    expect(marks(body)).to_equal({ "$.system.1" })
+    body = json.decode(model("anthropic"):encode{ messages = { { role = "user",
+      content = { { type = "text", text = "a long document", cache = true } } } } })
+    expect(marks(body)).to_equal({ "$.messages.1.content.1" })
     -- a prefill (the request ends with the assistant): the user turns before it
     req = session_request(1)
     req.messages[#req.messages + 1] = { role = "assistant", content = "{" }
@@ -333,7 +339,7 @@ describe("prompt caching in a session", function()
     srv:close()
     expect(#srv.requests).to_be(3)
     local want = {
-      { "$.messages.1.content.1", "$.system.1", "$.tools.1" },
+      { "$.system.1", "$.tools.1" },
       { "$.messages.1.content.1", "$.messages.3.content.1", "$.system.1", "$.tools.1" },
       { "$.messages.3.content.1", "$.messages.5.content.1", "$.system.1", "$.tools.1" },
     }

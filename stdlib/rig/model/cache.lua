@@ -11,7 +11,8 @@
 --
 -- Anthropic allows 4 breakpoints a request. Block hints (`cache = true` on a
 -- text block of a message) are placed first; the policy fills what is left,
--- newest turn first, then the system prompt, then the tools. Each step's
+-- newest turn first, then the system prompt, then the tools (a request of one
+-- message gets no turn breakpoint: nothing would read it). Each step's
 -- request then reads the prefix the step before wrote (the breakpoint on the
 -- turn before the last) and writes its own (the breakpoint on the last turn).
 -- Gemini caches implicitly and reports it; the policy sends it nothing.
@@ -109,9 +110,11 @@ function C.anthropic(policy, body, hinted)
     b.cache_control = mark
     used = used + 1
   end
-  -- the newest user turns: the last block of each (a tool_result or text)
-  local left = policy.messages
+  -- the newest user turns: the last block of each (a tool_result or text); a
+  -- request of one message (a one-off call, a compaction's summary) gets none:
+  -- no later request would read it back, and a write costs more than input
   local msgs = body.messages
+  local left = #msgs > 1 and policy.messages or 0
   for i = #msgs, 1, -1 do
     if left == 0 then break end
     local m = msgs[i]
