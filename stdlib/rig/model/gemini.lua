@@ -124,7 +124,7 @@ local function model_parts(m)
     elseif t == "thinking" then
       if own_thinking(b) then
         if str(b.thinking) then
-          if sig then add({ text = "", thoughtSignature = nil }) end
+          if sig then add({ text = "" }) end
           parts[#parts + 1] = { text = b.thinking, thought = true, thoughtSignature = b.signature }
         else
           if sig then add({ text = "" }) end
