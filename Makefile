@@ -1,6 +1,8 @@
 # luarig — plain GNU make.
 #
 #   make          build build/luarig
+#   make install  the binary, luarig(1) and bash completion under PREFIX (/usr/local;
+#                 DESTDIR stages them); make uninstall removes them
 #   make deps     install the Debian packages the project needs (as root)
 #   make demo     deps, build, run the quickstart (scripts/quickstart.lua --yes)
 #   make test     build and run every suite; last line "N passed, N failed, N skipped"
@@ -49,7 +51,7 @@ FUZZ_SRC := $(wildcard tests/fuzz/*_fuzz.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/%_replay,$(FUZZ_SRC))
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
 
-.PHONY: all deps demo test check bench fuzz fuzz-run clean lint layering symbols
+.PHONY: all deps demo test check bench fuzz fuzz-run clean lint layering symbols install uninstall
 .DELETE_ON_ERROR:
 
 all: $(BUILD)/luarig
@@ -143,6 +145,25 @@ build/fuzz/%: tests/fuzz/%.c build/fuzz/libluarig.a
 	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -o $@ $< build/fuzz/libluarig.a $(LDLIBS)
 
 build/gen/stdlib.c: build/embed $(STDLIB)
+
+# Installing like a Unix tool: PREFIX, DESTDIR (a staging root) and the
+# three directories, each overridable; the completion goes where Debian's
+# bash-completion package loads it from on first use (docs/cli.md).
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+INSTALL ?= install
+
+install: $(BUILD)/luarig
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(BASHCOMPDIR)
+	$(INSTALL) -m 0755 $(BUILD)/luarig $(DESTDIR)$(BINDIR)/luarig
+	$(INSTALL) -m 0644 share/man/man1/luarig.1 $(DESTDIR)$(MANDIR)/man1/luarig.1
+	$(INSTALL) -m 0644 share/bash-completion/completions/luarig $(DESTDIR)$(BASHCOMPDIR)/luarig
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/luarig $(DESTDIR)$(MANDIR)/man1/luarig.1 \
+		$(DESTDIR)$(BASHCOMPDIR)/luarig
 
 deps:
 	@sh tools/deps.sh

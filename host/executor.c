@@ -25,6 +25,7 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <linux/landlock.h>
@@ -772,14 +773,7 @@ int lr_executor_build_spec(const struct lr_profile *p, const struct lr_sbx_caps 
 	out->unconfined = p->isolation == LR_ISO_UNCONFINED;
 	out->uid = getuid();
 	out->gid = getgid();
-	out->limits = (struct lr_sbx_limits){
-		.as_bytes = 0,
-		.fsize_bytes = 1ull << 30,
-		.nproc = 512,
-		.nofile = 1024,
-		.cpu_seconds = 0,
-		.memory_bytes = 2ull << 30,
-	};
+	lr_sbx_default_limits(&out->limits);
 
 	/* The network: none unless the profile or a grant opens the targets asked for. */
 	int want_proxy = 0;
@@ -904,15 +898,62 @@ fail:
 
 /* ---- removing a scratch tree ---- */
 
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452 /* Linux 6.6, the same number on every architecture */
+#endif
+
 /*
- * Removes everything below the directory open as dfd, making directories
- * accessible first (a command may leave a 000 directory behind). Symlinks
- * are removed, never followed. Returns 0 or the first error.
+ * chmod of the file open as the O_PATH handle h: fchmodat2 with
+ * AT_EMPTY_PATH, or before Linux 6.6 the handle's /proc/self/fd link (a
+ * magic link: it names the open file itself, it is not resolved again).
+ */
+static int chmod_handle(int h, mode_t mode)
+{
+	if (syscall(SYS_fchmodat2, h, "", mode, AT_EMPTY_PATH) == 0)
+		return 0;
+	if (errno != ENOSYS && errno != EINVAL)
+		return -errno;
+	char link[32];
+	snprintf(link, sizeof link, "/proc/self/fd/%d", h);
+	return chmod(link, mode) == 0 ? 0 : -errno;
+}
+
+/*
+ * name in dfd opened for reading as a directory, without following a
+ * symlink at any step, even if name is swapped meanwhile (a process of the
+ * run that is still dying may do that): an O_PATH handle of exactly what
+ * the name is now, a directory made 0700 through that handle when it is not
+ * (a command may leave a 000 directory behind), then that directory
+ * reopened from the handle. -ENOTDIR when name is not a directory.
+ */
+static int open_dir_here(int dfd, const char *name)
+{
+	int h = openat(dfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (h < 0)
+		return -errno;
+	struct stat st;
+	int rc = fstat(h, &st) < 0 ? -errno : S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+	if (!rc && (st.st_mode & 0700) != 0700)
+		rc = chmod_handle(h, 0700);
+	int d = rc ? -1 : openat(h, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (!rc && d < 0)
+		rc = -errno;
+	close(h);
+	return rc ? rc : d;
+}
+
+/*
+ * Removes everything below the directory open as dfd. Every step is
+ * relative to an open directory and follows no symlink: a symlink is
+ * removed as itself, and a name swapped for one while the walk runs leads
+ * nowhere outside the tree. Returns 0 or the first error.
  */
 static int rm_below(int dfd, int depth)
 {
-	if (depth > RM_DEPTH)
+	if (depth > RM_DEPTH) {
+		close(dfd);
 		return -ELOOP;
+	}
 	DIR *d = fdopendir(dfd);
 	if (!d) {
 		close(dfd);
@@ -924,22 +965,25 @@ static int rm_below(int dfd, int depth)
 		const char *n = de->d_name;
 		if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0)
 			continue;
-		struct stat st;
-		if (fstatat(dirfd(d), n, &st, AT_SYMLINK_NOFOLLOW) != 0)
-			continue;
-		if (S_ISDIR(st.st_mode)) {
-			fchmodat(dirfd(d), n, 0700, 0);
-			int sub = openat(dirfd(d), n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (sub >= 0) {
-				int r = rm_below(sub, depth + 1);
-				if (r && !rc)
-					rc = r;
+		int sub = open_dir_here(dirfd(d), n);
+		if (sub >= 0) {
+			int r = rm_below(sub, depth + 1);
+			if (r && !rc)
+				rc = r;
+			if (unlinkat(dirfd(d), n, AT_REMOVEDIR) == 0)
+				continue;
+			if (errno != ENOTDIR) { /* not swapped for a non-directory meanwhile */
+				if (!rc)
+					rc = -errno;
+				continue;
 			}
-			if (unlinkat(dirfd(d), n, AT_REMOVEDIR) != 0 && !rc)
-				rc = -errno;
-		} else if (unlinkat(dirfd(d), n, 0) != 0 && !rc) {
-			rc = -errno;
+		} else if (sub != -ENOTDIR) {
+			if (sub != -ENOENT && !rc)
+				rc = sub;
+			continue;
 		}
+		if (unlinkat(dirfd(d), n, 0) != 0 && errno != ENOENT && !rc)
+			rc = -errno;
 	}
 	closedir(d);
 	return rc;
@@ -947,10 +991,9 @@ static int rm_below(int dfd, int depth)
 
 static int rm_tree(const char *path)
 {
-	chmod(path, 0700);
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = open_dir_here(AT_FDCWD, path);
 	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno;
+		return fd == -ENOENT ? 0 : fd;
 	int rc = rm_below(fd, 0);
 	if (rmdir(path) != 0 && !rc)
 		rc = -errno;
@@ -1126,6 +1169,9 @@ void lr_executor_set_free(struct lr_executor_set *s)
 	if (!s)
 		return;
 	abort_runs(s, NULL, "executor: the set was closed");
+	/* every process of its runs (and of handles closed before) gone first:
+	   then nothing can still write, or swap a name, in the tree removed next */
+	lr_proc_reap_all(s->loop);
 	while (s->executors) {
 		struct lr_executor *e = s->executors;
 		s->executors = e->next;
@@ -1317,7 +1363,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	memset(l, 0, sizeof *l);
 	l->spec_fd = -1;
 	l->ctl_fd = -1;
-	l->fds[1] = -1;
+	l->fds[1] = l->fds[2] = l->life_w = -1;
 	err[0] = '\0';
 	struct lr_executor_set *s = e->set;
 	struct redeemed g = { 0 };
@@ -1367,7 +1413,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 			rc = -errno;
 		if (!rc) {
 			l->ctl_fd = sp[0];
-			l->fds[1] = sp[1];
+			l->fds[2] = sp[1];
 		}
 		if (rc) {
 			free(buf);
@@ -1390,15 +1436,37 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	}
 	l->spec_fd = fd;
 	l->fds[0] = fd;
+	/* the lifeline: both ends close-on-exec (no other child inherits the
+	   write end), the write end above 2 (lr_proc_opts.lifeline_fd) */
+	int life[2];
+	if (pipe2(life, O_CLOEXEC) < 0) {
+		rc = -errno;
+		seterr(err, "executor: cannot make the run's lifeline: %s", lr_strerror(rc));
+		goto out;
+	}
+	l->fds[1] = life[0];
+	l->life_w = life[1];
+	if (life[1] < 3) {
+		l->life_w = fcntl(life[1], F_DUPFD_CLOEXEC, 3);
+		rc = l->life_w < 0 ? -errno : 0;
+		close(life[1]);
+		if (rc) {
+			seterr(err, "executor: cannot make the run's lifeline: %s", lr_strerror(rc));
+			goto out;
+		}
+	}
+	l->proc.lifeline_fd = l->life_w;
 	l->proc.file = "/proc/self/exe";
 	l->proc.argv = helper_argv;
 	l->proc.envp = empty_env;
 	l->proc.extra_fds = l->fds;
-	l->proc.n_extra = l->ctl_fd >= 0 ? 2 : 1;
+	l->proc.n_extra = l->ctl_fd >= 0 ? 3 : 2;
 out:
 	strv_free(&g.rd);
 	strv_free(&g.wr);
 	strv_free(&g.net);
+	if (rc)
+		lr_executor_launch_release(l);
 	return rc;
 }
 
@@ -1407,9 +1475,14 @@ void lr_executor_launch_release(struct lr_exec_launch *l)
 	if (l->spec_fd >= 0)
 		close(l->spec_fd);
 	l->spec_fd = -1;
-	if (l->fds[1] >= 0)
-		close(l->fds[1]); /* the helper's end: the child has its copy */
-	l->fds[1] = -1;
+	for (int i = 1; i < 3; i++) {
+		if (l->fds[i] >= 0)
+			close(l->fds[i]); /* the helper's ends: the child has its copies */
+		l->fds[i] = -1;
+	}
+	if (l->life_w >= 0)
+		close(l->life_w); /* the proc keeps its own copy */
+	l->life_w = l->proc.lifeline_fd = -1;
 	if (l->ctl_fd >= 0)
 		close(l->ctl_fd);
 	l->ctl_fd = -1;

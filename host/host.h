@@ -310,6 +310,7 @@ struct lr_sse_event {
 	const char *id;   /* the last event id, NULL when none */
 	size_t id_len;
 	long retry;       /* a retry: value seen since the last dispatch, or -1 */
+	int unterminated; /* dispatched by lr_sse_finish: the stream ended before its blank line */
 };
 
 /*
@@ -339,6 +340,60 @@ int lr_sse_feed(struct lr_sse *p, const void *buf, size_t len, lr_sse_cb cb, voi
 int lr_sse_finish(struct lr_sse *p, lr_sse_cb cb, void *arg);
 
 
+/* ---- MCP stdio framing (host/mcp_frame.c) ---- */
+
+/*
+ * A push parser for the Model Context Protocol's stdio transport: JSON-RPC
+ * messages as newline-delimited lines. Feed it chunks split anywhere; it
+ * calls back once per line. No JSON is parsed here (rig.json decodes the
+ * line above), no Lua, no I/O: the client (a server's stdout) and the
+ * server side (its own stdin) share it, and so does the fuzz target.
+ *
+ * A line ends in LF; one CR before the LF is dropped (CRLF writers); empty
+ * lines (after that) are skipped. A line longer than max_line bytes (a CR
+ * before its LF counted) is not
+ * an error of the stream: its bytes are dropped as they come, and at its LF
+ * the callback gets one oversized report holding the first and the last
+ * LR_MCP_FRAME_KEEP bytes and the full length, so the reader can still
+ * name the request it answered (an "id" usually sits at either end) and the
+ * stream goes on with the next line. lr_mcp_frame_finish, at the end of the
+ * stream, reports a last line that lacked its LF.
+ */
+#define LR_MCP_FRAME_KEEP 512
+
+struct lr_mcp_line {
+	const char *data;    /* the line (no LF, no trailing CR), or an oversized line's head */
+	size_t len;
+	const char *tail;    /* oversized: its last bytes (may overlap the head's range) */
+	size_t tail_len;
+	size_t total;        /* the line's length in bytes (oversized: all of it) */
+	int oversized;
+};
+
+/* Called per line; pointers are borrowed until it returns. Non-zero stops the parser (sticky). */
+typedef int (*lr_mcp_frame_cb)(void *arg, const struct lr_mcp_line *line);
+
+struct lr_mcp_frame {
+	struct lr_buf line;   /* a line split across chunks (at most max_line bytes) */
+	size_t max_line;
+	size_t over;          /* bytes of the current oversized line seen, 0 when none */
+	char head[LR_MCP_FRAME_KEEP];
+	size_t head_len;
+	char tail[LR_MCP_FRAME_KEEP]; /* the last bytes seen, oldest first */
+	size_t tail_len;
+	int status;
+};
+
+/* max_line: 1 or more bytes (the caller's cap: a client takes 16 MiB by default). */
+void lr_mcp_frame_init(struct lr_mcp_frame *f, size_t max_line);
+void lr_mcp_frame_release(struct lr_mcp_frame *f);
+/* Returns 0, -ENOMEM or the callback's non-zero status (then sticky). */
+int lr_mcp_frame_feed(struct lr_mcp_frame *f, const void *buf, size_t len, lr_mcp_frame_cb cb,
+		      void *arg);
+/* End of stream: reports a last line without its LF (oversized or not). */
+int lr_mcp_frame_finish(struct lr_mcp_frame *f, lr_mcp_frame_cb cb, void *arg);
+
+
 /* ---- HTTP client (host/http_client.c) ---- */
 
 /*
@@ -350,7 +405,11 @@ int lr_sse_finish(struct lr_sse *p, lr_sse_cb cb, void *arg);
  * verification always on, no redirects unless follow_redirects (then at
  * most 5). Two timers of our own: header_timeout (from the start until the
  * final header block is complete) and idle_timeout (between received bytes;
- * stopped while the transfer is paused for backpressure).
+ * stopped while the transfer is paused for backpressure); timeout is
+ * libcurl's, from the start to the end, paused or not (for a stream too: a
+ * deadline that bytes arriving slowly never push back). A stream keeps the first
+ * LR_HTTP_HEAD_BYTES of a 2xx body in resp->body, so a caller can say what
+ * came instead of events (a proxy's HTML page).
  *
  * A request calls notify(arg) on the loop when the final headers arrive,
  * when events are queued and when it ends; the owner reads lr_http_resp and
@@ -361,6 +420,8 @@ int lr_sse_finish(struct lr_sse *p, lr_sse_cb cb, void *arg);
  */
 struct lr_http;
 struct lr_http_req;
+
+#define LR_HTTP_HEAD_BYTES 512
 
 /* One client per loop. Creating it does not load libcurl. */
 int lr_http_new(struct lr_loop *loop, struct lr_http **out);
@@ -383,6 +444,10 @@ struct lr_http_opts {
 	size_t max_body;             /* buffered mode: a longer body is LR_ETOOBIG */
 	size_t max_headers;          /* bytes of the header block */
 	int stream;                  /* 2xx bodies go through the SSE framer */
+	int sse_auto;                /* stream mode: only when the 2xx Content-Type is
+				        text/event-stream; any other 2xx body is buffered
+				        (max_body) and resp.buffered set (MCP's Streamable
+				        HTTP answers a POST either way) */
 	size_t max_line, max_event;  /* the framer's caps */
 	size_t max_queue;            /* events queued unread before the transfer pauses (or 1 MiB) */
 	size_t max_error_body;       /* stream mode, non-2xx: body kept up to this, then stop */
@@ -396,8 +461,10 @@ struct lr_http_resp {
 	char err[320];           /* the message for rc */
 	long status;
 	struct lr_buf headers;   /* "name\0value\0" pairs in order, names lower-case */
-	struct lr_buf body;      /* buffered mode, or a stream's non-2xx body */
+	struct lr_buf body;      /* buffered mode, a stream's non-2xx body, or a 2xx stream's
+				  * first LR_HTTP_HEAD_BYTES */
 	long connects;           /* new connections this transfer opened (0: reused) */
+	int buffered;            /* sse_auto: the 2xx body was not an event stream and is in body */
 };
 
 /*
@@ -412,6 +479,7 @@ struct lr_http_event {
 	const char *id;          /* NULL when none */
 	size_t id_len;
 	long retry;              /* -1 when none */
+	int unterminated;        /* the last event, cut short by the end of the stream */
 };
 
 /*
@@ -436,17 +504,28 @@ void lr_http_consume(struct lr_http_req *r);
 void lr_http_req_free(struct lr_http_req *r);
 
 
-/* ---- HTTP server (host/http_server.c) ---- */
+/* ---- HTTP server (host/http_server.c, host/http_head.c) ---- */
 
 /*
- * An HTTP/1.1 server over evhttp. The server hands each request, body
- * complete, to on_request; the callee owns the lr_httpd_req from then on
- * and must lr_httpd_req_free it. A request is answered either whole
- * (lr_httpd_req_reply) or streamed (start, write..., finish; chunked for
- * HTTP/1.1 clients). While a request is in hand the server watches its
+ * An HTTP/1.1 server on libevent bufferevents, with its own request
+ * parser. The server hands each request, body complete, to on_request; the
+ * callee owns the lr_httpd_req from then on and must lr_httpd_req_free it.
+ * A request is answered either whole (lr_httpd_req_reply) or streamed
+ * (start, write..., finish; chunked for HTTP/1.1 clients, close-delimited
+ * for HTTP/1.0). While a request is in hand the server watches its
  * connection: when the client goes away, on_close runs once and every later
- * write fails with LR_ECLOSED. Bodies above max_body get evhttp's 413 and
- * malformed requests its 400, without reaching on_request.
+ * write fails with LR_ECLOSED. Keep-alive and pipelined requests are served
+ * in order, one at a time.
+ *
+ * What the server refuses itself never reaches on_request: it answers with
+ * a JSON error {"error":{"code","message","retryable":false}} and closes
+ * (after reading and dropping what the client still sends, so the client
+ * sees the answer, not a reset):
+ *   400 malformed_request   request line, header syntax, framing (see http_head.c)
+ *   413 body_too_large      a body over max_body (by Content-Length, or as it arrives)
+ *   417 expectation_failed  an Expect other than 100-continue
+ *   431 headers_too_large   request line + headers over max_headers, or too many fields
+ * Each refusal is counted (lr_httpd_refusals).
  */
 struct lr_httpd;
 struct lr_httpd_req;
@@ -475,6 +554,14 @@ int lr_httpd_port(const struct lr_httpd *h);
  */
 void lr_httpd_close(struct lr_httpd *h);
 
+/*
+ * The refusals counted since lr_httpd_open, one count per code of the list
+ * above, in the order of lr_httpd_refusal_code(0 .. LR_HTTPD_REFUSALS - 1).
+ */
+#define LR_HTTPD_REFUSALS 4
+const char *lr_httpd_refusal_code(int i);
+void lr_httpd_refusals(const struct lr_httpd *h, uint64_t out[LR_HTTPD_REFUSALS]);
+
 /* The request. Strings are borrowed until lr_httpd_req_free. */
 const char *lr_httpd_req_method(const struct lr_httpd_req *r); /* "GET", ... */
 const char *lr_httpd_req_path(const struct lr_httpd_req *r);   /* raw, undecoded */
@@ -489,8 +576,9 @@ const void *lr_httpd_req_header_next(const struct lr_httpd_req *r, const void *c
 				     const char **name, const char **value);
 
 /*
- * The response. add_header refuses (-EINVAL) names that are not tokens and
- * values holding CR, LF or NUL. reply sends a whole response; start begins
+ * The response. add_header refuses (-EINVAL) names that are not tokens,
+ * values holding CR, LF or NUL, and the framing fields the server writes
+ * itself (Content-Length, Transfer-Encoding, Connection). reply sends a whole response; start begins
  * a streamed one, write appends a chunk (one copy of p), finish ends it.
  * All return LR_ECLOSED once the client is gone or the response was
  * aborted, and -EINVAL when called out of order.
@@ -536,6 +624,48 @@ void lr_httpd_req_cancel_drain(struct lr_httpd_req *r);
  * keeps sending in the background and is freed when done. NULL is fine.
  */
 void lr_httpd_req_free(struct lr_httpd_req *r);
+
+/*
+ * The request parser (host/http_head.c), pure functions over bytes.
+ *
+ * lr_httpd_head_parse reads one request head from buf[0..len), looking at
+ * most max bytes: 0 when the head is whole (h->len bytes, the blank line
+ * included; offsets in h point into buf), -EAGAIN when more bytes are
+ * needed, LR_EPARSE or LR_ETOOBIG when it is refused; then h->status (400,
+ * 417, 431), h->code and h->why (static text) say why.
+ */
+#define LR_HTTPD_HEADERS_MAX 128
+#define LR_HTTPD_METHOD_MAX 32
+
+struct lr_httpd_head {
+	size_t len;
+	uint32_t method, method_len, target, target_len;
+	int minor;              /* HTTP/1.minor: 0, or 1 for 1.1 and later */
+	int nhdr;
+	struct { uint32_t name, nlen, value, vlen; } hdr[LR_HTTPD_HEADERS_MAX];
+	int64_t content_length; /* -1: none */
+	unsigned chunked : 1, close : 1, keep_alive : 1, expect_continue : 1;
+	int status;
+	const char *code, *why;
+};
+int lr_httpd_head_parse(const char *buf, size_t len, size_t max, struct lr_httpd_head *h);
+
+/*
+ * A chunked body, decoded as it arrives: each step looks at buf[0..len)
+ * and consumes *used bytes, returning LR_HTTPD_CHUNK_DATA (those bytes are
+ * body), LR_HTTPD_CHUNK_FRAMING (chunk sizes, line breaks, trailer
+ * fields: dropped), LR_HTTPD_CHUNK_DONE (the body ended, *used bytes
+ * included), -EAGAIN (nothing consumed: more bytes needed), LR_EPARSE
+ * (malformed) or LR_ETOOBIG (trailer fields over max_trailer).
+ */
+enum { LR_HTTPD_CHUNK_DATA = 1, LR_HTTPD_CHUNK_FRAMING, LR_HTTPD_CHUNK_DONE };
+struct lr_httpd_chunked {
+	int state;
+	uint64_t left;
+	size_t trailer, max_trailer;
+};
+void lr_httpd_chunked_init(struct lr_httpd_chunked *c, size_t max_trailer);
+int lr_httpd_chunked_step(struct lr_httpd_chunked *c, const char *buf, size_t len, size_t *used);
 
 /* ---- session pipes (host/session_pipe.c) ---- */
 
@@ -640,6 +770,15 @@ struct lr_proc_opts {
 				      (a cap of 0 keeps nothing); 0: stop reading until
 				      lr_proc_consume makes room (a cap of 0 means 64 KiB) */
 	double timeout;            /* seconds (> 0): then SIGKILL to the group; 0: none */
+	/*
+	 * The write end (an fd above 2; 0: none) of a pipe whose read end the
+	 * child watches, as the confinement helper does: the proc keeps its own
+	 * copy for the child's lifetime (the caller keeps theirs, and closes it
+	 * after the spawn). Ending the proc, by lr_proc_close, the timeout or
+	 * lr_proc_kill(SIGKILL), then closes that copy instead of signalling
+	 * the group, and the child ends itself and everything it started.
+	 */
+	int lifeline_fd;
 	/* Called on the loop after something changed; must not call lr_proc_close. */
 	void (*on_event)(struct lr_proc *p, int events, void *arg);
 	void *arg;
@@ -662,7 +801,7 @@ int lr_proc_status(const struct lr_proc *p, int *code, int *signo);
 int lr_proc_timed_out(const struct lr_proc *p);
 /* Exited and every output pipe at EOF (or the timeout fired, so leftovers are not awaited). */
 int lr_proc_done(const struct lr_proc *p);
-/* Sends signo to the child's process group; 0 or -errno. */
+/* Sends signo to the child's process group (SIGKILL with a lifeline: closes it); 0 or -errno. */
 int lr_proc_kill(struct lr_proc *p, int signo);
 
 /*
@@ -1073,7 +1212,11 @@ int lr_executor_command_line(const struct lr_exec_request *r, struct lr_buf *out
 int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
 			const char *scratch_root, size_t max, struct lr_executor_set **out,
 			char err[LR_EXEC_ERRLEN]);
-/* Kills every run still going, removes the scratch root, frees. Accepts NULL. */
+/*
+ * Ends every run still going and waits until each is gone (and every
+ * process closed before on the loop: lr_proc_reap_all), removes the
+ * scratch root (following no symlink), frees. Accepts NULL.
+ */
 void lr_executor_set_free(struct lr_executor_set *s);
 const char *lr_executor_set_root(const struct lr_executor_set *s);
 const struct lr_sbx_report *lr_executor_set_report(const struct lr_executor_set *s);
@@ -1105,7 +1248,14 @@ void lr_executor_abort(struct lr_executor *e);
  */
 struct lr_exec_launch {
 	int spec_fd;
-	int fds[2];
+	/*
+	 * The helper's fds 3, 4, 5: the sealed spec, the read end of the run's
+	 * lifeline, and the control socket (with a proxy). proc.lifeline_fd is
+	 * the lifeline's write end: the proc keeps a copy, so that ending the
+	 * proc (or the host) ends every process of the run.
+	 */
+	int fds[3];
+	int life_w;
 	struct lr_proc_opts proc;
 	int unconfined;
 	/*

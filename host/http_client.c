@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define MAX_REDIRECTS 5L
 /* Queued event bytes above which the transfer pauses, whatever the count. */
@@ -85,6 +86,7 @@ struct lr_http_req {
 	int follow;
 	int stream;
 	int sse_on;              /* headers done with 2xx in stream mode */
+	int sse_auto;            /* stream mode: only a text/event-stream 2xx is framed */
 	int paused;
 	int stop_ok;             /* we stopped on purpose (error body cap): not an error */
 	int own_rc;              /* a failure decided by us inside a curl callback */
@@ -335,13 +337,14 @@ struct qrec {
 	size_t type_len, data_len, id_len;
 	long retry;
 	int has_id;
+	int unterminated;
 };
 
 static int queue_event(void *arg, const struct lr_sse_event *ev)
 {
 	struct lr_http_req *r = arg;
 	struct qrec h = { ev->type_len, ev->data_len, ev->id ? ev->id_len : 0, ev->retry,
-			  ev->id != NULL };
+			  ev->id != NULL, ev->unterminated };
 	size_t n = sizeof h + h.type_len + h.data_len + h.id_len;
 	/* The queue's own cap is enforced by pausing; the buffer cap only guards size_t. */
 	if (r->q.alloc < r->q.len + n + 1 && r->q_off > 0) {
@@ -423,6 +426,15 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *arg)
 			return CURL_WRITEFUNC_PAUSE;
 		}
 		idle_rearm(r);
+		if (r->resp.body.len < LR_HTTP_HEAD_BYTES) {
+			/* The first bytes, to show what came when no event does. */
+			size_t room = LR_HTTP_HEAD_BYTES - r->resp.body.len;
+			if (lr_buf_add(&r->resp.body, ptr, n < room ? n : room)) {
+				req_seterr(r, -ENOMEM, "http: out of memory reading from '%s'",
+					   r->host);
+				return 0;
+			}
+		}
 		size_t before = r->queued;
 		int rc = lr_sse_feed(&r->sse, ptr, n, queue_event, r);
 		if (rc) {
@@ -434,7 +446,7 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *arg)
 		return n;
 	}
 	idle_rearm(r);
-	if (r->stream) {
+	if (r->stream && !r->resp.buffered) {
 		/* A non-2xx body of a stream: keep a bounded prefix for the caller. */
 		size_t room = r->max_error_body - r->resp.body.len;
 		if (n >= room) {
@@ -456,6 +468,20 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *arg)
 		return 0;
 	}
 	return n;
+}
+
+/* Whether the header pairs ("name\0value\0", names lower-case) say text/event-stream. */
+static int is_event_stream(const struct lr_buf *h)
+{
+	const char *p = h->data, *end = p + h->len;
+	while (p && p < end) {
+		size_t nl = strlen(p);
+		const char *v = p + nl + 1;
+		if (nl == 12 && memcmp(p, "content-type", 12) == 0)
+			return strncasecmp(v, "text/event-stream", 17) == 0;
+		p = v + strlen(v) + 1;
+	}
+	return 0;
 }
 
 static int is_redirect(long code)
@@ -487,8 +513,12 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *arg)
 		r->resp.status = code;
 		r->resp.headers_done = 1;
 		lr_timer_stop(&r->header_timer);
-		if (r->stream && code / 100 == 2)
-			r->sse_on = 1;
+		if (r->stream && code / 100 == 2) {
+			if (r->sse_auto && !is_event_stream(&r->resp.headers))
+				r->resp.buffered = 1; /* a whole body, as a request's */
+			else
+				r->sse_on = 1;
+		}
 		req_notify(r);
 		return n;
 	}
@@ -609,7 +639,8 @@ int lr_http_start(struct lr_http *c, const struct lr_http_opts *o,
 	r->max_error_body = o->max_error_body ? o->max_error_body : 65536;
 	lr_buf_init(&r->q, SIZE_MAX / 2);
 	lr_buf_init(&r->resp.headers, o->max_headers ? o->max_headers : 256 * 1024);
-	lr_buf_init(&r->resp.body, o->stream ? r->max_error_body : o->max_body);
+	r->sse_auto = o->stream && o->sse_auto;
+	lr_buf_init(&r->resp.body, o->stream && !r->sse_auto ? r->max_error_body : o->max_body);
 	lr_sse_init(&r->sse, o->max_line, o->max_event);
 	url_host(o->url, r->host, sizeof r->host);
 	rc = -ENOMEM;
@@ -708,6 +739,7 @@ int lr_http_peek(struct lr_http_req *r, struct lr_http_event *ev)
 	ev->id = h.has_id ? p + h.type_len + h.data_len : NULL;
 	ev->id_len = h.id_len;
 	ev->retry = h.retry;
+	ev->unterminated = h.unterminated;
 	return 1;
 }
 

@@ -1,31 +1,34 @@
 /*
- * http_server.c — an HTTP/1.1 server over libevent's evhttp.
+ * http_server.c — an HTTP/1.1 server on libevent bufferevents.
  *
- * evhttp parses requests, enforces the header and body caps and writes
- * responses; this file adds what it lacks for a server whose handlers
- * run for a long time: ownership of a request beyond the callback,
- * detection of a client that goes away while its handler is still
- * thinking, and a drain notification for streaming with backpressure.
+ * The request parser is ours (host/http_head.c), so every answer the
+ * server gives is ours too: what it refuses before a handler sees the
+ * request (a malformed head, a head or body over its cap, an Expect it
+ * does not do) is a JSON error like the handlers' own, counted per code.
+ * It used to be evhttp, whose refusals were HTML pages nothing could
+ * replace (libevent 2.1 has no hook between its parser and its error
+ * page).
  *
- * Lifetime of a request (struct lr_httpd_req). It lives while either side
- * needs it: evhttp's request (req != NULL) until the response is sent or
- * the connection dies, and the owner's handle until lr_httpd_req_free.
- * Whichever ends last frees the struct.
+ * A connection serves one request at a time:
+ *   C_HEAD    reading a request head (read timeout: IO_TIMEOUT)
+ *   C_BODY    reading its body, by Content-Length or chunked
+ *   C_HANDLER the request is in hand: the owner answers when it likes.
+ *             Reading goes on without a timeout, so a client that hangs up
+ *             is seen at once (end of file); bytes of a pipelined request
+ *             wait in the input buffer, up to a cap.
+ *   C_FLUSH   the response is complete and being written; then the next
+ *             request (keep-alive) or close
+ *   C_LINGER  a refusal is being written; then the write side is shut and
+ *             what the client still sends is read and dropped for a while,
+ *             so it reads the answer instead of a reset
  *
- * How evhttp loses a request:
- *  - the response was written: the on_complete callback runs, then evhttp
- *    frees the request;
- *  - the connection failed (client gone, write error): evhttp detaches the
- *    request (its connection becomes NULL) and frees the connection, which
- *    runs the close callback; the detached request is ours to free;
- *  - we dropped the connection (abort, server close): the close callback
- *    runs and evhttp then frees the still-attached request itself.
- *
- * Between the request's arrival and the start of the response evhttp does
- * not read from the socket, so it would not notice a client that hung up.
- * A read watch of our own peeks at the socket meanwhile: end of file means
- * the client is gone. Once a response starts, evhttp reads again for close
- * detection and the watch is dropped.
+ * Lifetime of a request (struct lr_httpd_req). The connection holds it
+ * (c->req, r->conn) from its head to the end of its response; the owner
+ * holds it from on_request to lr_httpd_req_free. Whichever lets go last
+ * frees it. A request whose connection is gone is closed: writes answer
+ * LR_ECLOSED. Callbacks of the bufferevents are deferred (run from the
+ * loop, never inside one of our calls), so an owner never sees on_close or
+ * a new request while it is inside lr_httpd_req_*.
  */
 #include "internal.h"
 
@@ -33,210 +36,588 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <sys/queue.h> /* before keyvalq_struct.h: TAILQ_FIRST, TAILQ_NEXT */
-#include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <arpa/inet.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Seconds a connection may make no progress reading a request or writing a response. */
 #define IO_TIMEOUT 60
+/* After a refusal: seconds without a byte, and bytes in all, read and dropped before closing. */
+#define LINGER_TIMEOUT 5
+#define LINGER_MAX ((size_t)64 << 20)
+
+enum { REF_MALFORMED, REF_HEADERS, REF_BODY, REF_EXPECT };
+static const char *const refusal_codes[LR_HTTPD_REFUSALS] = {
+	"malformed_request", "headers_too_large", "body_too_large", "expectation_failed",
+};
+
+struct conn;
 
 struct lr_httpd {
 	struct lr_loop *loop;
-	struct evhttp *http;
+	struct evconnlistener *lev;
 	int port;
+	size_t max_body, max_headers;
 	void (*on_request)(struct lr_httpd_req *r, void *arg);
 	void *arg;
-	struct lr_httpd_req *reqs; /* requests evhttp still holds */
+	struct conn *conns;
+	uint64_t refused[LR_HTTPD_REFUSALS];
+};
+
+enum conn_state { C_HEAD, C_BODY, C_HANDLER, C_FLUSH, C_LINGER };
+
+struct conn {
+	struct lr_httpd *srv;
+	struct bufferevent *bev;
+	struct conn *next, *prev;
+	struct lr_httpd_req *req; /* from its head to the end of its response */
+	enum conn_state state;
+	struct lr_httpd_chunked chunks;
+	uint64_t body_left; /* Content-Length bytes still to come */
+	int chunked_body;
+	int keep;           /* the connection stays open after this response */
+	int minor;          /* HTTP/1.minor of the request in hand */
+	int shut;           /* C_LINGER: the write side is shut, dropping input */
+	size_t lingered;
+	char remote[INET6_ADDRSTRLEN + 16];
+};
+
+struct hdr {
+	const char *name, *value;
 };
 
 struct lr_httpd_req {
-	struct lr_httpd *srv; /* NULL once evhttp let go of the request */
-	struct evhttp_request *req;
-	struct evhttp_connection *evcon;
-	struct event *peek;
-	struct evbuffer *chunk; /* reused for each streamed write */
+	struct conn *conn;      /* NULL once the connection is done with it */
+	char *strings;          /* method, path, query, header names and values */
+	const char *method, *path, *query;
+	struct hdr *hdrs;
+	int nhdr;
+	struct evbuffer *body;
+	struct evbuffer *out_headers; /* "Name: value\r\n" lines of the response */
+	struct evbuffer *chunk;       /* staged for the next write */
 	struct evbuffer_cb_entry *drain;
 	size_t drain_low;
 	void (*on_close)(struct lr_httpd_req *r, void *arg);
 	void (*on_drain)(struct lr_httpd_req *r, void *arg);
 	void *arg;
-	const char *method;
 	char remote[INET6_ADDRSTRLEN + 16];
-	unsigned closed : 1, started : 1, finished : 1, freed : 1, aborting : 1, chunked : 1;
-	struct lr_httpd_req *next, *prev;
+	unsigned dispatched : 1, closed : 1, started : 1, finished : 1, freed : 1, aborting : 1,
+		head : 1, chunked : 1, no_body : 1;
 };
 
-static void req_unlink(struct lr_httpd_req *r)
+static const struct timeval io_tv = { IO_TIMEOUT, 0 };
+static const struct timeval linger_tv = { LINGER_TIMEOUT, 0 };
+
+/* ---- requests ---- */
+
+static void req_destroy(struct lr_httpd_req *r)
 {
-	if (!r->srv)
-		return;
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		r->srv->reqs = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	r->next = r->prev = NULL;
-	r->srv = NULL;
+	if (r->body)
+		evbuffer_free(r->body);
+	if (r->out_headers)
+		evbuffer_free(r->out_headers);
+	if (r->chunk)
+		evbuffer_free(r->chunk);
+	free(r->strings);
+	free(r->hdrs);
+	free(r);
 }
 
-static void peek_stop(struct lr_httpd_req *r)
+static struct evbuffer *conn_output(const struct conn *c)
 {
-	if (r->peek) {
-		event_free(r->peek);
-		r->peek = NULL;
-	}
-}
-
-static struct evbuffer *req_output(const struct lr_httpd_req *r)
-{
-	return bufferevent_get_output(evhttp_connection_get_bufferevent(r->evcon));
+	return bufferevent_get_output(c->bev);
 }
 
 void lr_httpd_req_cancel_drain(struct lr_httpd_req *r)
 {
 	if (r->drain) {
-		if (r->req && r->evcon)
-			evbuffer_remove_cb_entry(req_output(r), r->drain);
+		if (r->conn)
+			evbuffer_remove_cb_entry(conn_output(r->conn), r->drain);
 		r->drain = NULL;
 	}
 }
 
-/* evhttp no longer needs r: drop everything tied to its connection. */
-static void req_detach(struct lr_httpd_req *r)
+/* Builds the request from a parsed head; NULL when out of memory. */
+static struct lr_httpd_req *req_new(const char *buf, const struct lr_httpd_head *h,
+				    const char *remote)
 {
-	peek_stop(r);
-	lr_httpd_req_cancel_drain(r);
-	if (r->evcon)
-		evhttp_connection_set_closecb(r->evcon, NULL, NULL);
-	r->req = NULL;
-	r->evcon = NULL;
-	req_unlink(r);
-}
-
-static void req_destroy(struct lr_httpd_req *r)
-{
-	if (r->chunk)
-		evbuffer_free(r->chunk);
-	free(r);
-}
-
-/* The response went out whole; evhttp frees the request after this. */
-static void on_complete(struct evhttp_request *req, void *arg)
-{
-	(void)req;
-	struct lr_httpd_req *r = arg;
-	req_detach(r);
-	if (r->freed)
+	struct lr_httpd_req *r = calloc(1, sizeof *r);
+	if (!r)
+		return NULL;
+	/* method \0 target \0 then name \0 value \0 per header; the target is split in place */
+	size_t need = h->method_len + 1 + h->target_len + 2;
+	for (int i = 0; i < h->nhdr; i++)
+		need += h->hdr[i].nlen + h->hdr[i].vlen + 2;
+	r->strings = malloc(need);
+	r->hdrs = calloc((size_t)h->nhdr + 1, sizeof *r->hdrs);
+	r->body = evbuffer_new();
+	r->out_headers = evbuffer_new();
+	r->chunk = evbuffer_new();
+	if (!r->strings || !r->hdrs || !r->body || !r->out_headers || !r->chunk) {
 		req_destroy(r);
+		return NULL;
+	}
+	char *p = r->strings;
+	r->method = p;
+	memcpy(p, buf + h->method, h->method_len);
+	p += h->method_len;
+	*p++ = 0;
+	char *target = p;
+	memcpy(p, buf + h->target, h->target_len);
+	p[h->target_len] = 0;
+	p += h->target_len + 1;
+	*p++ = 0;
+	char *hash = strchr(target, '#');
+	if (hash)
+		*hash = 0;
+	char *q = strchr(target, '?');
+	if (q) {
+		*q = 0;
+		r->query = q + 1;
+	}
+	r->path = target;
+	for (int i = 0; i < h->nhdr; i++) {
+		r->hdrs[i].name = p;
+		memcpy(p, buf + h->hdr[i].name, h->hdr[i].nlen);
+		p += h->hdr[i].nlen;
+		*p++ = 0;
+		r->hdrs[i].value = p;
+		memcpy(p, buf + h->hdr[i].value, h->hdr[i].vlen);
+		p += h->hdr[i].vlen;
+		*p++ = 0;
+	}
+	r->nhdr = h->nhdr;
+	r->head = h->method_len == 4 && memcmp(buf + h->method, "HEAD", 4) == 0;
+	snprintf(r->remote, sizeof r->remote, "%s", remote);
+	return r;
 }
 
-/* The connection is going down while r is in hand. */
-static void on_conn_close(struct evhttp_connection *evcon, void *arg)
+/* ---- connections ---- */
+
+static void conn_read(struct bufferevent *b, void *arg);
+static void conn_write(struct bufferevent *b, void *arg);
+static void conn_event(struct bufferevent *b, short what, void *arg);
+
+/*
+ * Ends the connection. A request in hand is closed and its owner told
+ * (on_close) unless it is the owner who aborts; one never handed over is
+ * freed. Nothing of c or of its server is touched after on_close.
+ */
+static void conn_free(struct conn *c)
 {
-	(void)evcon;
-	struct lr_httpd_req *r = arg;
-	struct evhttp_request *req = r->req;
-	/* A detached request (connection failure) is ours to free; an attached one evhttp frees next. */
-	lr_httpd_req_cancel_drain(r);
-	int detached = req && evhttp_request_get_connection(req) == NULL;
-	req_detach(r);
-	if (detached)
-		evhttp_request_free(req);
-	r->closed = 1;
-	if (r->freed) {
+	struct lr_httpd *h = c->srv;
+	struct lr_httpd_req *r = c->req;
+	if (r) {
+		lr_httpd_req_cancel_drain(r);
+		r->conn = NULL;
+		c->req = NULL;
+	}
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		h->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	bufferevent_free(c->bev);
+	free(c);
+	if (!r)
+		return;
+	if (!r->dispatched) {
 		req_destroy(r);
 		return;
 	}
+	r->closed = 1;
 	if (!r->aborting && r->on_close)
 		r->on_close(r, r->arg);
 }
 
-static void drop_connection(struct lr_httpd_req *r)
+static const char *reason(int status)
 {
-	/* Runs on_conn_close, which detaches r, before the connection is freed. */
-	evhttp_connection_free(r->evcon);
+	switch (status) {
+	case 100: return "Continue";
+	case 101: return "Switching Protocols";
+	case 200: return "OK";
+	case 201: return "Created";
+	case 202: return "Accepted";
+	case 203: return "Non-Authoritative Information";
+	case 204: return "No Content";
+	case 206: return "Partial Content";
+	case 301: return "Moved Permanently";
+	case 302: return "Found";
+	case 303: return "See Other";
+	case 304: return "Not Modified";
+	case 307: return "Temporary Redirect";
+	case 308: return "Permanent Redirect";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 406: return "Not Acceptable";
+	case 408: return "Request Timeout";
+	case 409: return "Conflict";
+	case 410: return "Gone";
+	case 411: return "Length Required";
+	case 412: return "Precondition Failed";
+	case 413: return "Content Too Large";
+	case 414: return "URI Too Long";
+	case 415: return "Unsupported Media Type";
+	case 416: return "Range Not Satisfiable";
+	case 417: return "Expectation Failed";
+	case 421: return "Misdirected Request";
+	case 422: return "Unprocessable Content";
+	case 426: return "Upgrade Required";
+	case 428: return "Precondition Required";
+	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
+	case 500: return "Internal Server Error";
+	case 501: return "Not Implemented";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
+	case 505: return "HTTP Version Not Supported";
+	}
+	return status < 200 ? "Informational" : status < 300 ? "Success" : status < 400 ? "Redirection"
+	       : status < 500 ? "Client Error" : "Server Error";
 }
 
-/* Peeks at the idle socket: end of file or an error means the client left. */
-static void on_peek(evutil_socket_t fd, short what, void *arg)
+/* "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n", formatted once a second. */
+static const char *date_line(void)
 {
-	(void)what;
-	struct lr_httpd_req *r = arg;
-	char c;
-	ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-	if (n > 0) {
-		/* A pipelined request: we cannot tell any more; evhttp will see the close later. */
-		peek_stop(r);
-		return;
+	static char line[64];
+	static time_t at = -1;
+	time_t now = time(NULL);
+	if (now != at) {
+		struct tm tm;
+		gmtime_r(&now, &tm);
+		strftime(line, sizeof line, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+		at = now;
 	}
-	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-		return;
-	drop_connection(r);
+	return line;
 }
 
-static const char *method_name(enum evhttp_cmd_type t)
+/*
+ * Queues the status line and header block of r's response: the owner's
+ * fields, then Date and the framing. len is the body length of a whole
+ * response, or -1 for a stream (chunked for HTTP/1.1 clients, else
+ * delimited by closing the connection).
+ */
+static int write_head(struct lr_httpd_req *r, int status, int64_t len)
 {
-	switch (t) {
-	case EVHTTP_REQ_GET: return "GET";
-	case EVHTTP_REQ_POST: return "POST";
-	case EVHTTP_REQ_HEAD: return "HEAD";
-	case EVHTTP_REQ_PUT: return "PUT";
-	case EVHTTP_REQ_DELETE: return "DELETE";
-	case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-	case EVHTTP_REQ_TRACE: return "TRACE";
-	case EVHTTP_REQ_CONNECT: return "CONNECT";
-	case EVHTTP_REQ_PATCH: return "PATCH";
+	struct conn *c = r->conn;
+	struct evbuffer *out = conn_output(c);
+	int rc = evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, reason(status)) < 0 ||
+		 evbuffer_add_buffer(out, r->out_headers) != 0 ||
+		 evbuffer_add(out, date_line(), strlen(date_line())) != 0;
+	r->no_body = r->head || status < 200 || status == 204 || status == 304;
+	if (status < 200 || status == 204 || status == 304) {
+		/* no body and no length */
+	} else if (len >= 0) {
+		rc |= evbuffer_add_printf(out, "Content-Length: %lld\r\n", (long long)len) < 0;
+	} else if (c->minor >= 1) {
+		r->chunked = 1;
+		rc |= evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28) != 0;
 	}
-	return NULL;
-}
-
-static void on_http_request(struct evhttp_request *req, void *arg)
-{
-	struct lr_httpd *h = arg;
-	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-	const char *method = method_name(evhttp_request_get_command(req));
-	struct lr_httpd_req *r = calloc(1, sizeof *r);
-	if (!r || !method || !evcon || !(r->chunk = evbuffer_new())) {
-		if (r)
-			req_destroy(r);
-		evhttp_send_error(req, method ? HTTP_SERVUNAVAIL : HTTP_NOTIMPLEMENTED, NULL);
-		return;
-	}
-	r->req = req;
-	r->evcon = evcon;
-	r->method = method;
-
-	char *addr = NULL;
-	ev_uint16_t port = 0;
-	evhttp_connection_get_peer(evcon, &addr, &port);
-	if (addr && strchr(addr, ':'))
-		snprintf(r->remote, sizeof r->remote, "[%s]:%u", addr, (unsigned)port);
+	if (len < 0 && !r->chunked)
+		c->keep = 0; /* the end of the stream is the end of the connection */
+	if (!c->keep)
+		rc |= evbuffer_add(out, "Connection: close\r\n\r\n", 21) != 0;
+	else if (c->minor == 0)
+		rc |= evbuffer_add(out, "Connection: keep-alive\r\n\r\n", 26) != 0;
 	else
-		snprintf(r->remote, sizeof r->remote, "%s:%u", addr ? addr : "", (unsigned)port);
+		rc |= evbuffer_add(out, "\r\n", 2) != 0;
+	return rc ? -ENOMEM : 0;
+}
 
-	r->srv = h;
-	r->next = h->reqs;
-	if (h->reqs)
-		h->reqs->prev = r;
-	h->reqs = r;
-	evhttp_request_set_on_complete_cb(req, on_complete, r);
-	evhttp_connection_set_closecb(evcon, on_conn_close, r);
+/* The client gets a JSON error and the connection closes, after a linger. */
+static void conn_refuse(struct conn *c, int which, int status, const char *message)
+{
+	struct lr_httpd *h = c->srv;
+	h->refused[which]++;
+	if (c->req) {
+		req_destroy(c->req); /* never handed over */
+		c->req = NULL;
+	}
+	char body[512];
+	int n = snprintf(body, sizeof body,
+			 "{\"error\":{\"code\":\"%s\",\"message\":\"%s\",\"retryable\":false}}",
+			 refusal_codes[which], message);
+	struct evbuffer *out = conn_output(c);
+	evbuffer_add_printf(out,
+			    "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+			    "Cache-Control: no-store\r\n%sContent-Length: %d\r\n"
+			    "Connection: close\r\n\r\n%s",
+			    status, reason(status), date_line(), n, body);
+	c->state = C_LINGER;
+	c->keep = 0;
+	/* input stays off until the answer is out: then dropped, not parsed */
+	bufferevent_disable(c->bev, EV_READ);
+	bufferevent_set_timeouts(c->bev, NULL, &io_tv);
+	bufferevent_enable(c->bev, EV_WRITE);
+}
 
-	evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(evcon));
-	r->peek = event_new(lr_loop_base(h->loop), fd, EV_READ | EV_PERSIST, on_peek, r);
-	if (r->peek && event_add(r->peek, NULL) != 0)
-		peek_stop(r);
+/* The request in hand goes to its owner. Nothing of c is touched after on_request. */
+static void conn_dispatch(struct conn *c)
+{
+	struct lr_httpd *h = c->srv;
+	struct lr_httpd_req *r = c->req;
+	c->state = C_HANDLER;
+	r->dispatched = 1;
+	/* no read timeout while the owner thinks, but reading on: a hang-up is end of file */
+	bufferevent_set_timeouts(c->bev, NULL, &io_tv);
+	bufferevent_setwatermark(c->bev, EV_READ, 0, h->max_headers);
+	bufferevent_enable(c->bev, EV_READ);
 	h->on_request(r, h->arg);
+}
+
+/*
+ * Moves body bytes from the input into the request: 1 when the body is
+ * whole, 0 when more must come, LR_ETOOBIG over max_body, -EMSGSIZE when
+ * the trailer fields are over their cap, LR_EPARSE, -ENOMEM.
+ */
+static int read_body(struct conn *c)
+{
+	struct lr_httpd *h = c->srv;
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	struct lr_httpd_req *r = c->req;
+	if (!c->chunked_body) {
+		size_t n = evbuffer_get_length(in);
+		if (n > c->body_left)
+			n = (size_t)c->body_left;
+		if (n && evbuffer_remove_buffer(in, r->body, n) != (int)n)
+			return -ENOMEM;
+		c->body_left -= n;
+		return c->body_left == 0;
+	}
+	for (;;) {
+		size_t len = evbuffer_get_length(in);
+		/* a step looks at one contiguous piece: at most a line, or a run of data */
+		size_t look = len < 4096 ? len : 4096;
+		const char *p = look ? (const char *)evbuffer_pullup(in, (ev_ssize_t)look) : "";
+		if (look && !p)
+			return -ENOMEM;
+		size_t used;
+		int rc = lr_httpd_chunked_step(&c->chunks, p, look, &used);
+		if (rc == -EAGAIN)
+			return 0;
+		if (rc == LR_ETOOBIG)
+			return -EMSGSIZE; /* the trailer, not the body */
+		if (rc == LR_EPARSE)
+			return rc;
+		if (rc == LR_HTTPD_CHUNK_DATA) {
+			if (evbuffer_get_length(r->body) + used > h->max_body)
+				return LR_ETOOBIG;
+			if (evbuffer_remove_buffer(in, r->body, used) != (int)used)
+				return -ENOMEM;
+			continue;
+		}
+		evbuffer_drain(in, used);
+		if (rc == LR_HTTPD_CHUNK_DONE)
+			return 1;
+	}
+}
+
+static void refuse_body_too_large(struct conn *c)
+{
+	char msg[96];
+	snprintf(msg, sizeof msg, "the request body is over %zu bytes", c->srv->max_body);
+	conn_refuse(c, REF_BODY, 413, msg);
+}
+
+/* Reads what the input holds as far as it goes: heads, bodies, then a dispatch. */
+static void conn_advance(struct conn *c)
+{
+	struct lr_httpd *h = c->srv;
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	for (;;) {
+		if (c->state == C_LINGER) {
+			size_t n = evbuffer_get_length(in);
+			evbuffer_drain(in, n);
+			c->lingered += n;
+			if (c->shut && c->lingered > LINGER_MAX)
+				conn_free(c);
+			return;
+		}
+		if (c->state == C_HEAD) {
+			size_t len = evbuffer_get_length(in);
+			if (len == 0)
+				return;
+			size_t look = len < h->max_headers ? len : h->max_headers;
+			const char *buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)look);
+			struct lr_httpd_head head;
+			int rc = buf ? lr_httpd_head_parse(buf, look, h->max_headers, &head) : -ENOMEM;
+			if (rc == -EAGAIN)
+				return;
+			if (rc == -ENOMEM) {
+				conn_free(c);
+				return;
+			}
+			if (rc) {
+				conn_refuse(c, head.status == 431 ? REF_HEADERS
+					       : head.status == 417 ? REF_EXPECT : REF_MALFORMED,
+					    head.status, head.why);
+				continue;
+			}
+			struct lr_httpd_req *r = req_new(buf, &head, c->remote);
+			if (!r) {
+				conn_free(c);
+				return;
+			}
+			r->conn = c;
+			c->req = r;
+			c->minor = head.minor;
+			c->keep = head.minor >= 1 ? !head.close : head.keep_alive && !head.close;
+			c->chunked_body = head.chunked;
+			c->body_left = head.content_length > 0 ? (uint64_t)head.content_length : 0;
+			evbuffer_drain(in, head.len);
+			if (head.content_length > 0 && (uint64_t)head.content_length > h->max_body) {
+				refuse_body_too_large(c);
+				continue;
+			}
+			if (c->chunked_body)
+				lr_httpd_chunked_init(&c->chunks, h->max_headers);
+			if (!c->chunked_body && c->body_left == 0) {
+				conn_dispatch(c);
+				return;
+			}
+			if (head.expect_continue && evbuffer_get_length(in) == 0)
+				evbuffer_add(conn_output(c), "HTTP/1.1 100 Continue\r\n\r\n", 25);
+			c->state = C_BODY;
+		}
+		if (c->state == C_BODY) {
+			int rc = read_body(c);
+			if (rc == 0)
+				return;
+			if (rc == 1) {
+				conn_dispatch(c);
+				return;
+			}
+			if (rc == -ENOMEM) {
+				conn_free(c);
+				return;
+			}
+			if (rc == LR_ETOOBIG)
+				refuse_body_too_large(c);
+			else if (rc == -EMSGSIZE)
+				conn_refuse(c, REF_HEADERS, 431, "the trailer fields are too large");
+			else
+				conn_refuse(c, REF_MALFORMED, 400, "malformed chunked body");
+			continue;
+		}
+		return; /* C_HANDLER, C_FLUSH: the next request waits its turn */
+	}
+}
+
+static void conn_read(struct bufferevent *b, void *arg)
+{
+	(void)b;
+	conn_advance(arg);
+}
+
+/*
+ * The response went out whole: the next request, or close. A stream
+ * answering HEAD is whole once its head is out: the owner, still
+ * streaming into nothing, is told as if the client had left.
+ */
+static void conn_done(struct conn *c)
+{
+	struct lr_httpd_req *r = c->req, *ended = NULL;
+	if (r) {
+		lr_httpd_req_cancel_drain(r);
+		r->conn = NULL;
+		c->req = NULL;
+		if (r->freed) {
+			req_destroy(r);
+		} else if (!r->finished) {
+			r->closed = 1;
+			ended = r;
+		}
+	}
+	if (!c->keep) {
+		conn_free(c);
+	} else {
+		c->state = C_HEAD;
+		bufferevent_set_timeouts(c->bev, &io_tv, &io_tv);
+		bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+		bufferevent_enable(c->bev, EV_READ);
+		conn_advance(c);
+	}
+	/* last: it may close the server; c may be gone already */
+	if (ended && ended->on_close)
+		ended->on_close(ended, ended->arg);
+}
+
+static void conn_write(struct bufferevent *b, void *arg)
+{
+	struct conn *c = arg;
+	if (evbuffer_get_length(bufferevent_get_output(b)) != 0)
+		return;
+	if (c->state == C_FLUSH) {
+		conn_done(c);
+	} else if (c->state == C_LINGER && !c->shut) {
+		/* the answer is out: stop writing, drop what still comes for a while */
+		c->shut = 1;
+		shutdown(bufferevent_getfd(b), SHUT_WR);
+		bufferevent_set_timeouts(b, &linger_tv, NULL);
+		bufferevent_setwatermark(b, EV_READ, 0, 0);
+		bufferevent_enable(b, EV_READ);
+		conn_advance(c);
+	}
+}
+
+static void conn_event(struct bufferevent *b, short what, void *arg)
+{
+	(void)b;
+	(void)what;
+	/* end of file, an error or a timeout, in any state: the connection is over */
+	conn_free(arg);
+}
+
+static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
+		      int salen, void *arg)
+{
+	(void)lev;
+	(void)salen;
+	struct lr_httpd *h = arg;
+	struct conn *c = calloc(1, sizeof *c);
+	struct bufferevent *b = c ? bufferevent_socket_new(lr_loop_base(h->loop), fd,
+		BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS) : NULL;
+	if (!b) {
+		free(c);
+		evutil_closesocket(fd);
+		return;
+	}
+	char addr[INET6_ADDRSTRLEN] = "";
+	unsigned port = 0;
+	if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+		inet_ntop(AF_INET6, &s6->sin6_addr, addr, sizeof addr);
+		port = ntohs(s6->sin6_port);
+		snprintf(c->remote, sizeof c->remote, "[%s]:%u", addr, port);
+	} else if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
+		inet_ntop(AF_INET, &s4->sin_addr, addr, sizeof addr);
+		port = ntohs(s4->sin_port);
+		snprintf(c->remote, sizeof c->remote, "%s:%u", addr, port);
+	}
+	c->srv = h;
+	c->bev = b;
+	c->state = C_HEAD;
+	c->next = h->conns;
+	if (h->conns)
+		h->conns->prev = c;
+	h->conns = c;
+	bufferevent_setcb(b, conn_read, conn_write, conn_event, c);
+	bufferevent_set_timeouts(b, &io_tv, &io_tv);
+	bufferevent_enable(b, EV_READ | EV_WRITE);
 }
 
 int lr_httpd_open(struct lr_loop *loop, const struct lr_httpd_config *cfg,
@@ -279,39 +660,24 @@ int lr_httpd_open(struct lr_loop *loop, const struct lr_httpd_config *cfg,
 						: ntohs(((struct sockaddr_in *)&ss)->sin_port);
 
 	struct lr_httpd *h = calloc(1, sizeof *h);
-	struct evhttp *http = evhttp_new(lr_loop_base(loop));
 	/* Accepted sockets inherit close-on-exec from the listener's flags. */
-	struct evconnlistener *lev = http ? evconnlistener_new(lr_loop_base(loop), NULL, NULL,
+	struct evconnlistener *lev = h ? evconnlistener_new(lr_loop_base(loop), on_accept, h,
 		LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE, 0, fd) : NULL;
-	if (!h || !lev || !evhttp_bind_listener(http, lev)) {
-		if (lev)
-			evconnlistener_free(lev);
-		else
-			close(fd);
-		if (http)
-			evhttp_free(http);
+	if (!lev) {
+		close(fd);
 		free(h);
 		return -ENOMEM;
 	}
-	evhttp_set_max_body_size(http, (ev_ssize_t)cfg->max_body);
-	evhttp_set_max_headers_size(http, (ev_ssize_t)cfg->max_headers);
-	evhttp_set_default_content_type(http, NULL);
-	evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-				   EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
-				   EVHTTP_REQ_PATCH);
-	/* Drain an oversized body before the 413, so the client reads it instead of a reset. */
-	evhttp_set_flags(http, EVHTTP_SERVER_LINGERING_CLOSE);
-	/* Without a timeout an idle or slow-loris connection would stay forever. */
-	evhttp_set_timeout(http, IO_TIMEOUT);
-	evhttp_set_gencb(http, on_http_request, h);
 
 	struct sigaction sa;
 	if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL)
 		signal(SIGPIPE, SIG_IGN);
 
 	h->loop = loop;
-	h->http = http;
+	h->lev = lev;
 	h->port = port;
+	h->max_body = cfg->max_body;
+	h->max_headers = cfg->max_headers;
 	h->on_request = cfg->on_request;
 	h->arg = cfg->arg;
 	*out = h;
@@ -327,11 +693,21 @@ void lr_httpd_close(struct lr_httpd *h)
 {
 	if (!h)
 		return;
-	/* Frees the listener and every connection; each request in hand gets on_close. */
-	evhttp_free(h->http);
-	while (h->reqs) /* NEVER: on_conn_close unlinked them all */
-		req_unlink(h->reqs);
+	evconnlistener_free(h->lev);
+	/* each request in hand gets on_close, synchronously */
+	while (h->conns)
+		conn_free(h->conns);
 	free(h);
+}
+
+const char *lr_httpd_refusal_code(int i)
+{
+	return i >= 0 && i < LR_HTTPD_REFUSALS ? refusal_codes[i] : NULL;
+}
+
+void lr_httpd_refusals(const struct lr_httpd *h, uint64_t out[LR_HTTPD_REFUSALS])
+{
+	memcpy(out, h->refused, sizeof h->refused);
 }
 
 const char *lr_httpd_req_method(const struct lr_httpd_req *r)
@@ -341,17 +717,12 @@ const char *lr_httpd_req_method(const struct lr_httpd_req *r)
 
 const char *lr_httpd_req_path(const struct lr_httpd_req *r)
 {
-	if (!r->req)
-		return "/";
-	const char *p = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(r->req));
-	return p && *p ? p : "/";
+	return *r->path ? r->path : "/";
 }
 
 const char *lr_httpd_req_query(const struct lr_httpd_req *r)
 {
-	if (!r->req)
-		return NULL;
-	return evhttp_uri_get_query(evhttp_request_get_evhttp_uri(r->req));
+	return r->query;
 }
 
 const char *lr_httpd_req_remote(const struct lr_httpd_req *r)
@@ -361,32 +732,24 @@ const char *lr_httpd_req_remote(const struct lr_httpd_req *r)
 
 const char *lr_httpd_req_body(const struct lr_httpd_req *r, size_t *len)
 {
-	*len = 0;
-	if (!r->req)
-		return "";
-	struct evbuffer *b = evhttp_request_get_input_buffer(r->req);
-	*len = evbuffer_get_length(b);
+	*len = evbuffer_get_length(r->body);
 	if (*len == 0)
 		return "";
-	return (const char *)evbuffer_pullup(b, -1);
+	const char *p = (const char *)evbuffer_pullup(r->body, -1);
+	if (!p)
+		*len = 0;
+	return p ? p : "";
 }
 
 const void *lr_httpd_req_header_next(const struct lr_httpd_req *r, const void *cursor,
 				     const char **name, const char **value)
 {
-	const struct evkeyval *kv;
-	if (!cursor) {
-		if (!r->req)
-			return NULL;
-		kv = TAILQ_FIRST(evhttp_request_get_input_headers(r->req));
-	} else {
-		kv = TAILQ_NEXT((const struct evkeyval *)cursor, next);
-	}
-	if (!kv)
+	const struct hdr *e = cursor ? (const struct hdr *)cursor + 1 : r->hdrs;
+	if (e >= r->hdrs + r->nhdr)
 		return NULL;
-	*name = kv->key;
-	*value = kv->value;
-	return kv;
+	*name = e->name;
+	*value = e->value;
+	return e;
 }
 
 static int is_tchar(unsigned char c)
@@ -404,19 +767,19 @@ int lr_httpd_req_add_header(struct lr_httpd_req *r, const char *name, const char
 			return -EINVAL;
 	if (strpbrk(value, "\r\n"))
 		return -EINVAL;
-	if (r->closed || !r->req)
+	if (strcasecmp(name, "content-length") == 0 || strcasecmp(name, "transfer-encoding") == 0 ||
+	    strcasecmp(name, "connection") == 0)
+		return -EINVAL;
+	if (r->closed || !r->conn)
 		return LR_ECLOSED;
 	if (r->started || r->finished)
 		return -EINVAL;
-	return evhttp_add_header(evhttp_request_get_output_headers(r->req), name, value) == 0
-		       ? 0 : -ENOMEM;
+	return evbuffer_add_printf(r->out_headers, "%s: %s\r\n", name, value) < 0 ? -ENOMEM : 0;
 }
 
 static int req_check_open(const struct lr_httpd_req *r)
 {
-	if (r->closed || !r->req || !evhttp_request_get_connection(r->req))
-		return LR_ECLOSED;
-	return 0;
+	return r->closed || !r->conn ? LR_ECLOSED : 0;
 }
 
 int lr_httpd_req_reply(struct lr_httpd_req *r, int status, const void *body, size_t len)
@@ -426,13 +789,12 @@ int lr_httpd_req_reply(struct lr_httpd_req *r, int status, const void *body, siz
 		return rc;
 	if (r->started || r->finished)
 		return -EINVAL;
-	if (evbuffer_add(r->chunk, body, len) != 0)
+	struct conn *c = r->conn;
+	if (write_head(r, status, (int64_t)len) != 0 ||
+	    (!r->no_body && len && evbuffer_add(conn_output(c), body, len) != 0))
 		return -ENOMEM;
-	peek_stop(r);
 	r->finished = 1;
-	/* May complete synchronously: on_complete then detaches r. */
-	evhttp_send_reply(r->req, status, NULL, r->chunk);
-	evbuffer_drain(r->chunk, evbuffer_get_length(r->chunk));
+	c->state = C_FLUSH;
 	return 0;
 }
 
@@ -443,19 +805,11 @@ int lr_httpd_req_start(struct lr_httpd_req *r, int status)
 		return rc;
 	if (r->started || r->finished)
 		return -EINVAL;
-	peek_stop(r);
+	if (write_head(r, status, -1) != 0)
+		return -ENOMEM;
 	r->started = 1;
-	evhttp_send_reply_start(r->req, status, NULL);
-	/* evhttp chose chunked framing (HTTP/1.1, no Content-Length): lr_httpd_req_send frames itself */
-	const char *te = evhttp_find_header(evhttp_request_get_output_headers(r->req),
-					    "Transfer-Encoding");
-	r->chunked = te && evutil_ascii_strcasecmp(te, "chunked") == 0;
-	/*
-	 * A stream may be quiet for long and its client sends nothing: keep
-	 * only the write timeout (a reader that stops reading is dropped).
-	 */
-	const struct timeval wtv = { IO_TIMEOUT, 0 };
-	bufferevent_set_timeouts(evhttp_connection_get_bufferevent(r->evcon), NULL, &wtv);
+	if (r->no_body) /* HEAD (or a status without a body): the head is all of it */
+		r->conn->state = C_FLUSH;
 	return 0;
 }
 
@@ -486,23 +840,44 @@ int lr_httpd_req_append_lines(struct lr_httpd_req *r, const char *prefix, const 
 	}
 }
 
+/* Frames the staged chunk for the wire: chunked framing, or nothing at all for HEAD. */
+static int frame_chunk(struct lr_httpd_req *r)
+{
+	size_t n = evbuffer_get_length(r->chunk);
+	if (r->no_body) {
+		evbuffer_drain(r->chunk, n);
+		return 0;
+	}
+	if (r->chunked) {
+		char head[24];
+		int hl = snprintf(head, sizeof head, "%zx\r\n", n);
+		if (evbuffer_prepend(r->chunk, head, (size_t)hl) != 0 ||
+		    evbuffer_add(r->chunk, "\r\n", 2) != 0) {
+			evbuffer_drain(r->chunk, evbuffer_get_length(r->chunk));
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
 int lr_httpd_req_write(struct lr_httpd_req *r, const void *p, size_t n)
 {
 	int rc = req_check_open(r);
-	if (rc) {
+	if (rc || !r->started || r->finished) {
 		evbuffer_drain(r->chunk, evbuffer_get_length(r->chunk));
-		return rc;
-	}
-	if (!r->started || r->finished) {
-		evbuffer_drain(r->chunk, evbuffer_get_length(r->chunk));
-		return -EINVAL;
+		return rc ? rc : -EINVAL;
 	}
 	if (n && evbuffer_add(r->chunk, p, n) != 0)
 		return -ENOMEM;
 	if (evbuffer_get_length(r->chunk) == 0) /* an empty chunk would end the response */
 		return 0;
-	evhttp_send_reply_chunk(r->req, r->chunk); /* moves the bytes, no copy */
-	evbuffer_drain(r->chunk, evbuffer_get_length(r->chunk));
+	if (frame_chunk(r) != 0)
+		return -ENOMEM;
+	if (evbuffer_get_length(r->chunk) &&
+	    evbuffer_add_buffer(conn_output(r->conn), r->chunk) != 0) { /* moves, no copy */
+		evbuffer_drain(r->chunk, evbuffer_get_length(r->chunk));
+		return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -516,24 +891,16 @@ int lr_httpd_req_write(struct lr_httpd_req *r, const void *p, size_t n)
 int lr_httpd_req_send(struct lr_httpd_req *r)
 {
 	int rc = req_check_open(r);
-	if (rc || !r->started || r->finished || strcmp(r->method, "HEAD") == 0)
+	if (rc || !r->started || r->finished || r->no_body)
 		return lr_httpd_req_write(r, NULL, 0);
-	size_t n = evbuffer_get_length(r->chunk);
-	if (n == 0)
+	if (evbuffer_get_length(r->chunk) == 0)
 		return 0;
-	struct bufferevent *bev = evhttp_connection_get_bufferevent(r->evcon);
+	struct bufferevent *bev = r->conn->bev;
 	if (evbuffer_get_length(bufferevent_get_output(bev)) != 0)
 		return lr_httpd_req_write(r, NULL, 0);
-	if (r->chunked) {
-		char head[24];
-		int hl = snprintf(head, sizeof head, "%zx\r\n", n);
-		if (evbuffer_prepend(r->chunk, head, (size_t)hl) != 0 ||
-		    evbuffer_add(r->chunk, "\r\n", 2) != 0) {
-			evbuffer_drain(r->chunk, evbuffer_get_length(r->chunk));
-			return -ENOMEM;
-		}
-	}
-	/* An error leaves the bytes queued: libevent's own write meets it and closes. */
+	if (frame_chunk(r) != 0)
+		return -ENOMEM;
+	/* An error leaves the bytes queued: the bufferevent's own write meets it and closes. */
 	evbuffer_write(r->chunk, bufferevent_getfd(bev));
 	if (evbuffer_get_length(r->chunk) != 0 && bufferevent_write_buffer(bev, r->chunk) != 0) {
 		evbuffer_drain(r->chunk, evbuffer_get_length(r->chunk));
@@ -549,8 +916,14 @@ int lr_httpd_req_finish(struct lr_httpd_req *r)
 		return rc;
 	if (!r->started || r->finished)
 		return -EINVAL;
+	struct conn *c = r->conn;
+	if (r->chunked && !r->no_body && evbuffer_add(conn_output(c), "0\r\n\r\n", 5) != 0)
+		return -ENOMEM;
 	r->finished = 1;
-	evhttp_send_reply_end(r->req); /* may complete synchronously */
+	c->state = C_FLUSH;
+	/* nothing left to write: the write callback would not come by itself */
+	if (evbuffer_get_length(conn_output(c)) == 0)
+		bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 	return 0;
 }
 
@@ -558,12 +931,12 @@ void lr_httpd_req_abort(struct lr_httpd_req *r)
 {
 	if (r->closed)
 		return;
-	if (!r->req || !r->evcon) {
+	if (!r->conn) {
 		r->closed = 1;
 		return;
 	}
 	r->aborting = 1;
-	drop_connection(r);
+	conn_free(r->conn);
 	r->aborting = 0;
 }
 
@@ -574,9 +947,9 @@ int lr_httpd_req_closed(const struct lr_httpd_req *r)
 
 size_t lr_httpd_req_buffered(const struct lr_httpd_req *r)
 {
-	if (r->closed || !r->req || !r->evcon)
+	if (r->closed || !r->conn)
 		return 0;
-	return evbuffer_get_length(req_output(r));
+	return evbuffer_get_length(conn_output(r->conn));
 }
 
 void lr_httpd_req_set_callbacks(struct lr_httpd_req *r,
@@ -603,13 +976,13 @@ static void on_output_change(struct evbuffer *buf, const struct evbuffer_cb_info
 
 int lr_httpd_req_notify_drain(struct lr_httpd_req *r, size_t low)
 {
-	if (r->closed || !r->req || !r->evcon)
+	if (r->closed || !r->conn)
 		return LR_ECLOSED;
 	lr_httpd_req_cancel_drain(r);
-	if (evbuffer_get_length(req_output(r)) <= low)
+	if (evbuffer_get_length(conn_output(r->conn)) <= low)
 		return 1;
 	r->drain_low = low;
-	r->drain = evbuffer_add_cb(req_output(r), on_output_change, r);
+	r->drain = evbuffer_add_cb(conn_output(r->conn), on_output_change, r);
 	return r->drain ? 0 : -ENOMEM;
 }
 
@@ -620,22 +993,20 @@ void lr_httpd_req_free(struct lr_httpd_req *r)
 	r->on_close = NULL;
 	r->on_drain = NULL;
 	r->freed = 1;
-	if (!r->req) {
+	struct conn *c = r->conn;
+	if (!c) {
 		req_destroy(r);
 		return;
 	}
-	if (!r->finished) {
-		/* Unanswered: drop the connection; on_conn_close frees r. */
-		if (r->evcon && evhttp_request_get_connection(r->req)) {
-			drop_connection(r);
-			return;
-		}
-		struct evhttp_request *req = r->req;
-		req_detach(r);
-		evhttp_request_free(req);
+	if (!r->finished && !(r->started && r->no_body)) {
+		/* Unanswered, or a stream not ended: the client must see it broken. */
+		conn_free(c);
 		req_destroy(r);
 		return;
 	}
-	/* Finished and still sending: on_complete or on_conn_close frees r. */
+	/* Finished (or a head that is all of it) and still sending: the connection goes on without it. */
 	lr_httpd_req_cancel_drain(r);
+	r->conn = NULL;
+	c->req = NULL;
+	req_destroy(r);
 }

@@ -13,6 +13,13 @@
  * its pid, which is also the process-group id, so kill(-pgid) can never
  * reach a stranger's group, even after the leader exited and left
  * background children behind.
+ *
+ * Why a lifeline rather than a parent death signal for the sandbox helper:
+ * PR_SET_PDEATHSIG fires when the parent *thread* exits, and it is set in
+ * the child after the fork, racing the parent's death. A pipe whose write
+ * end only the host holds (close-on-exec, so no other child inherits it)
+ * ends exactly when the host process ends, however it ends, or when the
+ * host closes it; a child that starts after that sees EOF at once.
  */
 #include "internal.h"
 
@@ -52,6 +59,8 @@ struct lr_proc {
 	int timed_out;
 	struct lr_timer timer;
 	int has_timer;
+	int life;     /* our copy of the child's lifeline (lr_proc_opts.lifeline_fd), or -1 */
+	int has_life; /* spawned with one: never signalled to end, only the lifeline closed */
 
 	int in_fd;
 	struct lr_watch inw;
@@ -224,6 +233,24 @@ static void on_stderr(struct lr_watch *w, int events, void *arg)
 	on_output(p, &p->out[2]);
 }
 
+/*
+ * Ends the child the way it asked for: its lifeline closed (the child then
+ * ends everything it started), or SIGKILL to its group. Returns 1 for a
+ * child with a lifeline (closed now or before).
+ */
+static int end_child(struct lr_proc *p)
+{
+	if (p->has_life) {
+		if (p->life >= 0)
+			close(p->life);
+		p->life = -1;
+		return 1;
+	}
+	if (p->pid > 0)
+		kill(-p->pid, SIGKILL);
+	return 0;
+}
+
 static void orphan_free(struct lr_proc *p)
 {
 	if (p->oprev)
@@ -297,7 +324,7 @@ static void on_timeout(struct lr_timer *t, void *arg)
 	if (lr_proc_done(p))
 		return;
 	p->timed_out = 1;
-	kill(-p->pid, SIGKILL);
+	end_child(p);
 	emit(p, LR_PROC_EV_EXIT);
 }
 
@@ -339,7 +366,7 @@ int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
 		return -ENOMEM;
 	}
 	p->loop = loop;
-	p->pidfd = p->in_fd = p->out[1].fd = p->out[2].fd = p->out[0].fd = -1;
+	p->pidfd = p->in_fd = p->out[1].fd = p->out[2].fd = p->out[0].fd = p->life = -1;
 	p->out_drop = o->out_drop;
 	lr_buf_init(&p->inq, SIZE_MAX);
 	for (int i = 1; i <= 2; i++) {
@@ -360,6 +387,13 @@ int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
 		}
 	}
 
+	if (o->lifeline_fd > 2) {
+		p->has_life = 1;
+		if ((p->life = fcntl(o->lifeline_fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+			rc = -errno;
+			goto fail_sys;
+		}
+	}
 	if ((rc = posix_spawn_file_actions_init(&fa)) != 0) {
 		rc = -rc;
 		goto fail_sys;
@@ -445,7 +479,7 @@ int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
 	p->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	if (p->pidfd < 0) {
 		rc = -errno;
-		kill(-pid, SIGKILL);
+		end_child(p);
 		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
 		}
 		goto fail_sys;
@@ -499,6 +533,8 @@ fail_sys:
 	snprintf(err, LR_PROC_ERRLEN, "cannot start '%s': %s", file, lr_strerror(rc));
 out:
 	if (p) {
+		if (p->life >= 0)
+			close(p->life);
 		lr_buf_release(&p->inq);
 		lr_buf_release(&p->out[1].buf);
 		lr_buf_release(&p->out[2].buf);
@@ -549,6 +585,8 @@ int lr_proc_done(const struct lr_proc *p)
 
 int lr_proc_kill(struct lr_proc *p, int signo)
 {
+	if (signo == SIGKILL && end_child(p))
+		return 0;
 	if (kill(-p->pid, signo) < 0)
 		return -errno;
 	return 0;
@@ -637,7 +675,7 @@ void lr_proc_close(struct lr_proc *p)
 		return;
 	p->on_event = NULL;
 	/* The leader is not reaped yet, so -pid is still our group. */
-	kill(-p->pid, SIGKILL);
+	end_child(p);
 	if (p->has_timer)
 		lr_timer_release(&p->timer);
 	p->has_timer = 0;

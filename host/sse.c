@@ -38,7 +38,7 @@ void lr_sse_release(struct lr_sse *p)
 	lr_buf_release(&p->id);
 }
 
-static int sse_dispatch(struct lr_sse *p, lr_sse_cb cb, void *arg)
+static int sse_dispatch(struct lr_sse *p, lr_sse_cb cb, void *arg, int unterminated)
 {
 	if (!p->has_data) {
 		/* Spec: an empty data buffer dispatches nothing and resets the name. */
@@ -58,6 +58,7 @@ static int sse_dispatch(struct lr_sse *p, lr_sse_cb cb, void *arg)
 	ev.id = p->id.len ? p->id.data : NULL;
 	ev.id_len = p->id.len;
 	ev.retry = p->retry;
+	ev.unterminated = unterminated;
 	int rc = cb(arg, &ev);
 	lr_buf_reset(&p->data);
 	lr_buf_reset(&p->type);
@@ -76,7 +77,7 @@ static int sse_set(struct lr_buf *b, const char *v, size_t n)
 static int sse_line(struct lr_sse *p, const char *line, size_t n, lr_sse_cb cb, void *arg)
 {
 	if (n == 0)
-		return sse_dispatch(p, cb, arg);
+		return sse_dispatch(p, cb, arg, 0);
 	if (line[0] == ':')
 		return 0;
 	const char *colon = memchr(line, ':', n);
@@ -200,5 +201,5 @@ int lr_sse_finish(struct lr_sse *p, lr_sse_cb cb, void *arg)
 		if (rc)
 			return p->status = rc;
 	}
-	return p->status = sse_dispatch(p, cb, arg);
+	return p->status = sse_dispatch(p, cb, arg, 1);
 }

@@ -364,7 +364,7 @@ int lr_bundle_run(struct lr_state *S, const char *path, int argc, char **argv)
 	if (lua_pcall(L, 2, 1, -4) != LUA_OK) {
 		if (!h.owned)
 			lr_bundle_free(b);
-		fprintf(stderr, "luarig: %s\n", lua_tostring(L, -1));
+		lr__report_error(S, NULL, lua_tostring(L, -1));
 		lua_pop(L, 2);
 		return 1;
 	}

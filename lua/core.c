@@ -23,5 +23,6 @@ int luaopen_rig_core(lua_State *L)
 	lr__session_open(L);
 	lr__workspace_open(L);
 	lr__term_open(L);
+	lr__mcp_open(L);
 	return 1;
 }

@@ -63,7 +63,7 @@ static const char *const request_fields[] = {
 };
 static const char *const stream_fields[] = {
 	"method", "url", "headers", "body", "timeout", "connect_timeout", "header_timeout",
-	"idle_timeout", "follow_redirects", "max_body", "max_line", "max_event", NULL
+	"idle_timeout", "follow_redirects", "max_body", "max_line", "max_event", "events", NULL
 };
 
 static int is_token(const char *s, size_t n)
@@ -174,6 +174,15 @@ static void check_opts(lua_State *L, const char *fname, int stream, struct lr_ht
 		o->max_event = opt_size(L, fname, "max_event", MAX_EVENT);
 		o->max_queue = MAX_QUEUE;
 		o->max_error_body = o->max_body < MAX_ERROR_BODY ? o->max_body : MAX_ERROR_BODY;
+		t = lua_getfield(L, 1, "events");
+		if (t != LUA_TNIL) {
+			const char *ev = t == LUA_TSTRING ? lua_tostring(L, -1) : "";
+			if (strcmp(ev, "auto") == 0)
+				o->sse_auto = 1;
+			else if (strcmp(ev, "sse") != 0)
+				luaL_error(L, "%s: option 'events' must be \"sse\" or \"auto\"", fname);
+		}
+		lua_pop(L, 1);
 	}
 
 	/* Headers: "name: value" strings kept in a table at the top of the stack. */
@@ -422,10 +431,15 @@ static int stream_step(lua_State *L, struct stream *s)
 				lua_pushlstring(L, e.type, e.type_len);
 			else
 				lua_pushliteral(L, "message");
+			int n = 2;
+			if (e.unterminated) {
+				lua_pushboolean(L, 1);
+				n = 3;
+			}
 			lr_http_consume(s->req);
-			return 2;
+			return n;
 		}
-		lua_createtable(L, 0, 2 + (e.id != NULL) + (e.retry >= 0));
+		lua_createtable(L, 0, 2 + (e.id != NULL) + (e.retry >= 0) + e.unterminated);
 		lua_pushlstring(L, e.type, e.type_len);
 		lua_setfield(L, -2, "event");
 		lua_pushlstring(L, e.data, e.data_len);
@@ -437,6 +451,10 @@ static int stream_step(lua_State *L, struct stream *s)
 		if (e.retry >= 0) {
 			lua_pushinteger(L, e.retry);
 			lua_setfield(L, -2, "retry");
+		}
+		if (e.unterminated) {
+			lua_pushboolean(L, 1);
+			lua_setfield(L, -2, "unterminated");
 		}
 		lr_http_consume(s->req);
 		return 1;
@@ -480,9 +498,11 @@ static int stream_next(lua_State *L)
 }
 
 /*
- * st:read() -> data, event | nil (the end) | nil, message, code: next()
- * without the table, for decoders that only need the data and the event
- * name ("message" when the event had none).
+ * st:read() -> data, event [, true] | nil (the end) | nil, message, code:
+ * next() without the table, for decoders that only need the data and the
+ * event name ("message" when the event had none). The third value is true
+ * for a last event the end of the stream cut short (no blank line after
+ * it; next() says unterminated = true).
  */
 static int stream_read(lua_State *L)
 {
@@ -506,6 +526,22 @@ static int stream_events(lua_State *L)
 	lua_pushcfunction(L, stream_next);
 	lua_pushvalue(L, 1);
 	return 2;
+}
+
+/*
+ * st:head() -> the first bytes of the body (at most LR_HTTP_HEAD_BYTES) as
+ * they came, events or not: what to show when a 2xx answer was no event
+ * stream (a proxy's HTML page). "" before any byte, or once closed.
+ */
+static int stream_head(lua_State *L)
+{
+	struct stream *s = luaL_checkudata(L, 1, STREAM_MT);
+	const struct lr_http_resp *resp = s->req ? lr_http_resp(s->req) : NULL;
+	if (resp && resp->body.len)
+		lua_pushlstring(L, resp->body.data, resp->body.len);
+	else
+		lua_pushliteral(L, "");
+	return 1;
 }
 
 /* st:result() -> true | nil, message, code: how the stream ended. */
@@ -580,12 +616,27 @@ static int stream_open_step(lua_State *L, struct stream *s)
 		s->closed = 1;
 		return 4;
 	}
+	if (resp->buffered && !resp->done)
+		return stream_wait(L, s, stream_open_k);
+	if (resp->buffered && resp->rc) {
+		/* events = "auto": the whole body failed (cap, reset, timeout) */
+		lua_pushstring(L, resp->err);
+		int rc = resp->rc;
+		stream_abort(s);
+		s->closed = 1;
+		return lr_pushfail(L, rc, "%s", lua_tostring(L, -1));
+	}
 	lua_settop(L, STREAM_IDX);
 	lua_getiuservalue(L, STREAM_IDX, 1);
 	lua_pushinteger(L, resp->status);
 	lua_setfield(L, -2, "status");
 	push_headers(L, resp);
 	lua_setfield(L, -2, "headers");
+	if (resp->buffered) {
+		lua_pushlstring(L, resp->body.data ? resp->body.data : "", resp->body.len);
+		lua_setfield(L, -2, "body");
+		s->ended = 1;
+	}
 	lua_pop(L, 1);
 	return 1; /* the stream, on top */
 }
@@ -639,6 +690,7 @@ void lr__http_open(lua_State *L)
 	static const luaL_Reg methods[] = {
 		{ "next", stream_next },     { "read", stream_read },     { "events", stream_events },
 		{ "result", stream_result }, { "close", stream_close },
+		{ "head", stream_head },
 		{ NULL, NULL },
 	};
 	luaL_newlib(L, methods);

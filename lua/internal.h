@@ -84,12 +84,15 @@ struct lr_state {
 	/* Ctrl-C or SIGTERM while Lua runs: raise in the running chunk. */
 	volatile int interrupt;
 	volatile int interrupt_armed;
+	/* The interrupt is a shutdown signal's: the running task ends cancelled, as every other. */
+	volatile int interrupt_cancels;
 	lua_State *volatile running;
 
 	int repl;               /* the REPL owns the terminal */
 	int bundle;             /* a bundle runs: code comes from its archive and the
 				 * binary only, LUARIG_PATH is ignored (bundle.c) */
 	int unhandled;          /* task errors nobody retrieved */
+	int debug;              /* --debug or LUARIG_DEBUG: every error with its traceback */
 	int exit_signal;        /* the signal that asked for shutdown */
 	volatile int pending_signal; /* set inside the signal handler */
 	void (*print_hook)(const char *s, size_t n); /* the REPL redraws around output */
@@ -116,6 +119,15 @@ void lr_closer_remove(struct lr_state *S, struct lr_closer *c);
 void lr_state_shutdown(struct lr_state *S);
 /* The message handler used for every pcall: appends a traceback. */
 int lr_traceback(lua_State *L);
+/*
+ * Prints "luarig: " lead msg to stderr, msg being an error as the handlers
+ * above made it ("message\nstack traceback:\n…"). The traceback is kept
+ * only with S->debug, or when the error is a bug: its message starts at a
+ * line of the rig library (stdlib/rig/…, or $LUARIG_PATH/rig/…). A user's
+ * mistake — a usage or definition error, an error in their own script —
+ * is the message alone: one line (docs/cli.md "Errors").
+ */
+void lr__report_error(struct lr_state *S, const char *lead, const char *msg);
 /* Loads a chunk from a file ("-" is stdin), text only. Pushes the function or returns nil+msg. */
 int lr_load_file(lua_State *L, const char *path);
 
@@ -181,6 +193,8 @@ void lr__session_open(lua_State *L);
 void lr__workspace_open(lua_State *L);
 /* term.c: core.isatty(fd) and core.read_line([max]), a waiting read of one stdin line. */
 void lr__term_open(lua_State *L);
+/* mcp.c: core.mcp_framer(max_line), the MCP stdio line framer (host/mcp_frame.c). */
+void lr__mcp_open(lua_State *L);
 /* sandbox.c: the profile held by the rig.sandbox.profile userdata at idx
  * (raises when it is not one); borrowed, valid while the userdata lives. */
 struct lr_profile;
@@ -223,7 +237,8 @@ int lr_snapshot_cli(int argc, char **argv);
 int lr__cli_state_root(const char *opt, char *out, size_t cap);
 /*
  * snapshot_cli.c: the store a CLI command works on: NATS at url when given, else LMDB under
- * the state root (state or its default; created first when create). cache (cap bytes)
+ * the state root (state or its default; created first when create, else it must hold a
+ * store already: a read never creates one). cache (cap bytes)
  * receives the snapshot stat-cache directory ("" for NATS). On failure prints
  * "luarig: message" and returns 1.
  */

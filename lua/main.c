@@ -1,6 +1,8 @@
 /*
  * main.c — the luarig executable: argument parsing, the main task, exit
  * codes (0 ok, 1 the script or the work failed, 2 usage) and signals.
+ * docs/cli.md and share/man/man1/luarig.1 document every command, option,
+ * variable and status here: change them together.
  */
 #include "internal.h"
 #include "../sandbox/sandbox.h"
@@ -28,7 +30,8 @@ static void usage(FILE *f)
 	      "                                            workspace snapshots (state default\n"
 	      "                                            $XDG_STATE_HOME/luarig)\n"
 	      "       luarig serve RIG.lua [--listen HOST:PORT] [--auth-token-file FILE]\n"
-	      "                [--insecure-public-bind]    serve the rig's sessions over HTTP\n"
+	      "                [--insecure-public-bind] [--allow-host NAME]...\n"
+	      "                                            serve the rig's sessions over HTTP\n"
 	      "                                            (listen default 127.0.0.1:8080)\n"
 	      "       luarig sessions [--state DIR] [--json]  the session catalog\n"
 	      "       luarig show [--state DIR] ID         one session's catalog entry and tip\n"
@@ -41,19 +44,29 @@ static void usage(FILE *f)
 	      "                                            126 no confinement, 127 not found)\n"
 	      "       luarig sandbox check                 this machine's confinement tier and\n"
 	      "                                            guarantees\n"
-	      "       luarig version | help\n"
+	      "       luarig version | --version | -V\n"
+	      "       luarig help | --help | -h\n"
 	      "\n"
 	      "With no arguments, luarig starts the REPL on a terminal and runs\n"
-	      "standard input as a script otherwise.\n"
+	      "standard input as a script otherwise. ID: a session id or the start of\n"
+	      "one no other session shares. Reads (sessions, show, log, snapshot list...)\n"
+	      "never create a store.\n"
 	      "\n"
 	      "options:\n"
 	      "  --max-memory SIZE        cap Lua memory (bytes; K, M, G suffixes)\n"
 	      "  --max-instructions N     cap executed Lua instructions\n"
+	      "  --debug                  print every error with its Lua traceback\n"
 	      "\n"
 	      "environment:\n"
 	      "  LUARIG_PATH              load the rig library from this directory\n"
 	      "                           (stdlib/ of a checkout) instead of the binary;\n"
-	      "                           ignored while a bundle runs\n",
+	      "                           ignored while a bundle runs\n"
+	      "  LUARIG_DEBUG=1           as --debug\n"
+	      "  XDG_STATE_HOME, HOME     the state root: $XDG_STATE_HOME/luarig, else\n"
+	      "                           ~/.local/state/luarig\n"
+	      "\n"
+	      "exit: 0 ok, 1 the script or the work failed, 2 usage, 128+N after signal N.\n"
+	      "More in luarig(1): man luarig.\n",
 	      f);
 }
 
@@ -107,7 +120,7 @@ int lr_state_prepare(struct lr_state *S)
 	lua_pushcfunction(L, lr_traceback);
 	lua_pushcfunction(L, state_init);
 	if (lua_pcall(L, 0, 0, -2) != LUA_OK) {
-		fprintf(stderr, "luarig: %s\n", lua_tostring(L, -1));
+		lr__report_error(S, NULL, lua_tostring(L, -1));
 		lua_pop(L, 2);
 		return -1;
 	}
@@ -127,6 +140,21 @@ void lr_set_arg(lua_State *L, const char *script, int argc, char **argv)
 	lua_setglobal(L, "arg");
 }
 
+static const char *signal_name(int signo)
+{
+	return signo == SIGINT ? "SIGINT" : signo == SIGTERM ? "SIGTERM" : "a signal";
+}
+
+/* The one line a shutdown by signal prints (once), instead of any task's error. */
+static void say_interrupted(struct lr_state *S, int signo)
+{
+	static int said;
+	if (said || S->repl)
+		return;
+	said = 1;
+	fprintf(stderr, "luarig: interrupted by %s\n", signal_name(signo));
+}
+
 static void on_shutdown_signal(int signo, void *arg)
 {
 	struct lr_state *S = arg;
@@ -135,6 +163,7 @@ static void on_shutdown_signal(int signo, void *arg)
 	S->exit_signal = signo;
 	if (lr__server_take_signal(signo))
 		return; /* a server shuts down gracefully (rig.serve) */
+	say_interrupted(S, signo);
 	lr_state_shutdown(S);
 }
 
@@ -144,6 +173,7 @@ static void async_signal_hook(int signo)
 	struct lr_state *S = g_state;
 	if (S && !S->repl && !lr__server_graceful()) {
 		S->pending_signal = signo;
+		S->interrupt_cancels = 1;
 		lr_state_interrupt(S);
 	}
 }
@@ -176,22 +206,25 @@ int lr_main_task(struct lr_state *S, int nargs)
 			break;
 		case 1:
 			lr_task_push_error(L, t);
-			fprintf(stderr, "luarig: %s\n", lua_tostring(L, -1));
+			lr__report_error(S, NULL, lua_tostring(L, -1));
 			lua_pop(L, 1);
 			code = 1;
 			break;
 		default:
 			lr_task_push_error(L, t);
 			lua_pop(L, 1);
-			if (!S->exit_signal)
+			if (!S->exit_signal && !S->pending_signal)
 				fprintf(stderr, "luarig: the main task was cancelled\n");
 			code = 1;
 			break;
 		}
 	}
 	lua_pop(L, 1);
-	if (!S->exit_signal)
+	if (!S->exit_signal && S->pending_signal) {
+		/* The run ended before the loop handled the signal (it cancelled the last task). */
+		say_interrupted(S, S->pending_signal);
 		S->exit_signal = S->pending_signal;
+	}
 	if (S->exit_signal)
 		code = 128 + S->exit_signal;
 	if (!S->killed) {
@@ -241,6 +274,8 @@ int main(int argc, char **argv)
 
 	size_t max_mem = 0;
 	uint64_t max_instr = 0;
+	const char *dbg = getenv("LUARIG_DEBUG");
+	int debug = dbg && dbg[0] && strcmp(dbg, "0") != 0;
 	int i = 1;
 
 	/* Options come first. */
@@ -271,6 +306,8 @@ int main(int argc, char **argv)
 			if (parse_size(val, &n) < 0)
 				return usage_error("invalid count '%s' for --max-instructions", val);
 			max_instr = n;
+		} else if (strcmp(a, "--debug") == 0) {
+			debug = 1;
 		} else if (strcmp(a, "--") == 0) {
 			i++;
 			break;
@@ -286,7 +323,8 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
-	if (cmd && (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)) {
+	if (cmd && (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0 ||
+		    strcmp(cmd, "-V") == 0)) {
 		printf("luarig %s (%s)\n", LR_VERSION, LUA_RELEASE);
 		return 0;
 	}
@@ -365,6 +403,7 @@ int main(int argc, char **argv)
 	}
 	/* Before the library loads: a bundle runs the rig library built in (bundle.c). */
 	S.bundle = run && is_bundle(script);
+	S.debug = debug;
 	int code;
 	if (lr_state_prepare(&S) != 0) {
 		code = 1;

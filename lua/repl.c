@@ -59,7 +59,7 @@
 	X(rl_attempted_completion_function) X(rl_attempted_completion_over)             \
 	X(rl_basic_word_break_characters) X(rl_catch_signals)                          \
 	X(rl_completer_word_break_characters) X(rl_completion_append_character)        \
-	X(rl_getc_function) X(rl_point) X(rl_readline_name)
+	X(rl_getc_function) X(rl_line_buffer) X(rl_point) X(rl_readline_name)
 static struct {
 #define EDIT_SLOT(n) __typeof__(n) *n;
 	EDIT_SYMBOLS(EDIT_SLOT)
@@ -95,6 +95,7 @@ static struct lr_lazy ed_lazy = { .sonames = ed_sonames, .names = ed_names, .slo
 #define rl_completer_word_break_characters (*ed.rl_completer_word_break_characters)
 #define rl_completion_append_character (*ed.rl_completion_append_character)
 #define rl_getc_function (*ed.rl_getc_function)
+#define rl_line_buffer (*ed.rl_line_buffer)
 #define rl_point (*ed.rl_point)
 #define rl_readline_name (*ed.rl_readline_name)
 
@@ -388,6 +389,15 @@ static int repl_set_prompt(lua_State *L)
 	return 0;
 }
 
+/* rig.repl's quit(): the REPL ends once the running chunk returns, as after Ctrl-D (:quit). */
+static int repl_quit(lua_State *L)
+{
+	(void)L;
+	if (g_repl)
+		g_repl->quit = 1;
+	return 0;
+}
+
 /* Calls rig.repl[name] on the main thread with nargs arguments; 0 or -1 after printing the error. */
 static int call_mod(struct repl *r, const char *name, int nargs, int nres)
 {
@@ -607,14 +617,24 @@ static char *complete_next(const char *text, int state)
 
 static char **complete(const char *text, int start, int end)
 {
-	(void)start;
-	(void)end;
 	struct repl *r = g_repl;
 	lua_State *L = r->S->L;
 	rl_attempted_completion_over = 1;
 	cand_clear(r);
 	lua_pushstring(L, text);
-	if (call_mod(r, "complete", 1, 1) < 0) {
+	/*
+	 * What comes before the word: a ':' command's arguments complete from
+	 * it. libedit refreshes rl_line_buffer only around bound functions, so
+	 * it is passed only when the word is where start says it is.
+	 */
+	const char *line = rl_line_buffer;
+	size_t tlen = strlen(text);
+	if (line && start >= 0 && end >= start && strlen(line) >= (size_t)end &&
+	    (size_t)(end - start) == tlen && strncmp(line + start, text, tlen) == 0)
+		lua_pushlstring(L, line, (size_t)start);
+	else
+		lua_pushnil(L);
+	if (call_mod(r, "complete", 2, 1) < 0) {
 		rl_forced_update_display();
 		return NULL;
 	}
@@ -978,6 +998,10 @@ static int repl_setup(struct repl *r)
 	lua_setfield(L, -2, "rows");
 	lua_pushcfunction(L, repl_set_prompt);
 	lua_setfield(L, -2, "set_prompt");
+	lua_pushcfunction(L, repl_quit);
+	lua_setfield(L, -2, "quit");
+	lua_pushboolean(L, r->S->debug);
+	lua_setfield(L, -2, "debug");
 	r->mod_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 	lua_pop(L, 1);
 	lua_pushcfunction(L, repl_print);

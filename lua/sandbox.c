@@ -156,6 +156,7 @@ static enum lr_cap *cap_field(struct lr_profile *p, const char *k)
 		{ "network", offsetof(struct lr_profile, network) },
 		{ "command", offsetof(struct lr_profile, command) },
 		{ "delegate", offsetof(struct lr_profile, delegate) },
+		{ "mcp", offsetof(struct lr_profile, mcp) },
 	};
 	for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
 		if (strcmp(k, caps[i].name) == 0)

@@ -45,6 +45,7 @@ struct lr_task {
 	int nargs;       /* arguments waiting on co for the first resume */
 	int cancel_requested;
 	int retrieved;   /* someone saw the error */
+	int background;  /* holds no loop reference: never keeps the process running */
 	unsigned id;
 	struct lr_wait *wait;     /* what it waits on */
 	struct lr_wait *waiters;  /* who waits on it */
@@ -219,7 +220,8 @@ static void task_finish(struct lr_task *t, int state)
 	t->co = NULL;
 	luaL_unref(L, LUA_REGISTRYINDEX, t->self_ref);
 	t->self_ref = LUA_NOREF;
-	lr_loop_unref(S->loop);
+	if (!t->background)
+		lr_loop_unref(S->loop);
 }
 
 struct lr_task *lr_sched_spawn(lua_State *L, int nargs)
@@ -521,8 +523,9 @@ static int task_gc(lua_State *L)
 	struct lr_state *S = lr_state_of(L);
 	if (t->state == T_FAILED && !t->retrieved && t->err_ref != LUA_NOREF) {
 		lua_rawgeti(L, LUA_REGISTRYINDEX, t->err_ref);
-		fprintf(stderr, "luarig: unhandled error in task %u: %s\n", t->id,
-			lua_tostring(L, -1));
+		char lead[48];
+		snprintf(lead, sizeof lead, "unhandled error in task %u: ", t->id);
+		lr__report_error(S, lead, lua_tostring(L, -1));
 		lua_pop(L, 1);
 		S->unhandled++;
 	}
@@ -552,6 +555,22 @@ static int core_spawn_detached(lua_State *L)
 	luaL_checktype(L, 1, LUA_TFUNCTION);
 	struct lr_task *t = lr_sched_spawn(L, lua_gettop(L) - 1);
 	child_unlink(t);
+	return 1;
+}
+
+/*
+ * rig.core.spawn_background(fn, ...) -> task: a detached task that holds no
+ * loop reference, so it never keeps the process running by itself (a
+ * reader of an MCP server's stdout waits forever for the next line; the
+ * script that made the client must still end when its work is done).
+ */
+static int core_spawn_background(lua_State *L)
+{
+	luaL_checktype(L, 1, LUA_TFUNCTION);
+	struct lr_task *t = lr_sched_spawn(L, lua_gettop(L) - 1);
+	child_unlink(t);
+	t->background = 1;
+	lr_loop_unref(lr_state_of(L)->loop);
 	return 1;
 }
 
@@ -828,6 +847,7 @@ void lr__sched_open(lua_State *L)
 		{ "cond", core_cond },
 		{ "spawn", core_spawn },
 		{ "spawn_detached", core_spawn_detached },
+		{ "spawn_background", core_spawn_background },
 		{ "current", core_current },
 		{ "sleep", core_sleep },
 		{ "now", core_now },

@@ -76,11 +76,28 @@ static int server_close(lua_State *L)
 	return 0;
 }
 
+/* srv:refusals() -> { code = count, ... }: what the host server refused itself (all zero once closed) */
+static int server_refusals(lua_State *L)
+{
+	struct server *s = luaL_checkudata(L, 1, SERVER_MT);
+	uint64_t n[LR_HTTPD_REFUSALS] = { 0 };
+	if (s->h)
+		lr_httpd_refusals(s->h, n);
+	lua_createtable(L, 0, LR_HTTPD_REFUSALS);
+	for (int i = 0; i < LR_HTTPD_REFUSALS; i++) {
+		lua_pushinteger(L, (lua_Integer)n[i]);
+		lua_setfield(L, -2, lr_httpd_refusal_code(i));
+	}
+	return 1;
+}
+
 static int server_index(lua_State *L)
 {
 	struct server *s = luaL_checkudata(L, 1, SERVER_MT);
 	const char *k = luaL_checkstring(L, 2);
-	if (strcmp(k, "port") == 0)
+	if (strcmp(k, "refusals") == 0)
+		lua_pushcfunction(L, server_refusals);
+	else if (strcmp(k, "port") == 0)
 		lua_pushinteger(L, s->port);
 	else if (strcmp(k, "url") == 0)
 		lua_pushstring(L, s->url);
@@ -187,14 +204,23 @@ static int spawn_handler(lua_State *L)
 	return 0;
 }
 
+/* A request no handler can take: the one error shape of rig.http, 503. */
+static void reply_unavailable(struct lr_httpd_req *r)
+{
+	static const char body[] = "{\"error\":{\"code\":\"unavailable\",\"message\":"
+				   "\"the server cannot take requests now\",\"retryable\":true}}";
+	lr_httpd_req_add_header(r, "Content-Type", "application/json");
+	lr_httpd_req_reply(r, 503, body, sizeof body - 1);
+	lr_httpd_req_free(r);
+}
+
 static void server_on_request(struct lr_httpd_req *r, void *arg)
 {
 	struct server *s = arg;
 	struct lr_state *S = s->S;
 	lua_State *L = S->L;
 	if (S->killed || !s->h) {
-		lr_httpd_req_reply(r, 503, "", 0);
-		lr_httpd_req_free(r);
+		reply_unavailable(r);
 		return;
 	}
 	int top = lua_gettop(L);
@@ -203,8 +229,7 @@ static void server_on_request(struct lr_httpd_req *r, void *arg)
 	lua_pushlightuserdata(L, r);
 	if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
 		fprintf(stderr, "luarig: http: cannot start a handler: %s\n", lua_tostring(L, -1));
-		lr_httpd_req_reply(r, 503, "", 0);
-		lr_httpd_req_free(r);
+		reply_unavailable(r);
 	}
 	lua_settop(L, top);
 }
@@ -324,8 +349,8 @@ static int add_headers(lua_State *L, struct res *x, int idx)
 			return luaL_error(L, "rig.http: header '%s' contains a NUL byte", name);
 		int rc = lr_httpd_req_add_header(x->r, name, value);
 		if (rc == -EINVAL)
-			return luaL_error(L, "rig.http: invalid header '%s' (bad name, or CR/LF in value)",
-					  name);
+			return luaL_error(L, "rig.http: invalid header '%s' (bad name, CR/LF in value, "
+					  "or a framing field the server writes itself)", name);
 		if (rc == -ENOMEM)
 			return luaL_error(L, "out of memory");
 		if (rc)

@@ -10,7 +10,12 @@
  * {"seq":N,"type":"Fence","epoch":E}. --follow polls for new records
  * every 100 ms until a SessionStopped event is printed or SIGINT/SIGTERM.
  *
- * Exit codes: 0 ok, 1 the work failed (an unknown session), 2 usage.
+ * ID is a session id or a unique prefix of one (looked up in the catalog).
+ * A read opens a store that exists and never creates one (no store at the
+ * state root: exit 1).
+ *
+ * Exit codes: 0 ok, 1 the work failed (no store, an unknown or ambiguous
+ * session), 2 usage.
  */
 #include "internal.h"
 
@@ -30,7 +35,8 @@
 static const char usage_text[] =
 	"usage: luarig sessions [--state DIR | --store URL] [--json]\n"
 	"       luarig show [--state DIR | --store URL] ID\n"
-	"       luarig log [--state DIR | --store URL] ID [--from N] [--follow]\n";
+	"       luarig log [--state DIR | --store URL] ID [--from N] [--follow]\n"
+	"(ID: a session id, or the start of one that no other session shares)\n";
 
 __attribute__((format(printf, 1, 2)))
 static int usage_error(const char *fmt, ...)
@@ -164,6 +170,66 @@ static int cmd_show(struct lr_store *s, const char *sid)
 	return 0;
 }
 
+/*
+ * An id or a unique prefix of one (as :attach takes in the REPL): a full
+ * id is used as given (a journal may lack a catalog entry); a prefix is
+ * looked up in the catalog. Prints the error and returns 1 when no
+ * session or several match.
+ */
+struct prefix_ctx {
+	const char *prefix;
+	size_t len;
+	int n;
+	char first[37];
+	char names[4][37];
+};
+
+static int prefix_one(void *arg, const struct lr_catalog_entry *c)
+{
+	struct prefix_ctx *x = arg;
+	if (strncmp(c->id, x->prefix, x->len) != 0)
+		return 0;
+	if (x->n < 4)
+		snprintf(x->names[x->n], sizeof x->names[0], "%s", c->id);
+	if (x->n == 0)
+		snprintf(x->first, sizeof x->first, "%s", c->id);
+	x->n++;
+	return 0;
+}
+
+static int resolve_id(struct lr_store *s, const char *arg, char out[37])
+{
+	struct lr_err e;
+	if (lr_journal_id_check(arg, &e) == 0) {
+		snprintf(out, 37, "%s", arg);
+		return 0;
+	}
+	struct prefix_ctx x = { .prefix = arg, .len = strlen(arg) };
+	if (lr_catalog_list(s, prefix_one, &x, &e) != 0)
+		return fail(e.msg);
+	if (x.n == 1) {
+		snprintf(out, 37, "%s", x.first);
+		return 0;
+	}
+	if (x.n == 0) {
+		fprintf(stderr, "luarig: no session id starts with '%s'\n", arg);
+		return 1;
+	}
+	fprintf(stderr, "luarig: session id '%s' is ambiguous: %d sessions start with it (", arg,
+		x.n);
+	for (int i = 0; i < x.n && i < 4; i++)
+		fprintf(stderr, "%s%s", i ? ", " : "", x.names[i]);
+	fputs(x.n > 4 ? ", …)\n" : ")\n", stderr);
+	return 1;
+}
+
+/* A full id, or a prefix of one: lower-case hex digits and '-'. */
+static int id_like(const char *a)
+{
+	size_t n = strlen(a);
+	return n > 0 && n <= 36 && strspn(a, "0123456789abcdef-") == n;
+}
+
 static volatile sig_atomic_t stop_signal;
 
 static void on_stop(int signo)
@@ -294,9 +360,9 @@ int lr_session_cli(const char *cmd, int argc, char **argv)
 	if (strcmp(cmd, "sessions") != 0) {
 		if (!id)
 			return usage_error("%s needs a session id", cmd);
-		struct lr_err e;
-		if (lr_journal_id_check(id, &e) != 0)
-			return usage_error("%s: '%s' is not a session id (a lower-case uuid)", cmd, id);
+		if (!id_like(id))
+			return usage_error("%s: '%s' is not a session id (a lower-case uuid, or "
+					   "the start of one)", cmd, id);
 	}
 	if (state && store)
 		return usage_error("%s: give one of '--state' and '--store'", cmd);
@@ -306,12 +372,15 @@ int lr_session_cli(const char *cmd, int argc, char **argv)
 	if (lr__cli_store_open(state, store, 0, &s, NULL, 0))
 		return 1;
 	int rc;
+	char sid[37];
 	if (strcmp(cmd, "sessions") == 0)
 		rc = cmd_sessions(s, json);
+	else if ((rc = resolve_id(s, id, sid)) != 0)
+		;
 	else if (strcmp(cmd, "show") == 0)
-		rc = cmd_show(s, id);
+		rc = cmd_show(s, sid);
 	else
-		rc = cmd_log(s, id, from, follow);
+		rc = cmd_log(s, sid, from, follow);
 	lr_store_close(s);
 	return rc;
 }

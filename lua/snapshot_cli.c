@@ -231,6 +231,19 @@ int lr__cli_store_open(const char *state, const char *url, int create, struct lr
 				lr_strerror(rc));
 			return 1;
 		}
+	} else {
+		/*
+		 * A read never creates state: opening LMDB would make the root and an
+		 * empty store in it, so a typo in --state would print "no sessions".
+		 */
+		char data[PATH_MAX + 16];
+		struct stat st;
+		snprintf(data, sizeof data, "%s/data.mdb", root);
+		if (stat(data, &st) != 0) {
+			fprintf(stderr, "luarig: no store at '%s'%s\n", root,
+				state ? "" : " (nothing has been saved there yet; --state DIR names another)");
+			return 1;
+		}
 	}
 	if (cache && cap)
 		snprintf(cache, cap, "%s/statcache", root);
@@ -297,7 +310,9 @@ int lr_snapshot_cli(int argc, char **argv)
 	struct lr_store *s;
 	struct lr_snap *sn;
 	struct lr_err e;
-	if (lr__cli_store_open(state, store, 1, &s, cache, sizeof cache))
+	/* only capture and import write a store; the others read one that exists */
+	int writes = strcmp(sub, "capture") == 0 || strcmp(sub, "import") == 0;
+	if (lr__cli_store_open(state, store, writes, &s, cache, sizeof cache))
 		return 1;
 	/* Many puts in flight let the LMDB writer commit them in few transactions. */
 	struct lr_snap_opts so = { .cache_dir = cache[0] ? cache : NULL, .threads = 32 };

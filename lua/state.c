@@ -162,6 +162,16 @@ static void state_hook(lua_State *L, lua_Debug *ar)
 		S->interrupt_armed = 0;
 		lua_sethook(L, S->instr_max ? state_hook : NULL,
 			    S->instr_max ? LUA_MASKCOUNT : 0, S->hook_count);
+		/*
+		 * A shutdown signal cancels every task; the one running Lua right
+		 * now is cancelled here, so it ends "cancelled" like the others
+		 * (never an unhandled "interrupted" error with a traceback).
+		 */
+		struct lr_task *t = S->interrupt_cancels ? lr_sched_current(L) : NULL;
+		if (t) {
+			lr_task_cancel(t);
+			luaL_error(L, "cancelled");
+		}
 		luaL_error(L, "interrupted");
 	}
 	if (S->instr_max) {
@@ -242,6 +252,31 @@ int lr_traceback(lua_State *L)
 		msg = S->kill_msg;
 	luaL_traceback(L, L, msg, 1);
 	return 1;
+}
+
+/* 1 when msg (an error message) starts at a line of the rig library (rig.repl says the same). */
+static int error_is_internal(const char *msg)
+{
+	if (!msg)
+		return 0;
+	if (strncmp(msg, "stdlib/rig/", 11) == 0)
+		return 1; /* an embedded module's chunk name */
+	const char *dir = getenv("LUARIG_PATH");
+	size_t n = dir ? strlen(dir) : 0;
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	return n > 0 && strncmp(msg, dir, n) == 0 && strncmp(msg + n, "/rig/", 5) == 0;
+}
+
+void lr__report_error(struct lr_state *S, const char *lead, const char *msg)
+{
+	if (!msg)
+		msg = "(no message)";
+	const char *tb = strstr(msg, "\nstack traceback:\n");
+	size_t n = strlen(msg);
+	if (tb && !(S && S->debug) && !error_is_internal(msg))
+		n = (size_t)(tb - msg);
+	fprintf(stderr, "luarig: %s%.*s\n", lead ? lead : "", (int)n, msg);
 }
 
 int lr_pushfail(lua_State *L, int rc, const char *fmt, ...)

@@ -3,22 +3,33 @@
  *
  * The host re-executes its own binary with this hidden subcommand, before
  * any Lua state, thread or event loop exists, and hands it a sealed spec on
- * fd 3. The helper is single-threaded and does everything in order, dying
- * with exit 126 and "luarig sandbox: <what>: <why>" at the first failure:
+ * fd 3 and the run's lifeline on fd 4. The helper is single-threaded and
+ * does everything in order, dying with exit 126 and "luarig sandbox:
+ * <what>: <why>" at the first failure:
  *
- *   helper (host namespaces): read and check the spec, open libseccomp and
- *     build the filter (while the host's /usr is still visible), enter the
- *     cgroup, then for tier A unshare user+mount+pid+ipc+uts+net at once and
- *     map the real uid/gid; fork the reaper and wait for it, forwarding
- *     SIGTERM/SIGINT/SIGHUP; exit with its status.
- *   reaper (tier A: pid 1 of the new pid namespace): build the mount view,
- *     bring lo up, set the hostname, setsid, fork the target, reap every
- *     child, and when the target exits kill everything left and exit with
- *     the target's status (128+N for a signal).
- *   target: setsid, rlimits, every fd >= 3 close-on-exec, capabilities
- *     dropped (bounding, ambient, permitted, effective, inheritable, locked
- *     securebits, no_new_privs), Landlock, the seccomp filter last, execve
- *     with the spec's environment (127 when the exec fails).
+ *   helper (host namespaces): read and check the spec and the lifeline,
+ *     open libseccomp and build the filter (while the host's /usr is still
+ *     visible), enter the cgroup, then for tier A unshare
+ *     user+mount+pid+ipc+uts+net at once and map the real uid/gid; fork the
+ *     reaper and wait for it, forwarding SIGTERM/SIGINT/SIGHUP/SIGQUIT and
+ *     watching the lifeline; exit with its status.
+ *   reaper (tier A: pid 1 of the new pid namespace): die with the helper,
+ *     build the mount view, bring lo up, set the hostname, setsid, fork the
+ *     target, reap every child, and when the target exits kill everything
+ *     left and exit with the target's status (128+N for a signal).
+ *   target: setsid, die with its parent, rlimits, every fd >= 3
+ *     close-on-exec, capabilities dropped (bounding, ambient, permitted,
+ *     effective, inheritable, locked securebits, no_new_privs), Landlock,
+ *     the seccomp filter last, execve with the spec's environment (127 when
+ *     the exec fails).
+ *
+ * Lifetime (issue 16 §3): nothing the run started outlives the host. The
+ * host holds the lifeline's write end; however the host ends (SIGKILL
+ * included) or ends the run, the helper reads EOF and kills: in tier A the
+ * reaper, whose pid namespace the kernel then empties; otherwise every
+ * descendant. The helper is killed itself only when nothing remains that
+ * the kernel would not take with it (the reaper and the target carry
+ * SIGKILL as their parent death signal, checked against the fork race).
  *
  * Tier B (no user namespace): the helper is a child subreaper instead of a
  * pid namespace's init; after the target exits it kills every descendant it
@@ -38,6 +49,8 @@
 #include <linux/sched.h>
 #include <linux/securebits.h>
 #include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
@@ -164,10 +177,95 @@ static void deny_arg(scmp_filter_ctx ctx, const char *name, unsigned n, struct s
 		die(-rc, "seccomp rule for '%s'", name);
 }
 
+/* One socket rule: refused with err when every comparison holds. */
+static void deny_sock(scmp_filter_ctx ctx, int nr, int err, unsigned n, struct scmp_arg_cmp a,
+		      struct scmp_arg_cmp b, struct scmp_arg_cmp c)
+{
+	int rc = n == 1 ? scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 1, a)
+		 : n == 2 ? scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 2, a, b)
+			  : scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 3, a, b, c);
+	if (rc)
+		die(-rc, "seccomp rule for socket");
+}
+
+/*
+ * A libseccomp rule compares each argument once, so "argument k is not one
+ * of the allowed values" is written as the values between them, one rule
+ * each (lo..hi), and one GE rule for everything above the last (open: hi
+ * is then ignored). Comparisons are on all 64 bits: a value with high bits
+ * set, which the kernel would truncate to an allowed int, is refused.
+ */
+static void deny_range(scmp_filter_ctx ctx, int nr, int err, unsigned k, unsigned long lo,
+		       unsigned long hi, int open, unsigned n, struct scmp_arg_cmp a,
+		       struct scmp_arg_cmp b)
+{
+	for (unsigned long v = lo; open ? v == lo : v <= hi; v++) {
+		struct scmp_arg_cmp c = { k, open ? SCMP_CMP_GE : SCMP_CMP_EQ, v, 0 };
+		if (n == 0)
+			deny_sock(ctx, nr, err, 1, c, a, b);
+		else if (n == 1)
+			deny_sock(ctx, nr, err, 2, a, c, b);
+		else
+			deny_sock(ctx, nr, err, 3, a, b, c);
+	}
+}
+
+/*
+ * socket(2) and socketpair(2): what commands need and no more (issue 16 §5,
+ * docs/threat-model.md). AF_UNIX always. With inet_ok (tier A: a network
+ * namespace of the sandbox's own, loopback and at most the proxy's
+ * listeners), AF_INET and AF_INET6 for TCP (SOCK_STREAM, protocol 0 or
+ * IPPROTO_TCP) and UDP (SOCK_DGRAM, 0 or IPPROTO_UDP), with any of the
+ * SOCK_NONBLOCK / SOCK_CLOEXEC flags. Refused, with the errno the kernel
+ * itself gives for what it does not support, so that programs take their
+ * usual fallback: any other family EAFNOSUPPORT (netlink, packet, vsock,
+ * alg, bluetooth, ...); any other type or protocol of IPv4/IPv6
+ * EPROTONOSUPPORT (raw, MPTCP, SCTP, UDP-Lite, ICMP "ping" sockets, ...);
+ * without inet_ok (tier B, no network namespace) every IP socket EACCES,
+ * a refusal by policy. socketpair: AF_UNIX only (EAFNOSUPPORT).
+ */
+static void deny_sockets(scmp_filter_ctx ctx, int inet_ok)
+{
+	struct scmp_arg_cmp none = SCMP_A0(SCMP_CMP_EQ, 0); /* filler, never compared */
+	int nr = scmp.resolve("socket");
+	if (nr != __NR_SCMP_ERROR) {
+		/* families: only AF_UNIX (1), AF_INET (2), AF_INET6 (10) */
+		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_UNSPEC, AF_UNSPEC, 0, 0, none, none);
+		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_INET + 1, AF_INET6 - 1, 0, 0, none, none);
+		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_INET6 + 1, 0, 1, 0, none, none);
+		static const unsigned long ip[] = { AF_INET, AF_INET6 };
+		for (size_t i = 0; i < 2; i++) {
+			struct scmp_arg_cmp fam = SCMP_A0(SCMP_CMP_EQ, ip[i]);
+			if (!inet_ok) {
+				deny_sock(ctx, nr, EACCES, 1, fam, none, none);
+				continue;
+			}
+			/* the type without its flags: SOCK_STREAM (1) and SOCK_DGRAM (2) only */
+			for (unsigned long t = 0; t <= 0xf; t++)
+				if (t != SOCK_STREAM && t != SOCK_DGRAM)
+					deny_sock(ctx, nr, EPROTONOSUPPORT, 2, fam,
+						  SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, t), none);
+			/* the protocol: 0 or the type's own */
+			struct scmp_arg_cmp st = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_STREAM);
+			deny_range(ctx, nr, EPROTONOSUPPORT, 2, 1, IPPROTO_TCP - 1, 0, 2, fam, st);
+			deny_range(ctx, nr, EPROTONOSUPPORT, 2, IPPROTO_TCP + 1, 0, 1, 2, fam, st);
+			struct scmp_arg_cmp dg = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_DGRAM);
+			deny_range(ctx, nr, EPROTONOSUPPORT, 2, 1, IPPROTO_UDP - 1, 0, 2, fam, dg);
+			deny_range(ctx, nr, EPROTONOSUPPORT, 2, IPPROTO_UDP + 1, 0, 1, 2, fam, dg);
+		}
+	}
+	nr = scmp.resolve("socketpair");
+	if (nr != __NR_SCMP_ERROR) {
+		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_UNSPEC, AF_UNSPEC, 0, 0, none, none);
+		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_UNIX + 1, 0, 1, 0, none, none);
+	}
+}
+
 /*
  * Kernel surfaces no build or test needs, namespace and mount changes, and
- * socket families other than UNIX and IP. inet_ok: IP sockets stay allowed
- * (tier A, where the network namespace holds only loopback).
+ * socket families and protocols beyond UNIX, TCP and UDP (deny_sockets).
+ * inet_ok: IP sockets stay allowed (tier A, where the network namespace
+ * holds only loopback).
  */
 static scmp_filter_ctx seccomp_build(int inet_ok)
 {
@@ -196,22 +294,7 @@ static scmp_filter_ctx seccomp_build(int inet_ok)
 	struct scmp_arg_cmp none = SCMP_A0(SCMP_CMP_EQ, 0);
 	for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
 		deny_arg(ctx, "clone", 1, SCMP_A0(SCMP_CMP_MASKED_EQ, ns[i], ns[i]), none);
-	/* socket(domain): only AF_UNIX (1), AF_INET (2), AF_INET6 (10). */
-	deny_arg(ctx, "socket", 1, SCMP_A0(SCMP_CMP_EQ, AF_UNSPEC), none);
-	for (unsigned long d = 3; d < AF_INET6; d++)
-		deny_arg(ctx, "socket", 1, SCMP_A0(SCMP_CMP_EQ, d), none);
-	deny_arg(ctx, "socket", 1, SCMP_A0(SCMP_CMP_GE, AF_INET6 + 1), none);
-	static const unsigned long ip[] = { AF_INET, AF_INET6 };
-	for (size_t i = 0; i < 2; i++) {
-		if (!inet_ok) {
-			deny_arg(ctx, "socket", 1, SCMP_A0(SCMP_CMP_EQ, ip[i]), none);
-			continue;
-		}
-		deny_arg(ctx, "socket", 2, SCMP_A0(SCMP_CMP_EQ, ip[i]),
-			 SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW));
-		deny_arg(ctx, "socket", 2, SCMP_A0(SCMP_CMP_EQ, ip[i]),
-			 SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_PACKET));
-	}
+	deny_sockets(ctx, inet_ok);
 	return ctx;
 }
 
@@ -361,13 +444,23 @@ static int openat2_path(int dirfd, const char *path, uint64_t resolve, int nofol
 	return (int)syscall(SYS_openat2, dirfd, *path ? path : ".", &how, sizeof how);
 }
 
-/* A fresh tmpfs, detached, through the fd-based mount API. */
-static int new_fs(const char *type, const char *mode, unsigned attrs)
+/*
+ * A fresh file system, detached, through the fd-based mount API; a tmpfs
+ * with bytes > 0 holds at most that many bytes and inodes files (writes
+ * past them fail with ENOSPC).
+ */
+static int new_fs(const char *type, const char *mode, uint64_t bytes, uint64_t inodes,
+		  unsigned attrs)
 {
 	int fs = fsopen(type, FSOPEN_CLOEXEC);
 	if (fs < 0)
 		return -errno;
+	char size[24], nr[24];
+	snprintf(size, sizeof size, "%llu", (unsigned long long)bytes);
+	snprintf(nr, sizeof nr, "%llu", (unsigned long long)inodes);
 	if ((mode && fsconfig(fs, FSCONFIG_SET_STRING, "mode", mode, 0) < 0) ||
+	    (bytes && fsconfig(fs, FSCONFIG_SET_STRING, "size", size, 0) < 0) ||
+	    (inodes && fsconfig(fs, FSCONFIG_SET_STRING, "nr_inodes", nr, 0) < 0) ||
 	    fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) {
 		int e = errno;
 		close(fs);
@@ -389,9 +482,19 @@ static void attach(int mfd, int target_fd, const char *what)
 static void mount_fs(const char *type, const char *mode, unsigned attrs, int target_fd,
 		     const char *what)
 {
-	int m = new_fs(type, mode, attrs);
+	int m = new_fs(type, mode, 0, 0, attrs);
 	if (m < 0)
 		die(-m, "creating the %s for %s", type, what);
+	attach(m, target_fd, what);
+}
+
+/* A tmpfs the target may write: never without a size and a file count. */
+static void mount_sized(const char *mode, uint64_t bytes, uint64_t inodes, unsigned attrs,
+			int target_fd, const char *what)
+{
+	int m = new_fs("tmpfs", mode, bytes, inodes, attrs);
+	if (m < 0)
+		die(-m, "creating the tmpfs for %s", what);
 	attach(m, target_fd, what);
 }
 
@@ -528,13 +631,14 @@ static void readonly_mount(int new_fd, const char *path)
 	close(fd);
 }
 
-static void build_dev(int old_fd, int new_fd)
+static void build_dev(int old_fd, int new_fd, uint64_t shm_bytes, uint64_t shm_inodes)
 {
 	static const char *const nodes[] = { "null", "zero", "full", "random", "urandom", "tty", NULL };
 	int dev = make_point(new_fd, "dev", 0);
 	if (dev < 0)
 		die(errno, "mount point '/dev'");
-	mount_fs("tmpfs", "0755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, dev, "/dev");
+	/* only the helper's nodes and links: Landlock lets the target create nothing here */
+	mount_sized("0755", 1u << 20, 64, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, dev, "/dev");
 	close(dev);
 	dev = openat2_path(new_fd, "dev", RESOLVE_NO_SYMLINKS, 0);
 	if (dev < 0)
@@ -568,7 +672,8 @@ static void build_dev(int old_fd, int new_fd)
 		}
 		close(fs);
 	}
-	mount_fs("tmpfs", "1777", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, shm, "/dev/shm");
+	mount_sized("1777", shm_bytes, shm_inodes, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, shm,
+		    "/dev/shm");
 	close(pts);
 	close(shm);
 	static const char *const links[][2] = { { "/proc/self/fd", "fd" },
@@ -615,12 +720,16 @@ static void build_view(struct lr_sbx_spec *s)
 	if (old_fd < 0 || new_fd < 0)
 		die(errno, "the scratch root");
 
+	/* /tmp and /dev/shm sized from the limits, /run an eighth of that */
+	uint64_t bytes, inodes;
+	lr_sbx_tmpfs_limits(&s->limits, &bytes, &inodes);
 	static const char *const tmps[][2] = { { "tmp", "1777" }, { "run", "0755" } };
 	for (size_t i = 0; i < 2; i++) {
 		int p = make_point(new_fd, tmps[i][0], 0);
 		if (p < 0)
 			die(errno, "mount point '/%s'", tmps[i][0]);
-		mount_fs("tmpfs", tmps[i][1], MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, p, tmps[i][0]);
+		mount_sized(tmps[i][1], i ? bytes / 8 : bytes, i ? inodes / 8 : inodes,
+			    MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, p, tmps[i][0]);
 		close(p);
 	}
 	qsort(s->mounts, s->nmounts, sizeof *s->mounts, by_depth);
@@ -632,7 +741,7 @@ static void build_view(struct lr_sbx_spec *s)
 	}
 	for (size_t i = 0; i < s->nreadonly; i++)
 		readonly_mount(new_fd, s->readonly[i]);
-	build_dev(old_fd, new_fd);
+	build_dev(old_fd, new_fd, bytes, inodes);
 	/* /proc of the new pid namespace; the kernel wants the host's /proc still visible. */
 	int proc = make_point(new_fd, "proc", 0);
 	if (proc < 0)
@@ -822,7 +931,7 @@ static void apply_landlock(const struct lr_sbx_spec *s)
 
 /* In the target, after fork: the per-process layers, the filter last, exec. */
 __attribute__((noreturn))
-static void exec_target(struct lr_sbx_spec *s, scmp_filter_ctx filter)
+static void exec_target(struct lr_sbx_spec *s, scmp_filter_ctx filter, pid_t parent)
 {
 	sigset_t none;
 	sigemptyset(&none);
@@ -831,9 +940,15 @@ static void exec_target(struct lr_sbx_spec *s, scmp_filter_ctx filter)
 		signal(sig, SIG_DFL);
 	if (setsid() < 0)
 		die(errno, "setsid");
-	/* The helper (or reaper) gone means the run is over; it survives exec. */
+	/*
+	 * The helper (or reaper) gone means the run is over; the signal survives
+	 * exec. A parent that died before the prctl sent none: then the parent
+	 * is another process already, and the target never runs.
+	 */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
 		die(errno, "parent death signal");
+	if (getppid() != parent)
+		die(0, "the helper died before the command started");
 	set_limits(&s->limits);
 	if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
 		die(errno, "close_range");
@@ -930,15 +1045,15 @@ static long count_procs(void)
 }
 
 /*
- * Waits for the target, then kills whatever is left (kill(-1) from the pid
- * namespace's init reaches every process in it; in tier B the inherited
- * orphans, round after round) and reaps them all. cap: the most processes
+ * The reaper's wait (pid 1 of the sandbox's pid namespace): waits for the
+ * target, then kills whatever is left (kill(-1) from the namespace's init
+ * reaches every process in it) and reaps them all. cap: the most processes
  * the namespace may hold (0: no cap).
  */
-static int reap(pid_t target, int pid_ns, uint64_t cap)
+static int reap(pid_t target, uint64_t cap)
 {
 	int code = -1, st, over = 0;
-	if (pid_ns && cap)
+	if (cap)
 		start_ticks();
 	for (;;) {
 		pid_t p = waitpid(-1, &st, 0);
@@ -963,20 +1078,32 @@ static int reap(pid_t target, int pid_ns, uint64_t cap)
 			code = status_code(st);
 			g_target = 0;
 		}
-		if (code >= 0) {
-			if (pid_ns)
-				kill(-1, SIGKILL);
-			else
-				kill_children();
-		}
+		if (code >= 0)
+			kill(-1, SIGKILL);
 	}
 	return code < 0 ? LR_SBX_EXIT_SETUP : code;
 }
 
+/*
+ * The reaper dies with the helper (the parent death signal; the helper is
+ * single-threaded, so its one thread is the parent the signal watches), and
+ * the pid namespace dies with its pid 1. getppid() says nothing across the
+ * namespace (it is 0 for pid 1), so a helper that died before the prctl is
+ * seen on alive_fd instead: the read end of a pipe only the helper writes.
+ */
 __attribute__((noreturn))
-static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter)
+static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter, int alive_fd,
+		       const sigset_t *mask)
 {
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		die(errno, "parent death signal");
+	struct pollfd pf = { .fd = alive_fd, .events = POLLIN };
+	if (poll(&pf, 1, 0) != 0)
+		die(0, "the helper died while the sandbox was being set up");
+	close(alive_fd);
+	close(LR_SBX_FD_LIFELINE); /* the helper watches it */
+	signal(SIGCHLD, SIG_DFL);
+	sigprocmask(SIG_SETMASK, mask, NULL);
 	build_view(s);
 	loopback_up();
 	if (sethostname("sandbox", 7) < 0)
@@ -998,18 +1125,89 @@ static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter)
 	if (t < 0)
 		die(errno, "fork");
 	if (t == 0)
-		exec_target(s, filter);
+		exec_target(s, filter, 1);
 	g_target = t;
-	_exit(reap(t, 1, s->limits.nproc));
+	_exit(reap(t, s->limits.nproc));
+}
+
+/* ---- the helper's wait and the lifeline ---- */
+
+/* Anything on the lifeline (EOF: its write end closed) ends the run. */
+static int lifeline_ended(int timeout_ms)
+{
+	struct pollfd pf = { .fd = LR_SBX_FD_LIFELINE, .events = POLLIN };
+	return poll(&pf, 1, timeout_ms) > 0;
+}
+
+static void check_lifeline(void)
+{
+	struct stat st;
+	if (fstat(LR_SBX_FD_LIFELINE, &st) < 0)
+		die(errno, "the lifeline on fd %d", LR_SBX_FD_LIFELINE);
+	int fl = fcntl(LR_SBX_FD_LIFELINE, F_GETFL);
+	if (!S_ISFIFO(st.st_mode) || fl < 0 || (fl & O_ACCMODE) != O_RDONLY)
+		die(0, "the lifeline on fd %d is not the read end of a pipe", LR_SBX_FD_LIFELINE);
+	if (fcntl(LR_SBX_FD_LIFELINE, F_SETFD, FD_CLOEXEC) < 0)
+		die(errno, "the lifeline on fd %d", LR_SBX_FD_LIFELINE);
+	if (lifeline_ended(0))
+		die(0, "the host is gone (its lifeline on fd %d is closed)", LR_SBX_FD_LIFELINE);
+}
+
+static void on_chld(int sig)
+{
+	(void)sig; /* only to interrupt ppoll */
+}
+
+/*
+ * The helper's wait: reaps its children (tier A: the reaper; otherwise the
+ * target and, as child subreaper, every orphan of the run), forwards the
+ * signals (their handlers), and watches the lifeline. SIGCHLD is blocked
+ * except inside ppoll, so no exit is missed between a reap and the wait.
+ * When the lifeline ends, or the target exited (not tier A), what is left
+ * is killed: tier A the reaper, and with it its pid namespace; otherwise
+ * the target's group and every child, again after each reap, since the
+ * orphans of a dying process are reparented here.
+ */
+static int helper_wait(pid_t child, int tier_a, const sigset_t *waitmask)
+{
+	int code = -1, st, ending = 0, life = 1;
+	for (;;) {
+		pid_t p;
+		while ((p = waitpid(-1, &st, WNOHANG)) > 0)
+			if (p == child) {
+				code = status_code(st);
+				g_target = 0;
+				ending = 1;
+			}
+		if (p < 0 && errno == EINTR)
+			continue;
+		if (p < 0)
+			break; /* ECHILD: nothing is left */
+		if (ending && !tier_a)
+			kill_children();
+		struct pollfd pf = { .fd = LR_SBX_FD_LIFELINE, .events = POLLIN };
+		if (ppoll(&pf, life ? 1 : 0, NULL, waitmask) > 0 && pf.revents) {
+			life = 0;
+			ending = 1;
+			kill(tier_a ? child : -child, SIGKILL);
+			if (!tier_a)
+				kill_children();
+		}
+	}
+	return code < 0 ? LR_SBX_EXIT_SETUP : code;
 }
 
 int lr_sbx_helper_main(int argc, char **argv)
 {
 	(void)argv;
+	/* a host that closed the run also closed our stderr: a message must not kill us
+	   before we end the tree (the target gets every disposition back by default) */
+	signal(SIGPIPE, SIG_IGN);
 	if (argc != 2)
 		die(0, "usage: luarig __sandbox-helper (with the spec on fd 3)");
 	size_t len;
 	char *buf = read_spec(&len);
+	check_lifeline();
 	struct lr_sbx_spec s;
 	char err[LR_SBX_ERRLEN];
 	if (lr_sbx_spec_decode(buf, len, &s, err))
@@ -1039,18 +1237,37 @@ int lr_sbx_helper_main(int argc, char **argv)
 	if (!tier_a && chdir(s.cwd) < 0)
 		die(errno, "chdir '%s'", s.cwd);
 	on_forwarded_signals();
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_chld;
+	sa.sa_flags = SA_NOCLDSTOP; /* no SA_RESTART: ppoll returns EINTR */
+	sigaction(SIGCHLD, &sa, NULL);
+	sigset_t chld, old, waitmask;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, &old);
+	waitmask = old;
+	sigdelset(&waitmask, SIGCHLD);
+	int alive[2] = { -1, -1 };
+	if (tier_a && pipe2(alive, O_CLOEXEC) < 0)
+		die(errno, "pipe");
+	pid_t self = getpid();
 	pid_t child = fork();
 	if (child < 0)
 		die(errno, "fork");
 	if (child == 0) {
-		if (tier_a)
-			run_reaper(&s, filter);
-		exec_target(&s, filter);
+		if (tier_a) {
+			close(alive[1]);
+			run_reaper(&s, filter, alive[0], &old);
+		}
+		exec_target(&s, filter, self);
 	}
+	if (tier_a)
+		close(alive[0]); /* alive[1] stays open as long as this process lives */
 	g_target = child;
 	/*
 	 * _exit, not return: in tier A this process shares the view's mount
 	 * namespace but not its pid namespace, and nothing at exit may run here.
 	 */
-	_exit(reap(child, 0, 0));
+	_exit(helper_wait(child, tier_a, &waitmask));
 }

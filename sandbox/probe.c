@@ -684,8 +684,8 @@ static void enforce_a(const struct lr_sbx_caps *c, struct lr_sbx_report *r)
 	set(r, LR_G_NETWORK_BOUNDARY, "network namespace with loopback only");
 	set(r, LR_G_TARGET_NETWORK, "host egress proxy listening inside the network namespace, "
 	    "allow-list per execution");
-	set(r, LR_G_PROCESS_BOUNDARY, "user, pid, ipc and uts namespaces, a reaper as pid 1, "
-	    "setsid, no capabilities, seccomp");
+	set(r, LR_G_PROCESS_BOUNDARY, "user, pid, ipc and uts namespaces, a reaper as pid 1 that "
+	    "ends with luarig (lifeline), setsid, no capabilities, seccomp (sockets: unix, tcp, udp)");
 }
 
 static void enforce_b(const struct lr_sbx_caps *c, struct lr_sbx_report *r)
@@ -693,13 +693,14 @@ static void enforce_b(const struct lr_sbx_caps *c, struct lr_sbx_report *r)
 	set(r, LR_G_READ_BOUNDARY, "landlock ABI %d (degraded: no mount namespace)", c->landlock_abi);
 	set(r, LR_G_WRITE_BOUNDARY, "landlock ABI %d (degraded: protected paths inside writable "
 	    "roots stay writable without a mount namespace)", c->landlock_abi);
-	set(r, LR_G_NETWORK_BOUNDARY, "seccomp refuses socket() for every family, socketpair "
-	    "stays (degraded: no network namespace)");
+	set(r, LR_G_NETWORK_BOUNDARY, "seccomp refuses every socket but unix ones (degraded: no "
+	    "network namespace)");
 	lack(r, LR_G_TARGET_NETWORK, "the egress proxy needs a network namespace "
 	     "(no user namespaces here)");
 	if (c->landlock_abi >= 6)
 		set(r, LR_G_PROCESS_BOUNDARY, "setsid, landlock signal and abstract-socket scopes, "
-		    "seccomp, no capabilities (degraded: no pid namespace, host /proc visible)");
+		    "seccomp, no capabilities, a subreaper that ends with luarig (degraded: no pid "
+		    "namespace, host /proc visible)");
 	else
 		lack(r, LR_G_PROCESS_BOUNDARY, "no pid namespace and landlock ABI %d lacks the "
 		     "signal scope (ABI 6)", c->landlock_abi);
@@ -746,12 +747,21 @@ int lr_sbx_report(const struct lr_profile *p, const struct lr_sbx_caps *c,
 			enforce_a(c, r);
 		else
 			enforce_b(c, r);
-		if (c->cgroup)
-			set(r, LR_G_RESOURCE_LIMITS, "rlimits (address space, file size, processes, "
-			    "open files, cpu) + cgroup memory.max and pids.max");
+		/* the memory-backed file systems of the view, as every run gets them */
+		struct lr_sbx_limits l;
+		uint64_t bytes, inodes;
+		lr_sbx_default_limits(&l);
+		lr_sbx_tmpfs_limits(&l, &bytes, &inodes);
+		char tmpfs[128];
+		if (c->tier == LR_TIER_A)
+			snprintf(tmpfs, sizeof tmpfs, "/tmp and /dev/shm tmpfs of %llu MiB and %llu files "
+				 "each, /run %llu MiB", (unsigned long long)(bytes >> 20),
+				 (unsigned long long)inodes, (unsigned long long)(bytes >> 23));
 		else
-			set(r, LR_G_RESOURCE_LIMITS, "rlimits (address space, file size, processes, "
-			    "open files, cpu); no cgroup memory or pids limit here");
+			snprintf(tmpfs, sizeof tmpfs, "no private /tmp or /dev/shm (no mount namespace)");
+		set(r, LR_G_RESOURCE_LIMITS, "rlimits (address space, file size, processes, open files, "
+		    "cpu)%s; %s", c->cgroup ? " + cgroup memory.max and pids.max"
+					  : "; no cgroup memory or pids limit here", tmpfs);
 	}
 	for (int g = 0; g < LR_G_COUNT; g++)
 		if (r->required[g] && !r->enforced[g]) {

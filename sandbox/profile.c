@@ -45,6 +45,7 @@ void lr_profile_init(struct lr_profile *p)
 	p->network = LR_CAP_GATED;
 	p->command = LR_CAP_GATED;
 	p->delegate = LR_CAP_GATED;
+	p->mcp = LR_CAP_GATED;
 	p->home = LR_HOME_ISOLATED;
 	p->isolation = LR_ISO_SANDBOXED;
 }
@@ -182,9 +183,9 @@ static int check_order(const char *wfield, enum lr_cap w, const char *rfield, en
 int lr_profile_validate(const struct lr_profile *p, char err[LR_SBX_ERRLEN])
 {
 	static const char *const names[] = { "workspace_read", "workspace_write", "host_read",
-					     "host_write", "network", "command", "delegate" };
+					     "host_write", "network", "command", "delegate", "mcp" };
 	const enum lr_cap caps[] = { p->workspace_read, p->workspace_write, p->host_read,
-				     p->host_write, p->network, p->command, p->delegate };
+				     p->host_write, p->network, p->command, p->delegate, p->mcp };
 	char field[48];
 	int rc;
 	for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
@@ -270,6 +271,7 @@ void lr_profile_fingerprint(const struct lr_profile *p, char out[65])
 				     lr_cap_name(p->host_read), lr_cap_name(p->host_write),
 				     lr_cap_name(p->network), lr_cap_name(p->command));
 	rc = rc ? rc : lr_buf_printf(&b, "delegate %s\n", lr_cap_name(p->delegate));
+	rc = rc ? rc : lr_buf_printf(&b, "mcp %s\n", lr_cap_name(p->mcp));
 	rc = rc ? rc : lr_buf_printf(&b, "home %d\nisolation %d\nack_unconfined %d\nroots %zu\n",
 				     (int)p->home, (int)p->isolation, p->ack_unconfined ? 1 : 0,
 				     p->nroots);
@@ -350,6 +352,10 @@ int lr_profile_access_for(const struct lr_profile *p, const char *kind, const ch
 	}
 	if (strcmp(kind, "delegate") == 0) {
 		*out = p->delegate;
+		return 0;
+	}
+	if (strcmp(kind, "mcp") == 0) {
+		*out = p->mcp;
 		return 0;
 	}
 	snprintf(err, LR_SBX_ERRLEN, "profile: unknown access kind '%.200s'", kind);
@@ -466,6 +472,7 @@ int lr_profile_restrict(const struct lr_profile *base, const struct lr_profile *
 	out->network = cap_min(base->network, ceiling->network);
 	out->command = cap_min(base->command, ceiling->command);
 	out->delegate = cap_min(base->delegate, ceiling->delegate);
+	out->mcp = cap_min(base->mcp, ceiling->mcp);
 	out->home = base->home == LR_HOME_REAL && ceiling->home == LR_HOME_REAL ? LR_HOME_REAL
 										 : LR_HOME_ISOLATED;
 	out->isolation = base->isolation == LR_ISO_UNCONFINED &&

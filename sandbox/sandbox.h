@@ -15,7 +15,8 @@
  *   executor builds an lr_sbx_spec (argv, env, cwd, mounts, Landlock rules,
  *   limits, network mode, grants' deltas) -> lr_sbx_spec_encode ->
  *   a sealed memfd -> spawns "/proc/self/exe __sandbox-helper" with the
- *   memfd as fd 3 (and, with a proxy, a socket as fd 4 on which the helper
+ *   memfd as fd 3, the read end of the run's lifeline as fd 4 (and, with a
+ *   proxy, a socket as fd 5 on which the helper
  *   sends back the listeners it made inside the network namespace) ->
  *   lr_sbx_helper_main decodes, sets everything up, and execs the target
  *   under a reaper; any failure before the exec exits 126.
@@ -54,6 +55,7 @@ struct lr_profile {
 	enum lr_cap network;
 	enum lr_cap command;
 	enum lr_cap delegate; /* starting or messaging a delegate loop (the gate only) */
+	enum lr_cap mcp;      /* calling an MCP server's tool, answering its sampling (the gate only) */
 	enum lr_home home;
 	enum lr_isolation isolation;
 	struct lr_sbx_root *roots;
@@ -77,11 +79,12 @@ int lr_profile_validate(const struct lr_profile *p, char err[LR_SBX_ERRLEN]);
 void lr_profile_fingerprint(const struct lr_profile *p, char out[65]);
 /*
  * The state for one request of the gate. kind: "filesystem.read",
- * "filesystem.write", "network", "command.execute", "delegate"; scope: a path
+ * "filesystem.write", "network", "command.execute", "delegate", "mcp"; scope: a path
  * (for the filesystem kinds: inside the workspace, an extra root or the host)
  * or a "host:port" (network) or a command line or a delegate loop's name
  * (delegate: one state for every delegate; the OS enforces nothing here, the
- * gate is the whole mechanism). Unknown kind: -EINVAL with a
+ * gate is the whole mechanism) or "SERVER/TOOL" / "SERVER:sampling" (mcp: one
+ * state for every server and tool, likewise). Unknown kind: -EINVAL with a
  * message, and *out = LR_CAP_DENY (fail closed).
  */
 int lr_profile_access_for(const struct lr_profile *p, const char *kind, const char *scope,
@@ -101,7 +104,7 @@ void lr_profile_release(struct lr_profile *p);
 /*
  * The defaults every face starts from: workspace_read allow, workspace_write
  * gated, host_read allow, host_write deny, network gated, command gated,
- * delegate gated, home isolated, isolation sandboxed, no roots, no
+ * delegate gated, mcp gated, home isolated, isolation sandboxed, no roots, no
  * acknowledgement, and workspace_root NULL (the caller sets it; validation requires it).
  */
 void lr_profile_init(struct lr_profile *p);
@@ -156,8 +159,8 @@ struct lr_sbx_report {
 	enum lr_tier tier;
 	int enforced[LR_G_COUNT];          /* 1 when the OS enforces it for this profile */
 	int required[LR_G_COUNT];          /* 1 when the profile needs it */
-	char how[LR_G_COUNT][160];         /* "landlock ABI 7 + mount namespace", ... */
-	char missing[LR_G_COUNT][160];     /* why not, when not enforced */
+	char how[LR_G_COUNT][256];         /* "landlock ABI 7 + mount namespace", ... */
+	char missing[LR_G_COUNT][256];     /* why not, when not enforced */
 };
 /*
  * What the machine gives this profile. Returns 0, or LR_EREFUSED (with a
@@ -198,7 +201,26 @@ struct lr_sbx_limits {
 	uint64_t nofile;       /* RLIMIT_NOFILE */
 	uint64_t cpu_seconds;  /* RLIMIT_CPU */
 	uint64_t memory_bytes; /* cgroup memory.max when a cgroup is used */
+	/* The size and file count of each memory-backed file system the view
+	   holds writable (/tmp and /dev/shm; /run gets an eighth of both).
+	   0: derived by lr_sbx_tmpfs_limits, so a tmpfs is never unbounded. */
+	uint64_t tmpfs_bytes;
+	uint64_t tmpfs_inodes;
 };
+
+/*
+ * The limits every run gets (host/executor.c): file size 1 GiB, 512
+ * processes, 1024 open files, memory 2 GiB (cgroup), no address-space or
+ * cpu limit, and the tmpfs sizes derived from them.
+ */
+void lr_sbx_default_limits(struct lr_sbx_limits *l);
+/*
+ * The tmpfs size of l, or the one derived when l gives none: a quarter of
+ * the memory limit (512 MiB without one), at most the file-size limit, at
+ * least 1 MiB; one file per 8 KiB of it, at least 1024. Inodes cost kernel
+ * memory a size does not count, hence a bound of their own.
+ */
+void lr_sbx_tmpfs_limits(const struct lr_sbx_limits *l, uint64_t *bytes, uint64_t *inodes);
 
 struct lr_sbx_spec {
 	uint64_t exec_id;
@@ -239,8 +261,14 @@ int lr_sbx_seal(const char *buf, size_t len);
 
 /* ---- the helper (sandbox/helper.c) ---- */
 
-/* fds the helper receives */
-enum { LR_SBX_FD_SPEC = 3, LR_SBX_FD_CONTROL = 4 };
+/*
+ * fds the helper receives: the spec; the lifeline, the read end of a pipe
+ * whose write end only the host holds (for the length of the run): when it
+ * reads EOF (the host closed it, or the host died, however) the helper
+ * kills everything the run started and exits; and, with a proxy, the
+ * control socket.
+ */
+enum { LR_SBX_FD_SPEC = 3, LR_SBX_FD_LIFELINE = 4, LR_SBX_FD_CONTROL = 5 };
 /* the exit status of a helper that could not set up confinement */
 #define LR_SBX_EXIT_SETUP 126
 /*

@@ -36,6 +36,34 @@ static int fail(char err[LR_SBX_ERRLEN], const char *fmt, ...)
 	return LR_EPARSE;
 }
 
+/* ---- the limits ---- */
+
+void lr_sbx_default_limits(struct lr_sbx_limits *l)
+{
+	*l = (struct lr_sbx_limits){
+		.fsize_bytes = 1ull << 30,
+		.nproc = 512,
+		.nofile = 1024,
+		.memory_bytes = 2ull << 30,
+	};
+	lr_sbx_tmpfs_limits(l, &l->tmpfs_bytes, &l->tmpfs_inodes);
+}
+
+void lr_sbx_tmpfs_limits(const struct lr_sbx_limits *l, uint64_t *bytes, uint64_t *inodes)
+{
+	uint64_t b = l->tmpfs_bytes;
+	if (!b) {
+		b = l->memory_bytes ? l->memory_bytes / 4 : 512ull << 20;
+		if (l->fsize_bytes && l->fsize_bytes < b)
+			b = l->fsize_bytes;
+	}
+	if (b < (1ull << 20))
+		b = 1ull << 20;
+	uint64_t n = l->tmpfs_inodes ? l->tmpfs_inodes : b / 8192;
+	*bytes = b;
+	*inodes = n < 1024 ? 1024 : n;
+}
+
 /* ---- encoding ---- */
 
 static int set_new(json_t *o, const char *k, json_t *v)
@@ -124,6 +152,8 @@ int lr_sbx_spec_encode(const struct lr_sbx_spec *s, char **out, size_t *len)
 		if (!rc) rc = set_new(lo, "nofile", uint_json(l->nofile));
 		if (!rc) rc = set_new(lo, "cpu", uint_json(l->cpu_seconds));
 		if (!rc) rc = set_new(lo, "memory", uint_json(l->memory_bytes));
+		if (!rc) rc = set_new(lo, "tmpfs", uint_json(l->tmpfs_bytes));
+		if (!rc) rc = set_new(lo, "tmpfs_inodes", uint_json(l->tmpfs_inodes));
 	}
 	if (!rc) rc = set_new(o, "net", json_string(net_name(s->net)));
 	if (!rc) rc = set_new(o, "proxy_port", json_integer(s->proxy_port));
@@ -333,9 +363,10 @@ static int decode_rules(json_t *a, struct lr_sbx_spec *s, char err[LR_SBX_ERRLEN
 static int decode_limits(json_t *o, struct lr_sbx_limits *l, char err[LR_SBX_ERRLEN])
 {
 	static const char *const keys[] = { "as", "fsize", "nproc", "nofile", "cpu", "memory",
-					    NULL };
+					    "tmpfs", "tmpfs_inodes", NULL };
 	uint64_t *const slots[] = { &l->as_bytes, &l->fsize_bytes, &l->nproc,
-				    &l->nofile, &l->cpu_seconds, &l->memory_bytes };
+				    &l->nofile, &l->cpu_seconds, &l->memory_bytes,
+				    &l->tmpfs_bytes, &l->tmpfs_inodes };
 	if (!json_is_object(o))
 		return fail(err, "'limits' must be an object");
 	int rc = known_keys(o, keys, " in 'limits'", err);

@@ -51,8 +51,11 @@ suite cli sh tests/cli/run.sh
 [ -f tests/sandbox/run.sh ] && suite sandbox sh tests/sandbox/run.sh
 [ -f tests/examples/run.sh ] && suite examples sh tests/examples/run.sh
 # the web console in headless Chromium (a missing chromium is a failure: tools/deps.sh installs it)
+# the official MCP conformance suite against the client (build/npm from make deps)
+[ -f tests/mcp/conformance.sh ] && suite mcp-conformance sh tests/mcp/conformance.sh
 [ -f tests/console/console_test.py ] && suite console python3 tests/console/console_test.py
 [ -f tests/console/delegation_test.py ] && suite console-delegation python3 tests/console/delegation_test.py
+[ -f tests/console/edges_test.py ] && suite console-edges python3 tests/console/edges_test.py
 for r in "$BUILD"/tests/fuzz/*_replay; do
 	[ -x "$r" ] || continue
 	n=$(basename "$r" _fuzz_replay)

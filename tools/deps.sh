@@ -6,7 +6,8 @@ pkgs="build-essential pkg-config clang libclang-rt-14-dev cppcheck
 liblua5.4-dev lua5.4 lua-cjson lua-cjson-dev
 libevent-dev libcurl4-openssl-dev libarchive-dev libjansson-dev libedit-dev
 libssl-dev liblmdb-dev libsqlite3-dev libseccomp-dev libnats-dev
-tmux curl python3 nats-server hyperfine nodejs git bubblewrap passwd iproute2 chromium wrk"
+tmux curl python3 nats-server hyperfine nodejs git bubblewrap passwd iproute2 chromium wrk
+man-db groff-base"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -14,7 +15,26 @@ done
 # npm (the sandbox suite's npm-through-the-proxy case, the bench's srt peer): Debian ships
 # it apart from nodejs; NodeSource's nodejs bundles it (and conflicts with Debian's npm).
 command -v npm >/dev/null 2>&1 || missing="$missing npm"
-[ -z "$missing" ] && exit 0
+# The npm packages the MCP tests and benchmarks use (tests/mcp/package.json, pinned by its
+# package-lock.json), installed into build/npm once per lock file: nothing is fetched when the
+# stamp matches, so a machine without the registry still passes once it has them.
+npm_deps() {
+	lock=tests/mcp/package-lock.json
+	[ -f "$lock" ] || return 0
+	want=$(sha256sum "$lock" | cut -d' ' -f1)
+	[ -f build/npm/.stamp ] && [ "$(cat build/npm/.stamp)" = "$want" ] && return 0
+	command -v npm >/dev/null 2>&1 || { echo "deps: npm is missing (run make deps as root)" >&2; return 1; }
+	echo "deps: installing the MCP test packages into build/npm"
+	mkdir -p build/npm
+	cp tests/mcp/package.json "$lock" build/npm/
+	(cd build/npm && npm ci --no-audit --no-fund --loglevel=error >/dev/null) ||
+		{ echo "deps: npm ci in build/npm failed" >&2; return 1; }
+	echo "$want" >build/npm/.stamp
+}
+if [ -z "$missing" ]; then
+	npm_deps
+	exit $?
+fi
 if [ "$(id -u)" != 0 ]; then
 	echo "deps: missing packages:$missing" >&2
 	echo "deps: run 'make deps' as root (or: sudo apt-get install$missing)" >&2
@@ -27,3 +47,4 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends $missing >/dev/null || {
 	apt-get install -y -qq --no-install-recommends $(echo "$missing" | sed 's/ nodejs//; s/ npm//') >/dev/null
 }
+npm_deps

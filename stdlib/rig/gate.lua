@@ -2,11 +2,13 @@
 --
 --   local g = rig.gate{
 --     access = profile,            -- a rig.sandbox.profile (profile:access_for(kind, scope);
---                                  -- its `delegate` field for kind "delegate"),
+--                                  -- its `delegate` field for kind "delegate", its `mcp`
+--                                  -- field for kind "mcp"),
 --                                  -- or a table { ["filesystem.read"] = "allow",
 --                                  --   ["filesystem.write"] = "gated", network = "deny",
 --                                  --   ["command.execute"] = "gated",
---                                  --   delegate = "gated" } (a kind left out is denied)
+--                                  --   delegate = "gated", mcp = "gated" } (a kind left
+--                                  --   out is denied)
 --     rules = rig.permissions.file(PATH),  -- saved allow/deny rules, or nil
 --     approver = "interactive",    -- or "headless": nobody can answer, gated means denied
 --   }
@@ -72,7 +74,7 @@ local function check_gate(def)
     for k, v in pairs(a) do
       if not KINDS[k] then
         bad("field 'access' has an unknown kind '" .. tostring(k) .. "' (filesystem.read, "
-          .. "filesystem.write, network, command.execute, delegate)")
+          .. "filesystem.write, network, command.execute, delegate, mcp)")
       end
       if not STATES[v] then
         bad("field 'access." .. k .. "' must be \"deny\", \"gated\" or \"allow\"")

@@ -3,10 +3,19 @@
 --   local srv = rig.http.server{
 --     listen = "127.0.0.1:0",          -- "host:port", "[::1]:0"; port 0 picks a free port
 --     max_body = 1 << 20,              -- request body cap: 413 above it
---     max_headers = 64 << 10,          -- request line + headers cap
+--     max_headers = 64 << 10,          -- request line + headers cap: 431 above it
 --     routes = { ["GET /hello/{name}"] = function(req, res) ... end, ... },
+--     before = function(req) ... end,  -- optional: runs first for every request; a
+--                                      -- response table it returns is sent instead
 --   }
---   srv.port, srv.url, srv:close()
+--   srv.port, srv.url, srv:close(), srv:refusals() -> { code = count }
+--
+-- Errors are JSON: {"error":{"code","message","retryable"}} (404 not_found,
+-- 405 method_not_allowed with Allow, 500 internal). What the host server
+-- refuses before any route (host/http_server.c) has the same shape: 400
+-- malformed_request, 413 body_too_large, 417 expectation_failed, 431
+-- headers_too_large; srv:refusals() counts them. A method no route has
+-- (any token: FOO too) is a 405 where the path matches, else a 404.
 --
 -- Each request runs its handler as its own task. The handler returns
 -- { status =, headers =, body = } or { status =, headers =, json = }, or
@@ -19,7 +28,8 @@ local cjson = require "cjson.safe"
 
 local METHODS = { GET = true, POST = true, PUT = true, DELETE = true, PATCH = true,
                   HEAD = true, OPTIONS = true }
-local KNOWN_OPTIONS = { listen = true, routes = true, max_body = true, max_headers = true }
+local KNOWN_OPTIONS = { listen = true, routes = true, max_body = true, max_headers = true,
+                        before = true }
 local RESULT_FIELDS = { status = true, headers = true, body = true, json = true }
 
 local LITERAL, PARAM, REST = 0, 1, 2
@@ -134,8 +144,10 @@ end
 local function send_error(res, status, code, message, headers)
   local h = { ["content-type"] = "application/json" }
   for k, v in pairs(headers or {}) do h[k] = v end
-  -- code and message are our own constants: a fixed field order, byte-stable
-  return res:_reply(status, h, '{"error":{"code":"' .. code .. '","message":"' .. message .. '"}}')
+  -- code and message are our own constants: a fixed field order, byte-stable,
+  -- the shape of the host server's own refusals (host/http_server.c)
+  return res:_reply(status, h, '{"error":{"code":"' .. code .. '","message":"' .. message ..
+    '","retryable":false}}')
 end
 
 local function has_header(h, name)
@@ -218,6 +230,9 @@ local function server(opts)
   if math.type(max_headers) ~= "integer" or max_headers <= 0 then fail("option 'max_headers' must be a positive integer") end
   if opts.routes ~= nil and type(opts.routes) ~= "table" then fail("option 'routes' must be a table") end
 
+  if opts.before ~= nil and type(opts.before) ~= "function" then fail("option 'before' must be a function") end
+  local before = opts.before
+
   local routes = {}
   for key, handler in pairs(opts.routes or {}) do routes[#routes + 1] = compile(key, handler) end
   table.sort(routes, more_specific)
@@ -228,6 +243,14 @@ local function server(opts)
     req.path = decode(req.raw_path)
     req.query = decode_query(req.raw_query)
     setmetatable(req, request_mt)
+    if before then
+      local ok, result = xpcall(before, debug.traceback, req)
+      if not ok or result ~= nil then
+        -- its answer goes out as a handler's would (a failure is a 500)
+        local answer = function() if not ok then error(result, 0) end return result end
+        return run({ key = "before", handler = answer }, req, res)
+      end
+    end
     local allowed, get_route
     for _, route in ipairs(routes) do
       local params = match(route, parts)

@@ -63,6 +63,7 @@ local areas = {
   gate = "rig.gate",
   permissions = "rig.permissions",
   schema = "rig.schema",
+  mcp = "rig.mcp",
   serve = function(opts) return require("rig.serve").serve(opts) end, -- rig.serve{…}
 }
 

@@ -9,8 +9,11 @@
 --     policy_revision = "v1",      -- required with a gate: names the gate's policy, which
 --                                  -- the loop cannot hash itself (1 to 128 bytes)
 --     limits = { iterations = 25, calls = 100, parallel = 8, result_bytes = 32768,
---                max_tokens = nil, max_cost = nil },
+--                max_tokens = nil, max_cost = nil, tool_timeout = nil, gate_timeout = nil },
 --     delegates = { "researcher" },-- loop names this loop may start (resolved by rig.define)
+--     mcp = { client, … },         -- rig.mcp clients: their tools join this loop's
+--                                  -- ("SERVER__TOOL"), listed when a session's loop starts
+--                                  -- and again after notifications/tools/list_changed
 --     description = "…",           -- what a delegating loop reads about this one
 --     output_schema = { name = "answer", schema = { type = "object", … },
 --                       description = "…"?, strict = true? },
@@ -42,7 +45,11 @@
 -- limits: iterations (model calls per turn, >= 1), calls (tool calls per turn, >= 1),
 -- parallel (tool calls at once, >= 1), result_bytes (0 = no cap, else >= 256: longer
 -- results keep head and tail), max_tokens (output tokens per turn, or nil), max_cost
--- (dollars per turn, or nil).
+-- (dollars per turn, or nil), tool_timeout (seconds one tool call may run, its gate
+-- wait not counted; past it the call is cancelled and its result is an error; nil: the
+-- tool's own limits only), gate_timeout (seconds a gate waits for a person's answer;
+-- past it the call is denied, GateResolved{ action = "deny", source = "timeout" }; nil:
+-- it waits). Both up to 86400; they join the revision only when set.
 
 local core = require "rig.core"
 local json = require "rig.json"
@@ -54,7 +61,7 @@ local M = {}
 
 local fields = { name = true, model = true, system = true, tools = true, gate = true,
                  policy_revision = true, limits = true, delegates = true, description = true,
-                 output_schema = true, compaction = true }
+                 output_schema = true, compaction = true, mcp = true }
 
 local COMPACTION_DEFAULT = { at = 0.8, keep = 4 }
 M.SUMMARY_PROMPT = "You summarize a conversation between a user and an AI assistant so that "
@@ -66,7 +73,9 @@ M.SUMMARY_PROMPT = "You summarize a conversation between a user and an AI assist
 
 local LIMITS = { iterations = 25, calls = 100, parallel = 8, result_bytes = 32768 }
 local limit_fields = { iterations = true, calls = true, parallel = true, result_bytes = true,
-                       max_tokens = true, max_cost = true }
+                       max_tokens = true, max_cost = true, tool_timeout = true,
+                       gate_timeout = true }
+local SECONDS_LIMITS = { tool_timeout = true, gate_timeout = true }
 
 local private = setmetatable({}, { __mode = "k" })
 
@@ -167,6 +176,11 @@ local function check_loop(def)
           bad("field 'limits.max_cost' must be a positive number of dollars")
         end
         limits.max_cost = v
+      elseif SECONDS_LIMITS[k] then
+        if type(v) ~= "number" or v ~= v or v <= 0 or v > 86400 then
+          bad("field 'limits." .. k .. "' must be a number of seconds above 0, at most 86400")
+        end
+        limits[k] = v
       else
         limits[k] = int_limit(v, k, k == "result_bytes" and 0 or 1, bad)
       end
@@ -190,6 +204,20 @@ local function check_loop(def)
       if seen[d] then bad("field 'delegates' lists '" .. d .. "' twice") end
       seen[d] = true
       p.delegates[i] = d
+    end
+  end
+
+  if def.mcp ~= nil then
+    local n = list_of(def.mcp, "mcp", bad)
+    local mcp_mod = require "rig.mcp"
+    local seen = {}
+    p.mcp = {}
+    for i = 1, n do
+      local c = def.mcp[i]
+      if not mcp_mod.is_client(c) then bad("field 'mcp[" .. i .. "]' must be a rig.mcp client") end
+      if seen[c.name] then bad("field 'mcp' lists two servers named '" .. c.name .. "'") end
+      seen[c.name] = true
+      p.mcp[i] = c
     end
   end
 
@@ -303,7 +331,8 @@ local function revision(p)
     tools = json.array(tools),
     limits = { iterations = l.iterations, calls = l.calls, parallel = l.parallel,
                result_bytes = l.result_bytes, max_tokens = or_null(l.max_tokens),
-               max_cost = or_null(l.max_cost) },
+               max_cost = or_null(l.max_cost), tool_timeout = l.tool_timeout,
+               gate_timeout = l.gate_timeout },
     delegates = json.array(delegates),
     policy_revision = or_null(p.policy_revision),
   }
@@ -312,6 +341,12 @@ local function revision(p)
   if o then
     doc.output_schema = { name = o.name, schema = o.schema, description = or_null(o.description),
                           strict = o.strict, native = p.model.structured_output == true }
+  end
+  if p.mcp then
+    -- the servers by name: their tools are the servers' to change (list_changed)
+    local names = {}
+    for i, cl in ipairs(p.mcp) do names[i] = cl.name end
+    doc.mcp = json.array(names)
   end
   local c = p.compaction
   if c then
@@ -343,7 +378,7 @@ function Loop:canonical()
   return private[self].canonical
 end
 
-local copied = { tools = true, limits = true, delegates = true }
+local copied = { tools = true, limits = true, delegates = true, mcp = true }
 
 local loop_mt = {
   __index = function(t, k)
@@ -351,6 +386,7 @@ local loop_mt = {
     if f then return f end
     local p = private[t]
     if copied[k] then
+      if p[k] == nil then return nil end
       local out = {}
       for a, b in pairs(p[k]) do out[a] = b end
       return out

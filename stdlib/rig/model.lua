@@ -6,7 +6,10 @@
 --     prices = { input =, output =, cache_read =, cache_write = },  -- $ per million tokens
 --     cache = "auto",           -- prompt caching: "auto", "off" or a table (docs/caching.md)
 --     retry = { attempts = 5, delay = 1, max_delay = 30, retry_after_max = 60 },
---     timeouts = { connect = 10, header = 60, idle = 120, total = 600 },
+--     timeouts = { connect = 10, header = 60, idle = 120, total = 600 },  -- seconds: connect
+--                               -- and header per attempt, idle between bytes, total the
+--                               -- deadline of one call (invoke or stream, every attempt and
+--                               -- backoff included, from the call to the last event)
 --     headers = { ["anthropic-beta"] = "…" },
 --     context_window = nil,     -- tokens the model reads at most (input + output); the
 --                               -- base of a loop's automatic compaction (rig.loop compaction.at)
@@ -38,9 +41,15 @@
 --   rig.model.record(model, FILE)        the same model, writing a cassette
 --   rig.model.replay(FILE)               a model serving a cassette offline
 --
--- Failure codes: network, timeout, rate_limited, overloaded, auth, invalid_request,
--- context_length, server, truncated, cancelled, protocol (a frame that is not what
--- the provider's format allows). Misuse (a malformed model or request) raises.
+-- Failure codes (docs/models.md has the table): network, timeout (a timeouts.* limit),
+-- rate_limited, overloaded, auth, invalid_request, context_length, server, truncated
+-- (the stream ended, or was cut inside an event, before its final event), cancelled,
+-- protocol (bytes the provider's format does not allow, or a 2xx answer that is no
+-- event stream: its status, content type and first bytes are in the message),
+-- too_large (an event line over 1 MiB or an event over 16 MiB). Retried before the
+-- first chunk: network, timeout, rate_limited, overloaded, server, truncated, unless
+-- the next attempt would start past timeouts.total. Misuse (a malformed model or
+-- request) raises.
 -- Keys are read from the environment at each call and go nowhere but the
 -- request's headers.
 
@@ -379,9 +388,11 @@ local function http_open(st)
   headers["accept"] = "text/event-stream"
   for k, v in pairs(m.headers) do headers[k] = v end
   local t = m.timeouts
+  local left = st.deadline and math.max(st.deadline - rig.now(), 0.001) or nil
   local s, msg, code, resp = rig.http.stream{
     url = m.base_url .. M._path(m, codec), method = "POST", headers = headers, body = st.body,
     connect_timeout = t.connect, header_timeout = t.header, idle_timeout = t.idle,
+    timeout = left,
   }
   key, headers = nil, nil
   if not s then
@@ -416,21 +427,74 @@ local function stream_fail(st, msg, code, detail)
   return nil, msg, code, detail
 end
 
+-- ---- the deadline (timeouts.total): one call, every attempt and backoff included ----
+
+-- slack: for telling a transfer's own timeout from the deadline (its clock
+-- started a little after ours)
+local function past_deadline(st, slack)
+  return st.deadline ~= nil and rig.now() >= st.deadline - (slack or 0)
+end
+local SLACK = 0.05
+
+local function deadline_message(st)
+  return string.format("%s: the call did not end within timeouts.total (%g s)", st.m.provider,
+    st.m.timeouts.total)
+end
+
+-- Before another attempt: sleeps the backoff, or fails with the last failure
+-- when the backoff would end past the deadline (there is no time left to try).
+local function retry_wait(st, msg, code, detail)
+  local d = backoff(st.m.retry, st.attempts, detail and detail.retry_after)
+  if st.deadline and rig.now() + d >= st.deadline then
+    return stream_fail(st, string.format("%s (not retried: attempt %d would start past "
+      .. "timeouts.total, %g s)", msg, st.attempts + 1, st.m.timeouts.total), code, detail)
+  end
+  rig.sleep(d)
+  return true
+end
+
 -- Opens one attempt after another until one is established or the failure is final.
 local function establish(st)
   while true do
+    if past_deadline(st) then return stream_fail(st, deadline_message(st), "timeout") end
     st.attempts = st.attempts + 1
     local tr, msg, code, detail = st.open(st)
     if tr then
       st.transport = tr
       st.read = tr.read
+      st.events = 0
       return true
+    end
+    if code == "timeout" and past_deadline(st, SLACK) then
+      return stream_fail(st, deadline_message(st), "timeout")
     end
     if code == "cancelled" or not retryable[code] or st.attempts >= st.m.retry.attempts then
       return stream_fail(st, msg, code, detail)
     end
-    rig.sleep(backoff(st.m.retry, st.attempts, detail and detail.retry_after))
+    if not retry_wait(st, msg, code, detail) then return end
   end
+end
+
+-- A 2xx answer that did not decode: when its content type is not an event
+-- stream (a proxy's HTML page, a JSON error with status 200), say so with the
+-- status, the content type and the first bytes; a protocol failure, not
+-- retried (the same proxy answers the same way). Otherwise, when no event
+-- came at all, the first bytes join the message.
+local function not_a_stream(st, msg, code)
+  local tr = st.transport
+  local head = tr and type(tr.head) == "function" and tr:head() or nil
+  if not head then return msg, code end
+  local ctype = tr.headers and tr.headers["content-type"]
+  if ctype and not ctype:lower():find("text/event-stream", 1, true) then
+    return string.format("%s: HTTP %d answered with content type '%s', not an event stream; "
+      .. "the body starts: '%s'", st.m.provider, tr.status or 0, short(ctype, 100),
+      short(head, 200)), "protocol"
+  end
+  if st.events == 0 and head ~= "" then
+    msg = msg .. string.format(" (HTTP %d, content type %s; the body starts: '%s')",
+      tr.status or 0, ctype and ("'" .. short(ctype, 100) .. "'") or "none", short(head, 200))
+  end
+  return msg, code
 end
 
 local function new_decoder(st)
@@ -453,49 +517,50 @@ end
 local function pump(st)
   while st.qhead > st.qtail do
     if st.state ~= "open" then return end
-    if st.deadline and rig.now() > st.deadline then
-      return stream_fail(st, st.m.provider .. ": the response took longer than "
-        .. st.m.timeouts.total .. " s", "timeout")
-    end
-    local data, ev, code = st.read(st.transport)
+    if past_deadline(st) then return stream_fail(st, deadline_message(st), "timeout") end
+    -- cut: the transport's third value, true for a last event the end of the stream
+    -- cut short before its blank line
+    local data, ev, cut = st.read(st.transport)
+    local msg, c, detail
     if data then
-      local ok, msg, c, detail = st.dec:feed(data, ev)
+      st.events = st.events + 1
+      local ok
+      ok, msg, c, detail = st.dec:feed(data, ev)
       if ok and st.overflow then
         ok, msg, c = nil, st.m.provider .. ": the stream opened more than 4096 content blocks",
           "protocol"
       end
-      if not ok then
-        if not st.emitted and retryable[c] and st.attempts < st.m.retry.attempts then
-          st.transport:close(); st.transport = nil
-          rig.sleep(backoff(st.m.retry, st.attempts, detail and detail.retry_after))
-          new_decoder(st)
-          if not establish(st) then return end
-        else
-          return stream_fail(st, msg, c, detail)
-        end
+      if ok then goto continue end
+      if cut == true and c == "protocol" then
+        msg, c = string.format("%s: the stream ended inside an event (%d bytes of it came: '%s')",
+          st.m.provider, #data, short(data, 120)), "truncated"
       end
-    else
-      local msg, c
-      if ev == nil and code == nil then
-        if st.dec.done then
-          st.state = "done"
-          st.transport:close(); st.transport = nil
-          return
-        end
-        msg, c = st.m.provider .. ": the stream ended before its final event", "truncated"
-      else
-        msg, c = st.m.provider .. ": " .. tostring(ev):gsub("^http: ", ""), code
-      end
-      if c ~= "cancelled" and not st.emitted and retryable[c]
-        and st.attempts < st.m.retry.attempts then
+    elseif ev == nil and cut == nil then
+      if st.dec.done then
+        st.state = "done"
         st.transport:close(); st.transport = nil
-        rig.sleep(backoff(st.m.retry, st.attempts))
-        new_decoder(st)
-        if not establish(st) then return end
+        return
+      end
+      msg, c = st.m.provider .. ": the stream ended before its final event", "truncated"
+    else
+      c = cut
+      if c == "timeout" and past_deadline(st, SLACK) then
+        msg = deadline_message(st)
       else
-        return stream_fail(st, msg, c)
+        msg = st.m.provider .. ": " .. tostring(ev):gsub("^http: ", "")
       end
     end
+    if c == "protocol" or c == "truncated" then msg, c = not_a_stream(st, msg, c) end
+    if c ~= "cancelled" and not st.emitted and retryable[c] and not past_deadline(st)
+      and st.attempts < st.m.retry.attempts then
+      st.transport:close(); st.transport = nil
+      if not retry_wait(st, msg, c, detail) then return end
+      new_decoder(st)
+      if not establish(st) then return end
+    else
+      return stream_fail(st, msg, c, detail)
+    end
+    ::continue::
   end
 end
 
@@ -569,7 +634,7 @@ end
 
 local Model = {}
 
-local function start(self, request, invoke, opts)
+local function start(self, request, opts)
   local m, codec = self._m, self._codec
   local cache
   if opts ~= nil then
@@ -594,7 +659,8 @@ local function start(self, request, invoke, opts)
   local st = setmetatable({ m = m, codec = codec, req = req, body = text, attempts = 0,
     queue = {}, qhead = 1, qtail = 0, state = "open", emitted = false, open = self._open or http_open,
     on_end = self._on_end }, Stream)
-  if invoke and m.timeouts.total then st.deadline = rig.now() + m.timeouts.total end
+  -- the deadline of the whole call, streamed or not (every attempt and backoff in it)
+  if m.timeouts.total and m.timeouts.total > 0 then st.deadline = rig.now() + m.timeouts.total end
   if self._on_start then self._on_start(st) end
   new_decoder(st)
   if not establish(st) then return nil, st.err[1], st.err[2], st.err[3] end
@@ -603,12 +669,12 @@ end
 
 -- m:stream(request) -> st | nil, message, code, detail
 function Model:stream(request, opts)
-  return start(self, request, false, opts)
+  return start(self, request, opts)
 end
 
 -- m:invoke(request) -> resp | nil, message, code, detail (streams underneath)
 function Model:invoke(request)
-  local st, msg, code, detail = start(self, request, true)
+  local st, msg, code, detail = start(self, request)
   if not st then return nil, msg, code, detail end
   local resp
   resp, msg, code, detail = st:result()

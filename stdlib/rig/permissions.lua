@@ -29,6 +29,10 @@
 --                    delegate the loop lists). start_agent requires the delegate it
 --                    starts, message_agent the delegate the child was started as
 --                    (rig.delegation); list_agents and stop_agent require nothing.
+--   mcp              "SERVER/TOOL" (one tool of an MCP server, as rig.mcp names the server),
+--                    "SERVER/*" (every tool of that server), "SERVER:sampling" (that server's
+--                    sampling requests answered by a rig model) or "*" (every MCP tool and
+--                    sampling request of the servers the loop takes).
 --   Each rule object holds exactly these three fields.
 --
 -- Safety: the path must be absolute; the file must not be a symbolic link, must be a
@@ -51,9 +55,11 @@ local M = {}
 local MAX_BYTES = 1 << 20
 local MAX_RULES = 10000
 local KINDS = { ["filesystem.read"] = true, ["filesystem.write"] = true, network = true,
-                ["command.execute"] = true, delegate = true }
+                ["command.execute"] = true, delegate = true, mcp = true }
 -- a loop name (rig.loop's rule), or "*" in a delegate rule
 local LOOP_NAME = "^%a[%w_.%-]*$"
+-- an MCP server's name as rig.mcp takes it
+local SERVER_NAME = "^%a[%w_-]*$"
 local SHELL_CONTROL = "[;&|`$()<>\r\n]"
 
 -- ---- match semantics ----
@@ -140,6 +146,14 @@ local function rule_matches(rule, req)
   if rule.kind == "command.execute" then return match_command(rule.match, m) end
   if rule.kind == "network" then return match_network(rule.match, m) end
   if rule.kind == "delegate" then return rule.match == "*" or rule.match == m end
+  if rule.kind == "mcp" then
+    if rule.match == "*" or rule.match == m then return true end
+    if rule.match:sub(-2) == "/*" then
+      local prefix = rule.match:sub(1, -2)
+      return #m > #prefix and m:sub(1, #prefix) == prefix
+    end
+    return false
+  end
   local path = clean_path(m)
   if not path then return false end
   return match_segments(rule.segments, 1, path, 1)
@@ -173,6 +187,17 @@ local function check_rule(r)
   elseif r.kind == "delegate" then
     if m ~= "*" and (#m > 64 or not m:match(LOOP_NAME)) then
       return nil, "match must be a loop name or \"*\" (got \"" .. m .. "\")"
+    end
+  elseif r.kind == "mcp" then
+    if m ~= "*" then
+      local server, tool = m:match("^([^/:]+)/(.+)$")
+      local sserver = m:match("^([^/:]+):sampling$")
+      local name = server or sserver
+      if not name or #name > 64 or not name:match(SERVER_NAME) or
+         (tool and (#tool > 128 or tool:find("[%s%c]"))) then
+        return nil, "match must be \"SERVER/TOOL\", \"SERVER/*\", \"SERVER:sampling\" or \"*\" (got \""
+          .. m .. "\")"
+      end
     end
   elseif r.kind == "network" then
     local host, port = split_hostport(m)

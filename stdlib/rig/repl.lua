@@ -4,7 +4,7 @@
 --
 -- Nothing here calls a function of the user's while printing or
 -- completing: fields are read with rawget/next, and only an __index that
--- is itself a table is followed.
+-- is itself a table, or a function of the rig library, is followed.
 
 local M = {}
 
@@ -136,6 +136,8 @@ function M.compile(src)
   if src:match("^%s*:%a") then
     return require("rig.repl_bench").command((src:gsub("^%s+", "")))
   end
+  local chat = require("rig.repl_bench").chat_line(src) -- chat mode: the line is input
+  if chat then return chat end
   local inspect = require("rig.repl_bench").inspect(src) -- s:history() and the like, pretty
   if inspect then return inspect end
   local fn = load("return " .. src, "=stdin", "t")
@@ -147,7 +149,21 @@ function M.compile(src)
   return nil, err
 end
 
--- The traceback without the REPL's own frames.
+-- Replaced by lua/repl.c: true with --debug or LUARIG_DEBUG=1.
+M.debug = false
+
+-- True when an error message starts at a line of the rig library: a bug in
+-- luarig rather than a mistake in what was typed (as lua/state.c decides).
+local function internal(msg)
+  if msg:find("^stdlib/rig/") then return true end
+  local dir = (os.getenv("LUARIG_PATH") or ""):gsub("/+$", "")
+  return dir ~= "" and msg:sub(1, #dir + 5) == dir .. "/rig/"
+end
+M.internal = internal
+
+-- The error as shown: the message alone (one line for a mistake), or with
+-- the traceback, without the REPL's own frames, under --debug or for an
+-- error inside the library.
 local function handler(e)
   if type(e) == "table" and type(rawget(e, "repl_plain")) == "string" then
     return e.repl_plain -- a command's refusal: its message, no traceback
@@ -160,6 +176,7 @@ local function handler(e)
       e = "(error object is a " .. type(e) .. " value)"
     end
   end
+  if not M.debug and not internal(e) then return e end
   local tb = debug.traceback(e, 2)
   local out = {}
   for line in tb:gmatch("[^\n]+") do
@@ -185,6 +202,8 @@ function M.turn_busy() end
 -- becomes prefix .. "> " (the attached session's budget), nil: "> ".
 function M.rows() return nil end
 function M.set_prompt() end
+-- quit(): the REPL ends once the running chunk returns (as Ctrl-D).
+function M.quit() end
 
 -- Called by lua/repl.c: a key while key_mode is on; Ctrl-C while turn_busy.
 function M.on_key(k) return require("rig.repl_bench").on_key(k) end
@@ -211,42 +230,160 @@ function M.run(fn, quiet)
 end
 
 -- Completion. The text is the word before the cursor: a plain path of
--- identifiers with "." and at most one final ":". The prefix path is
--- resolved with rawget and table-valued __index only.
+-- identifiers with "." and at most one final ":". The path is resolved
+-- with rawget, __index tables, and __index functions of the rig library
+-- itself (rig's own objects: a rig, a loop, a model, …), never a user's.
+-- Names behind an __index function are read from the tables it closes over
+-- (its upvalues, one function deep), as nothing can list them otherwise.
+-- Metatables are read with debug.getmetatable: a __metatable field (which
+-- rig's objects set to their kind's name) hides nothing here.
+
+local function lib_dir()
+  local dir = (os.getenv("LUARIG_PATH") or ""):gsub("/+$", "")
+  return dir
+end
+
+-- A function of the rig library (embedded, or from $LUARIG_PATH/rig/).
+local function lib_fn(f)
+  local info = debug.getinfo(f, "S")
+  local src = info and info.source or ""
+  if src:find("^@stdlib/rig/") then return true end
+  local dir = lib_dir()
+  return dir ~= "" and src:sub(1, #dir + 6) == "@" .. dir .. "/rig/"
+end
+
+local function meta_index(v)
+  local mt = debug.getmetatable(v)
+  if type(mt) ~= "table" then return nil end
+  return rawget(mt, "__index")
+end
+
 local function field(v, k)
   for _ = 1, 8 do -- a bounded walk down __index tables
     if type(v) == "table" then
       local x = rawget(v, k)
       if x ~= nil then return x end
     end
-    local mt = debug.getmetatable(v)
-    local idx = mt and rawget(mt, "__index")
+    local idx = meta_index(v)
+    if type(idx) == "function" then
+      if not lib_fn(idx) then return nil end
+      local ok, x = pcall(idx, v, k)
+      if ok then return x end
+      return nil
+    end
     if type(idx) ~= "table" then return nil end
     v = idx
   end
   return nil
 end
 
+local function callable(x)
+  if type(x) == "function" then return true end
+  local mt = debug.getmetatable(x)
+  return type(mt) == "table" and rawget(mt, "__call") ~= nil
+end
+
+-- The tables an __index function closes over, and those of the functions
+-- it closes over (one level): where its names come from.
+local function closed_tables(f, out, depth, seen)
+  for i = 1, 255 do
+    local name, x = debug.getupvalue(f, i)
+    if not name then break end
+    if name ~= "_ENV" and x ~= _G and not seen[x] then
+      if type(x) == "table" then
+        seen[x] = true
+        out[#out + 1] = x
+      elseif type(x) == "function" and depth > 0 then
+        seen[x] = true
+        closed_tables(x, out, depth - 1, seen)
+      end
+    end
+  end
+  return out
+end
+
+-- Names starting with "_" (internals, metamethods) are offered only when
+-- the typed prefix starts with "_" too.
+local function wanted(k, prefix, seen)
+  return type(k) == "string" and k:sub(1, #prefix) == prefix and is_ident(k) and not seen[k]
+    and (prefix:sub(1, 1) == "_" or k:sub(1, 1) ~= "_")
+end
+
 local function add_keys(v, prefix, want_fn, seen, out)
   for _ = 1, 8 do
     if type(v) == "table" then
       for k, x in next, v do
-        if type(k) == "string" and k:sub(1, #prefix) == prefix and is_ident(k) and not seen[k]
-          and (not want_fn or type(x) == "function" or (type(x) == "table" and getmetatable(x) and rawget(getmetatable(x), "__call"))) then
+        if wanted(k, prefix, seen) and (not want_fn or callable(x)) then
           seen[k] = true
           out[#out + 1] = k
         end
       end
     end
-    local mt = debug.getmetatable(v)
-    local idx = mt and rawget(mt, "__index")
+    local idx = meta_index(v)
+    if type(idx) == "function" then
+      -- the names the function's tables hold, and the record a table of
+      -- them keeps for this very object (rig's objects keep their fields
+      -- in a private table keyed by the object)
+      local names, values = {}, {}
+      local function note(k, x)
+        if wanted(k, prefix, seen) then names[#names + 1] = k; values[#names] = x end
+      end
+      for _, t in ipairs(closed_tables(idx, {}, 1, {})) do
+        for k, x in next, t do note(k, x) end
+        local rec = rawget(t, v)
+        if type(rec) == "table" then
+          for k, x in next, rec do note(k, x) end
+        end
+      end
+      -- the library's own __index says which of them it answers; a user's
+      -- is not called: the value found beside the name stands for it
+      local trusted = lib_fn(idx)
+      for i, k in ipairs(names) do
+        local keep = not seen[k]
+        if keep and trusted then
+          local ok, x = pcall(idx, v, k)
+          keep = ok and x ~= nil and (not want_fn or callable(x))
+        elseif keep then
+          keep = not want_fn or callable(values[i])
+        end
+        if keep then
+          seen[k] = true
+          out[#out + 1] = k
+        end
+      end
+      return
+    end
     if type(idx) ~= "table" then return end
     v = idx
   end
 end
 
--- M.complete(word) -> sorted list of full replacements for word.
-function M.complete(word)
+-- A ':' command and its arguments (rig.repl_bench knows them).
+local function complete_command(word, before)
+  local bench = require "rig.repl_bench"
+  local out = {}
+  if before:match("^%s*$") and word:match("^:%a*$") then
+    for _, name in ipairs(bench.command_names()) do
+      if (":" .. name):sub(1, #word) == word then out[#out + 1] = ":" .. name end
+    end
+    return out
+  end
+  local cmd = before:match("^%s*:(%a+)%s+$")
+  if cmd then return bench.complete_argument(cmd, word) end
+  return nil
+end
+
+-- M.complete(word [, before]) -> sorted list of full replacements for word;
+-- before is the line up to the word (nil when lua/repl.c does not know it).
+function M.complete(word, before)
+  if before then
+    local cmd = complete_command(word, before)
+    if cmd then table.sort(cmd) return cmd end
+  elseif word:match("^:%a*$") then
+    local cmd = complete_command(word, "")
+    table.sort(cmd)
+    return cmd
+  end
   local out, seen = {}, {}
   local head, sep, last = word:match("^(.*)([.:])([%w_]*)$")
   if not head then

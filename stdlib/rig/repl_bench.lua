@@ -293,14 +293,77 @@ function M.hook_fork(Session)
   if state.fork_hooked then return end
   state.fork_hooked = true
   Session.fork = function(S, ...)
+    local refusal, empty = M.fork_refusal(S, ...)
+    if refusal then return nil, refusal, "refused" end
     local F, msg, code = orig(S, ...)
     if F then
       out("forked " .. S.id .. " at " .. tostring(F.forked_from.at) .. " -> " .. F.id)
+      if empty then out(empty) end
       if F.handover then M.handed_over(S.id) end
       M.attach(F)
     end
     return F, msg, code
   end
+end
+
+-- The workspace ref in force at journal seq `cut` (Session:fork's rule):
+-- the last checkpoint or restore at or before it, or a checkpoint the cut's
+-- own edge took after it, before the next activity. recs: the journal.
+local TERMINAL = { TurnDone = true, TurnFailed = true, TurnInterrupted = true }
+local ACTIVITY = { TurnStarted = true, StepDone = true, TurnFoldedInto = true,
+                   WorkspaceRestored = true }
+local function ref_in_force(recs, cut)
+  local ref
+  for _, rec in ipairs(recs) do
+    if not rec.kind then -- an event
+      local t = rec.type
+      if rec.seq > cut and ACTIVITY[t] then break end
+      if t == "WorkspaceCheckpointed" or (t == "WorkspaceRestored" and rec.seq <= cut) then
+        ref = rec.ref
+      end
+    end
+  end
+  return ref
+end
+
+-- A fork of a session whose rig has a workspace, at a cut with no
+-- checkpoint in force, would start from an empty tree while its history
+-- says the work was done: with an exclusive root (the origin's files leave
+-- the root for an empty one) the REPL refuses, saying the way out; with a
+-- per_session one (the origin keeps its own) it forks and warns. Returns
+-- the refusal, or nil and the warning to print after the fork, or nil
+-- (Session:fork decides the rest).
+function M.fork_refusal(S, opts)
+  local pv = S.rig and S.rig.workspace
+  if not (pv and (pv.kind == "exclusive" or pv.kind == "per_session")) then return nil end
+  local at = type(opts) == "table" and opts.at or nil
+  if at ~= nil and math.type(at) ~= "integer" then return nil end
+  local ok, recs = pcall(function()
+    local t = {}
+    for rec in S:journal{} do t[#t + 1] = rec end
+    return t
+  end)
+  if not ok then return nil end
+  local cuts = {}
+  for _, rec in ipairs(recs) do
+    if not rec.kind and (rec.type == "StepDone" or TERMINAL[rec.type]) then cuts[#cuts + 1] = rec.seq end
+  end
+  local cut = at or cuts[#cuts]
+  local is_cut = false
+  for _, c in ipairs(cuts) do is_cut = is_cut or c == cut end
+  if not is_cut or ref_in_force(recs, cut) then return nil end -- (a bad seq: fork says why)
+  local later
+  for _, c in ipairs(cuts) do
+    if c > cut and ref_in_force(recs, c) then later = c break end
+  end
+  local way = ":checkpoint now and :fork at the last step"
+  if later then way = "fork at seq " .. later .. " (the next step end with one), or " .. way end
+  if pv.kind == "per_session" then
+    return nil, "── the fork's workspace is empty: no checkpoint was in force at seq " .. cut ..
+      " (its history says the work was done); for its files " .. way
+  end
+  return "cannot fork at seq " .. cut .. ": no workspace checkpoint is in force there, so the " ..
+    "fork would start with an empty root while its history says the work was done; " .. way
 end
 
 -- What became of a session that handed an exclusive root over (a fork, :attach).
@@ -468,6 +531,8 @@ local function sessions_cmd()
   local list, msg = r:sessions()
   if not list then error(msg, 0) end
   table.sort(list, function(a, b) return (a.last_active_at or 0) > (b.last_active_at or 0) end)
+  state.catalog_ids = {}
+  for i, e in ipairs(list) do state.catalog_ids[i] = e.id end
   local rows = {}
   local tree, id_cell = M.fork_tree(list)
   for _, e in ipairs(tree) do
@@ -486,16 +551,20 @@ local function find_id(prefix)
   local r = state.r or error("no rig loaded (luarig repl FILE.lua)", 0)
   if state.live[prefix] then return prefix end
   local list = r:sessions() or {}
-  local hit
+  local hits = {}
   for _, e in ipairs(list) do
     if e.id == prefix then return e.id end
-    if e.id:sub(1, #prefix) == prefix then
-      if hit then error("session id '" .. prefix .. "' is ambiguous", 0) end
-      hit = e.id
-    end
+    if e.id:sub(1, #prefix) == prefix then hits[#hits + 1] = e.id end
   end
-  return hit or prefix
+  if #hits > 1 then
+    table.sort(hits)
+    local shown = table.concat(hits, ", ", 1, math.min(#hits, 4)) .. (#hits > 4 and ", …" or "")
+    error("session id '" .. prefix .. "' is ambiguous: " .. #hits .. " sessions start with it (" ..
+      shown .. ")", 0)
+  end
+  return hits[1] or prefix
 end
+M.find_id = find_id
 
 local function attach_cmd(arg)
   if arg == "" then error("usage: :attach ID", 0) end
@@ -594,6 +663,7 @@ local HELP = {
   ":history [LOOP]    the conversation as the model sees it, paged",
   ":usage             the attached session's tokens and cost",
   "                   (s:history(), s:usage(), s:snapshots(), s:journal{...} typed alone print the same)",
+  ":mcp [NAME]        the MCP servers (or one server's tools); :mcp restart NAME",
   "pager: space = next page, Enter = next line, q = stop",
   ":reload            run the rig file again (new sessions use it)",
   ":resume [LOOP]     continue the turns a crash or a shutdown cut (after :attach / r:restore)",
@@ -639,8 +709,151 @@ local COMMANDS = {
   history = function(arg) M.page(new_renderer():history_lines(need_session():history(arg ~= "" and arg or nil))) end,
   usage = function() M.page(new_renderer():usage_lines(need_session():usage())) end,
   fork = fork_cmd,
+  -- :mcp                 the MCP servers of this process: name, state, protocol, tools
+  -- :mcp NAME            that server's tools as loops see them (NAME__TOOL: description)
+  -- :mcp restart NAME    starts a dead server again
+  mcp = function(arg)
+    local mcp = require "rig.mcp"
+    local verb, name = arg:match("^(%S+)%s+(%S+)$")
+    if verb ~= "restart" then name = arg ~= "" and arg or nil end
+    local lines = {}
+    for _, c in ipairs(mcp.clients()) do
+      if not name then
+        local st, why = c:status()
+        local n = c.tool_cache and #c.tool_cache or "?"
+        lines[#lines + 1] = string.format("%-16s %-6s %-5s %-10s %s tools%s", c.name, c.kind or "?",
+          st, c.protocol_version or "-", tostring(n), why and ("  (" .. why .. ")") or "")
+      elseif c.name == name then
+        if verb == "restart" then
+          local ok, err = c:restart()
+          out(ok and ("restarted " .. name) or ("restart " .. name .. ": " .. tostring(err)))
+          return
+        end
+        local list, err = c:tools()
+        if not list then error("mcp: " .. tostring(err), 0) end
+        for _, t in ipairs(list) do
+          lines[#lines + 1] = t.name .. ": " .. (t.description:gsub("%s+", " "))
+        end
+      end
+    end
+    if #lines == 0 then
+      out(name and ("no MCP server named '" .. name .. "'") or "no MCP servers")
+      return
+    end
+    M.page(lines)
+  end,
   resume = resume_cmd,
 }
+
+-- ---- chat mode, and leaving ----
+--
+-- :chat enters chat mode: each line typed (one that does not start with
+-- ':') is submitted to the attached session as input, and the prompt comes
+-- back when the session is idle again; the turn is drawn as it streams (the
+-- follower) and a gate takes its one key meanwhile. With a rig loaded and
+-- no session attached, the first line starts one (r:session()). :chat
+-- again (or :lua) goes back to Lua; `:chat TEXT` sends one line without
+-- entering the mode. The prompt says "chat> " while the mode is on.
+
+state.chat = false
+
+local function chat_send(text)
+  local S = state.attached
+  if not S or S.closed then
+    if not state.r then error("no session to talk to: load a rig (luarig repl FILE.lua) or attach one", 0) end
+    local F, msg = state.r:session() -- attaches through the hook
+    if not F then error("cannot start a session: " .. tostring(msg), 0) end
+    S = F
+  end
+  -- submitted from a task of its own: the turn it starts is not a child of
+  -- this chunk, so cancelling the wait (Ctrl-C twice) leaves the turn alone
+  local t = core.spawn_detached(function() return S:submit(text) end)
+  local cid, msg = t:wait()
+  if not cid then error("submit: " .. tostring(msg), 0) end
+  local ok, werr = S:wait_idle()
+  if not ok then error(tostring(werr), 0) end
+end
+M.chat_send = chat_send
+
+local function set_chat(on)
+  state.chat = on
+  M.show_budget()
+end
+
+-- rig.repl.compile asks here first: in chat mode a line that is not a
+-- ':' command is chat input. Returns the chunk's function, or nil.
+function M.chat_line(src)
+  if not state.chat or src:match("^%s*:%a") then return nil end
+  return function() chat_send(src) end
+end
+
+COMMANDS.chat = function(arg)
+  if arg ~= "" then return chat_send(arg) end
+  if state.chat then
+    set_chat(false)
+    return out("── Lua again (:chat talks to the session)")
+  end
+  if not state.attached and not state.r then
+    error("no session to talk to: load a rig (luarig repl FILE.lua) or attach one", 0)
+  end
+  set_chat(true)
+  out("── chat with " .. (state.attached and ("session " .. state.attached.id:sub(1, 8))
+    or "a new session") .. ": each line is its input (:chat again for Lua)")
+end
+COMMANDS.lua = function()
+  if state.chat then set_chat(false) end
+  out("── Lua")
+end
+COMMANDS.quit = function()
+  local q = R().quit
+  if q then q() end
+end
+
+for _, line in ipairs {
+  ":chat [TEXT]       chat mode: each line is input to the attached session (TEXT: one line);",
+  "                   :chat again or :lua goes back to Lua",
+  ":quit              leave the REPL (Ctrl-D on an empty line does the same)",
+} do HELP[#HELP + 1] = line end
+
+-- The commands' names, for completion (rig.repl.complete).
+function M.command_names()
+  local names = {}
+  for name in pairs(COMMANDS) do names[#names + 1] = name end
+  table.sort(names)
+  return names
+end
+
+-- Completion of a command's argument: session ids for :attach (the
+-- catalog's and this REPL's live ones), loop names for :history.
+function M.complete_argument(cmd, word)
+  local out, seen = {}, {}
+  local function add(v)
+    v = tostring(v)
+    if v:sub(1, #word) == word and not seen[v] then seen[v] = true; out[#out + 1] = v end
+  end
+  if cmd == "attach" or cmd == "resume" then
+    -- completion runs outside any task, where the catalog cannot be read:
+    -- the ids of the last read, which a task refreshes for the next Tab
+    for id in pairs(state.live) do add(id) end
+    for _, id in ipairs(state.catalog_ids or {}) do add(id) end
+    local r = state.r
+    if r and not state.catalog_reading then
+      state.catalog_reading = true
+      core.spawn_detached(function()
+        local list = r:sessions()
+        state.catalog_reading = false
+        if list then
+          local ids = {}
+          for _, e in ipairs(list) do ids[#ids + 1] = e.id end
+          state.catalog_ids = ids
+        end
+      end)
+    end
+  elseif cmd == "history" and state.attached then
+    for _, lid in ipairs(state.attached.loop_order or {}) do add(lid) end
+  end
+  return out
+end
 
 -- ---- budgets in the prompt ----
 --
@@ -694,7 +907,11 @@ function M.show_budget()
   if not set then return end
   local S = state.attached
   local b = state.budget
-  if not S or S.closed then state.budget = nil; return set(nil) end
+  local function with_chat(p)
+    if not state.chat then return p end
+    return (p and p .. " " or "") .. "chat"
+  end
+  if not S or S.closed then state.budget = nil; return set(with_chat(nil)) end
   if not b or b.S ~= S then
     local rig = S.rig or {}
     b = { S = S, loop_id = rig.active_primer or (rig.primers and rig.primers[1]) or S.loop_order[1], used = {} }
@@ -702,7 +919,7 @@ function M.show_budget()
   end
   local inst = S.loops and S.loops[b.loop_id]
   local text = inst and M.budget_text(inst.limits, b.used)
-  set(text and (S.id:sub(1, 8) .. (#S.loop_order > 1 and (" " .. b.loop_id) or "") .. " [" .. text .. "]") or nil)
+  set(with_chat(text and (S.id:sub(1, 8) .. (#S.loop_order > 1 and (" " .. b.loop_id) or "") .. " [" .. text .. "]") or nil))
 end
 
 -- The follower hands each event of the attached session here.
@@ -721,7 +938,7 @@ function M.note_budget(S, ev)
     add_used(b.used, ev.usage)
   elseif t == "SessionStopped" then
     local set = R().set_prompt
-    if set then set(nil) end -- a shut-down session has no budget to show
+    if set then set(state.chat and "chat" or nil) end -- a shut-down session has no budget to show
     return
   else
     return

@@ -249,6 +249,15 @@ function R:event(ev)
     out[#out + 1] = self:dim(clip("── snapshot " .. tostring(ev.ref) .. " (" .. tostring(ev.trigger) .. ")", w))
   elseif t == "WorkspaceRestored" then
     out[#out + 1] = self:dim(clip("── workspace rewound to " .. tostring(ev.ref), w))
+  elseif t == "WorkspaceFaulted" then
+    local lines = wrap("workspace faulted (" .. tostring(ev.code) .. "): " .. tostring(ev.message),
+      "── ", "   ", w, {})
+    for _, l in ipairs(lines) do out[#out + 1] = self:red(l) end
+  elseif t == "WorkspaceFaultCleared" then
+    out[#out + 1] = self:dim(clip("── workspace fault cleared (" .. tostring(ev.by) .. ")", w))
+  elseif t == "CompactionCommitted" and ev.fallback then
+    out[#out + 1] = self:yellow(clip("── compacted: the summary failed; " .. tostring(ev.replaced)
+      .. " older messages dropped, " .. tostring(ev.retained) .. " kept", w))
   elseif t == "CompactionCommitted" then
     out[#out + 1] = self:dim(clip("── compacted: " .. tostring(ev.replaced) .. " messages summarized, "
       .. tostring(ev.retained) .. " kept", w))

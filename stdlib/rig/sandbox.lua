@@ -8,6 +8,8 @@
 --     network = "gated", command = "gated",   -- each "deny" | "gated" | "allow"
 --     delegate = "gated",            -- starting/messaging a delegate loop: the gate's
 --                                    -- access only (nothing for the OS to enforce)
+--     mcp = "gated",                 -- calling an MCP server's tool (and answering its
+--                                    -- sampling requests): the gate's access only
 --     home = "isolated",             -- or "real"
 --     isolation = "sandboxed",       -- or "unconfined" (every filesystem and
 --                                    -- network field allow, ack_unconfined = true)
@@ -21,7 +23,9 @@
 --     kind: "filesystem.read" | "filesystem.write" (scope: a path, relative
 --     to the workspace, symlinks followed), "network" (scope "host:port"),
 --     "command.execute" (scope a command line), "delegate" (scope a delegate
---     loop's name: the profile's `delegate` for every name); an unknown kind raises
+--     loop's name: the profile's `delegate` for every name), "mcp" (scope
+--     "SERVER/TOOL" or "SERVER:sampling": the profile's `mcp` for every one); an
+--     unknown kind raises
 --   rig.sandbox.restrict(a, b) --> the intersection, never wider than a or b
 --   rig.sandbox.check([profile]) --> {
 --     tier = "A" | "B" | "none", why = "what is missing", cgroup = "the layout",

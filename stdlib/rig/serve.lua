@@ -6,6 +6,8 @@
 --     listen = "127.0.0.1:8080",        -- "host:port", "[v6]:port"; port 0 picks one
 --     auth = { token = "…" } | nil,     -- bearer token; required off loopback …
 --     insecure_public_bind = false,     -- … unless an authenticating proxy is in front
+--     allowed_hosts = { "name", … },    -- more names the server answers to (Host and
+--                                       -- Origin), besides its address and localhost
 --     max_body = 1 << 20,               -- request body cap: 413 above it
 --     max_headers = 64 << 10,           -- request line + headers cap
 --     max_connections = 1024,           -- requests in hand at once (SSE streams count): 503 above
@@ -17,6 +19,12 @@
 --   srv.url, srv.port; srv:run() waits for SIGINT/SIGTERM, then srv:shutdown():
 --   new requests get 503, SSE streams end, requests in flight finish, the
 --   live sessions shut down, the listener closes. srv:close() drops at once.
+--
+-- Every request first passes the browser checks (docs/serve.md): its Host must
+-- name this server (the bound address, localhost or an allowed_hosts name, with
+-- the bound port: 403 host_not_allowed), an Origin must be this server's own
+-- (403 origin_not_allowed), and a POST must be Content-Type: application/json
+-- (415 unsupported_media_type). A token changes none of this.
 --
 -- Routes (JSON in and out; errors {"error":{"code","message","retryable"}}):
 --   GET  /v1/capabilities
@@ -44,12 +52,20 @@ M.PROTOCOL, M.VERSION = "luarig.serve", 1
 local FEATURES = { "journal", "live_sse", "ephemeral_sse", "gate_response", "sse_resume",
                    "idempotency", "resume" }
 
--- The stable error codes: status and whether a retry may succeed.
+-- The stable error codes: status and whether a retry may succeed (docs/serve.md).
+-- The lower layers answer some themselves, in the same shape: rig.http.server
+-- (not_found for no route, method_not_allowed), the host server
+-- (malformed_request, body_too_large over max_body, expectation_failed,
+-- headers_too_large) and lua/server.c (unavailable).
 local ERRORS = {
+  malformed_request = { 400, false },
   invalid_json = { 400, false },
   invalid_request = { 400, false },
   unauthorized = { 401, false },
+  host_not_allowed = { 403, false },
+  origin_not_allowed = { 403, false },
   not_found = { 404, false },
+  method_not_allowed = { 405, false },
   session_not_found = { 404, false },
   gate_not_open = { 409, false },
   session_not_live = { 409, false },
@@ -60,16 +76,20 @@ local ERRORS = {
   session_busy = { 409, true },
   idempotency_conflict = { 409, false },
   body_too_large = { 413, false },
+  unsupported_media_type = { 415, false },
+  expectation_failed = { 417, false },
+  headers_too_large = { 431, false },
   internal = { 500, false },
   over_capacity = { 503, true },
   shutting_down = { 503, true },
   storage = { 503, true },
+  unavailable = { 503, true },
 }
 M.ERRORS = ERRORS
 
 local KNOWN = { rig = true, listen = true, auth = true, insecure_public_bind = true,
                 max_body = true, max_headers = true, max_connections = true, heartbeat = true,
-                drain_timeout = true, sse_buffer = true }
+                drain_timeout = true, sse_buffer = true, allowed_hosts = true }
 
 local IDEM_TTL, IDEM_MAX = 24 * 3600, 10000
 local METRICS_BUFFER = 4096
@@ -91,6 +111,11 @@ local function err(code, message)
   local e = ERRORS[code]
   local body = json.encode({ error = { code = code, message = message, retryable = e[2] } })
   return { status = e[1], headers = JSON_HEADERS, body = body }
+end
+
+-- A name from the request, fit to quote in a message: printable ASCII, at most 64 bytes.
+local function shown(s)
+  return (tostring(s):sub(1, 64):gsub("[^\32-\126]", "?"))
 end
 
 local function ok(status, value)
@@ -117,8 +142,90 @@ local function token_equal(a, b)
   return diff == 0
 end
 
+-- A session id as the journal takes it (storage/journal.c lr_journal_id_check):
+-- a lower-case hyphenated uuid. Anything else names no session (404), and
+-- never reaches rig.core, which raises on a malformed id.
+local H4 = string.rep("[0-9a-f]", 4)
+local UUID = "^" .. H4 .. H4 .. "%-" .. H4 .. "%-" .. H4 .. "%-" .. H4 .. "%-" .. H4 .. H4 .. H4 .. "$"
 local function valid_id(s)
-  return type(s) == "string" and #s > 0 and #s <= 64 and s:find("^[%w%-_.]+$") ~= nil
+  return type(s) == "string" and #s == 36 and s:find(UUID) ~= nil
+end
+
+-- ---- the browser checks (docs/serve.md "Browsers") ----
+
+-- "name", "name:port", "[v6]", "[v6]:port" -> lower-case name (v6 in brackets), port | nil
+local function authority(s)
+  if type(s) ~= "string" then return nil end
+  local name, rest
+  if s:sub(1, 1) == "[" then
+    name, rest = s:match("^(%[[%x:%.]+%])(.*)$")
+  else
+    name, rest = s:match("^([%w%-%.]+)(.*)$")
+  end
+  if not name then return nil end
+  if rest == "" or rest == ":" then return name:lower(), nil end
+  local port = rest:match("^:([1-9]%d?%d?%d?%d?)$") -- no leading zeros, no port 0
+  port = tonumber(port)
+  if not port or port > 65535 then return nil end
+  return name:lower(), port
+end
+
+local function is_ip_literal(name)
+  return name:find("^%[[%x:%.]+%]$") ~= nil or name:find("^%d+%.%d+%.%d+%.%d+$") ~= nil
+end
+
+local WILDCARD = { ["0.0.0.0"] = true, ["[::]"] = true, ["[0:0:0:0:0:0:0:0]"] = true }
+
+-- The names this server answers to: bound = names with the bound port,
+-- named = the allowed_hosts names (also without a port: a proxy in front).
+local function host_names(bind_host, extra)
+  local names = { bound = { localhost = true }, named = {}, wildcard = false }
+  local b = bind_host:find(":", 1, true) and "[" .. bind_host:lower() .. "]" or bind_host:lower()
+  if WILDCARD[b] then
+    names.wildcard = true
+  else
+    names.bound[b] = true
+  end
+  if b == "localhost" then
+    names.bound["127.0.0.1"] = true
+    names.bound["[::1]"] = true
+  end
+  for _, n in ipairs(extra) do
+    names.bound[n] = true
+    names.named[n] = true
+  end
+  return names
+end
+
+-- Is name:port (port nil when absent) this server, as a Host may say?
+local function host_ok(names, port, name, p)
+  if not name then return false end
+  if p == nil then return names.named[name] == true end
+  if p ~= port then return false end
+  return names.bound[name] == true or (names.wildcard and is_ip_literal(name))
+end
+
+-- Is origin (scheme://authority) this server's own? host_name/host_port: the request's Host.
+local function origin_ok(names, port, origin, host_name, host_port)
+  local scheme, auth = origin:match("^(%a[%w+.-]*)://([^/?#]+)$")
+  if not scheme then return false end
+  scheme = scheme:lower()
+  if scheme ~= "http" and scheme ~= "https" then return false end
+  local name, p = authority(auth)
+  if not name then return false end
+  -- the page came from the very address the request went to
+  if scheme == "http" and name == host_name and (p or 80) == (host_port or 80) then return true end
+  -- a page served under an allowed name, through a proxy in front or not
+  if names.named[name] and (p == nil or p == port or p == (scheme == "http" and 80 or 443)) then
+    return true
+  end
+  -- a page of this server under another of its names (it speaks plain HTTP only)
+  return scheme == "http" and p == port and names.bound[name] == true
+end
+
+local function media_type(v)
+  if type(v) ~= "string" then return nil end
+  return (v:match("^[ \t]*([^;]-)[ \t]*;") or v:match("^[ \t]*(.-)[ \t]*$")):lower()
 end
 
 local function page_params(q, lo_name, lo_default)
@@ -161,6 +268,22 @@ function M.serve(opts)
   if opts.insecure_public_bind ~= nil and type(opts.insecure_public_bind) ~= "boolean" then
     fail("option 'insecure_public_bind' must be a boolean")
   end
+  local extra_hosts = {}
+  if opts.allowed_hosts ~= nil then
+    if type(opts.allowed_hosts) ~= "table" then fail("option 'allowed_hosts' must be a list of host names") end
+    for i, n in ipairs(opts.allowed_hosts) do
+      local name, p = authority(n)
+      if type(n) ~= "string" or not name or p then
+        fail("option 'allowed_hosts': entry %d must be a host name without a port (got '%s')", i, shown(n))
+      end
+      extra_hosts[#extra_hosts + 1] = name
+    end
+    for k in pairs(opts.allowed_hosts) do
+      if math.type(k) ~= "integer" or k < 1 or k > #opts.allowed_hosts then
+        fail("option 'allowed_hosts' must be a list of host names")
+      end
+    end
+  end
   if not is_loopback(host) and not token and not opts.insecure_public_bind then
     return nil, "refusing to listen on '" .. listen .. "' without authentication: it is not " ..
       "a loopback address (configure a token, or acknowledge an authenticating proxy in " ..
@@ -197,6 +320,9 @@ function M.serve(opts)
 
   local m = { turns = { done = 0, failed = 0, interrupted = 0 }, tool_calls = 0, gates = {},
               tokens = { input = 0, output = 0 }, model_errors = {}, appends = 0, catch_ups = 0 }
+  -- requests refused by the browser checks, by code (the host server counts its own)
+  local refused = { host_not_allowed = 0, origin_not_allowed = 0, unsupported_media_type = 0 }
+  local http_srv
   local watchers = {}    -- watcher -> true; watcher.sub is closed to end it
 
   local function bump(t, k, n) t[k] = (t[k] or 0) + (n or 1) end
@@ -289,7 +415,7 @@ function M.serve(opts)
     forget(id)
     local s = live[id]
     if s then return s end
-    if not valid_id(id) then return nil, err("session_not_found", "no session '" .. tostring(id):sub(1, 64) .. "'") end
+    if not valid_id(id) then return nil, err("session_not_found", "no session '" .. shown(id) .. "'") end
     local e, msg, code = core.catalog_get(store, id)
     if e then
       return nil, err("session_not_live", "session '" .. id .. "' is not live (POST …/restore first)")
@@ -435,7 +561,7 @@ function M.serve(opts)
     forget(id)
     while opening[id] do opening[id]:wait() end
     if live[id] then return ok(200, { session_id = id }) end
-    if not valid_id(id) then return err("session_not_found", "no session '" .. id:sub(1, 64) .. "'") end
+    if not valid_id(id) then return err("session_not_found", "no session '" .. shown(id) .. "'") end
     local c = core.cond()
     opening[id] = c
     local okc, s, msg, code = pcall(r.restore, r, id)
@@ -504,9 +630,9 @@ function M.serve(opts)
     local done, msg, code = s:respond_gate(gid, body.action)
     if done then return ok(202, {}) end
     if code == "not_found" or code == "conflict" then
-      return err("gate_not_open", "gate '" .. gid:sub(1, 64) .. "' is not open")
+      return err("gate_not_open", "gate '" .. shown(gid) .. "' is not open")
     end
-    log("gate '%s' of '%s' failed: %s (%s)", gid, s.id, tostring(msg), tostring(code))
+    log("gate '%s' of '%s' failed: %s (%s)", shown(gid), s.id, tostring(msg), tostring(code))
     return err(code == "io" and "storage" or "internal", "the gate answer failed")
   end
 
@@ -514,7 +640,7 @@ function M.serve(opts)
     local id = req.params.id
     forget(id)
     local s = live[id]
-    if not valid_id(id) then return err("session_not_found", "no session '" .. id:sub(1, 64) .. "'") end
+    if not valid_id(id) then return err("session_not_found", "no session '" .. shown(id) .. "'") end
     local entry, msg, code = core.catalog_get(store, id)
     if not entry and code ~= "not_found" then
       log("catalog lookup of '%s' failed: %s", id, tostring(msg))
@@ -546,7 +672,7 @@ function M.serve(opts)
 
   local function journal(req)
     local id = req.params.id
-    if not valid_id(id) then return err("session_not_found", "no session '" .. id:sub(1, 64) .. "'") end
+    if not valid_id(id) then return err("session_not_found", "no session '" .. shown(id) .. "'") end
     local from, limit = page_params(req.query, "from", 1)
     if not from then return err("invalid_request", limit) end
     forget(id)
@@ -712,6 +838,12 @@ function M.serve(opts)
       { [""] = nstreams })
     family("luarig_sse_catch_ups_total", "counter", "Times a server-sent event stream fell " ..
       "behind by its whole buffer and was caught up from the journal.", { [""] = m.catch_ups })
+    local r = {}
+    for k, v in pairs(refused) do r[k] = v end
+    for k, v in pairs(http_srv and http_srv:refusals() or {}) do r[k] = v end
+    family("luarig_http_refusals_total", "counter", "Requests refused before any route: the " ..
+      "browser checks (Host, Origin, Content-Type) and the HTTP layer's own (malformed, too " ..
+      "large, Expect), by error code.", by("code", r))
     return { status = 200, headers = METRICS_HEADERS, body = table.concat(out, "\n") .. "\n" }
   end
 
@@ -792,12 +924,34 @@ function M.serve(opts)
   for k, f in pairs(routes) do wrapped[k] = guard(f) end
   for path in pairs(ASSETS) do wrapped["GET " .. path] = asset end
 
-  -- evhttp answers bodies far over the cap itself (a 413 without our JSON);
-  -- between max_body and this, the 413 is ours
-  local host_cap = math.max(max_body * 4, max_body + (64 << 10))
-  local srv, msg, code = server{ listen = listen, routes = wrapped, max_body = host_cap,
-                                 max_headers = max_headers }
+  -- the browser checks, before any route (with or without a token)
+  local names = host_names(host, extra_hosts)
+  local bound_port -- known once listening; no request comes before
+  local function refuse(code, message)
+    refused[code] = refused[code] + 1
+    return err(code, message)
+  end
+  local function browser_checks(req)
+    local hname, hport = authority(req.headers.host)
+    if not host_ok(names, bound_port, hname, hport) then
+      return refuse("host_not_allowed", "the Host header does not name this server " ..
+        "(its address or localhost with its port, or a name in allowed_hosts)")
+    end
+    local origin = req.headers.origin
+    if origin ~= nil and not origin_ok(names, bound_port, origin, hname, hport) then
+      return refuse("origin_not_allowed", "requests from another origin are refused")
+    end
+    if req.method == "POST" and media_type(req.headers["content-type"]) ~= "application/json" then
+      return refuse("unsupported_media_type", "a POST must be Content-Type: application/json")
+    end
+  end
+
+  -- the host server answers a body over the cap itself, with the same JSON 413
+  local srv, msg, code = server{ listen = listen, routes = wrapped, max_body = max_body,
+                                 max_headers = max_headers, before = browser_checks }
   if not srv then return nil, msg, code end
+  bound_port = srv.port
+  http_srv = srv
 
   local obj = { url = srv.url, port = srv.port }
 
@@ -847,7 +1001,8 @@ function M.serve(opts)
   end })
 end
 
--- `luarig serve RIG.lua [--listen ADDR] [--auth-token-file FILE] [--insecure-public-bind]`
+-- `luarig serve RIG.lua [--listen ADDR] [--auth-token-file FILE] [--insecure-public-bind]
+--  [--allow-host NAME]...`
 function M.cli(...)
   local args = { ... }
   local function usage(fmt, ...)
@@ -856,6 +1011,7 @@ function M.cli(...)
     os.exit(2)
   end
   local path, listen, token_file, insecure
+  local hosts = {}
   local i = 1
   while i <= #args do
     local a = args[i]
@@ -872,6 +1028,11 @@ function M.cli(...)
       token_file = value()
     elseif a == "--insecure-public-bind" then
       insecure = true
+    elseif a == "--allow-host" or a:find("^%-%-allow%-host=") then
+      local n = value()
+      local name, port = authority(n)
+      if not name or port then usage("serve: --allow-host wants a host name without a port (got '%s')", n) end
+      hosts[#hosts + 1] = n
     elseif a:sub(1, 1) == "-" then
       usage("serve: unknown option '%s'", a)
     elseif not path then
@@ -896,12 +1057,24 @@ function M.cli(...)
   end
   local chunk, lerr = loadfile(path, "t")
   if not chunk then error(lerr, 0) end
-  local r = chunk()
+  -- called through xpcall, not as the caller of a tail call: a definition
+  -- error in `return rig.define{…}` names no line rather than this one
+  local okc, r = xpcall(chunk, function(m)
+    return type(m) == "string" and debug.traceback(m, 2) or m
+  end)
+  if not okc then error(r, 0) end
   if type(r) ~= "table" or type(r.session) ~= "function" then
     error("serve: '" .. path .. "' must return a rig (rig.define{…})", 0)
   end
-  local srv, msg = M.serve{ rig = r, listen = listen or "127.0.0.1:8080", auth = auth,
-                            insecure_public_bind = insecure or nil }
+  local srv, msg, code = M.serve{ rig = r, listen = listen or "127.0.0.1:8080", auth = auth,
+                                  insecure_public_bind = insecure or nil,
+                                  allowed_hosts = #hosts > 0 and hosts or nil }
+  if not srv and code == "refused" then
+    -- the same refusal, in the words of the command line
+    msg = "refusing to listen on '" .. listen .. "' without authentication: it is not a " ..
+      "loopback address (give --auth-token-file FILE, or --insecure-public-bind when an " ..
+      "authenticating proxy is in front)"
+  end
   if not srv then error("serve: " .. msg, 0) end
   io.stderr:write("luarig: serving on " .. srv.url .. (auth and " (bearer token required)" or "") .. "\n")
   io.stderr:flush()

@@ -11,13 +11,18 @@
 --                                    -- ev.ends_turn; sub:next([timeout]), sub.error, sub:close()
 --   s:respond_gate(gate_id, "approve" | "approve_always" | "deny") -> true | nil, msg, code
 --   s:gates()                        -- the open gates { { gate_id, loop_id, tool, request, unmet } }
+--   s:inputs()                       -- open questions of a tool's server (MCP elicitation)
+--   s:respond_input(input_id, "accept" | "decline" | "cancel", content) -> true | nil, msg, code
 --   s:interrupt() -> true if a turn was cancelled
 --   s:wait_idle([timeout]) -> true | nil, msg, code ("faulted", "timeout")
 --   for rec in s:journal{ from = 1 } do … end   -- rec.seq, rec.type, the event's fields
 --   s:history([loop]) -> the loop's conversation (the messages the model sees)
---   s:compact([loop]) -> { replaced, retained, summary } | nil, msg, code ("busy",
---     "nothing_to_compact", "empty_summary", "faulted", "cancelled", the summarizer's code):
---     an idle loop's older history becomes one summary message (CompactionCommitted)
+--   s:compact([loop] [, { fallback = "truncate" }]) -> { replaced, retained, summary,
+--     fallback?, error? } | nil, msg, code ("busy", "nothing_to_compact", "empty_summary",
+--     "faulted", "cancelled", the summarizer's code): an idle loop's older history becomes
+--     one summary message (CompactionCommitted); with fallback, a failed summary drops
+--     that part instead behind a marker message (fallback = "truncated"), as automatic
+--     compaction always does
 --   s:usage() -> { input_tokens, output_tokens, cache_read_tokens, …, cost }
 --   s:fork{ at = SEQ } -> a new live session of the same rig | nil, msg, code
 --     ("invalid_request": SEQ ends no committed step or turn, is past the tip, or another
@@ -28,6 +33,8 @@
 --     holds one live tree: the origin must be idle ("busy"), is shut down with
 --     { hand_over = true } first and the fork's f.handover = { session, ref } says so
 --     (r:restore(origin) brings its tree back into the root)
+--   s:checkpoint([{ timeout = s }]) -> ref | nil, msg, code; s:clear_fault() -> true | false:
+--     the workspace's way out of a fault (rig.workspace; WorkspaceFaultCleared)
 --   s:shutdown([{ hand_over = true }]) -> true | the handover checkpoint ref | nil, msg, code
 --   s:resumable() -> { { loop_id, turn_id, step_id?, calls, done, reason } }: after a restore,
 --     the turns a crash ("restored") or a shutdown cut; s:resume([loop]) -> true | nil, msg,
@@ -55,6 +62,8 @@ local json = require "rig.json"
 
 local M = {}
 
+local mcp_mod, mcp_sync -- below: a loop's MCP servers
+
 local ENDURING = {
   SessionStarted = true, SessionForked = true, SessionActive = true, SessionIdle = true,
   SessionStopped = true,
@@ -64,7 +73,8 @@ local ENDURING = {
   TurnResumed = true, ToolCallsPlanned = true, ToolResultRecorded = true,
   StepDone = true, TurnDone = true, TurnFailed = true, TurnInterrupted = true,
   PermissionRequested = true, PermissionDecided = true, GateOpened = true, GateResolved = true,
-  UserInputRequested = true, WorkspaceCheckpointed = true, WorkspaceRestored = true,
+  UserInputRequested = true, UserInputResolved = true, WorkspaceCheckpointed = true, WorkspaceRestored = true,
+  WorkspaceFaulted = true, WorkspaceFaultCleared = true,
   ActiveLoopChanged = true, CompactionCommitted = true, ContextMeasured = true,
 }
 local EPHEMERAL = { TokenDelta = true, ToolCallStarted = true, ToolCallCompleted = true,
@@ -124,6 +134,18 @@ end
 local function catalog(S, t)
   if S.closed then return end
   S.core:catalog(t)
+end
+
+-- Why a faulted session refuses work, said once: the C latch's message
+-- already reads "session ID is faulted: cause"; a cause of our own gets that
+-- prefix here. nil when the session is not faulted.
+local function fault_message(S)
+  local f = S.faulted_msg or S.core:faulted()
+  if not f then return nil end
+  f = tostring(f)
+  local head = "session " .. S.id .. " is faulted: "
+  if f:sub(1, #head) == head then return f end
+  return head .. f
 end
 
 local USAGE_KEYS = { "input_tokens", "output_tokens", "cache_read_tokens",
@@ -202,8 +224,9 @@ M.cap_result = cap_result
 
 -- ---- tools and gates ----
 
-local function tool_result(id, text, is_error)
-  return { type = "tool_result", tool_use_id = id, content = text, is_error = is_error == true }
+local function tool_result(id, text, is_error, details)
+  return { type = "tool_result", tool_use_id = id, content = text, is_error = is_error == true,
+           details = details }
 end
 
 -- A task's cancellation travels as the error "cancelled": a tool's pcall must
@@ -212,7 +235,8 @@ local function is_cancel(e)
   return e == "cancelled" or (type(e) == "string" and e:find("^cancelled") ~= nil)
 end
 
--- Waits for the person's answer to an open gate. Returns the action.
+-- Waits for the person's answer to an open gate (at most limits.gate_timeout
+-- seconds when set: then the action is "timeout"). Returns the action.
 local function open_gate(S, inst, turn, call, tool, req, decision)
   -- a resumed step: an answer given before the resume stands (not asked twice)
   local prior = turn.resume and rs().answer(S, turn, call, req, decision)
@@ -242,18 +266,83 @@ local function open_gate(S, inst, turn, call, tool, req, decision)
     return nil, msg, code
   end
   catalog(S, { state = "waiting_on_gate" })
-  while not g.answer do g.cond:wait() end
+  local limit = inst.limits.gate_timeout
+  local deadline = limit and core.now() + limit
+  while not g.answer do
+    local left = deadline and deadline - core.now()
+    if left and left <= 0 then
+      g.answer = "timeout"
+      break
+    end
+    g.cond:wait(left)
+  end
   return g.answer, g
 end
 
-local function close_gate(S, g, action, source)
+local function close_gate(S, g, action, source, code)
   if g.resolved then return true end -- answered (and journaled) before a resume
   S.open_gates[g.gate_id] = nil
   for i, id in ipairs(S.gate_order) do
     if id == g.gate_id then table.remove(S.gate_order, i) break end
   end
   return emit(S, "GateResolved", { loop_id = g.loop_id, turn_id = g.turn_id,
-    gate_id = g.gate_id, action = action, source = source or "user" })
+    gate_id = g.gate_id, action = action, source = source or "user", code = code })
+end
+
+-- A tool's run, bounded by limits.tool_timeout when set: in a task of its own,
+-- cancelled (its processes with it) when the time is up. Returns pcall's
+-- results, or false, message, nil, "timeout".
+local function run_bounded(tool, run, req, ctx, limit)
+  if not limit then return pcall(run, req, ctx) end
+  local t = core.spawn(function() return table.pack(pcall(run, req, ctx)) end)
+  local res, msg, code = t:wait(limit)
+  if res then return table.unpack(res, 1, res.n) end
+  if code == "timeout" then
+    t:cancel()
+    return false, "timeout: tool '" .. tool.name .. "' did not finish within " .. limit ..
+      " s (limits.tool_timeout)", nil, "timeout"
+  end
+  if code == "cancelled" then error("cancelled", 0) end
+  return false, msg
+end
+
+local decide, run_tool
+
+-- A question a tool's server asks the person (MCP elicitation), within a call:
+-- UserInputRequested, then the answer (s:respond_input) as UserInputResolved.
+-- A headless gate (or none) cannot ask: declined at once. Returns
+-- { action = "accept" | "decline" | "cancel", content = { … } }.
+local INPUT_ACTIONS = { accept = true, decline = true, cancel = true }
+local function request_input(S, inst, turn, call, spec)
+  local gate = inst.gate
+  if not gate or gate.approver ~= "interactive" then return { action = "decline" } end
+  local id = next_id(S, "i")
+  local q = { input_id = id, loop_id = inst.id, turn_id = turn.id, call_id = call.id,
+              server = spec.server, message = spec.message, schema = spec.schema,
+              cond = core.cond() }
+  S.open_inputs[id] = q
+  local ok = emit(S, "UserInputRequested", { loop_id = inst.id, turn_id = turn.id,
+    step_id = turn.step_id, call_id = call.id, input_id = id, server = spec.server,
+    message = spec.message, schema = spec.schema })
+  if not ok then
+    S.open_inputs[id] = nil
+    return { action = "cancel" }
+  end
+  local wok, werr = pcall(function() while not q.answer do q.cond:wait() end end)
+  S.open_inputs[id] = nil
+  if not wok then
+    emit(S, "UserInputResolved", { loop_id = inst.id, turn_id = turn.id, input_id = id,
+      action = "cancel", source = "interrupt" }, false)
+    error(werr, 0)
+  end
+  emit(S, "UserInputResolved", { loop_id = inst.id, turn_id = turn.id, input_id = id,
+    action = q.answer.action, content = q.answer.content, source = "user" })
+  return q.answer
+end
+local tool_lib
+local function tool_mod()
+  tool_lib = tool_lib or require "rig.tool"
+  return tool_lib
 end
 
 -- One tool call: check, prepare, gate, run. Returns the tool_result block.
@@ -289,47 +378,9 @@ local function run_call(S, inst, turn, call)
       true)
   end
   req = nreq
-  local gate = inst.gate
-  if not gate then
-    local m = "permission denied: loop '" .. inst.name .. "' has no gate"
-    emit(S, "PermissionDecided", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
-      tool = tool.name, call_id = call.id, verdict = "deny", source = "default", reason = m }, false)
-    return tool_result(call.id, "error: " .. m, true)
-  end
-  local d = gate:evaluate(req)
-  local approved
-  if d.verdict == "gated" then
-    local action, g = open_gate(S, inst, turn, call, tool, req, d)
-    if not action then
-      return tool_result(call.id, "error: " .. tostring(g), true)
-    end
-    if action == "approve_always" then
-      local wok, werr = gate:approve_always(d.candidates or {})
-      if not wok then
-        close_gate(S, g, "deny", "rule_write_failed")
-        return tool_result(call.id, "error: permission denied: the rule could not be saved: "
-          .. tostring(werr), true)
-      end
-    end
-    local cok, cmsg, ccode = close_gate(S, g, action)
-    if not cok then return tool_result(call.id, "error: " .. tostring(cmsg), true), ccode end
-    catalog(S, { state = "running" })
-    if action == "deny" then
-      return tool_result(call.id, "error: permission denied: denied by the user", true)
-    end
-    approved = d.unmet
-  else
-    local e, emsg = emit(S, "PermissionDecided", { loop_id = inst.id, turn_id = turn.id,
-      step_id = turn.step_id, tool = tool.name, call_id = call.id, verdict = d.verdict,
-      source = d.source, reason = d.reason }, false)
-    if not e then return tool_result(call.id, "error: " .. tostring(emsg), true) end
-    if d.verdict ~= "allow" then
-      local reason = d.reason or "permission denied"
-      if not reason:find("^permission denied") then reason = "permission denied: " .. reason end
-      return tool_result(call.id, "error: " .. reason, true)
-    end
-    approved = d.approved -- requirements a saved rule (an earlier "approve always") settled
-  end
+  local approved, derr, dcode = decide(S, inst, turn, call, tool.name, req)
+  if not approved then return tool_result(call.id, derr, true), dcode end
+  if approved == true then approved = nil end
   if S.want_ephemeral > 0 then
     emit(S, "ToolCallStarted", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
       tool = tool.name, call_id = call.id, summary = req.summary })
@@ -340,17 +391,88 @@ local function run_call(S, inst, turn, call)
                 -- the same for this call in a resume after a crash (ctx.resumed)
                 idempotency_key = S.id .. "/" .. tostring(turn.step_id) .. "/" .. tostring(call.id),
                 resumed = turn.resume ~= nil and turn.resume.step_id == turn.step_id or nil }
+  -- for tools whose server asks back (rig.mcp): a gate decision within this call,
+  -- and a question to the session's approver
+  ctx.authorize = function(r)
+    local nr, e = tool_mod().check_request(r)
+    if not nr then return nil, e end
+    local a, m = decide(S, inst, turn, call, tool.name, nr)
+    if not a then return nil, (m:gsub("^error: ", "")) end
+    return true
+  end
+  ctx.request_input = function(spec) return request_input(S, inst, turn, call, spec) end
+  return run_tool(S, inst, turn, call, tool, req, ctx)
+end
+
+-- The gate's decision on one call's request: the approved requirements (or true),
+-- or nil and the error result's text.
+decide = function(S, inst, turn, call, tool_name, req)
+  local tool = { name = tool_name }
+  local gate = inst.gate
+  if not gate then
+    local m = "permission denied: loop '" .. inst.name .. "' has no gate"
+    emit(S, "PermissionDecided", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
+      tool = tool.name, call_id = call.id, verdict = "deny", source = "default", reason = m }, false)
+    return nil, "error: " .. m
+  end
+  local d = gate:evaluate(req)
+  local approved
+  if d.verdict == "gated" then
+    local action, g = open_gate(S, inst, turn, call, tool, req, d)
+    if not action then
+      return nil, "error: " .. tostring(g)
+    end
+    if action == "timeout" then
+      local cok, cmsg, ccode = close_gate(S, g, "deny", "timeout", "timeout")
+      if not cok then return nil, "error: " .. tostring(cmsg), ccode end
+      catalog(S, { state = "running" })
+      return nil, "error: permission denied: nobody answered within " ..
+        inst.limits.gate_timeout .. " s (limits.gate_timeout)"
+    end
+    if action == "approve_always" then
+      local wok, werr = gate:approve_always(d.candidates or {})
+      if not wok then
+        close_gate(S, g, "deny", "rule_write_failed")
+        return nil, "error: permission denied: the rule could not be saved: "
+          .. tostring(werr)
+      end
+    end
+    local cok, cmsg, ccode = close_gate(S, g, action)
+    if not cok then return nil, "error: " .. tostring(cmsg), ccode end
+    catalog(S, { state = "running" })
+    if action == "deny" then
+      return nil, "error: permission denied: denied by the user"
+    end
+    approved = d.unmet
+  else
+    local e, emsg = emit(S, "PermissionDecided", { loop_id = inst.id, turn_id = turn.id,
+      step_id = turn.step_id, tool = tool.name, call_id = call.id, verdict = d.verdict,
+      source = d.source, reason = d.reason }, false)
+    if not e then return nil, "error: " .. tostring(emsg) end
+    if d.verdict ~= "allow" then
+      local reason = d.reason or "permission denied"
+      if not reason:find("^permission denied") then reason = "permission denied: " .. reason end
+      return nil, "error: " .. reason
+    end
+    approved = d.approved -- requirements a saved rule (an earlier "approve always") settled
+  end
+  return approved or true
+end
+
+run_tool = function(S, inst, turn, call, tool, req, ctx)
   -- a delegation call a resume runs again waits for the request it made before
   local run = ctx.resumed and rs().runner(S, inst, turn, call) or tool.run
-  local rok, out, rmsg = pcall(run, req, ctx)
+  local rok, out, rmsg, rcode = run_bounded(tool, run, req, ctx, inst.limits.tool_timeout)
   if not rok and is_cancel(out) then error(out, 0) end
-  local text, is_error
+  local text, is_error, details
   if not rok then
     text, is_error = "error: " .. tostring(out), true
   elseif out == nil then
     text, is_error = "error: " .. tostring(rmsg or "the tool failed"), true
   elseif type(out) == "string" then
     text = out
+  elseif getmetatable(out) == "rig.tool.result" then
+    text, is_error, details = out.text, out.is_error, out.details
   else
     local enc = json.encode(out)
     text = enc or tostring(out)
@@ -359,9 +481,9 @@ local function run_call(S, inst, turn, call)
   if S.want_ephemeral > 0 then
     emit(S, "ToolCallCompleted", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
       tool = tool.name, call_id = call.id, is_error = is_error == true,
-      preview = text:sub(1, 200) })
+      code = not rok and rcode or nil, preview = text:sub(1, 200) })
   end
-  return tool_result(call.id, text, is_error)
+  return tool_result(call.id, text, is_error, details)
 end
 
 -- One call of a step, its result journaled (ToolResultRecorded, not waited)
@@ -419,6 +541,36 @@ local function run_calls(S, inst, turn, calls)
   return results
 end
 
+-- ---- MCP servers (rig.mcp owns the clients; a loop's `mcp` lists them) ----
+
+local mcp_lib
+mcp_mod = function()
+  mcp_lib = mcp_lib or require "rig.mcp"
+  return mcp_lib
+end
+
+-- The instance's tools: its own and injected ones, then the servers' (listed now;
+-- again after a server's tools/list_changed, a restart or a failed listing).
+mcp_sync = function(inst)
+  local list, tools = {}, {}
+  for i, t in ipairs(inst.base_tools) do list[i] = t end
+  for _, t in ipairs(list) do tools[t.name] = t end
+  local ok, got, complete = pcall(mcp_mod().loop_tools, inst.mcp)
+  if ok then
+    for _, t in ipairs(got) do
+      if not tools[t.name] then
+        list[#list + 1] = t
+        tools[t.name] = t
+      end
+    end
+  elseif is_cancel(got) then
+    error(got, 0)
+  end
+  inst.tool_list, inst.tools = list, tools
+  -- a listing that failed (or could not wait here) is tried again at the next step
+  inst.mcp_stamp = ok and complete and mcp_mod().stamp(inst.mcp) or false
+end
+
 -- ---- the workspace (rig.workspace owns placements and the snapshot policy) ----
 
 local workspace_mod
@@ -458,6 +610,10 @@ end
 -- An output_schema goes natively into the request, or as the final tool the
 -- model must call (tool_choice "required": every step calls a tool).
 local function history_request(inst)
+  if inst.mcp and inst.mcp_stamp ~= mcp_mod().stamp(inst.mcp) then
+    mcp_sync(inst)
+    inst.tool_specs = nil
+  end
   if inst.tool_specs == nil then
     out_setup(inst)
     local final = inst.output and not inst.output_native
@@ -526,6 +682,9 @@ end
 local loop_mod = require "rig.loop"
 local SUMMARY_HEAD = "[summary of the earlier conversation]\n\n"
 M.SUMMARY_HEAD = SUMMARY_HEAD
+-- The marker that replaces the oldest messages when their summary failed.
+local OMITTED_HEAD = "[earlier conversation omitted]\n\n"
+M.OMITTED_HEAD = OMITTED_HEAD
 local COMPACTION_DEFAULT = { at = false, keep = 4 }
 local CLIP = 2000
 
@@ -538,7 +697,8 @@ end
 
 local function is_summary(msg)
   local b = msg and msg.role == "user" and msg.content[1]
-  return b and b.type == "text" and b.text:sub(1, #SUMMARY_HEAD) == SUMMARY_HEAD or false
+  return b and b.type == "text" and (b.text:sub(1, #SUMMARY_HEAD) == SUMMARY_HEAD
+    or b.text:sub(1, #OMITTED_HEAD) == OMITTED_HEAD) or false
 end
 
 local function clip(s, n)
@@ -594,7 +754,12 @@ end
 -- CompactionCommitted. Returns { replaced, retained, summary } or nil,
 -- message, code ("nothing_to_compact", the summarizer's failure code,
 -- "empty_summary", or the journal's code with the session faulted).
-local function compact(S, inst, trigger, turn)
+-- fallback: when the summary fails (after the summarizer model's own
+-- retries), the same older part is dropped instead and a marker message
+-- stands in for it (CompactionCommitted{ fallback = "truncated", error }),
+-- so the loop can always take its next step; the result then has
+-- fallback = "truncated" and error.
+local function compact(S, inst, trigger, turn, fallback)
   out_setup(inst)
   local cfg = inst.compaction or COMPACTION_DEFAULT
   local h = inst.history
@@ -610,41 +775,63 @@ local function compact(S, inst, trigger, turn)
       .. "will replace it.\n\n<conversation>\n" .. transcript(h, cut - 1)
       .. "\n</conversation>" } },
   }
+  local text, failed
   if not resp then
     if code == "cancelled" then error("cancelled", 0) end
-    return nil, "the summary failed: " .. tostring(err), code or "model"
+    failed = { code = code or "model", message = "the summary failed: " .. tostring(err) }
+  else
+    local parts = {}
+    for _, b in ipairs(resp.message.content) do
+      if b.type == "text" then parts[#parts + 1] = b.text end
+    end
+    text = table.concat(parts)
+    if not text:find("%S") then
+      failed = { code = "empty_summary", message = "the summary model returned no text" }
+    end
   end
-  local parts = {}
-  for _, b in ipairs(resp.message.content) do
-    if b.type == "text" then parts[#parts + 1] = b.text end
-  end
-  local text = table.concat(parts)
-  if not text:find("%S") then
-    return nil, "the summary model returned no text", "empty_summary"
+  if failed and not fallback then
+    return nil, failed.message .. " (s:compact(loop, { fallback = \"truncate\" }) drops the "
+      .. "oldest messages instead)", failed.code
   end
   if h ~= inst.history then error("rig.session: internal: the history changed while compacting", 0) end
-  local summary = { role = "user",
-                    content = json.array({ { type = "text", text = SUMMARY_HEAD .. text } }) }
+  local summary
+  if failed then
+    local n = cut - 1
+    summary = { role = "user", content = json.array({ { type = "text", text = OMITTED_HEAD ..
+      string.format("%d earlier message%s of this conversation %s dropped because the summary "
+        .. "failed; %s content is no longer available.", n, n == 1 and "" or "s",
+        n == 1 and "was" or "were", n == 1 and "its" or "their") } }) }
+  else
+    summary = { role = "user",
+                content = json.array({ { type = "text", text = SUMMARY_HEAD .. text } }) }
+  end
   local new = { summary }
   table.move(h, cut, #h, 2, new)
   local fields = { loop_id = inst.id, turn_id = turn and turn.id, trigger = trigger,
     summary = summary, replaced = cut - 1, retained = #h - cut + 1,
-    context_tokens = inst.context_tokens, usage = resp.usage, model = resp.model }
+    context_tokens = inst.context_tokens, usage = resp and resp.usage, model = resp and resp.model }
+  if failed then
+    fields.fallback = "truncated"
+    fields.error = { code = "compaction_failed", cause_code = failed.code,
+                     message = failed.message }
+  end
   -- a new table: the request cache keys on the list
   inst.history = new
   inst.context_tokens = nil
-  add_usage(S.usage_sum, resp.usage)
+  add_usage(S.usage_sum, resp and resp.usage)
   local ok, msg, ecode = emit(S, "CompactionCommitted", fields)
   if not ok then
     S.faulted_msg = S.faulted_msg or S.core:faulted() or "the journal append failed"
     return nil, msg, ecode or "faulted"
   end
-  return { replaced = fields.replaced, retained = fields.retained, summary = summary }
+  return { replaced = fields.replaced, retained = fields.retained, summary = summary,
+           fallback = fields.fallback, error = fields.error }
 end
 
 -- Before a model call: compacts when the last step's context reached `at` of
--- the model's window. Returns true, or false and the failure (the turn
--- fails), or nil, message, code when the journal failed.
+-- the model's window; a failed summary falls back to dropping the oldest
+-- messages (journaled), so the turn goes on. Returns true, or nil, message,
+-- code when the journal failed.
 local function auto_compact(S, inst, turn)
   local cfg = inst.compaction
   local used = inst.context_tokens
@@ -652,14 +839,13 @@ local function auto_compact(S, inst, turn)
      or used < cfg.at * inst.context_window then
     return true
   end
-  local res, msg, code = compact(S, inst, "automatic", turn)
+  local res, msg, code = compact(S, inst, "automatic", turn, true)
   if res then return true end
   if code == "nothing_to_compact" then
     inst.context_tokens = nil
     return true
   end
-  if S.faulted_msg then return nil, msg, code end
-  return false, { code = "compaction_failed", message = msg, cause_code = code }
+  return nil, msg, code
 end
 
 local function limit_failure(name, value, what)
@@ -714,8 +900,7 @@ local function run_turn(S, inst, item)
     turn.step_id = step_id
     local req = history_request(inst)
     local cok, cerr, ccode = auto_compact(S, inst, turn)
-    if cok == nil then return nil, cerr, ccode end
-    if not cok then return "TurnFailed", { error = cerr } end
+    if not cok then return nil, cerr, ccode end
     req.messages = inst.history
     req.cache_key = S.id .. "/" .. inst.id -- one prompt cache per loop of a session
     local st, serr, scode = (plan or inst.model):stream(req, { cache = inst.req_cache })
@@ -967,7 +1152,7 @@ end
 local function new_session(r, csess)
   local S = setmetatable({
     id = csess.id, rig = r, core = csess, epoch = csess:epoch(), counter = 0,
-    loops = {}, loop_order = {}, busy = 0, open_gates = {}, gate_order = {},
+    loops = {}, loop_order = {}, busy = 0, open_gates = {}, gate_order = {}, open_inputs = {},
     idle_cond = core.cond(), usage_sum = new_usage(), want_ephemeral = 0,
     subs = setmetatable({}, { __mode = "k" }), closed = false,
   }, Session)
@@ -992,6 +1177,11 @@ local function new_instance(S, def, id, meta)
     for _, t in ipairs(dg().tools(S, inst)) do list[#list + 1] = t end
   end
   for _, t in ipairs(list) do tools[t.name] = t end
+  local mcp = def.mcp
+  if mcp then
+    inst.mcp, inst.base_tools = mcp, list
+    mcp_sync(inst)
+  end
   S.loops[id] = inst
   S.loop_order[#S.loop_order + 1] = id
   return inst
@@ -1069,10 +1259,8 @@ function Session:submit(input, opts)
   local inst = self.loops[target]
   if not inst then fail("submit", "no loop '" .. tostring(target) .. "' in this session", 2) end
   local cid = next_id(self, "c")
-  if self.faulted_msg or self.core:faulted() then
-    return nil, "session " .. self.id .. " is faulted: " ..
-      tostring(self.faulted_msg or self.core:faulted()), "faulted"
-  end
+  local f = fault_message(self)
+  if f then return nil, f, "faulted" end
   if self.ws then
     local wmsg, wcode = ws().refusal(self)
     if wmsg then return nil, wmsg, wcode end
@@ -1084,13 +1272,24 @@ end
 
 -- Compacts an idle loop now (a busy one refuses: compaction there is
 -- automatic, between steps). Input submitted meanwhile queues and runs after.
-function Session:compact(loop)
+-- opts.fallback = "truncate": if the summary fails, drop the oldest messages
+-- instead (as automatic compaction does); without it the failure is returned.
+function Session:compact(loop, opts)
   check_open(self, "compact")
   if loop ~= nil and type(loop) ~= "string" then fail("compact", "loop must be a loop id", 2) end
+  local fallback = false
+  if opts ~= nil then
+    if type(opts) ~= "table" then fail("compact", "options must be a table", 2) end
+    for k, v in pairs(opts) do
+      if k ~= "fallback" then fail("compact", "unknown option '" .. tostring(k) .. "'", 2) end
+      if v ~= "truncate" then fail("compact", "option 'fallback' must be \"truncate\"", 2) end
+    end
+    fallback = opts.fallback == "truncate"
+  end
   local inst = self.loops[loop or self.rig.active_primer or self.rig.primers[1]]
   if not inst then fail("compact", "no loop '" .. tostring(loop) .. "' in this session", 2) end
-  local f = self.faulted_msg or self.core:faulted()
-  if f then return nil, "session " .. self.id .. " is faulted: " .. tostring(f), "faulted" end
+  local f = fault_message(self)
+  if f then return nil, f, "faulted" end
   if inst.busy then
     return nil, "loop '" .. inst.id .. "' is busy (compact it when idle)", "busy"
   end
@@ -1099,7 +1298,7 @@ function Session:compact(loop)
   if self.busy == 1 then emit(self, "SessionActive", {}, false) end
   local done = { cond = core.cond() }
   inst.driver = core.spawn(function()
-    local task = core.spawn(compact, self, inst, "manual")
+    local task = core.spawn(compact, self, inst, "manual", nil, fallback)
     inst.task = task
     local res, msg, code = task:wait()
     inst.task = nil
@@ -1165,6 +1364,36 @@ function Session:respond_gate(gate_id, action)
   return true
 end
 
+-- Answers an open question (UserInputRequested): action "accept" with content (a
+-- table of the schema's fields), "decline" or "cancel".
+function Session:respond_input(input_id, action, content)
+  check_open(self, "respond_input")
+  if not INPUT_ACTIONS[action] then
+    fail("respond_input", "action must be \"accept\", \"decline\" or \"cancel\"", 2)
+  end
+  if content ~= nil and type(content) ~= "table" then
+    fail("respond_input", "content must be a table", 2)
+  end
+  local q = self.open_inputs[input_id]
+  if not q or q.answer then
+    return nil, "no open input '" .. tostring(input_id) .. "'", "input_not_open"
+  end
+  q.answer = { action = action, content = action == "accept" and (content or {}) or nil }
+  q.cond:signal()
+  return true
+end
+
+-- The open questions { { input_id, loop_id, call_id, server, message, schema } }.
+function Session:inputs()
+  local out = {}
+  for id, q in pairs(self.open_inputs) do
+    out[#out + 1] = { input_id = id, loop_id = q.loop_id, turn_id = q.turn_id, call_id = q.call_id,
+                      server = q.server, message = q.message, schema = q.schema }
+  end
+  table.sort(out, function(a, b) return a.input_id < b.input_id end)
+  return out
+end
+
 -- s:resume([loop]) -> true | nil, msg, code ("nothing_to_resume", "busy", "faulted"):
 -- continues the turns a crash or a shutdown cut (s:resumable() lists them;
 -- rig.session_resume, docs/resume.md).
@@ -1192,8 +1421,8 @@ end
 function Session:wait_idle(timeout)
   local deadline = timeout and (core.now() + timeout)
   while true do
-    local f = self.faulted_msg or self.core:faulted()
-    if f then return nil, "session " .. self.id .. " is faulted: " .. tostring(f), "faulted" end
+    local f = fault_message(self)
+    if f then return nil, f, "faulted" end
     if self.busy == 0 then return true end
     local left = deadline and (deadline - core.now())
     if left and left <= 0 then return nil, "timeout", "timeout" end
@@ -1202,7 +1431,7 @@ function Session:wait_idle(timeout)
 end
 
 function Session:faulted()
-  return self.faulted_msg or self.core:faulted()
+  return fault_message(self)
 end
 
 -- s:shutdown{ hand_over = true }: an idle session first checkpoints its
@@ -1244,11 +1473,29 @@ function Session:shutdown(opts)
   return ref or true
 end
 
--- The workspace: a manual capture, a rewind (idle only), the checkpoints.
-function Session:checkpoint()
+-- The workspace: a manual capture (with its own timeout), clearing a fault,
+-- a rewind (idle only), the checkpoints.
+function Session:checkpoint(opts)
   check_open(self, "checkpoint")
+  local timeout
+  if opts ~= nil then
+    if type(opts) ~= "table" then fail("checkpoint", "options must be a table", 2) end
+    for k in pairs(opts) do
+      if k ~= "timeout" then fail("checkpoint", "unknown option '" .. tostring(k) .. "'", 2) end
+    end
+    timeout = opts.timeout
+    if type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0 or timeout > 86400 then
+      fail("checkpoint", "option 'timeout' must be a number of seconds above 0, at most 86400", 2)
+    end
+  end
   if not self.ws then return nil, "the rig has no workspace", "refused" end
-  return ws().checkpoint(self)
+  return ws().checkpoint(self, timeout)
+end
+
+function Session:clear_fault()
+  check_open(self, "clear_fault")
+  if not self.ws then return false end
+  return ws().clear_fault(self)
 end
 
 function Session:rewind(ref)
@@ -1522,7 +1769,8 @@ local function workspace_events(records)
   for _, r in ipairs(records) do
     if r.kind == "event" and r.body:find("\"Workspace", 1, true) then
       local ev = json.decode(r.body)
-      if ev and (ev.type == "WorkspaceCheckpointed" or ev.type == "WorkspaceRestored") then
+      if ev and (ev.type == "WorkspaceCheckpointed" or ev.type == "WorkspaceRestored"
+                 or ev.type == "WorkspaceFaulted" or ev.type == "WorkspaceFaultCleared") then
         ev.seq = r.seq
         out[#out + 1] = ev
       end
@@ -1636,7 +1884,8 @@ local function restore(r, id, opts)
   end
   ok, msg, code = emit(S, "RestoreDone", { loops = #S.loop_order,
     open_gates = #S.gate_order, workspace = wstate,
-    workspace_ref = S.ws and S.ws.current or nil, resumable = rs().loop_ids(S) })
+    workspace_ref = S.ws and S.ws.current or nil, resumable = rs().loop_ids(S),
+    workspace_fault = S.ws and S.ws.fault or nil })
   if not ok then ws().release(S.ws) csess:close() return nil, msg, code end
   if S.ws and S.ws.current then catalog(S, { workspace_ref = S.ws.current }) end
   catalog(S, { state = #S.gate_order > 0 and "waiting_on_gate" or "idle", status = "active",

@@ -6,7 +6,8 @@
 --     schema = { type = "object", … },   -- JSON Schema of the arguments (rig.schema's
 --                                        -- subset); default: an object with no properties
 --     prepare = function(args) return request end,  -- or nil, message; optional
---     run = function(request, ctx) return "text" end, -- or nil, message
+--     run = function(request, ctx) return "text" end, -- or nil, message, or
+--                                        -- rig.tool.result{ text, is_error, details }
 --     sequential = false,                -- true: runs alone, never beside another call
 --   }
 --   t.name, t.description, t.schema (a copy), t.sequential, t.prepare, t.run: read-only
@@ -15,13 +16,18 @@
 --     request = { summary = "…", requirements = { requirement, … }, command = "…"?,
 --                 cwd = "…"? }
 --     requirement = { kind = "filesystem.read" | "filesystem.write" | "network"
---                     | "command.execute" | "delegate", scope = "…", match = "…",
+--                     | "command.execute" | "delegate" | "mcp", scope = "…", match = "…",
 --                     description = "…"? }
 --       scope is what the access source routes on (a path for filesystem kinds,
 --       "host:port" for network, the command line for command.execute, the
---       delegate loop's name for delegate); match is what saved permission rules
---       match (a path, "tcp://host:port", a command line, a loop name). Give
---       either: the other is derived (network: "tcp://" .. scope).
+--       delegate loop's name for delegate, "SERVER/TOOL" or "SERVER:sampling" for
+--       mcp); match is what saved permission rules match (a path, "tcp://host:port",
+--       a command line, a loop name, "SERVER/TOOL"). Give either: the other is
+--       derived (network: "tcp://" .. scope).
+--   rig.tool.result{ text = "…", is_error = false, details = { … } } -> a result a run
+--     may return instead of a string: text is what the model reads, is_error marks it a
+--     tool error, details (a JSON-encodable table) is kept with the tool_result block in
+--     the journal but never sent to the model (rig.mcp keeps the MCP content there)
 --   t:spec() -> { name =, description =, schema = } (the tool as a model request lists it)
 --
 -- run's ctx (from rig.session): session_id, loop_id, turn_id, call_id, tool, request,
@@ -47,7 +53,7 @@ local fields = { name = true, description = true, schema = true, prepare = true,
                  sequential = true }
 
 local KINDS = { ["filesystem.read"] = true, ["filesystem.write"] = true, network = true,
-                ["command.execute"] = true, delegate = true }
+                ["command.execute"] = true, delegate = true, mcp = true }
 M.kinds = KINDS
 
 local RESERVED = { final_answer = true, start_agent = true, message_agent = true,
@@ -138,7 +144,7 @@ local function check_requirement(r, path)
   end
   if not KINDS[r.kind] then
     return nil, path .. ".kind must be one of filesystem.read, filesystem.write, network, "
-      .. "command.execute, delegate (got " .. (type(r.kind) == "string" and ("'" .. r.kind .. "'")
+      .. "command.execute, delegate, mcp (got " .. (type(r.kind) == "string" and ("'" .. r.kind .. "'")
       or tostring(r.kind)) .. ")"
   end
   local scope, err = one_line(r.scope, path .. ".scope", true)
@@ -237,6 +243,32 @@ local tool_mt = {
   __tostring = function(t) return "rig.tool(" .. private[t].name .. ")" end,
   __metatable = "rig.tool",
 }
+
+-- ---- results ----
+
+local RESULT_MT = { __metatable = "rig.tool.result" }
+
+function M.result(t)
+  if type(t) ~= "table" then error("rig.tool.result: expects a table { text, is_error, details }", 2) end
+  for k in pairs(t) do
+    if k ~= "text" and k ~= "is_error" and k ~= "details" then
+      error("rig.tool.result: unknown field '" .. tostring(k) .. "'", 2)
+    end
+  end
+  if type(t.text) ~= "string" then error("rig.tool.result: field 'text' must be a string", 2) end
+  if t.is_error ~= nil and type(t.is_error) ~= "boolean" then
+    error("rig.tool.result: field 'is_error' must be a boolean", 2)
+  end
+  if t.details ~= nil and type(t.details) ~= "table" then
+    error("rig.tool.result: field 'details' must be a table", 2)
+  end
+  return setmetatable({ text = t.text, is_error = t.is_error == true, details = t.details },
+    RESULT_MT)
+end
+
+function M.is_result(v)
+  return type(v) == "table" and getmetatable(v) == "rig.tool.result"
+end
 
 function M.is_tool(v)
   return type(v) == "table" and getmetatable(v) == "rig.tool" and private[v] ~= nil

@@ -17,19 +17,28 @@
 -- step that ran tools. best_effort never blocks: one capture runs and only the latest
 -- edge waits behind it; a failure is retried at the next edge. required holds the
 -- boundary (the next step, turn or idle) until the capture commits; a failure or a
--- timeout faults the workspace: new input is refused (code "workspace_faulted") until a
--- capture succeeds (s:checkpoint()).
+-- timeout faults the workspace, journaled as WorkspaceFaulted: new input is refused
+-- (code "workspace_faulted") until a capture succeeds (s:checkpoint(), with its own
+-- { timeout = s } when the policy's was too short) or the user clears the fault after
+-- looking at the tree (s:clear_fault()); either is journaled as WorkspaceFaultCleared.
+-- A restore keeps a journaled fault unless it brings the tree back to the last
+-- checkpoint (materialized, or attached to an equal tree): then it clears it (by "restore").
 --
 -- Session side (the runner calls these; users see the Session methods):
 --   s.workspace                 -- the absolute canonical root (nil without a placement)
---   s:checkpoint() -> ref | nil, msg, code     -- a manual capture (any time; fuzzy if busy)
+--   s:checkpoint([{ timeout = s }]) -> ref | nil, msg, code  -- a manual capture (any time;
+--                               -- fuzzy if busy); timeout: this capture's (default the policy's)
+--   s:clear_fault() -> true (a fault was cleared) | false (none)
 --   s:rewind(ref) -> { written, removed } | nil, msg, code ("busy" unless idle)
 --   s:snapshots() -> { { event = "WorkspaceCheckpointed" | "WorkspaceRestored", ref,
 --                        trigger, consistency, seq, created_at }, … } oldest first
 -- Events: WorkspaceCheckpointed{ ref, consistency = "quiescent" | "fuzzy", trigger =
 -- "seed" | "fork" | "handover" | "manual" | "idle" | "turn_done" | "step_done", loop_id?,
--- turn_id? }, WorkspaceRestored{ ref } (rewind). RestoreDone carries workspace =
--- "materialized" | "attached" | "diverged" | "none" and workspace_ref.
+-- turn_id? }, WorkspaceRestored{ ref } (rewind), WorkspaceFaulted{ trigger, code (the
+-- capture's: "timeout", "lease_lost", …), message, loop_id?, turn_id? },
+-- WorkspaceFaultCleared{ by = "checkpoint" | "user" | "restore", ref? }. RestoreDone carries
+-- workspace = "materialized" | "attached" | "diverged" | "none", workspace_ref and, while
+-- the fault stands, workspace_fault (its message).
 -- An exclusive root at restore: empty -> the last checkpoint-or-restore ref is
 -- materialized; equal to it -> "attached"; different -> "diverged" (left as it
 -- is), unless the session's last record is a "handover" checkpoint (it gave the
@@ -302,17 +311,30 @@ function M.started(S)
   return true
 end
 
--- The checkpoint and restore events of a journal (decoded bodies, in order).
+-- The checkpoint, restore and fault events of a journal (decoded bodies, in
+-- order): the history, the current ref, the fault standing at the end (or nil).
 function M.fold(events)
-  local hist, current = {}, nil
+  local hist, current, fault = {}, nil, nil
   for _, ev in ipairs(events) do
     if ev.type == "WorkspaceCheckpointed" or ev.type == "WorkspaceRestored" then
       hist[#hist + 1] = { event = ev.type, ref = ev.ref, trigger = ev.trigger,
         consistency = ev.consistency, seq = ev.seq, created_at = ev.created_at }
       current = ev.ref
+    elseif ev.type == "WorkspaceFaulted" then
+      fault = tostring(ev.message)
+    elseif ev.type == "WorkspaceFaultCleared" then
+      fault = nil
     end
   end
-  return hist, current
+  return hist, current, fault
+end
+
+-- Journals the end of a fault (after the capture or decision that ended it).
+local function clear(S, w, by, ref)
+  if not w.fault then return true end
+  w.fault, w.fault_code = nil, nil
+  w.last_error = nil
+  return w.emit("WorkspaceFaultCleared", { by = by, ref = ref })
 end
 
 -- Repairs a half-finished swap of base/<id>: the backup goes back when the
@@ -355,7 +377,7 @@ function M.reopen(S, r, events, hooks)
   if not pv then return true end
   local w, msg, code = open(S, r, pv, r.snapshots, hooks)
   if not w then return nil, msg, code end
-  w.history, w.current = M.fold(events)
+  w.history, w.current, w.fault = M.fold(events)
   if w.kind == "per_session" then
     local ok
     ok, msg, code = recover_swap(w)
@@ -367,8 +389,20 @@ function M.reopen(S, r, events, hooks)
 end
 
 -- Brings the tree to the last checkpoint-or-restore ref, failing closed.
--- Returns the outcome ("materialized", "attached", "diverged", "none").
+-- Returns the outcome ("materialized", "attached", "diverged", "none"). A
+-- journaled fault ends here when the tree is now that checkpoint.
+local materialize
 function M.materialize(S)
+  local w = S.ws
+  local outcome, msg, code = materialize(S)
+  if (outcome == "materialized" or outcome == "attached") and w and w.current and w.fault then
+    local ok, emsg, ecode = clear(S, w, "restore", w.current)
+    if not ok then return nil, emsg, ecode end
+  end
+  return outcome, msg, code
+end
+
+materialize = function(S)
   local w = S.ws
   if not w then return "none" end
   if not w.current then return "attached" end
@@ -407,7 +441,9 @@ end
 -- ---- captures ----
 
 -- One walk, in the slot. held: the caller holds a boundary of its own loop.
-local function walk(S, w, trigger, fields, held)
+-- timeout: this capture's (default the policy's).
+local function walk(S, w, trigger, fields, held, timeout)
+  timeout = timeout or w.policy.timeout
   if w.lease and w.lease:lost() then
     return nil, "the workspace root lease was lost", "lease_lost"
   end
@@ -418,11 +454,11 @@ local function walk(S, w, trigger, fields, held)
   local t = core.spawn(function()
     return { w.store:snapshot(w.root) }
   end)
-  local res, msg, code = t:wait(w.policy.timeout)
+  local res, msg, code = t:wait(timeout)
   if res == nil then
     if code == "timeout" then
       t:cancel()
-      return nil, "the workspace capture timed out after " .. w.policy.timeout .. " s", "timeout"
+      return nil, "the workspace capture timed out after " .. timeout .. " s", "timeout"
     end
     return nil, tostring(msg), code
   end
@@ -436,8 +472,9 @@ local function walk(S, w, trigger, fields, held)
   if not seq then return nil, emsg, ecode end
   note(S, w, "WorkspaceCheckpointed", f, seq)
   set_current(w, ref)
-  w.fault = nil
   w.last_error = nil
+  local ok, cmsg, ccode = clear(S, w, "checkpoint", ref)
+  if not ok then return nil, cmsg, ccode end
   return ref
 end
 
@@ -452,14 +489,19 @@ local function in_slot(S, w, f, ...)
   return a, b, c
 end
 
--- A capture in its own task (a cancelled caller does not cut it short).
-local function capture(S, w, trigger, fields, held)
-  local t = core.spawn(in_slot, S, w, walk, trigger, fields, held)
+-- A capture in its own task (a cancelled caller does not cut it short). A
+-- required boundary's failure faults the workspace, journaled (a failed
+-- append faults the session itself).
+local function capture(S, w, trigger, fields, held, timeout)
+  local t = core.spawn(in_slot, S, w, walk, trigger, fields, held, timeout)
   local ref, msg, code = t:wait()
   if not ref then
     w.last_error = msg
-    if w.policy.priority == "required" and trigger ~= "manual" and trigger ~= "handover" then
-      w.fault = msg
+    if w.policy.priority == "required" and trigger ~= "manual" and trigger ~= "handover"
+       and not S.closed then
+      w.fault, w.fault_code = msg, code or "error"
+      w.emit("WorkspaceFaulted", { trigger = trigger, code = w.fault_code, message = msg,
+        loop_id = fields and fields.loop_id, turn_id = fields and fields.turn_id })
     end
   end
   return ref, msg, code
@@ -505,7 +547,8 @@ function M.refusal(S)
   if not w then return nil end
   if w.fault then
     return "the workspace is faulted: the required snapshot failed: " .. tostring(w.fault) ..
-      " (a successful s:checkpoint() clears it)", "workspace_faulted"
+      " (a successful s:checkpoint() clears it, s:checkpoint{ timeout = seconds } if it timed "
+      .. "out; or s:clear_fault() once you have looked at the tree)", "workspace_faulted"
   end
   if w.rewinding then return "the workspace is being rewound", "busy" end
   return nil
@@ -514,15 +557,26 @@ end
 -- The failure a turn ends with when its required step capture failed.
 function M.failure(S)
   local w = S.ws
-  return { code = "workspace_faulted", message = "the required workspace snapshot failed: " ..
-    tostring(w and w.fault) }
+  return { code = "workspace_faulted", cause_code = w and w.fault_code,
+    message = "the required workspace snapshot failed: " .. tostring(w and w.fault) }
 end
 
-function M.checkpoint(S)
+function M.checkpoint(S, timeout)
   local w = S.ws
   if not w then return nil, "the rig has no workspace", "refused" end
-  return capture(S, w, "manual", nil, false)
+  return capture(S, w, "manual", nil, false, timeout)
 end
+
+-- The user's decision that the tree is fine as it is: the refusal ends,
+-- journaled (WorkspaceFaultCleared{ by = "user" }). false: no fault.
+function M.clear_fault(S)
+  local w = S.ws
+  if not w or not w.fault then return false end
+  local ok, msg, code = clear(S, w, "user")
+  if not ok then return nil, msg, code end
+  return true
+end
+
 
 -- Before a session gives its root up (Session:shutdown{ hand_over = true }):
 -- a capture of an idle session, journaled with trigger "handover", which a

@@ -113,7 +113,8 @@ def nats_bench():
 
 def main():
     which = set(sys.argv[1:]) or {"startup", "rss", "sse", "json", "model", "cache", "store",
-                                  "journal", "snapshot", "sandbox", "session", "serve", "nats"}
+                                  "journal", "snapshot", "sandbox", "session", "serve", "nats",
+                                  "mcp"}
     lua = shutil.which("lua5.4")
     node = shutil.which("node")
     if "startup" in which:
@@ -153,6 +154,11 @@ def main():
     if "sandbox" in which:
         # `true` confined against bwrap, a plain fork+exec and srt (npm).
         subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "sandbox_bench.py")],
+                       env=dict(os.environ, LUARIG=LUARIG), check=False)
+    if "mcp" in which:
+        # rig.mcp over stdio: a tools/call round trip and listing 1,000 tools, against the
+        # official TypeScript SDK client calling the same server.
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "mcp_bench.py")],
                        env=dict(os.environ, LUARIG=LUARIG), check=False)
     if "store" in which:
         store_bench()

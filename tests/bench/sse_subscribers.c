@@ -122,8 +122,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	char req[1024];
-	int rlen = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n",
-			    argv[3], argv[1]);
+	int rlen = snprintf(req, sizeof req,
+			    "GET %s HTTP/1.1\r\nHost: %s:%s\r\nAccept: text/event-stream\r\n\r\n",
+			    argv[3], argv[1], argv[2]);
 	int ep = epoll_create1(EPOLL_CLOEXEC);
 	if (ep < 0)
 		die("epoll_create1");

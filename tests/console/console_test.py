@@ -4,14 +4,22 @@ DevTools protocol on --remote-debugging-pipe (fds 3 and 4, NUL-terminated
 JSON; nothing downloaded, no websocket library).
 
 Starts `luarig serve tests/console/rig.lua` with a bearer token, opens the
-console, gives it the token, creates a session, sends input and watches the
-text stream in, approves a gate with a mouse click, sees the tool result
+console, gives it the token, starts a session with its first input and
+watches the text stream in, approves a gate with a mouse click, sees the tool result
 and the turn end, cuts the event stream and checks the page resumes with
 Last-Event-ID and shows nothing twice, reloads the page (the view replays
 the journal), interrupts a turn; then kills the server (SIGKILL) with a gate
 open, starts another on the same store, restores the session, approves the
 restored gate and clicks Resume: the approved call runs. Keeps screenshots in build/artifacts/:
 console.png (the gate card open), console-final.png (after the reload).
+
+Then a page of another origin attacks a second server (no token, as `luarig
+serve` runs by default): served from 127.0.0.2 it sends a no-cors POST that
+would create a session with its prompt; served as attacker.example (which
+the browser resolves to 127.0.0.2, where a relay passes everything but the
+page itself on to luarig, byte for byte: what DNS rebinding does) it reads
+the sessions and journals as same-origin and answers an open gate. Both
+must fail at the server.
 Prints TAP lines "ok - console: …" / "not ok - console: …".
 """
 import base64
@@ -21,6 +29,7 @@ import os
 import queue
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -71,6 +80,8 @@ class Chrome:
                 "--disable-extensions", "--disable-background-networking", "--disable-sync",
                 "--disable-component-update", "--disable-default-apps", "--mute-audio",
                 "--disable-dev-shm-usage",
+                # the attack page's name: a relay on 127.0.0.2 (see Relay)
+                "--host-resolver-rules=MAP attacker.example 127.0.0.2",
                 "--hide-scrollbars", "--window-size=1280,820", "about:blank"]
         if os.geteuid() == 0:
             args.insert(1, "--no-sandbox")
@@ -211,16 +222,17 @@ class Chrome:
         self.log.close()
 
 
-def start_server(tmp, name="serve"):
-    token_file = os.path.join(tmp, "token")
-    with open(token_file, "w") as f:
-        f.write(TOKEN + "\n")
+def start_server(tmp, name="serve", token=True, store="state"):
+    args = [LUARIG, "serve", os.path.join(ROOT, "tests/console/rig.lua"), "--listen", "127.0.0.1:0"]
+    if token:
+        token_file = os.path.join(tmp, "token")
+        with open(token_file, "w") as f:
+            f.write(TOKEN + "\n")
+        args += ["--auth-token-file", token_file]
     log_path = os.path.join(tmp, name + ".log")
     log = open(log_path, "wb")
-    env = dict(os.environ, CONSOLE_STORE=os.path.join(tmp, "state"))
-    proc = subprocess.Popen([LUARIG, "serve", os.path.join(ROOT, "tests/console/rig.lua"),
-                             "--listen", "127.0.0.1:0", "--auth-token-file", token_file],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT, env=env)
+    env = dict(os.environ, CONSOLE_STORE=os.path.join(tmp, store))
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT, env=env)
     deadline = time.time() + 10
     while time.time() < deadline:
         with open(log_path) as f:
@@ -235,12 +247,12 @@ def start_server(tmp, name="serve"):
         raise Step("luarig serve did not start: " + f.read()[-500:])
 
 
-def http(url, token=None, body=None):
-    req = urllib.request.Request(url, data=body)
-    if body is not None:
-        req.add_header("Content-Type", "application/json")
+def http(url, token=None, method="GET", body=None):
+    req = urllib.request.Request(url, method=method, data=body)
     if token:
         req.add_header("Authorization", "Bearer " + token)
+    if method == "POST":
+        req.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, dict(r.headers), r.read()
@@ -276,17 +288,20 @@ def run(c, base):
            "document.getElementById('conn').textContent === 'connected'", "the session list")
     ok(True, "with the token the page reads the session list")
 
+    # New session clears the view; the first input creates the session
+    # (tests/console/edges_test.py checks that the click alone creates none)
     c.click("#new-session")
+    c.wait("document.getElementById('view-title').textContent === 'new session'", "the empty view")
+    full = "Streaming, two bytes at a time, from the scripted model."
+    c.type("#input", "stream")
+    c.click("#send")
     c.wait("window.luarigConsole.view && window.luarigConsole.view.conn === 'live'",
            "a new session's stream")
     sid = c.eval("window.luarigConsole.view.id")
     c.wait("document.querySelector('#sessions li.current') !== null", "the session in the list")
-    ok(True, "New session creates a session, lists it and opens its stream")
+    ok(True, "New session and a first input create a session, list it and open its stream")
 
     # streamed text: the page shows it growing before the step ends
-    full = "Streaming, two bytes at a time, from the scripted model."
-    c.type("#input", "stream")
-    c.click("#send")
     seen = set()
     deadline = time.time() + 10
     while time.time() < deadline:
@@ -394,7 +409,7 @@ def run(c, base):
 def run_resume(c, tmp, server, base):
     """A crash with a gate open; another server; Restore, Approve, Resume. Returns the new
     server and its log."""
-    status, _, body = http(base + "/v1/sessions", TOKEN, b'{"text":"gate me"}')
+    status, _, body = http(base + "/v1/sessions", TOKEN, method="POST", body=b'{"text":"gate me"}')
     ok(status == 201, "a session for the crash", "%d %r" % (status, body))
     sid = json.loads(body)["session_id"]
     deadline = time.time() + 10
@@ -441,6 +456,172 @@ def run_resume(c, tmp, server, base):
     return server, log_path
 
 
+ATTACK_PAGE = """<!doctype html><meta charset="utf-8"><title>not luarig</title>
+<script>
+window.attack = { done: false };
+(async () => {
+  const r = window.attack;
+  const mode = new URLSearchParams(location.search).get('mode');
+  try {
+    if (mode === 'post') {
+      // a simple cross-origin request: no preflight; the answer is opaque but the request goes
+      await fetch(%(victim)s + '/v1/sessions', { method: 'POST', mode: 'no-cors',
+        body: JSON.stringify({ text: %(prompt)s }) });
+      r.post = 'sent';
+    } else {
+      // after rebinding this origin reaches the server: read it as same-origin
+      const list = await fetch('/v1/sessions');
+      r.list_status = list.status;
+      r.journal = '';
+      r.gate_status = [];
+      if (list.ok) {
+        for (const s of (await list.json()).sessions) {
+          const j = await fetch('/v1/sessions/' + s.id + '/journal?limit=1000');
+          if (j.ok) r.journal += await j.text();
+          const st = await fetch('/v1/sessions/' + s.id + '/status');
+          for (const g of (st.ok ? (await st.json()).open_gates : [])) {
+            const a = await fetch('/v1/sessions/' + s.id + '/gates/' + g.gate_id, { method: 'POST',
+              headers: { 'Content-Type': 'application/json' },
+              body: JSON.stringify({ action: 'approve_always' }) });
+            r.gate_status.push(a.status);
+          }
+        }
+      }
+      // the stream too
+      const ev = await fetch('/v1/sessions/' + %(sid)s + '/events?from=0');
+      r.events_status = ev.status;
+      if (ev.ok) ev.body.cancel();
+    }
+  } catch (e) {
+    r.error = String(e);
+  }
+  r.done = true;
+})();
+</script>
+"""
+
+
+class Relay:
+    """Listens on 127.0.0.2 at the victim's port number: serves the attack
+    page on /attack.html and passes every other connection on to luarig on
+    127.0.0.1, unchanged (Host: attacker.example:PORT included), as a
+    rebound DNS name would."""
+
+    def __init__(self, port, page):
+        self.port, self.page = port, page.encode()
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.2", port))
+        self.sock.listen(16)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _pump(a, b):
+        try:
+            while True:
+                d = a.recv(65536)
+                if not d:
+                    break
+                b.sendall(d)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _serve(self, conn):
+        head = b""
+        while b"\r\n\r\n" not in head:
+            d = conn.recv(65536)
+            if not d:
+                conn.close()
+                return
+            head += d
+        if head.split(b" ", 2)[1].startswith(b"/attack.html"):
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nCache-Control: no-store\r\n"
+                         b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(self.page) + self.page)
+            conn.close()
+            return
+        up = socket.create_connection(("127.0.0.1", self.port))
+        up.sendall(head)
+        threading.Thread(target=self._pump, args=(up, conn), daemon=True).start()
+        self._pump(conn, up)
+
+    def close(self):
+        self.sock.close()
+
+
+def attack(c, tmp):
+    server, base, log_path = start_server(tmp, name="serve-open", token=False, store="state-open")
+    relay = None
+    try:
+        port = int(base.rsplit(":", 1)[1])
+        prompt = "the page's prompt: rm -rf ~"
+        # a session waiting at a gate, as a user would leave it
+        status, _, body = http(base + "/v1/sessions", method="POST",
+                               body=json.dumps({"text": "gate me"}).encode())
+        if status != 201:
+            raise Step("cannot create the victim session: %d %s" % (status, body[:200]))
+        sid = json.loads(body)["session_id"]
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            st = json.loads(http(base + "/v1/sessions/" + sid + "/status")[2])
+            if st.get("open_gates"):
+                break
+            time.sleep(0.05)
+        else:
+            raise Step("the victim session's gate did not open")
+        gid = st["open_gates"][0]["gate_id"]
+        relay = Relay(port, ATTACK_PAGE % {"victim": json.dumps(base), "prompt": json.dumps(prompt),
+                                           "sid": json.dumps(sid)})
+
+        c.open_page()
+        for origin, mode in (("http://127.0.0.2:%d" % port, "post"),
+                             ("http://attacker.example:%d" % port, "rebind")):
+            c.call("Page.navigate", {"url": origin + "/attack.html?mode=" + mode})
+            c.wait("window.attack && window.attack.done", "the attack page (%s)" % mode, timeout=15)
+            result = c.eval("window.attack")
+            if mode == "post":
+                # the request went (the page cannot tell how it ended); the server must have refused it
+                listed = json.loads(http(base + "/v1/sessions")[2])["sessions"]
+                made = [s for s in listed if s.get("title") == prompt or s["id"] != sid]
+                ok(result.get("post") == "sent" and not made,
+                   "a no-cors POST from another origin (127.0.0.2) creates no session",
+                   repr((result, made)))
+            else:
+                ok(result.get("list_status") == 403 and "gate me" not in result.get("journal", "x")
+                   and result.get("events_status") == 403,
+                   "a rebound name (Host: attacker.example) reads no session, journal or stream",
+                   repr(result)[:600])
+                st = json.loads(http(base + "/v1/sessions/" + sid + "/status")[2])
+                ok(not result.get("gate_status") and [g["gate_id"] for g in st["open_gates"]] == [gid],
+                   "a rebound name answers no gate: it is still open", repr((result, st))[:600])
+        metrics = http(base + "/metrics")[2].decode()
+        counts = {code: int(n) for code, n in
+                  __import__("re").findall(r'luarig_http_refusals_total\{code="(\w+)"\} (\d+)', metrics)}
+        ok(counts.get("origin_not_allowed", 0) >= 1 and counts.get("host_not_allowed", 0) >= 3,
+           "the refusals are counted in /metrics", repr(counts))
+    finally:
+        if relay:
+            relay.close()
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
 def main():
     exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     if not exe:
@@ -462,6 +643,7 @@ def main():
         try:
             run(chrome, base)
             server, log_path = run_resume(chrome, tmp, server, base)
+            attack(chrome, tmp)
         except Step as e:
             ok(False, "the console flow stopped", str(e))
             try:

@@ -80,9 +80,8 @@ def run(c, base, rules):
     c.click("#token-save")
     c.wait("document.getElementById('auth').hidden && "
            "document.getElementById('conn').textContent === 'connected'", "the session list")
-    c.click("#new-session")
-    c.wait("window.luarigConsole.view && window.luarigConsole.view.conn === 'live'",
-           "a new session's stream")
+    c.click("#new-session")  # the first input below starts the session
+    c.wait("document.getElementById('view-title').textContent === 'new session'", "the empty view")
 
     # the first delegation asks; the card names tool, summary and delegate
     send(c, "delegate alpha")

@@ -207,37 +207,93 @@ describe("compaction", function()
     s2:shutdown()
   end)
 
-  it("fails the turn when an automatic summary fails, and refuses a busy loop", function()
-    local summarizer = rig.model.script{ { error = { message = "down", code = "overloaded" } } }
+  it("falls back to dropping the oldest messages when an automatic summary fails", function()
+    -- the summarizer always fails: every turn still runs, restore rebuilds the same history
+    local store = rig.store.memory()
+    local summarizer = rig.model.script{ steps = (function()
+      local t = {}
+      for i = 1, 10 do t[i] = { error = { message = "down", code = "overloaded" } } end
+      return t
+    end)() }
     local release = false
+    local big = { input_tokens = 990, output_tokens = 5 }
     local model = rig.model.script{ steps = {
-      { tool_calls = { { name = "echo", input = { text = "x" } } },
-        usage = { input_tokens = 990, output_tokens = 5 } },
-      { text = "never" },
+      { tool_calls = { { name = "echo", input = { text = "x" } } }, usage = big },
+      { text = "went on", usage = big },
+      { text = "second turn", usage = big },
     }, context_window = 1000 }
     local slow = rig.tool{ name = "echo", description = "slow echo",
       schema = { type = "object", properties = { text = { type = "string" } } },
       prepare = function() return { summary = "echo", requirements = {} } end,
       run = function() while not release do rig.sleep(0.01) end return "ok" end }
-    local loop = rig.loop{ name = "assistant", model = model, tools = { slow },
-      gate = allow_all(), policy_revision = "v1",
-      compaction = { at = 0.9, model = summarizer, keep = 1 } }
-    local r = rig.define{ loops = { loop }, primers = { "assistant" }, store = rig.store.memory() }
-    local s = assert(r:session())
+    local function rig_of(m)
+      local loop = rig.loop{ name = "assistant", model = m, tools = { slow },
+        gate = allow_all(), policy_revision = "v1",
+        compaction = { at = 0.9, model = summarizer, keep = 1 } }
+      return rig.define{ loops = { loop }, primers = { "assistant" }, store = store }
+    end
+    local s = assert(rig_of(model):session())
     local sub = s:subscribe{ ephemeral = false }
     s:submit("go")
     rig.sleep(0.05)
-    local none, msg, code = s:compact()
+    local none, _, code = s:compact()
     expect(none).to_be_nil()
     expect(code).to_be("busy")
     release = true
-    local last
-    for ev in sub:events(10) do if ev.ends_turn then last = ev break end end
-    expect(last.type).to_be("TurnFailed")
-    expect(last.error.code).to_be("compaction_failed")
-    expect(last.error.cause_code).to_be("overloaded")
-    expect(last.error.message).to_match("down")
-    expect(model:remaining()).to_be(1)
+    local seen, last = {}, nil
+    for ev in sub:events(10) do
+      seen[#seen + 1] = ev.type
+      if ev.ends_turn then last = ev break end
+    end
+    expect(last.type).to_be("TurnDone")
+    expect(table.concat(seen, " ")).to_match("StepDone CompactionCommitted StepDone TurnDone")
+    local c = journaled(s, "CompactionCommitted")
+    expect(#c).to_be(1)
+    expect(c[1].fallback).to_be("truncated")
+    expect(c[1].error.code).to_be("compaction_failed")
+    expect(c[1].error.cause_code).to_be("overloaded")
+    expect(c[1].error.message).to_match("down")
+    expect(c[1].replaced).to_be(1)
+    local h = s:history()
+    expect(roles(h)).to_be("user assistant tool assistant")
+    expect(h[1].content[1].text).to_be("[earlier conversation omitted]\n\n1 earlier message of "
+      .. "this conversation was dropped because the summary failed; its content is no longer "
+      .. "available.")
+    -- the next turn too (the summary still fails; nothing is left to drop but the marker)
+    expect(s:wait_idle(5)).to_be(true)
+    local ev2 = turn(s, "again")
+    expect(ev2.type).to_be("TurnDone")
+    expect(model:remaining()).to_be(0)
+    local before = json.encode(s:history())
+    local id = s.id
+    s:shutdown()
+    local s2 = assert(rig_of(rig.model.script{ steps = {}, context_window = 1000 }):restore(id))
+    expect(json.encode(s2:history())).to_be(before)
+    s2:shutdown()
+  end)
+
+  it("refuses a failed manual summary with a way out, and truncates when asked", function()
+    local summarizer = rig.model.script{ { text = "   " }, { error = "down" } }
+    local model = rig.model.script{ steps = { { text = "a" }, { text = "b" } } }
+    local loop = rig.loop{ name = "assistant", model = model, tools = { echo_tool() },
+      gate = allow_all(), policy_revision = "v1",
+      compaction = { at = false, model = summarizer, keep = 1 } }
+    local r = rig.define{ loops = { loop }, primers = { "assistant" }, store = rig.store.memory() }
+    local s = assert(r:session())
+    turn(s, "one")
+    turn(s, "two")
+    local none, msg, code = s:compact()
+    expect(none).to_be_nil()
+    expect(code).to_be("empty_summary")
+    expect(msg).to_match('fallback = "truncate"')
+    expect(#journaled(s, "CompactionCommitted")).to_be(0)
+    local res = assert(s:compact(nil, { fallback = "truncate" }))
+    expect(res.fallback).to_be("truncated")
+    expect(res.replaced).to_be(3)
+    expect(res.error.cause_code).to_be("server")
+    expect(roles(s:history())).to_be("user assistant")
+    expect(function() s:compact(nil, { fallback = "yes" }) end).to_fail("option 'fallback'")
+    expect(function() s:compact(nil, { truncate = true }) end).to_fail("unknown option 'truncate'")
     s:shutdown()
   end)
 

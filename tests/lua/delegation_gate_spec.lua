@@ -392,7 +392,7 @@ describe("delegate rules and access", function()
     expect(d.candidates[1].match).to_be("researcher")
     expect(function() rig.gate{ access = { delegation = "allow" }, approver = "headless" } end)
       .to_fail("unknown kind 'delegation' %(filesystem.read, filesystem.write, network, "
-        .. "command.execute, delegate%)")
+        .. "command.execute, delegate, mcp%)")
     expect(function() rig.gate{ access = { delegate = "yes" }, approver = "headless" } end)
       .to_fail("field 'access.delegate' must be")
     local n = rig.tool.check_request{ summary = "s", requirements = { { kind = "delegate", match = "r" } } }

@@ -103,6 +103,29 @@ local srv = http.server{ listen = "127.0.0.1:0", max_body = 1 << 20, routes = {
     end
     res:finish()
   end,
+  ["GET /drip"] = function(req, res)
+    -- a valid stream, one byte every 50 ms: never idle, never done
+    res:start(200, sse_headers())
+    local ev = "data: " .. string.rep("x", 100) .. "\n\n"
+    for _ = 1, 100 do
+      for i = 1, #ev do
+        if not res:write(ev:sub(i, i)) then return end
+        rig.sleep(0.05)
+      end
+    end
+    res:finish()
+  end,
+  ["GET /cut"] = function(req, res)
+    res:start(200, sse_headers())
+    res:event{ data = "whole" }
+    res:write("data: {\"half\":")
+    res:finish()
+  end,
+  ["GET /html"] = function(req, res)
+    res:start(200, { ["content-type"] = "text/html; charset=utf-8" })
+    res:write("<!DOCTYPE html><html><body>502 Bad Gateway</body></html>\n")
+    res:finish()
+  end,
   ["GET /many"] = function(req, res)
     res:start(200, sse_headers())
     for i = 1, 2000 do res:event{ data = tostring(i) } end
@@ -335,6 +358,57 @@ describe("rig.http.stream", function()
     expect(st:result()).to_be(true)
     expect(n).to_be(2000)
     expect(ok_order).to_be(true)
+  end)
+
+  it("ends at its timeout, a deadline that bytes dripping in never push back", function()
+    local t0 = rig.now()
+    local st = assert(http.stream{ url = base .. "/drip", timeout = 0.6, idle_timeout = 5 })
+    local ev, err, code = st:next()
+    expect(ev).to_be_nil()
+    expect(code).to_be("timeout")
+    expect(err).to_match("timed out")
+    expect(rig.now() - t0).at_most(10)  -- the whole body would take 4 minutes
+    st:close()
+  end)
+
+  it("holds its deadline while the reader does not read (paused)", function()
+    local st = assert(http.stream{ url = base .. "/many", timeout = 0.5 })
+    expect(st:next().data).to_be("1")
+    rig.sleep(1)   -- the transfer pauses once 1024 events wait unread
+    local n, code = 1, nil
+    while true do
+      local ev, _, c = st:next()
+      if not ev then code = c break end
+      n = n + 1
+    end
+    expect(code).to_be("timeout")
+    expect(n < 2000).to_be(true)
+  end)
+
+  it("marks a last event the end of the stream cut short", function()
+    local st = assert(http.stream{ url = base .. "/cut" })
+    local ev = assert(st:next())
+    expect(ev.data).to_be("whole")
+    expect(ev.unterminated).to_be_nil()
+    ev = assert(st:next())
+    expect(ev.data).to_be('{"half":')
+    expect(ev.unterminated).to_be(true)
+    expect(st:next()).to_be_nil()
+    local raw = assert(http.stream{ url = base .. "/cut" })
+    expect(select("#", raw:read())).to_be(2)
+    local data, name, cut = raw:read()
+    expect(data).to_be('{"half":'); expect(name).to_be("message"); expect(cut).to_be(true)
+  end)
+
+  it("keeps the first bytes of a 2xx body that is no event stream", function()
+    local st = assert(http.stream{ url = base .. "/html" })
+    expect(st.headers["content-type"]).to_be("text/html; charset=utf-8")
+    expect(st:next()).to_be_nil()
+    expect(st:head()).to_be("<!DOCTYPE html><html><body>502 Bad Gateway</body></html>\n")
+    local long = assert(http.stream{ url = base .. "/many" })
+    for _ in long:events() do end
+    expect(#long:head()).to_be(512)
+    expect(long:head():sub(1, 9)).to_be("data: 1\n\n")
   end)
 
   it("caps the event size", function()

@@ -215,7 +215,7 @@ describe("rig.http.server", function()
       local status, headers, body = get(srv.url .. "/boom")
       expect(status).to_be(500)
       expect(headers["content-type"]).to_be("application/json")
-      expect(body).to_be('{"error":{"code":"internal","message":"internal error"}}')
+      expect(body).to_be('{"error":{"code":"internal","message":"internal error","retryable":false}}')
       status = get(srv.url .. "/nothing")
       expect(status).to_be(500)
       status, headers = get(srv.url .. "/split")
@@ -484,5 +484,157 @@ describe("rig.http.server connections", function()
     local _, rc = curl("'" .. srv.url .. "/stop'")
     expect(rc ~= 0).to_be(true) -- the connection went down with the server
     expect(tostring(srv)).to_match("closed")
+  end)
+end)
+
+-- Sends bytes on a connection of its own (python: rig has no raw TCP client)
+-- and returns what the server sent until it closed.
+local RAW = [[
+import socket, sys
+data = sys.stdin.buffer.read()
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.settimeout(15)
+try:
+    s.sendall(data)
+except (BrokenPipeError, ConnectionResetError):
+    pass
+out = b""
+try:
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        out += d
+except (socket.timeout, ConnectionResetError):
+    pass
+sys.stdout.buffer.write(out)
+]]
+local function raw(srv, bytes)
+  local r = assert(rig.process.run{ argv = { "python3", "-c", RAW, tostring(srv.port) }, stdin = bytes,
+    timeout = 30 })
+  return r.stdout
+end
+
+describe("rig.http.server's own HTTP layer", function()
+  it("answers what it refuses itself as JSON, counts it, and never calls a handler", function()
+    local calls = 0
+    local srv <close> = assert(rig.http.server{
+      listen = "127.0.0.1:0", max_body = 100, max_headers = 2048,
+      routes = { ["POST /up"] = function() calls = calls + 1 return { body = "ok" } end },
+    })
+    local cases = {
+      { "BREW /pot HTCPCP/1.0\r\n\r\n", 400, "malformed_request" },
+      { "POST /up HTTP/1.1\r\nHost: x\r\n" .. ("X-Pad: " .. ("p"):rep(100) .. "\r\n"):rep(30) .. "\r\n",
+        431, "headers_too_large" },
+      { "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n" .. ("x"):rep(101), 413,
+        "body_too_large" },
+      { "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n40\r\n" .. ("y"):rep(64) ..
+        "\r\n40\r\n" .. ("y"):rep(64) .. "\r\n0\r\n\r\n", 413, "body_too_large" },
+      { "POST /up HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nContent-Length: 1\r\n\r\nx", 417,
+        "expectation_failed" },
+    }
+    for _, c in ipairs(cases) do
+      local out = raw(srv, c[1])
+      local status = tonumber(out:match("^HTTP/1%.1 (%d+) "))
+      expect(status).to_be(c[2])
+      expect(out:lower()).to_match("\r\ncontent%-type: application/json\r\n")
+      expect(out:lower()).to_match("\r\nconnection: close\r\n")
+      local v = cjson.decode(out:match("\r\n\r\n(.*)$"))
+      expect(v.error.code).to_be(c[3])
+      expect(v.error.retryable).to_be(false)
+    end
+    expect(calls).to_be(0)
+    local n = srv:refusals()
+    expect(n).to_equal({ malformed_request = 1, headers_too_large = 1, body_too_large = 2,
+                         expectation_failed = 1 })
+    -- within the caps, chunked and by length, the handler runs
+    local out = raw(srv, "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" ..
+      "3\r\nabc\r\n0\r\nX-Trailer: t\r\n\r\n")
+    expect(out).to_match("^HTTP/1%.1 200 OK\r\n")
+    expect(calls).to_be(1)
+  end)
+
+  it("answers pipelined requests in order, a HEAD stream by its head, then goes on", function()
+    local ended = {}
+    local srv <close> = assert(rig.http.server{
+      listen = "127.0.0.1:0",
+      routes = {
+        ["GET /n/{x}"] = function(req) rig.sleep(0.02 * (3 - #req.params.x)) return { body = req.params.x } end,
+        -- ticks n times (default: for ever, nearly); a HEAD's stream is over once its head is out
+        ["GET /stream"] = function(req, res)
+          ended[req.method .. " task"] = rig.current()
+          res:start(200, { ["content-type"] = "text/event-stream" })
+          for _ = 1, tonumber(req.query.n or "100000") do
+            if not res:event{ data = "tick" } then
+              ended[#ended + 1] = req.method .. " closed"
+              return
+            end
+            rig.sleep(0.01)
+          end
+          ended[#ended + 1] = req.method .. " done"
+        end,
+        ["POST /echo"] = function(req) return { body = req.body } end,
+      },
+    })
+    local out = raw(srv, "GET /n/a HTTP/1.1\r\nHost: x\r\n\r\n" ..
+      "HEAD /stream HTTP/1.1\r\nHost: x\r\n\r\n" ..
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" ..
+      "GET /n/bb HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    local statuses, bodies = {}, {}
+    for s in out:gmatch("HTTP/1%.1 (%d+) ") do statuses[#statuses + 1] = tonumber(s) end
+    expect(statuses).to_equal({ 200, 200, 200, 200 })
+    expect(out).to_match("\r\n\r\na.-HTTP/1%.1 200 OK.-text/event%-stream.-\r\n\r\nHTTP/1%.1 200 OK.-\r\n\r\nhello" ..
+      "HTTP/1%.1 200 OK.-\r\n\r\nbb$")
+    expect(out:find("tick", 1, true)).to_be_nil()
+    -- its handler is told as if the client had left: cancelled
+    local head = ended["HEAD task"]
+    expect(wait_until(function() return head:status() == "cancelled" end)).to_be(true)
+    -- HTTP/1.0: whole answers keep the connection when asked to, streams end it
+    out = raw(srv, "GET /n/c HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /stream?n=2 HTTP/1.0\r\n\r\n")
+    expect(out).to_match("^HTTP/1%.1 200 OK\r\n.-Connection: keep%-alive\r\n\r\ncHTTP/1%.1 200 OK\r\n")
+    expect(out).to_match("Connection: close\r\n\r\ndata: tick\n\ndata: tick\n\n$")
+    expect(ended[1]).to_be("GET done")
+  end)
+
+  it("runs before ahead of every route: its answer goes out instead, nil lets the request on", function()
+    local seen = {}
+    local srv <close> = assert(rig.http.server{
+      listen = "127.0.0.1:0",
+      before = function(req)
+        seen[#seen + 1] = req.method .. " " .. req.path
+        if req.headers["x-no"] then return { status = 403, json = { error = { code = "no" } } } end
+        if req.headers["x-boom"] then error("before failed on purpose") end
+      end,
+      routes = { ["GET /a"] = function() return { body = "a" } end },
+    })
+    local status, _, body = get(srv.url .. "/a")
+    expect(status).to_be(200)
+    expect(body).to_be("a")
+    status, _, body = get(srv.url .. "/a", "-H 'X-No: 1'")
+    expect(status).to_be(403)
+    expect(cjson.decode(body).error.code).to_be("no")
+    status = get(srv.url .. "/nothing", "-X FOO -H 'X-No: 1'")
+    expect(status).to_be(403)
+    local real = io.stderr
+    io.stderr = { write = function() end, flush = function() end }
+    status = get(srv.url .. "/a", "-H 'X-Boom: 1'")
+    io.stderr = real
+    expect(status).to_be(500)
+    expect(seen).to_equal({ "GET /a", "GET /a", "FOO /nothing", "GET /a" })
+    expect(function() rig.http.server{ listen = "127.0.0.1:0", before = 1 } end)
+      .to_fail("option 'before' must be a function")
+  end)
+
+  it("keeps the framing fields to itself", function()
+    local srv <close> = assert(rig.http.server{
+      listen = "127.0.0.1:0",
+      routes = { ["GET /x"] = function() return { headers = { ["content-length"] = "1" }, body = "abc" } end },
+    })
+    local real, logged = io.stderr, {}
+    io.stderr = { write = function(_, s) logged[#logged + 1] = s end, flush = function() end }
+    local status = get(srv.url .. "/x")
+    io.stderr = real
+    expect(status).to_be(500)
+    expect(table.concat(logged)).to_match("a framing field the server writes itself")
   end)
 end)

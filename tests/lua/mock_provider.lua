@@ -3,7 +3,8 @@
 --   local mock = dofile(root .. "/tests/lua/mock_provider.lua")
 --   local p = mock.start()                 -- listens on 127.0.0.1, a free port
 --   p:push{ status = 200, body = "...", split = "whole"|"bytes"|"random",
---           headers = {…}, drop_after = n, stall_after = n, seed = n }
+--           headers = {…}, content_type = "…", drop_after = n, stall_after = n,
+--           end_after = n, drip = s, seed = n }
 --   p.url                                   -- base_url for a model
 --   p.requests                              -- { { method, path, raw_path, headers, body } … }
 --   p:close()
@@ -11,7 +12,10 @@
 -- Every request takes the next pushed response (a 500 when none is left) and is
 -- recorded. split: the body as one write, one byte per write, or random splits
 -- (1–64 bytes, seeded). drop_after = n: after n body bytes the connection is
--- broken; stall_after = n: after n bytes the server goes quiet for a minute.
+-- broken; stall_after = n: after n bytes the server goes quiet for a minute;
+-- end_after = n: after n bytes the response ends cleanly (a stream cut short,
+-- wherever n falls); drip = s: one byte, then s seconds, then the next (a
+-- provider that keeps a valid stream alive but never finishes in time).
 
 local json = require "rig.json"
 local M = {}
@@ -85,7 +89,17 @@ function M.start()
     for k, v in pairs(r.headers or {}) do headers[k] = v end
     res:start(r.status or 200, headers)
     local sent = 0
-    for _, piece in ipairs(writes(r.body or "", r.split, r.seed)) do
+    local body = r.body or ""
+    if r.end_after then body = body:sub(1, r.end_after) end
+    if r.drip then
+      for i = 1, #body do
+        if not res:write(body:sub(i, i)) then return end
+        rig.sleep(r.drip)
+      end
+      res:finish()
+      return
+    end
+    for _, piece in ipairs(writes(body, r.split, r.seed)) do
       if r.drop_after and sent + #piece > r.drop_after then
         local keep = r.drop_after - sent
         if keep > 0 then res:write(piece:sub(1, keep)) end

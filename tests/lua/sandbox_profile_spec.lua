@@ -26,6 +26,7 @@ describe("rig.sandbox.profile", function()
     expect(p.network).to_be("gated")
     expect(p.command).to_be("gated")
     expect(p.delegate).to_be("gated")
+    expect(p.mcp).to_be("gated")
     expect(p.home).to_be("isolated")
     expect(p.isolation).to_be("sandboxed")
     expect(p.ack_unconfined).to_be(false)
@@ -47,6 +48,7 @@ describe("rig.sandbox.profile", function()
       { { workspace_root = ws, tiemout = 1 }, "unknown field 'tiemout'" },
       { { workspace_root = ws, network = "maybe" }, "field 'network' must be deny, gated or allow" },
       { { workspace_root = ws, delegate = "yes" }, "field 'delegate' must be deny, gated or allow" },
+      { { workspace_root = ws, mcp = "yes" }, "field 'mcp' must be deny, gated or allow" },
       { { workspace_root = ws, workspace_write = true }, "field 'workspace_write' must be" },
       { { workspace_root = ws, home = "shared" }, "field 'home' must be isolated or real" },
       { { workspace_root = ws, isolation = "none" }, "field 'isolation' must be" },
@@ -95,7 +97,7 @@ describe("rig.sandbox.profile", function()
     expect(a == b).to_be(true)
     local seen = { [a:fingerprint()] = true }
     for _, o in ipairs{ { network = "deny" }, { command = "allow" }, { delegate = "allow" },
-                        { delegate = "deny" }, { home = "real" },
+                        { delegate = "deny" }, { mcp = "allow" }, { mcp = "deny" }, { home = "real" },
                         { workspace_write = "deny" }, { host_read = "gated" },
                         { roots = { { path = cache } } }, { workspace_root = cache } } do
       o.workspace_root = o.workspace_root or ws
@@ -123,6 +125,10 @@ describe("rig.sandbox.profile", function()
       .to_be("deny")
     expect(sandbox.profile{ workspace_root = ws, delegate = "allow" }:access_for("delegate", "x"))
       .to_be("allow")
+    -- mcp: one state for every server and tool (the gate's rules narrow it)
+    expect(p:access_for("mcp", "fs/read_file")).to_be("gated")
+    expect(sandbox.profile{ workspace_root = ws, mcp = "allow" }:access_for("mcp", "fs:sampling"))
+      .to_be("allow")
     expect(function() p:access_for("filesystem.exec", "/bin/sh") end).to_fail("unknown access kind 'filesystem.exec'")
     expect(function() p:access_for("filesystem.read") end).to_fail("needs a path")
   end)
@@ -134,7 +140,7 @@ describe("rig.sandbox.restrict", function()
 
   it("takes the lower state of every pair and never widens", function()
     for _, f in ipairs{ "workspace_read", "workspace_write", "host_read", "host_write", "network", "command",
-                        "delegate" } do
+                        "delegate", "mcp" } do
       for _, x in ipairs(states) do
         for _, y in ipairs(states) do
           local oa, ob = { workspace_root = ws, [f] = x }, { workspace_root = ws, [f] = y }

@@ -24,10 +24,12 @@ local function start(opts)
   return assert(rig.serve(opts))
 end
 
--- One request; the decoded JSON body (or nil) and the response.
+-- One request; the decoded JSON body (or nil) and the response. A POST says
+-- it is JSON (the server refuses any other), unless headers say otherwise.
 local function call(srv, method, path, body, headers)
   local h = headers or {}
-  if body and not h["content-type"] then h["content-type"] = "application/json" end
+  if (body or method == "POST") and h["content-type"] == nil then h["content-type"] = "application/json" end
+  if h["content-type"] == false then h["content-type"] = nil end
   local resp = assert(rig.http.request{ url = srv.url .. path, method = method, body = body,
     headers = h, timeout = 10 })
   return json.decode(resp.body), resp
@@ -159,6 +161,7 @@ describe("rig.serve routes", function()
 
     -- curl sees the same surface
     local out = assert(rig.process.run{ argv = { "curl", "-s", "-S", "-X", "POST", "-d", '{"text":"from curl"}',
+      "-H", "Content-Type: application/json",
       "-w", "\n%{http_code}", srv.url .. "/v1/sessions/" .. id .. "/input" }, timeout = 10 })
     expect(out.code).to_be(0)
     expect(out.stdout).to_match('^{"command_id":"c[%d.]+"}\n200$')
@@ -498,10 +501,10 @@ describe("rig.serve events", function()
 import socket, sys, time
 s = socket.create_connection(("127.0.0.1", %d))
 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-s.sendall(b"GET /v1/sessions/%s/events?from=0 HTTP/1.1\r\nHost: x\r\n\r\n")
+s.sendall(b"GET /v1/sessions/%s/events?from=0 HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n")
 print("sent", flush=True)
 time.sleep(60)
-]]):format(port, id) }, stdout = "pipe", stderr = "null" })
+]]):format(port, id, port) }, stdout = "pipe", stderr = "null" })
     expect(slow:lines("stdout")()).to_be("sent")
     rig.sleep(0.2)
     local st = open_stream(srv, id, nil, "?from=0")
@@ -530,7 +533,7 @@ time.sleep(60)
     local client = assert(rig.process.spawn{ argv = { "python3", "-c", ([[
 import json, socket, sys
 s = socket.create_connection(("127.0.0.1", %d))
-s.sendall(b"GET /v1/sessions/%s/events?from=0 HTTP/1.1\r\nHost: x\r\n\r\n")
+s.sendall(b"GET /v1/sessions/%s/events?from=0 HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n")
 print("sent", flush=True)
 sys.stdin.readline()
 s.settimeout(10)
@@ -568,7 +571,7 @@ while done < %d:
     if done < %d:
         more()
 print(",".join(ids), flush=True)
-]]):format(srv.port, id, turns, turns) }, stdin = "pipe", stdout = "pipe", stderr = "pipe" })
+]]):format(srv.port, id, srv.port, turns, turns) }, stdin = "pipe", stdout = "pipe", stderr = "pipe" })
     local out = client:lines("stdout")
     expect(out()).to_be("sent")
     rig.sleep(0.2)
@@ -605,7 +608,7 @@ describe("rig.serve events, a client that leaves", function()
     local p = assert(rig.process.spawn{ argv = { "python3", "-c", ([[
 import socket, sys
 s = socket.create_connection(("127.0.0.1", %d))
-s.sendall(b"GET /v1/sessions/%s/events HTTP/1.1\r\nHost: x\r\n\r\n")
+s.sendall(b"GET /v1/sessions/%s/events HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n")
 head = b""
 while b"\r\n\r\n" not in head:
     head += s.recv(4096)
@@ -614,7 +617,7 @@ sys.stdin.readline()
 s.close()
 print("closed", flush=True)
 sys.stdin.readline()
-]]):format(srv.port, id) }, stdin = "pipe", stdout = "pipe", stderr = "null" })
+]]):format(srv.port, id, srv.port) }, stdin = "pipe", stdout = "pipe", stderr = "null" })
     local lines = p:lines("stdout")
     expect(lines()).to_be("HTTP/1.1 200 OK")
     expect(subscribers(srv)).to_be(1)

@@ -236,28 +236,32 @@ describe("rig sessions", function()
     local sub = s:subscribe{ ephemeral = true }
     s:submit("go")
     for ev in sub:events(5) do if ev.type == "ToolCallStarted" then break end end
-    for _ = 1, 100 do
+    -- the file exists before the shell has written its pid into it: wait for the number
+    local pid
+    for _ = 1, 500 do
       local f = io.open(pidfile)
-      if f then f:close() break end
+      if f then pid = f:read("n") f:close() end
+      if pid then break end
       rig.sleep(0.02)
     end
-    local f = assert(io.open(pidfile))
-    local pid = f:read("n")
-    f:close()
+    expect(pid ~= nil).to_be(true)
     expect(s:interrupt()).to_be(true)
     local evs = until_terminal(sub)
     expect(evs[#evs].type).to_be("TurnInterrupted")
     -- the step the tool was part of is discarded, in memory and in the journal
     expect(#s:history()).to_be(1)
     for rec in s:journal{ from = 1 } do expect(rec.type ~= "StepDone").to_be(true) end
-    rig.sleep(0.1)
-    -- gone, or a zombie its handle has not reaped yet: not running
-    local st = io.open("/proc/" .. pid .. "/stat")
-    if st then
-      local state = st:read("a"):match("^%d+ %b() (%a)")
-      st:close()
-      expect(state).to_be("Z")
+    -- gone, or a zombie its handle has not reaped yet: not running (the kill is
+    -- sent by the interrupt; wait for it to take effect)
+    local state
+    for _ = 1, 500 do
+      local st = io.open("/proc/" .. pid .. "/stat")
+      state = st and st:read("a"):match("^%d+ %b() (%a)")
+      if st then st:close() end
+      if state == nil or state == "Z" then break end
+      rig.sleep(0.02)
     end
+    expect(state == nil or state == "Z").to_be(true)
     s:shutdown()
   end)
 

@@ -392,6 +392,7 @@ describe("a failing required snapshot", function()
     local evs = turn(s)
     local failed = of_type(evs, "TurnFailed")[1]
     expect(failed.error.code).to_be("workspace_faulted")
+    expect(failed.error.cause_code).to_be(of_type(evs, "WorkspaceFaulted")[1].code)
     expect(select(3, s:submit("x"))).to_be("workspace_faulted")
     s:shutdown()
   end)
@@ -410,6 +411,145 @@ describe("a failing required snapshot", function()
     expect(msg).to_match("timed out")
     s:shutdown()
   end)
+end)
+
+-- The workspace events of a session's journal, "Type(field=…)" each, in order.
+local function fault_events(s)
+  local out = {}
+  for rec in s:journal() do
+    if rec.type == "WorkspaceFaulted" then
+      out[#out + 1] = "WorkspaceFaulted(" .. tostring(rec.trigger) .. "," .. tostring(rec.code) .. ")"
+    elseif rec.type == "WorkspaceFaultCleared" then
+      out[#out + 1] = "WorkspaceFaultCleared(" .. tostring(rec.by) .. ")"
+    elseif rec.type == "WorkspaceCheckpointed" then
+      out[#out + 1] = "WorkspaceCheckpointed(" .. tostring(rec.trigger) .. ")"
+    end
+  end
+  return table.concat(out, " ")
+end
+
+describe("workspace faults in the journal", function()
+  it("journals the fault and the checkpoint that clears it", function()
+    local d = tmpdir()
+    local r = define({ call("x", "!rmroot"), { text = "gone" }, { text = "back" } },
+      { workspace = rig.workspace.exclusive{ root = d .. "/ws" },
+        snapshots = { trigger = "turn_done", priority = "required" } })
+    local s = assert(r:session())
+    local sub = s:subscribe{ ephemeral = false }
+    assert(s:submit("remove the root"))
+    local faulted
+    for ev in sub:events(10) do if ev.type == "WorkspaceFaulted" then faulted = ev break end end
+    sub:close()
+    assert(s:wait_idle(10))
+    expect(faulted.trigger).to_be("turn_done")
+    expect(faulted.message).to_match("cannot open")
+    expect(faulted.turn_id).to_be_truthy()
+    expect(fault_events(s)).to_match("^WorkspaceFaulted%(turn_done,[%w_]+%)$")
+    assert(rig.core.ws_mkdirs(d .. "/ws"))
+    local ref = assert(s:checkpoint())
+    expect(fault_events(s)).to_match("^WorkspaceFaulted%(turn_done,[%w_]+%) "
+      .. "WorkspaceCheckpointed%(manual%) WorkspaceFaultCleared%(checkpoint%)$")
+    local cleared
+    for rec in s:journal() do if rec.type == "WorkspaceFaultCleared" then cleared = rec end end
+    expect(cleared.ref).to_be(ref)
+    expect(s:clear_fault()).to_be(false)   -- nothing left to clear
+    s:shutdown()
+  end)
+
+  it("a timed-out fault: the same checkpoint times out again, one with its own timeout clears it",
+    function()
+      local d = tmpdir()
+      for i = 1, 2000 do write(d .. "/f" .. i, tostring(i)) end
+      local r = define({ { text = "hi" }, { text = "again" } },
+        { workspace = rig.workspace.exclusive{ root = d },
+          snapshots = { trigger = "turn_done", priority = "required", timeout = 1e-6 } })
+      local s = assert(r:session())
+      assert(s:submit("go"))
+      assert(s:wait_idle(10))
+      expect(fault_events(s)).to_be("WorkspaceFaulted(turn_done,timeout)")
+      local _, msg, code = s:submit("x")
+      expect(code).to_be("workspace_faulted")
+      expect(msg).to_match("s:checkpoint{ timeout = seconds }")
+      expect(msg).to_match("s:clear_fault%(%)")
+      -- the documented way out with the policy's own timeout fails the same way
+      local ref, cmsg, ccode = s:checkpoint()
+      expect(ref).to_be_nil()
+      expect(ccode).to_be("timeout")
+      expect(cmsg).to_match("timed out")
+      expect(select(3, s:submit("x"))).to_be("workspace_faulted")
+      -- its own timeout works
+      expect(function() s:checkpoint{ timeout = 0 } end).to_fail("option 'timeout'")
+      expect(function() s:checkpoint{ wait = 1 } end).to_fail("unknown option 'wait'")
+      assert(s:checkpoint{ timeout = 60 })
+      expect(fault_events(s)).to_be("WorkspaceFaulted(turn_done,timeout) "
+        .. "WorkspaceCheckpointed(manual) WorkspaceFaultCleared(checkpoint)")
+      assert(s:submit("now"))
+      s:shutdown()
+    end)
+
+  it("s:clear_fault() after inspection lets input in, journaled", function()
+    local d = tmpdir()
+    local r = define({ call("x", "!rmroot"), { text = "gone" }, { text = "on we go" } },
+      { workspace = rig.workspace.exclusive{ root = d .. "/ws" },
+        snapshots = { trigger = "turn_done", priority = "required" } })
+    local s = assert(r:session())
+    assert(s:submit("remove the root"))
+    assert(s:wait_idle(10))
+    expect(select(3, s:submit("x"))).to_be("workspace_faulted")
+    expect(s:clear_fault()).to_be(true)
+    expect(fault_events(s)).to_match("WorkspaceFaultCleared%(user%)$")
+    assert(s:submit("go on"))
+    assert(s:wait_idle(10))
+    -- the turn ran; its required capture fails again (still no root): faulted again
+    expect(select(3, s:submit("x"))).to_be("workspace_faulted")
+    local _, n = fault_events(s):gsub("WorkspaceFaulted", "")
+    expect(n).to_be(2)
+    s:shutdown()
+  end)
+
+  it("a restore keeps a journaled fault, and clears it once the tree is the checkpoint",
+    function()
+      -- exclusive, never checkpointed (nothing to check the tree against): the fault stands
+      local store = rig.store.memory()
+      local d = tmpdir()
+      local opts = { store = store, workspace = rig.workspace.exclusive{ root = d .. "/ws" },
+                     snapshots = { trigger = "turn_done", priority = "required" } }
+      local s = assert(define({ call("x", "!rmroot"), { text = "gone" } }, opts):session())
+      assert(s:submit("remove the root"))
+      assert(s:wait_idle(10))
+      expect(select(3, s:submit("x"))).to_be("workspace_faulted")
+      local id = s.id
+      s:shutdown()
+      local s2 = assert(define({ { text = "after" } }, opts):restore(id))
+      expect(select(3, s2:submit("x"))).to_be("workspace_faulted")
+      local done
+      for rec in s2:journal() do if rec.type == "RestoreDone" then done = rec end end
+      expect(done.workspace_fault).to_match("cannot open")
+      expect(s2:clear_fault()).to_be(true)
+      s2:shutdown()
+
+      -- per_session: a checkpoint, then a fault; the restore swaps the checkpoint back in
+      local store2 = rig.store.memory()
+      local base = tmpdir()
+      local popts = { store = store2, workspace = rig.workspace.per_session{ base = base },
+                      snapshots = { trigger = "turn_done", priority = "required" } }
+      local p = assert(define({ call("a", "A"), { text = "wrote" }, call("x", "!rmroot"),
+        { text = "gone" } }, popts):session())
+      assert(p:submit("write"))
+      assert(p:wait_idle(10))
+      assert(p:submit("remove the root"))
+      assert(p:wait_idle(10))
+      expect(select(3, p:submit("x"))).to_be("workspace_faulted")
+      local pid = p.id
+      p:shutdown()
+      local p2 = assert(define({ { text = "back" } }, popts):restore(pid))
+      expect(read(p2.workspace .. "/a")).to_be("A")
+      expect(fault_events(p2)).to_match("WorkspaceFaulted%(turn_done,[%w_]+%) "
+        .. "WorkspaceFaultCleared%(restore%)$")
+      assert(p2:submit("works again"))
+      assert(p2:wait_idle(10))
+      p2:shutdown()
+    end)
 end)
 
 describe("rewind", function()

@@ -212,3 +212,22 @@ describe("rig.repl_render", function()
     expect(err).to_match("unknown option 'colour'")
   end)
 end)
+
+-- Issue 17 §3: the workspace fault events and a compaction that fell back.
+describe("rig.repl_render faults", function()
+  it("draws WorkspaceFaulted, WorkspaceFaultCleared and a truncating compaction", function()
+    local rd = render.new{ color = false, width = 60 }
+    local lines = all(rd, {
+      { type = "WorkspaceFaulted", code = "timeout", trigger = "turn_done",
+        message = "the workspace capture timed out after 60 s" },
+      { type = "WorkspaceFaultCleared", by = "checkpoint", ref = "v1:sha256:ab" },
+      { type = "CompactionCommitted", fallback = "truncated", replaced = 6, retained = 4 },
+    })
+    expect(no_escapes(lines)).to_be(true)
+    expect(fits(lines, 60)).to_be(true)
+    expect(lines[1]).to_be("── workspace faulted (timeout): the workspace capture timed")
+    expect(lines[2]).to_be("   out after 60 s")
+    expect(lines[3]).to_be("── workspace fault cleared (checkpoint)")
+    expect(lines[4]).to_be("── compacted: the summary failed; 6 older messages dropped,…")
+  end)
+end)

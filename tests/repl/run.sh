@@ -172,6 +172,7 @@ check "exit after a script session is 0" wait_for '^EXIT=0$'
 "$LUARIG" tests/lua/runner.lua tests/repl/render_spec.lua | sed -n 's/^\(not \)\{0,1\}ok - /&repl /p'
 . tests/repl/inspect.sh # budgets, inspecting, paging, :compact :checkpoint :rewind :log :gates
 . tests/repl/delegation.sh # delegation through the gate: y, a and its saved rule, n
+. tests/repl/chat.sh # Tab on s and r, ':' commands, :quit, chat mode, :fork with no checkpoint
 export BENCH_STATE="$tmp/bench-state"
 cp tests/repl/fixtures/bench_rig.lua "$tmp/bench_rig.lua"
 start_bench() {

@@ -165,6 +165,9 @@ TEST(view_writable_workspace)
 	CHECK(s.limits.nofile == 1024);
 	CHECK(s.limits.as_bytes == 0);
 	CHECK(s.limits.memory_bytes == 2ull << 30);
+	/* /tmp and /dev/shm: a quarter of the memory limit, one file per 8 KiB */
+	CHECK(s.limits.tmpfs_bytes == 512ull << 20);
+	CHECK(s.limits.tmpfs_inodes == 65536);
 	CHECK(s.cgroup == NULL); /* caps.cgroup is 0 */
 	lr_sbx_spec_release(&s);
 }

@@ -184,8 +184,105 @@ TEST(close_drops_requests_in_hand)
 	lr_loop_free(loop);
 }
 
+static int head_rc(const char *text, struct lr_httpd_head *h)
+{
+	return lr_httpd_head_parse(text, strlen(text), 8192, h);
+}
+
+TEST(parses_request_heads)
+{
+	struct lr_httpd_head h;
+	const char *t = "\r\nPOST /a?b HTTP/1.1\r\nHost: x:1\r\nContent-Length:  12 \r\n"
+			"Connection: Keep-Alive, close\nExpect: 100-Continue\r\n\r\nbody";
+	CHECK_EQ_INT(head_rc(t, &h), 0);
+	CHECK_EQ_INT(h.len, strlen(t) - 4);
+	CHECK(h.method_len == 4 && memcmp(t + h.method, "POST", 4) == 0);
+	CHECK(h.target_len == 4 && memcmp(t + h.target, "/a?b", 4) == 0);
+	CHECK_EQ_INT(h.minor, 1);
+	CHECK_EQ_INT(h.nhdr, 4);
+	CHECK(h.hdr[1].vlen == 2 && memcmp(t + h.hdr[1].value, "12", 2) == 0);
+	CHECK_EQ_INT(h.content_length, 12);
+	CHECK(h.close && h.keep_alive && h.expect_continue && !h.chunked);
+	/* every prefix is incomplete */
+	for (size_t n = 0; n < h.len; n++)
+		CHECK_EQ_INT(lr_httpd_head_parse(t, n, 8192, &h), -EAGAIN);
+
+	static const struct { const char *text; int status; } bad[] = {
+		{ "GET / HTTP/2.0\r\n\r\n", 400 },
+		{ "GET / HTTP/1.1\r\n\r\n", 400 },                       /* no Host */
+		{ "GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", 400 },
+		{ "GET / HTTP/1.1\r\nHost: a\r\nX: a\rb\r\n\r\n", 400 },
+		{ "GET / HTTP/1.1\r\nHost: a\r\nX : a\r\n\r\n", 400 },
+		{ "GET / HTTP/1.1\r\nHost: a\r\nX: \x01\r\n\r\n", 400 },
+		{ "GET * HTTP/1.1\r\nHost: a\r\n\r\n", 400 },
+		{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 1\r\n\r\n", 400 },
+		{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\n", 400 },
+		{ "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400 },
+		{ "POST / HTTP/1.1\r\nHost: a\r\nExpect: x\r\n\r\n", 417 },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		int rc = head_rc(bad[i].text, &h);
+		CHECK_EQ_INT(rc, LR_EPARSE);
+		CHECK_EQ_INT(h.status, bad[i].status);
+		CHECK(h.why != NULL);
+	}
+	/* over the cap: refused once max bytes came without the end */
+	char big[300];
+	memset(big, 'a', sizeof big);
+	memcpy(big, "GET / HTTP/1.1\r\nX: ", 19);
+	CHECK_EQ_INT(lr_httpd_head_parse(big, sizeof big, 256, &h), LR_ETOOBIG);
+	CHECK_EQ_INT(h.status, 431);
+	CHECK_EQ_INT(lr_httpd_head_parse(big, 200, 256, &h), -EAGAIN);
+	/* HTTP/1.0 needs no Host; 1.7 reads as 1.1 */
+	CHECK_EQ_INT(head_rc("GET / HTTP/1.0\r\n\r\n", &h), 0);
+	CHECK_EQ_INT(h.minor, 0);
+	CHECK_EQ_INT(head_rc("GET / HTTP/1.7\r\nHost: a\r\n\r\n", &h), 0);
+	CHECK_EQ_INT(h.minor, 1);
+}
+
+TEST(decodes_chunked_bodies)
+{
+	const char *t = "5;x=y\r\nhello\r\n1\nZ\n0\r\nT: v\r\n\r\nnext";
+	struct lr_httpd_chunked c;
+	lr_httpd_chunked_init(&c, 64);
+	char body[16];
+	size_t blen = 0, pos = 0, n = strlen(t), used;
+	int rc;
+	while ((rc = lr_httpd_chunked_step(&c, t + pos, n - pos, &used)) != LR_HTTPD_CHUNK_DONE) {
+		CHECK(rc == LR_HTTPD_CHUNK_DATA || rc == LR_HTTPD_CHUNK_FRAMING);
+		if (rc != LR_HTTPD_CHUNK_DATA && rc != LR_HTTPD_CHUNK_FRAMING)
+			break;
+		if (rc == LR_HTTPD_CHUNK_DATA) {
+			memcpy(body + blen, t + pos, used);
+			blen += used;
+		}
+		pos += used;
+	}
+	pos += used;
+	CHECK(blen == 6 && memcmp(body, "helloZ", 6) == 0);
+	CHECK_EQ_STR(t + pos, "next");
+
+	static const char *const bad[] = { "x\r\n", "5\r\nhelloX", "5 z\r\n", "1234567890abcdef0\r\n" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		lr_httpd_chunked_init(&c, 64);
+		pos = 0;
+		n = strlen(bad[i]);
+		do {
+			rc = lr_httpd_chunked_step(&c, bad[i] + pos, n - pos, &used);
+			pos += used;
+		} while (rc == LR_HTTPD_CHUNK_DATA || rc == LR_HTTPD_CHUNK_FRAMING);
+		CHECK_EQ_INT(rc, LR_EPARSE);
+	}
+	/* trailer fields over their cap */
+	lr_httpd_chunked_init(&c, 8);
+	CHECK_EQ_INT(lr_httpd_chunked_step(&c, "0\r\n", 3, &used), LR_HTTPD_CHUNK_FRAMING);
+	CHECK_EQ_INT(lr_httpd_chunked_step(&c, "Long-Trailer: v\r\n", 17, &used), LR_ETOOBIG);
+}
+
 int main(void)
 {
+	RUN(parses_request_heads);
+	RUN(decodes_chunked_bodies);
 	RUN(serves_a_request);
 	RUN(notices_a_client_that_hangs_up);
 	RUN(close_drops_requests_in_hand);

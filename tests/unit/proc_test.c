@@ -233,6 +233,65 @@ TEST(close_kills_running_group_and_reaps)
 	CHECK(gc > 0 && dead_within(gc, 1));
 }
 
+/*
+ * A child with a lifeline (the sandbox helper's contract): ending the proc,
+ * by lr_proc_kill(SIGKILL) or by the timeout, closes the proc's copy of
+ * the write end instead of signalling; the child reads EOF there and ends
+ * by itself (exit 0 here, not SIGKILL). The caller's own copy is closed
+ * after the spawn, as the executor does.
+ */
+static struct lr_proc *spawn_with_lifeline(double timeout)
+{
+	static char *argv[] = { "sh", "-c", "cat <&3 >/dev/null; exit 0", NULL };
+	int lp[2];
+	if (pipe2(lp, O_CLOEXEC) < 0)
+		return NULL;
+	int w = fcntl(lp[1], F_DUPFD_CLOEXEC, 3); /* above 2, as lifeline_fd wants */
+	close(lp[1]);
+	struct lr_proc_opts o = opts(argv);
+	o.extra_fds = &lp[0];
+	o.n_extra = 1;
+	o.lifeline_fd = w;
+	o.timeout = timeout;
+	struct lr_proc *p = NULL;
+	char err[LR_PROC_ERRLEN];
+	if (lr_proc_spawn(loop, &o, &p, err) != 0)
+		p = NULL;
+	close(lp[0]);
+	close(w);
+	return p;
+}
+
+TEST(lifeline_ends_the_child_instead_of_a_signal)
+{
+	struct lr_proc *p = spawn_with_lifeline(0);
+	CHECK(p != NULL);
+	if (!p)
+		return;
+	CHECK(!run_until(p, exited, 0.2)); /* the proc's copy keeps it waiting */
+	CHECK_EQ_INT(lr_proc_kill(p, SIGKILL), 0);
+	CHECK(run_until(p, exited, 10));
+	int code = -1, signo = -1;
+	lr_proc_status(p, &code, &signo);
+	CHECK_EQ_INT(code, 0);
+	CHECK_EQ_INT(signo, 0);
+	lr_proc_close(p);
+	/* the timeout: the same */
+	p = spawn_with_lifeline(0.1);
+	CHECK(p != NULL);
+	if (!p)
+		return;
+	CHECK(run_until(p, lr_proc_done, 10));
+	CHECK_EQ_INT(lr_proc_timed_out(p), 1);
+	pid_t pid = lr_proc_pid(p);
+	CHECK(dead_within(pid, 10));
+	CHECK(run_until(p, exited, 10));
+	code = signo = -1;
+	lr_proc_status(p, &code, &signo);
+	CHECK_EQ_INT(signo, 0);
+	lr_proc_close(p);
+}
+
 TEST(drop_mode_truncates_but_drains)
 {
 	char *argv[] = { "head", "-c", "500000", "/dev/zero", NULL };
@@ -399,6 +458,7 @@ int main(void)
 	RUN(missing_program_and_bad_cwd);
 	RUN(timeout_kills_group);
 	RUN(close_kills_running_group_and_reaps);
+	RUN(lifeline_ends_the_child_instead_of_a_signal);
 	RUN(drop_mode_truncates_but_drains);
 	RUN(pause_mode_applies_backpressure);
 	RUN(extra_fds_file_and_fd_stdio);

@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -107,6 +109,18 @@ static int probe_daemon(const char *marker)
 	return ok ? 0 : 1;
 }
 
+/* A daemon named marker+"d" (probe_daemon), then this process named marker, until killed. */
+static int probe_hold(const char *marker)
+{
+	char d[16];
+	snprintf(d, sizeof d, "%.14sd", marker);
+	if (probe_daemon(d) != 0)
+		return 1;
+	prctl(PR_SET_NAME, marker);
+	for (;;)
+		pause();
+}
+
 static int probe_unix(const char *path)
 {
 	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -134,6 +148,8 @@ static int probe(int argc, char **argv)
 		return unshare(CLONE_NEWUSER) == 0 ? 0 : 1;
 	if (strcmp(name, "daemon") == 0 && argc == 4)
 		return probe_daemon(argv[3]);
+	if (strcmp(name, "hold") == 0 && argc == 4)
+		return probe_hold(argv[3]);
 	return 2;
 }
 
@@ -148,35 +164,98 @@ static int wait_code(pid_t pid)
 	return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
 }
 
-/* Runs argv with fd 3 = spec_fd (when >= 0), output captured into out. */
-static int run_argv(char *const argv[], int spec_fd)
+/* The lifeline a run gets on fd 4: its write end held by this process for
+   the length of the run, closed before the helper starts, or none at all. */
+enum life { LIFE_HELD, LIFE_CLOSED, LIFE_NONE };
+
+struct run {
+	pid_t pid;
+	int out_fd, life_w; /* the captured output; the lifeline's write end, or -1 */
+};
+
+/* Starts argv with fd 3 = spec_fd (when >= 0) and fd 4 a lifeline, output captured. */
+static int start_life(char *const argv[], int spec_fd, enum life life, struct run *r)
 {
 	char tmpl[] = "/tmp/sbxout.XXXXXX";
 	int o = mkstemp(tmpl);
 	unlink(tmpl);
+	int lp[2] = { -1, -1 };
+	if (o < 0 || (life != LIFE_NONE && pipe2(lp, O_CLOEXEC) < 0))
+		return -1;
+	if (life == LIFE_CLOSED) {
+		close(lp[1]);
+		lp[1] = -1;
+	}
 	pid_t pid = fork();
 	if (pid == 0) {
-		/* dup2 onto itself keeps FD_CLOEXEC: clear it by hand then */
-		if (spec_fd == LR_SBX_FD_SPEC && fcntl(spec_fd, F_SETFD, 0) < 0)
+		/* out of the way first: any may already sit on 3 or 4; dup2 clears FD_CLOEXEC */
+		int a = spec_fd >= 0 ? fcntl(spec_fd, F_DUPFD_CLOEXEC, 10) : -1;
+		int l = lp[0] >= 0 ? fcntl(lp[0], F_DUPFD_CLOEXEC, 10) : -1;
+		int w = fcntl(o, F_DUPFD_CLOEXEC, 10);
+		if (w < 0 || (a >= 0 && dup2(a, LR_SBX_FD_SPEC) < 0) ||
+		    (l >= 0 && dup2(l, LR_SBX_FD_LIFELINE) < 0))
 			_exit(99);
-		if (spec_fd >= 0 && spec_fd != LR_SBX_FD_SPEC && dup2(spec_fd, LR_SBX_FD_SPEC) < 0)
-			_exit(99);
-		dup2(o, 1);
-		dup2(o, 2);
+		dup2(w, 1);
+		dup2(w, 2);
 		execv(argv[0], argv);
 		_exit(98);
 	}
-	int code = wait_code(pid);
-	ssize_t n = pread(o, out, sizeof out - 1, 0);
+	if (lp[0] >= 0)
+		close(lp[0]);
+	*r = (struct run){ pid, o, lp[1] };
+	return pid < 0 ? -1 : 0;
+}
+
+/* Waits for the run, then closes its lifeline; out gets what it wrote. */
+static int finish(struct run *r)
+{
+	int code = wait_code(r->pid);
+	if (r->life_w >= 0)
+		close(r->life_w);
+	ssize_t n = pread(r->out_fd, out, sizeof out - 1, 0);
 	out[n > 0 ? n : 0] = '\0';
-	close(o);
+	close(r->out_fd);
 	return code;
+}
+
+/*
+ * The same, for a run that should end by itself: after 20 s the helper is
+ * killed and -1 returned, so that a helper that does not end fails the test
+ * instead of hanging it.
+ */
+static int finish_within(struct run *r)
+{
+	int st = 0, code = -1;
+	for (int i = 0; i < 2000; i++) {
+		pid_t p = waitpid(r->pid, &st, WNOHANG);
+		if (p == r->pid) {
+			code = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+			break;
+		}
+		usleep(10000);
+	}
+	if (code < 0) {
+		kill(r->pid, SIGKILL);
+		wait_code(r->pid);
+	}
+	if (r->life_w >= 0)
+		close(r->life_w);
+	ssize_t n = pread(r->out_fd, out, sizeof out - 1, 0);
+	out[n > 0 ? n : 0] = '\0';
+	close(r->out_fd);
+	return code;
+}
+
+static int run_life(char *const argv[], int spec_fd, enum life life)
+{
+	struct run r;
+	return start_life(argv, spec_fd, life, &r) < 0 ? -1 : finish(&r);
 }
 
 static int run_fd(int spec_fd)
 {
 	char *argv[] = { (char *)luarig, "__sandbox-helper", NULL };
-	return run_argv(argv, spec_fd);
+	return run_life(argv, spec_fd, LIFE_HELD);
 }
 
 static int run_spec(const struct lr_sbx_spec *s)
@@ -199,7 +278,7 @@ static int run_spec(const struct lr_sbx_spec *s)
 /* The same command without any sandbox: the positive control. */
 static int run_plain(char *const argv[])
 {
-	return run_argv(argv, -1);
+	return run_life(argv, -1, LIFE_NONE);
 }
 
 /* ---- specs ---- */
@@ -320,6 +399,8 @@ TEST(spec_round_trip)
 	b.s.nreadonly = 1;
 	b.s.limits.nproc = 64;
 	b.s.limits.memory_bytes = 1 << 28;
+	b.s.limits.tmpfs_bytes = 1 << 24;
+	b.s.limits.tmpfs_inodes = 4096;
 	b.s.cgroup = "/sys/fs/cgroup/luarig/x1";
 	b.s.etc_idmap = 1;
 	char *e1, *e2;
@@ -331,6 +412,8 @@ TEST(spec_round_trip)
 	CHECK_EQ_STR(d.argv[2], "echo hi");
 	CHECK_EQ_INT(d.nmounts, b.s.nmounts);
 	CHECK_EQ_INT(d.limits.nproc, 64);
+	CHECK_EQ_INT(d.limits.tmpfs_bytes, 1 << 24);
+	CHECK_EQ_INT(d.limits.tmpfs_inodes, 4096);
 	CHECK_EQ_STR(d.cgroup, "/sys/fs/cgroup/luarig/x1");
 	CHECK_EQ_INT(d.etc_idmap, 1);
 	CHECK_EQ_INT(lr_sbx_spec_encode(&d, &e2, &n2), 0);
@@ -564,6 +647,182 @@ TEST(no_survivor)
 		kill(p, SIGKILL);
 }
 
+/* Waits (polling, up to 20 s) until a process named name runs (want 1) or none does (want 0). */
+static int wait_comm(const char *name, int want)
+{
+	for (int i = 0; i < 2000; i++) {
+		if ((find_comm(name) != 0) == want)
+			return 1;
+		usleep(10000);
+	}
+	return 0;
+}
+
+static int start_spec(const struct lr_sbx_spec *s, enum life life, struct run *r)
+{
+	char *buf;
+	size_t len;
+	if (lr_sbx_spec_encode(s, &buf, &len))
+		return -1;
+	int fd = lr_sbx_seal(buf, len);
+	free(buf);
+	if (fd < 0)
+		return -1;
+	char *argv[] = { (char *)luarig, "__sandbox-helper", NULL };
+	int rc = start_life(argv, fd, life, r);
+	close(fd);
+	return rc;
+}
+
+static void kill_comm(const char *name)
+{
+	pid_t p;
+	for (int i = 0; i < 100 && (p = find_comm(name)) > 0; i++)
+		kill(p, SIGKILL);
+}
+
+/*
+ * The lifeline (issue 16 §3): when the host closes its end, or dies however
+ * it dies, the helper ends every process of the run, a setsid'd daemon
+ * included, in tier A (the pid namespace) and tier B (the subreaper's
+ * rounds), before it exits itself; a host gone before the helper starts
+ * runs nothing; a helper without a lifeline refuses; a tier-A helper
+ * killed outright takes the sandbox with it.
+ */
+TEST(lifeline)
+{
+	for (int tier = 0; tier < 2; tier++) {
+		char marker[16], daemon[16];
+		snprintf(marker, sizeof marker, "sbxl%c%d", tier ? 'b' : 'a', (int)getpid() % 100000);
+		snprintf(daemon, sizeof daemon, "%.14sd", marker);
+		struct specb b;
+		spec_probe(&b, "hold", marker);
+		b.s.tier = tier ? LR_TIER_B : LR_TIER_A;
+		struct run r;
+		CHECK_EQ_INT(start_spec(&b.s, LIFE_HELD, &r), 0);
+		/* positive control: with the lifeline held, both run */
+		CHECK(wait_comm(marker, 1));
+		CHECK(wait_comm(daemon, 1));
+		close(r.life_w);
+		r.life_w = -1;
+		CHECK_EQ_INT(finish_within(&r), 128 + SIGKILL);
+		/* gone by the time the helper is: no wait */
+		CHECK(find_comm(marker) == 0);
+		CHECK(find_comm(daemon) == 0);
+		kill_comm(marker);
+		kill_comm(daemon);
+	}
+	/* the host already gone: nothing runs */
+	struct specb b;
+	spec_sh(&b, LR_TIER_A, "echo ran > %s/marker", ws);
+	char *argv[] = { (char *)luarig, "__sandbox-helper", NULL };
+	char *buf;
+	size_t len;
+	CHECK_EQ_INT(lr_sbx_spec_encode(&b.s, &buf, &len), 0);
+	int fd = lr_sbx_seal(buf, len);
+	free(buf);
+	CHECK_EQ_INT(run_life(argv, fd, LIFE_CLOSED), 126);
+	CHECK(strstr(out, "luarig sandbox: the host is gone") != NULL);
+	CHECK(!exists2(ws, "marker"));
+	CHECK_EQ_INT(run_life(argv, fd, LIFE_NONE), 126);
+	CHECK(strstr(out, "luarig sandbox: the lifeline on fd 4") != NULL);
+	CHECK(!exists2(ws, "marker"));
+	CHECK_EQ_INT(run_life(argv, fd, LIFE_HELD), 0); /* positive control */
+	CHECK(exists2(ws, "marker"));
+	rm2(ws, "marker");
+	close(fd);
+	/* the helper SIGKILLed in tier A: the reaper dies with it, the namespace with the reaper */
+	char marker[16], daemon[16];
+	snprintf(marker, sizeof marker, "sbxk%d", (int)getpid() % 100000);
+	snprintf(daemon, sizeof daemon, "%.14sd", marker);
+	spec_probe(&b, "hold", marker);
+	struct run r;
+	CHECK_EQ_INT(start_spec(&b.s, LIFE_HELD, &r), 0);
+	CHECK(wait_comm(marker, 1));
+	CHECK(wait_comm(daemon, 1));
+	kill(r.pid, SIGKILL);
+	CHECK_EQ_INT(finish_within(&r), 128 + SIGKILL);
+	CHECK(wait_comm(marker, 0));
+	CHECK(wait_comm(daemon, 0));
+	kill_comm(marker);
+	kill_comm(daemon);
+}
+
+/*
+ * The fork race in tier B: the helper killed after it forked the target but
+ * before the target's prctl(PR_SET_PDEATHSIG), the target stopped at that
+ * system call under ptrace meanwhile. The parent-death signal then never
+ * comes, so the target's own check (getppid() after the prctl) must end it
+ * before it runs anything. (Tier A's reaper: tests/sandbox case 28.)
+ */
+TEST(fork_race_tier_b)
+{
+	char marker[16], daemon[16];
+	snprintf(marker, sizeof marker, "sbxr%d", (int)getpid() % 100000);
+	snprintf(daemon, sizeof daemon, "%.14sd", marker);
+	struct specb b;
+	spec_probe(&b, "hold", marker);
+	b.s.tier = LR_TIER_B;
+	char *buf;
+	size_t len;
+	CHECK_EQ_INT(lr_sbx_spec_encode(&b.s, &buf, &len), 0);
+	int spec = lr_sbx_seal(buf, len);
+	free(buf);
+	int lp[2];
+	CHECK(spec >= 0 && pipe2(lp, O_CLOEXEC) == 0);
+	pid_t h = fork();
+	if (h == 0) {
+		int a = fcntl(spec, F_DUPFD_CLOEXEC, 10), l = fcntl(lp[0], F_DUPFD_CLOEXEC, 10);
+		int nul = open("/dev/null", O_WRONLY);
+		if (a < 0 || l < 0 || dup2(a, LR_SBX_FD_SPEC) < 0 || dup2(l, LR_SBX_FD_LIFELINE) < 0 ||
+		    nul < 0 || dup2(nul, 1) < 0 || dup2(nul, 2) < 0)
+			_exit(99);
+		ptrace(PTRACE_TRACEME, 0, NULL, NULL);
+		raise(SIGSTOP);
+		execl(luarig, luarig, "__sandbox-helper", (char *)NULL);
+		_exit(98);
+	}
+	close(lp[0]);
+	close(spec);
+	int st;
+	pid_t target = 0;
+	CHECK(waitpid(h, &st, 0) == h && WIFSTOPPED(st));
+	ptrace(PTRACE_SETOPTIONS, h, NULL, (void *)(long)(PTRACE_O_TRACESYSGOOD | PTRACE_O_TRACEFORK |
+							   PTRACE_O_TRACEVFORK | PTRACE_O_TRACECLONE));
+	ptrace(PTRACE_SYSCALL, h, NULL, NULL);
+	for (;;) {
+		pid_t p = waitpid(-1, &st, __WALL);
+		if (p < 0 || (p == h && (WIFEXITED(st) || WIFSIGNALED(st))))
+			break; /* the helper ended first: the case failed */
+		if (!WIFSTOPPED(st))
+			continue;
+		int sig = WSTOPSIG(st), inject = 0;
+		struct __ptrace_syscall_info si;
+		if (sig == (SIGTRAP | 0x80) && p != h &&
+		    ptrace(PTRACE_GET_SYSCALL_INFO, p, (void *)sizeof si, &si) > 0 &&
+		    si.op == PTRACE_SYSCALL_INFO_ENTRY && si.entry.nr == SYS_prctl) {
+			target = p;
+			kill(h, SIGKILL);
+			while (waitpid(h, &st, __WALL) == h && !WIFEXITED(st) && !WIFSIGNALED(st))
+				;
+			ptrace(PTRACE_DETACH, p, NULL, NULL); /* it goes on, its parent gone */
+			break;
+		}
+		if (sig != (SIGTRAP | 0x80) && (st >> 16) == 0 && sig != SIGSTOP && sig != SIGTRAP)
+			inject = sig;
+		ptrace(PTRACE_SYSCALL, p, NULL, (void *)(long)inject);
+	}
+	CHECK(target > 0);
+	/* the target either ends or runs the command */
+	for (int i = 0; i < 2000 && target > 0 && kill(target, 0) == 0 && !find_comm(marker); i++)
+		usleep(10000);
+	CHECK(find_comm(marker) == 0);
+	CHECK(find_comm(daemon) == 0);
+	kill_comm(marker);
+	kill_comm(daemon);
+	close(lp[1]);
+}
+
 TEST(bad_spec_never_runs)
 {
 	struct specb b;
@@ -687,8 +946,42 @@ TEST(file_size_limit)
 }
 
 /*
+ * /tmp, /dev/shm and /run are sized tmpfs (issue 16 §4): the spec's size
+ * holds (writes past it fail), and a spec without one gets the size derived
+ * from the other limits (here the file-size limit), never an unbounded one.
+ */
+TEST(tmpfs_sized)
+{
+	struct specb b;
+	spec_sh(&b, LR_TIER_A, "for d in /tmp /dev/shm /run; do "
+		"if dd if=/dev/zero of=$d/x bs=1M count=3 2>&1 | grep -q 'No space left'; "
+		"then echo $d-full; else echo $d-took; fi; rm -f $d/x; done");
+	b.r[b.s.nrules++] = (struct lr_sbx_path_rule){ "/tmp", LL_ALL }; /* as the executor grants */
+	CHECK_EQ_INT(run_spec(&b.s), 0); /* the control: the derived default takes 3 MiB */
+	CHECK(strstr(out, "/tmp-took") && strstr(out, "/dev/shm-took") && strstr(out, "/run-took"));
+	b.s.limits.tmpfs_bytes = 2 << 20;
+	CHECK_EQ_INT(run_spec(&b.s), 0);
+	CHECK(strstr(out, "/tmp-full") && strstr(out, "/dev/shm-full") && strstr(out, "/run-full"));
+	spec_sh(&b, LR_TIER_A, "df -k /tmp /dev/shm | tail -n 2 | awk '{print $2}' | tr '\\n' ' '; "
+		"df -i /tmp | tail -n 1 | awk '{print $2}'");
+	b.s.limits.fsize_bytes = 8 << 20; /* no memory limit: min(512 MiB, 8 MiB) */
+	CHECK_EQ_INT(run_spec(&b.s), 0);
+	CHECK_EQ_STR(out, "8192 8192 1024\n"); /* 1024 files: the floor */
+	uint64_t bytes, inodes;
+	struct lr_sbx_limits l = { .memory_bytes = 2ull << 30, .fsize_bytes = 1ull << 30 };
+	lr_sbx_tmpfs_limits(&l, &bytes, &inodes);
+	CHECK(bytes == 512ull << 20 && inodes == 65536);
+	l = (struct lr_sbx_limits){ 0 };
+	lr_sbx_tmpfs_limits(&l, &bytes, &inodes);
+	CHECK(bytes == 512ull << 20 && inodes == 65536);
+	l.tmpfs_bytes = 1;
+	lr_sbx_tmpfs_limits(&l, &bytes, &inodes);
+	CHECK(bytes == 1 << 20 && inodes == 1024);
+}
+
+/*
  * net "proxy": the helper makes the listeners inside the sandbox's network
- * namespace and hands them over fd 4; what the target sends to its own
+ * namespace and hands them over fd 5; what the target sends to its own
  * 127.0.0.1:3128 arrives at the host on the received listener, and nothing
  * else of the host is reachable (the no_network test).
  */
@@ -707,18 +1000,22 @@ TEST(proxy_listeners)
 	int spec = lr_sbx_seal(buf, len);
 	free(buf);
 	CHECK(spec >= 0);
-	int sp[2];
+	int sp[2], lp[2];
 	CHECK_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+	CHECK_EQ_INT(pipe2(lp, O_CLOEXEC), 0);
 	pid_t pid = fork();
 	if (pid == 0) {
-		/* move both out of the way first: either may already sit on 3 or 4 */
+		/* move them out of the way first: any may already sit on 3, 4 or 5 */
 		int a = fcntl(spec, F_DUPFD_CLOEXEC, 10), c = fcntl(sp[1], F_DUPFD_CLOEXEC, 10);
-		if (a < 0 || c < 0 || dup2(a, LR_SBX_FD_SPEC) < 0 || dup2(c, LR_SBX_FD_CONTROL) < 0)
+		int l = fcntl(lp[0], F_DUPFD_CLOEXEC, 10);
+		if (a < 0 || c < 0 || l < 0 || dup2(a, LR_SBX_FD_SPEC) < 0 ||
+		    dup2(l, LR_SBX_FD_LIFELINE) < 0 || dup2(c, LR_SBX_FD_CONTROL) < 0)
 			_exit(99);
 		execl(luarig, luarig, "__sandbox-helper", (char *)NULL);
 		_exit(98);
 	}
 	close(sp[1]);
+	close(lp[0]);
 	close(spec);
 	int tcp = -1, udp = -1;
 	CHECK_EQ_INT(lr_sbx_recv_listeners(sp[0], &tcp, &udp), 0);
@@ -744,6 +1041,7 @@ TEST(proxy_listeners)
 	close(tcp);
 	close(udp);
 	CHECK_EQ_INT(wait_code(pid), 0);
+	close(lp[1]);
 }
 
 TEST(tier_b)
@@ -918,12 +1216,15 @@ int main(int argc, char **argv)
 	RUN(network_none);
 	RUN(no_capabilities);
 	RUN(no_survivor);
+	RUN(lifeline);
+	RUN(fork_race_tier_b);
 	RUN(bad_spec_never_runs);
 	RUN(protected_paths_readonly);
 	RUN(proc_shows_only_the_sandbox);
 	RUN(no_nested_namespaces);
 	RUN(no_raw_sockets);
 	RUN(file_size_limit);
+	RUN(tmpfs_sized);
 	RUN(proxy_listeners);
 	RUN(tier_b);
 	RUN(symlinks_and_renames);

@@ -96,6 +96,7 @@ TEST(defaults_validate)
 	CHECK_EQ_INT(p.network, LR_CAP_GATED);
 	CHECK_EQ_INT(p.command, LR_CAP_GATED);
 	CHECK_EQ_INT(p.delegate, LR_CAP_GATED);
+	CHECK_EQ_INT(p.mcp, LR_CAP_GATED);
 	CHECK_EQ_INT(p.home, LR_HOME_ISOLATED);
 	CHECK_EQ_INT(p.isolation, LR_ISO_SANDBOXED);
 }
@@ -121,7 +122,7 @@ TEST(validation_table)
 		{ 15, "'roots[1].path'" },   { 16, "'roots[2].path'" },   { 17, "'roots[1].path'" },
 		{ 18, "'roots[1].write'" },  { 19, "'roots[1].read'" },   { 20, "'network'" },
 		{ 21, "'ack_unconfined'" },  { 22, "'roots[1]'" },        { 23, "'workspace_write'" },
-		{ 24, "'roots[1].path'" },   { 25, "'delegate'" },
+		{ 24, "'roots[1].path'" },   { 25, "'delegate'" },        { 26, "'mcp'" },
 	};
 	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
 		struct lr_profile p;
@@ -162,6 +163,7 @@ TEST(validation_table)
 			 p.network = LR_CAP_ALLOW; p.ack_unconfined = 1; break;
 		case 24: roots2[0].path = missing; p.roots = roots2; p.nroots = 1; break;
 		case 25: p.delegate = (enum lr_cap)3; break;
+		case 26: p.mcp = (enum lr_cap)3; break;
 		}
 		int rc = validate(&p, err);
 		if (rc != -EINVAL || !strstr(err, rows[i].field) || strncmp(err, "profile: ", 9) != 0) {
@@ -200,7 +202,7 @@ TEST(fingerprint)
 	for (const char *s = a; *s; s++)
 		CHECK((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f'));
 	/* every field moves it */
-	for (int f = 0; f < 13; f++) {
+	for (int f = 0; f < 14; f++) {
 		base(&q);
 		switch (f) {
 		case 0: q.workspace_read = LR_CAP_GATED; break;
@@ -218,6 +220,7 @@ TEST(fingerprint)
 		case 11: roots2[0] = (struct lr_sbx_root){ r1, LR_CAP_ALLOW, LR_CAP_GATED };
 			 q.roots = roots2; q.nroots = 1; break;
 		case 12: q.delegate = LR_CAP_ALLOW; break;
+		case 13: q.mcp = LR_CAP_ALLOW; break;
 		}
 		lr_profile_fingerprint(&q, c);
 		if (strcmp(a, c) == 0) {
@@ -300,6 +303,7 @@ TEST(access_for_kinds)
 	CHECK_EQ_INT(acc(&p, "network", "example.com:443"), LR_CAP_DENY);
 	CHECK_EQ_INT(acc(&p, "command.execute", "git status"), LR_CAP_ALLOW);
 	CHECK_EQ_INT(acc(&p, "delegate", "researcher"), p.delegate);
+	CHECK_EQ_INT(acc(&p, "mcp", "fs/read_file"), p.mcp);
 	/* unknown kinds and missing paths fail closed with a message */
 	enum lr_cap c = LR_CAP_ALLOW;
 	char err[LR_SBX_ERRLEN] = "";
@@ -324,21 +328,23 @@ TEST(restrict_every_pair)
 	char err[LR_SBX_ERRLEN];
 	for (int a = 0; a < 3; a++)
 		for (int b = 0; b < 3; b++)
-			for (int f = 0; f < 7; f++) {
+			for (int f = 0; f < 8; f++) {
 				struct lr_profile x, y, z;
 				base(&x);
 				base(&y);
 				enum lr_cap *fx[] = { &x.workspace_read, &x.workspace_write, &x.host_read,
-						      &x.host_write, &x.network, &x.command, &x.delegate };
+						      &x.host_write, &x.network, &x.command, &x.delegate,
+						      &x.mcp };
 				enum lr_cap *fy[] = { &y.workspace_read, &y.workspace_write, &y.host_read,
-						      &y.host_write, &y.network, &y.command, &y.delegate };
+						      &y.host_write, &y.network, &y.command, &y.delegate,
+						      &y.mcp };
 				*fx[f] = (enum lr_cap)a;
 				*fy[f] = (enum lr_cap)b;
 				CHECK_EQ_INT(lr_profile_restrict(&x, &y, &z, err), 0);
 				enum lr_cap got[] = { z.workspace_read, z.workspace_write, z.host_read,
-						      z.host_write, z.network, z.command, z.delegate };
+						      z.host_write, z.network, z.command, z.delegate, z.mcp };
 				CHECK_EQ_INT(got[f], a < b ? a : b);
-				for (int g = 0; g < 7; g++)
+				for (int g = 0; g < 8; g++)
 					CHECK(got[g] <= *fx[g] && got[g] <= *fy[g]);
 				lr_profile_release(&z);
 			}

@@ -15,12 +15,16 @@ struct rec {
 	struct lr_buf out;
 	int count;
 	int stop_after; /* return an error from the callback after this many; 0 never */
+	int unterminated; /* events dispatched by lr_sse_finish; last_cut: the last one was */
+	int last_cut;
 };
 
 static int rec_cb(void *arg, const struct lr_sse_event *ev)
 {
 	struct rec *r = arg;
 	r->count++;
+	r->unterminated += ev->unterminated;
+	r->last_cut = ev->unterminated;
 	lr_buf_add(&r->out, ev->type, ev->type_len);
 	lr_buf_addstr(&r->out, "|");
 	if (ev->id)
@@ -189,6 +193,23 @@ TEST(finish_dispatches_last_event)
 	expect_events("data: a\n\ndata: last", "message|<nil>|-1|a\nmessage|<nil>|-1|last\n");
 	expect_events("event: e\ndata: last\n", "e|<nil>|-1|last\n");
 	expect_events("data: a\r", "message|<nil>|-1|a\n");
+}
+
+/* An event the end of the stream cut short says so (a model stream cut mid-event). */
+TEST(finish_marks_unterminated)
+{
+	struct rec r;
+	const char *cut = "data: a\n\ndata: {\"half\":";
+	CHECK_EQ_INT(parse_split(cut, strlen(cut), NULL, 0, &r, 100, 100), 0);
+	CHECK_EQ_INT(r.count, 2);
+	CHECK_EQ_INT(r.unterminated, 1);
+	CHECK_EQ_INT(r.last_cut, 1);
+	lr_buf_release(&r.out);
+	const char *whole = "data: a\n\ndata: b\n\n";
+	CHECK_EQ_INT(parse_bytes(whole, strlen(whole), &r), 0);
+	CHECK_EQ_INT(r.count, 2);
+	CHECK_EQ_INT(r.unterminated, 0);
+	lr_buf_release(&r.out);
 }
 
 TEST(data_with_nul_bytes)
@@ -417,6 +438,7 @@ int main(void)
 	RUN(no_data_no_dispatch);
 	RUN(bom_stripped_once);
 	RUN(finish_dispatches_last_event);
+	RUN(finish_marks_unterminated);
 	RUN(data_with_nul_bytes);
 	RUN(line_cap);
 	RUN(event_cap);

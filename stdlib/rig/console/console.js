@@ -30,10 +30,9 @@
 
   async function api(method, path, body) {
     const init = { method, headers: headers(), cache: 'no-store' };
-    if (body !== undefined) {
-      init.headers['Content-Type'] = 'application/json';
-      init.body = JSON.stringify(body);
-    }
+    // the server takes a POST only as application/json, with a body or not
+    if (method === 'POST') init.headers['Content-Type'] = 'application/json';
+    if (body !== undefined) init.body = JSON.stringify(body);
     const resp = await fetch(path, init);
     if (resp.status === 401) { askToken(token ? 'the token was refused' : ''); throw new AuthError('unauthorized'); }
     let data = null;
@@ -113,9 +112,12 @@
       const li = el('li');
       li.dataset.id = s.id;
       if (view && view.id === s.id) li.classList.add('current');
-      li.appendChild(el('span', 'title', s.title || s.id.slice(0, 8)));
+      const title = s.title || (view && view.id === s.id && view.title) || '';
+      li.appendChild(el('span', 'title', title || s.id.slice(0, 8)));
       const meta = el('span', 'meta');
-      const state = s.live ? (s.state || 'idle') : 'not live';
+      // the open view's stream is fresher than this poll
+      const state = view && view.id === s.id && view.state ? view.state
+        : s.live ? (s.state || 'idle') : 'not live';
       meta.appendChild(el('span', 'badge ' + state.replace(' ', '-'), state));
       meta.appendChild(el('span', 'cost', money(s.cost)));
       meta.appendChild(el('span', 'id', s.id.slice(0, 8)));
@@ -125,10 +127,22 @@
     }
     if (view) {
       const cur = sessions.find((x) => x.id === view.id);
-      if (cur && cur.title) $('view-title').textContent = cur.title;
+      if (cur && cur.title) view.setTitle(cur.title);
     }
     if (!view || view.mode !== 'stream') setConn('live', 'connected');
     return true;
+  }
+
+  // The sidebar entry of one session, changed in place (between polls).
+  function listEntry(id) {
+    for (const li of $('sessions').children) if (li.dataset.id === id) return li;
+    return null;
+  }
+
+  // A session's title as the runtime makes it: its first input's first line, 80 characters.
+  function titleOf(text) {
+    const line = String(text || '').replace(/^\s+/, '').split('\n')[0];
+    return Array.from(line).slice(0, 80).join('');
   }
 
   function scheduleList() {
@@ -152,6 +166,7 @@
       this.steps = new Map();  // step_id -> { el, blocks: Map(index -> block) }
       this.calls = new Map();  // call_id -> tool card
       this.gates = new Map();  // gate_id -> card
+      this.gateOfCall = new Map(); // call_id -> gate card: drawn in that call's card
       this.requests = new Map(); // gate_id -> PermissionRequested
       this.resumable = new Set(); // loops with a turn a crash or a shutdown cut (RestoreDone)
       this.log = $('log');
@@ -161,6 +176,15 @@
     close() {
       this.closed = true;
       if (this.ctrl) this.ctrl.abort();
+    }
+
+    // Resolves once the event stream is open (or after ms, or when closed).
+    whenLive(ms) {
+      if (this.conn === 'live' || this.closed) return Promise.resolve();
+      return new Promise((resolve) => {
+        this.liveWaiters = (this.liveWaiters || []).concat([resolve]);
+        setTimeout(resolve, ms);
+      });
     }
 
     // Cuts the stream as a network failure would: the view reconnects.
@@ -173,6 +197,25 @@
       b.className = 'badge ' + state.replace(' ', '-');
       b.textContent = state;
       $('interrupt').disabled = !(state === 'running' || state === 'waiting_on_gate');
+      if (state === 'connecting') return;
+      this.state = state;
+      const li = listEntry(this.id);
+      const badge = li && li.querySelector('.badge');
+      if (badge) {
+        badge.className = 'badge ' + state.replace(' ', '-');
+        badge.textContent = state;
+      }
+    }
+
+    // The header and the sidebar say the session's title once it has one
+    // (its first input), never its id.
+    setTitle(title) {
+      if (!title) return;
+      this.title = title;
+      $('view-title').textContent = title;
+      const li = listEntry(this.id);
+      const t = li && li.querySelector('.title');
+      if (t) t.textContent = title;
     }
 
     async connect() {
@@ -200,6 +243,8 @@
         this.conn = 'live';
         setConn('live', 'streaming');
         this.retry = 0;
+        for (const w of this.liveWaiters || []) w();
+        this.liveWaiters = [];
         await this.read(resp.body.getReader());
       } catch (e) {
         failed = e;
@@ -318,6 +363,9 @@
       card.status = head.appendChild(el('span', 'status', ''));
       card.appendChild(head);
       if (id) this.calls.set(id, card);
+      // the gate that asked about this call: under the call, above its result
+      const gate = id && this.gateOfCall.get(id);
+      if (gate) card.appendChild(gate);
       return card;
     }
 
@@ -405,7 +453,12 @@
         }
         b.addEventListener('click', () => this.answer(ev.gate_id, action, card));
       }
-      if (ev.step_id) this.step(ev).box.appendChild(card);
+      // in the card of the call it gates (a replay draws that card at StepDone,
+      // which moves the gate into it), else at the end of its step or turn
+      const call = ev.call_id && this.calls.get(ev.call_id);
+      if (ev.call_id) this.gateOfCall.set(ev.call_id, card);
+      if (call && call.isConnected) call.insertBefore(card, call.querySelector('.result'));
+      else if (ev.step_id) this.step(ev).box.appendChild(card);
       else this.turn(ev.turn_id).el.appendChild(card);
       this.gates.set(ev.gate_id, card);
       this.setState('waiting_on_gate');
@@ -460,6 +513,10 @@
         const text = blocks.map((b) => (b.type === 'text' ? b.text : '[' + b.type + ']')).join('\n');
         t.el.insertBefore(el('div', 'user', text), t.el.firstChild);
         this.setState('running');
+        if (!this.title) {
+          const first = blocks.find((b) => b.type === 'text');
+          if (first) this.setTitle(titleOf(first.text));
+        }
         break;
       }
       case 'TurnResumed':
@@ -519,31 +576,53 @@
     }
   }
 
-  function select(id) {
+  function select(id, title) {
     if (view && view.id === id) return;
     if (view) view.close();
     $('restore').hidden = true;
     $('resume').hidden = true;
     view = new View(id);
     const s = sessions.find((x) => x.id === id);
-    $('view-title').textContent = (s && s.title) || id;
+    $('view-title').textContent = (s && s.title) || title || id;
     $('view-title').title = id;
+    if ((s && s.title) || title) view.setTitle((s && s.title) || title);
     view.setState('connecting');
     if (location.hash !== '#' + id) history.replaceState(null, '', '#' + id);
     for (const li of $('sessions').children) li.classList.toggle('current', li.dataset.id === id);
     view.connect();
   }
 
+  // A session is created when its first input is sent, so none is left
+  // empty and its title is that input. It is created, its stream opened,
+  // then the input sent: text streams only to a subscriber that was there
+  // when the step began (POST /v1/sessions {text} would start the turn first).
   async function newSession(text) {
-    const body = text ? { text } : {};
-    const r = await api('POST', '/v1/sessions', body);
+    const r = await api('POST', '/v1/sessions', {});
+    select(r.session_id, titleOf(text));
+    const v = view;
+    await v.whenLive(3000);
+    await api('POST', '/v1/sessions/' + encodeURIComponent(r.session_id) + '/input', { text });
     await refreshList();
-    select(r.session_id);
     return r;
   }
 
-  $('new-session').addEventListener('click', async () => {
-    try { await newSession(); } catch (e) { if (!(e instanceof AuthError)) flash(e.message); }
+  // "New session" creates nothing: it clears the view for a first message.
+  $('new-session').addEventListener('click', () => {
+    if (view) view.close();
+    view = null;
+    $('restore').hidden = true;
+    const log = $('log');
+    log.textContent = '';
+    log.appendChild(el('div', 'note', 'A new session starts with the first message you send.'));
+    $('view-title').textContent = 'new session';
+    $('view-title').title = '';
+    const b = $('view-state');
+    b.className = 'badge';
+    b.textContent = '';
+    $('interrupt').disabled = true;
+    if (location.hash) history.replaceState(null, '', location.pathname + location.search);
+    for (const li of $('sessions').children) li.classList.remove('current');
+    $('input').focus();
   });
 
   $('composer').addEventListener('submit', async (e) => {

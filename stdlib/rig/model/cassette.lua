@@ -8,6 +8,8 @@
 -- then one line per HTTP attempt, written when it ends:
 --   {"request":{"path":"/messages","body":{…}},
 --    "response":{"status":200,"events":[["message_start","{…}"],…],"end":"done"}}
+-- an event is [name, data], or [name, data, true] for a last event the end of the
+-- stream cut short (it replays as such: "truncated", not "protocol");
 -- "end" is "done", or {"message":…,"code":…} when the stream failed part-way; an
 -- attempt refused with an HTTP status has "response":{"status":429,"error":{…}}.
 -- Replay checks each request body against the next recorded one (as JSON, key
@@ -38,7 +40,8 @@ function Tee:read()
   local data, ev, code = self.inner:read()
   if data then
     local evs = self.events
-    evs[#evs + 1] = json.array { ev, data }
+    -- a third element, true: the last event, cut short by the end of the stream
+    evs[#evs + 1] = json.array { ev, data, code == true or nil }
   elseif ev ~= nil or code ~= nil then
     self.ending = { message = ev, code = code }
   else
@@ -142,7 +145,7 @@ function Player:read()
   local e = self.events[i]
   if e then
     self.i = i + 1
-    return e[2], e[1]
+    return e[2], e[1], e[3] == true or nil
   end
   if self.ending ~= "done" and self.ending ~= nil then
     local en = self.ending
@@ -179,8 +182,9 @@ local function load(file)
         if rs.events ~= nil then
           if type(rs.events) ~= "table" then bad(file, n, "response.events must be a list") end
           for i, e in ipairs(rs.events) do
-            if type(e) ~= "table" or type(e[1]) ~= "string" or type(e[2]) ~= "string" then
-              bad(file, n, "response.events[" .. i .. "] must be [event, data]")
+            if type(e) ~= "table" or type(e[1]) ~= "string" or type(e[2]) ~= "string"
+               or (e[3] ~= nil and e[3] ~= true) then
+              bad(file, n, "response.events[" .. i .. "] must be [event, data] or [event, data, true]")
             end
           end
         elseif type(rs.error) ~= "table" or type(rs.error.message) ~= "string" then

@@ -123,7 +123,8 @@ local block_fields = {
                source = true },
   tool_use = { type = true, id = true, name = true, input = true, input_json = true,
                error = true },
-  tool_result = { type = true, tool_use_id = true, content = true, is_error = true },
+  tool_result = { type = true, tool_use_id = true, content = true, is_error = true,
+                  details = true }, -- details: kept in the history and journal, never sent
 }
 
 local allowed_blocks = {

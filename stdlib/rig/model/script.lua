@@ -2,7 +2,8 @@
 --
 --   local m = rig.model.script{ steps = { step, step, … }, name = "script",
 --                               retry = { attempts = 1 }, prices = { … },
---                               context_window = n, structured_output = false }
+--                               context_window = n, structured_output = false,
+--                               keep_calls = 64 }
 --   structured_output = true: the model declares native structured output, so a
 --   loop's output_schema arrives as request.output_schema (a step function sees
 --   it) and the step's text is the answer; false (default): the runner uses its
@@ -22,8 +23,12 @@
 --   or a function(request, n) -> step, called with the normalized request.
 --
 -- Each call to invoke/stream takes the next step; m:calls() lists the requests
--- received (normalized, as a codec sees them), m:remaining() counts the steps
--- left. Running out of steps raises. Usage, unless the step gives it, is
+-- received (normalized, as a codec sees them): calls()[n] is the nth call's
+-- request while it is one of the last keep_calls (default 64; older ones read
+-- nil, so a long run holds a bounded number of requests), #m:calls() counts
+-- every call, pairs walks the ones kept (ipairs, from call 1, stops at the first
+-- one dropped). m:remaining() counts the
+-- steps left. Running out of steps raises. Usage, unless the step gives it, is
 -- estimated: a token per 4 bytes of request JSON in, of content out.
 
 local json = require "rig.json"
@@ -214,7 +219,7 @@ function S.new(def, M)
   else
     for k, v in pairs(def) do
       if k ~= "steps" and k ~= "name" and k ~= "retry" and k ~= "prices"
-         and k ~= "context_window" and k ~= "structured_output" then
+         and k ~= "context_window" and k ~= "structured_output" and k ~= "keep_calls" then
         error("rig.model.script: unknown field '" .. tostring(k) .. "'", 3)
       end
       opts[k] = v
@@ -239,11 +244,18 @@ function S.new(def, M)
       context_window = opts.context_window, structured_output = opts.structured_output },
     { provider = "script", name = name })
 
-  local calls, n, head, total = {}, 0, 1, #list
+  local keep = opts.keep_calls
+  if keep == nil then keep = 64 end
+  if math.type(keep) ~= "integer" or keep < 0 then
+    error("rig.model.script: 'keep_calls' must be an integer of at least 0", 3)
+  end
+  -- the last `keep` requests by call number; the view counts every call
+  local kept, n, head, total = {}, 0, 1, #list
   local function open(st)
     if st.attempts == 1 then
       n = n + 1
-      calls[n] = st.req
+      if keep > 0 then kept[n] = st.req end
+      kept[n - keep] = nil
     end
     local step = list[head]
     if step == nil then
@@ -267,7 +279,21 @@ function S.new(def, M)
     return setmetatable({ items = items, i = 1, chunk_delay = step.chunk_delay }, Transport)
   end
   local model = M._make(m, codec, { _open = open })
-  rawset(model, "calls", function() return calls end)
+  local view = setmetatable({}, {
+    __index = function(_, k) return kept[k] end,
+    __newindex = function() error("rig.model.script: calls() is read-only", 2) end,
+    __len = function() return n end,
+    __pairs = function()
+      local i = math.max(n - keep, 0)
+      return function()
+        while i < n do
+          i = i + 1
+          if kept[i] ~= nil then return i, kept[i] end
+        end
+      end
+    end,
+  })
+  rawset(model, "calls", function() return view end)
   rawset(model, "remaining", function() return total - head + 1 end)
   return model
 end

@@ -25,7 +25,9 @@ echo "== log"; "$LUARIG" log --state state "$id"
 echo "== log --from 5 --follow (ends at SessionStopped)"; "$LUARIG" log --state state "$id" --from 5 --follow; echo "status $?"
 echo "== unknown"; "$LUARIG" show --state state 00000000-0000-4000-8000-000000000000; echo "status $?"
 "$LUARIG" log --state state 00000000-0000-4000-8000-000000000000; echo "status $?"
-echo "== empty store"; "$LUARIG" sessions --state empty; echo "status $?"
+echo "== no store"; "$LUARIG" sessions --state empty 2>&1 | sed "s|$PWD|PWD|"; test -e empty || echo "(nothing created)"
+echo "== empty store"; mkdir -p session_cli_tree; "$LUARIG" snapshot --state empty capture session_cli_tree >/dev/null
+"$LUARIG" sessions --state empty; echo "status $?"
 echo "== usage"; "$LUARIG" show --state state; echo "status $?"
 "$LUARIG" log --state state "$id" --from 0 2>&1 | head -1; "$LUARIG" sessions --bogus 2>&1 | head -1
 "$LUARIG" show --state state NOT-AN-ID 2>&1 | head -1

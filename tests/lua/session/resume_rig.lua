@@ -49,7 +49,7 @@ return function(store, brain, opts)
     tools = { echo, fetchy }, gate = gate, policy_revision = opts.revision or "resume-v1",
     limits = opts.limits }
   local boss = rig.loop{ name = "boss", model = model, system = "boss", delegates = { "worker" },
-    gate = rig.gate{ access = {}, approver = "headless" }, policy_revision = "boss-v1" }
+    gate = rig.gate{ access = { delegate = "allow" }, approver = "headless" }, policy_revision = "boss-v1" }
   local worker = rig.loop{ name = "worker", model = model, system = "worker",
     description = "fetches", tools = { fetchy }, gate = gate, policy_revision = "worker-v1" }
   return rig.define{ loops = { assistant, boss, worker }, primers = { "assistant", "boss" },

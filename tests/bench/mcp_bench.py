@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""MCP client bench: a tools/call round trip to a stdio server (tests/bench/mcp_server.js,
+plain Node, the same server for both) and listing 1,000 tools, luarig's rig.mcp against
+the official TypeScript SDK client (@modelcontextprotocol/sdk from build/npm, make deps).
+Five runs of each client; medians with min-max. Goal: round trip <= 0.5x the SDK."""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LUARIG = os.environ.get("LUARIG", os.path.join(ROOT, "build", "luarig"))
+NPM = os.path.join(ROOT, "build", "npm")
+SERVER = os.path.join(ROOT, "tests", "bench", "mcp_server.js")
+RUNS, CALLS, TOOLS, LISTS = 5, 2000, 1000, 20
+
+
+def line(name, value, unit, peer, peer_value, spread):
+    ratio = value / peer_value if peer_value else float("inf")
+    print(f"BENCH name={name} value={value:.6g} unit={unit} peer={peer} "
+          f"peer_value={peer_value:.6g} ratio={ratio:.3f}", flush=True)
+    print(f"# mcp bench: {name}: {spread}", flush=True)
+
+
+def run(argv, cwd=None):
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=600)
+    if r.returncode != 0:
+        print("# mcp bench: failed: " + " ".join(argv[:2]) + ": " + r.stderr.strip()[-300:], flush=True)
+        return None
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main():
+    sdk = os.path.join(NPM, "node_modules", "@modelcontextprotocol", "sdk", "package.json")
+    if not shutil.which("node") or not os.path.exists(sdk):
+        print("# mcp bench: skipped (no node or no build/npm: make deps)", flush=True)
+        return
+    version = json.load(open(sdk))["version"]
+    peer_script = os.path.join(NPM, "mcp_sdk_client.mjs")
+    shutil.copy(os.path.join(ROOT, "tests", "bench", "mcp_sdk_client.mjs"), peer_script)
+    ours, theirs = [], []
+    for _ in range(RUNS):
+        a = run([LUARIG, os.path.join(ROOT, "tests", "bench", "mcp_client.lua"), SERVER,
+                 str(CALLS), str(TOOLS), str(LISTS)])
+        b = run(["node", peer_script, SERVER, str(CALLS), str(TOOLS), str(LISTS)], cwd=NPM)
+        if a and b:
+            ours.append(a)
+            theirs.append(b)
+    if not ours:
+        return
+    peer = f"ts-sdk-{version}"
+    for key, name, unit in (("call_us", "mcp_tools_call_roundtrip_stdio", "us"),
+                            ("list_ms", "mcp_tools_list_1000", "ms")):
+        x = [r[key] for r in ours]
+        y = [r[key] for r in theirs]
+        spread = (f"luarig median {statistics.median(x):.4g} (min {min(x):.4g}, max {max(x):.4g}), "
+                  f"{peer} median {statistics.median(y):.4g} (min {min(y):.4g}, max {max(y):.4g}), "
+                  f"{len(x)} runs")
+        line(name, statistics.median(x), unit, peer, statistics.median(y), spread)
+    x = [r["tools_ms"] for r in ours]
+    print(f"# mcp bench: mapping 1,000 MCP tools to rig tools (c:tools()): median {statistics.median(x):.4g} ms "
+          f"(min {min(x):.4g}, max {max(x):.4g})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
