@@ -17,6 +17,7 @@
 -- claude-sonnet-4-5); else OPENAI_BASE_URL set -> any OpenAI-compatible
 -- server (Ollama, vLLM, llama.cpp; LUARIG_MODEL names the model, key from
 -- OPENAI_API_KEY when set); else OPENAI_API_KEY -> OpenAI (gpt-4o-mini);
+-- else GEMINI_API_KEY or GOOGLE_API_KEY -> Gemini (gemini-2.5-flash);
 -- else a scripted model that plays the assistant offline and really calls
 -- the tools. With a real model on a terminal you can go on typing tasks.
 --
@@ -196,6 +197,9 @@ local function pick_model()
     name = name or "gpt-4o-mini"
     return rig.model{ provider = "openai", name = name, api_key_env = "OPENAI_API_KEY",
                       max_tokens = 4096 }, "openai " .. name
+  elseif os.getenv("GEMINI_API_KEY") or os.getenv("GOOGLE_API_KEY") then
+    name = name or "gemini-2.5-flash"
+    return rig.model{ provider = "gemini", name = name, max_tokens = 4096 }, "gemini " .. name
   end
   return scripted()
 end

@@ -3,7 +3,8 @@
 --   local m = rig.model{ provider = "anthropic", name = "claude-sonnet-4-5",
 --     api_key_env = "ANTHROPIC_API_KEY", base_url = nil, tools = true, thinking = false,
 --     max_tokens = 4096, temperature = nil, top_p = nil, stop = nil, effort = nil,
---     prices = { input =, output =, cache_read =, cache_creation = },  -- $ per million tokens
+--     prices = { input =, output =, cache_read =, cache_write = },  -- $ per million tokens
+--     cache = "auto",           -- prompt caching: "auto", "off" or a table (docs/caching.md)
 --     retry = { attempts = 5, delay = 1, max_delay = 30, retry_after_max = 60 },
 --     timeouts = { connect = 10, header = 60, idle = 120, total = 600 },  -- seconds: connect
 --                               -- and header per attempt, idle between bytes, total the
@@ -17,7 +18,12 @@
 --                               -- openai-compatible and rig.model.script (a loop's
 --                               -- output_schema then goes through a reserved final tool)
 --   provider: "openai" (chat completions), "openai-responses", "anthropic",
---   "openai-compatible" (chat completions at any base_url: Ollama, vLLM, llama.cpp).
+--   "openai-compatible" (chat completions at any base_url: Ollama, vLLM, llama.cpp),
+--   "gemini" (Google's generateContent; key from GEMINI_API_KEY, else GOOGLE_API_KEY).
+--
+--   rig.model{ "anthropic/claude-sonnet-4-5" [, field = override …] }
+--     a model of the catalog (rig.model.catalog, docs/models-catalog.md): its
+--     context window, max output, prices and capabilities, then the overrides
 --
 --   local resp = m:invoke(request)      -- or nil, message, code, detail
 --   local st = m:stream(request [, { cache = c }]) -- or nil, message, code, detail
@@ -50,6 +56,7 @@
 local json = require "rig.json"
 local accum = require "rig.model.accum"
 local request_mod = require "rig.model.request"
+local cache_mod = require "rig.model.cache"
 
 local M = {}
 
@@ -61,8 +68,10 @@ local providers = {
                            key_required = true },
   ["anthropic"] = { codec = "rig.model.anthropic", key_env = "ANTHROPIC_API_KEY",
                     key_required = true },
+  ["gemini"] = { codec = "rig.model.gemini", key_env = "GEMINI_API_KEY",
+                 key_env_alt = "GOOGLE_API_KEY", key_required = true },
 }
-M.providers = { "anthropic", "openai", "openai-compatible", "openai-responses" }
+M.providers = { "anthropic", "gemini", "openai", "openai-compatible", "openai-responses" }
 
 local efforts = { minimal = true, low = true, medium = true, high = true, xhigh = true, max = true }
 
@@ -70,11 +79,12 @@ local fields = {
   provider = true, name = true, api_key_env = true, base_url = true, tools = true,
   thinking = true, max_tokens = true, temperature = true, top_p = true, stop = true,
   effort = true, prices = true, retry = true, timeouts = true, headers = true,
-  context_window = true, structured_output = true,
+  context_window = true, structured_output = true, cache = true,
 }
 
 -- Providers whose codec sends request.output_schema natively by default.
-local NATIVE_OUTPUT = { openai = true, ["openai-responses"] = true, anthropic = true }
+local NATIVE_OUTPUT = { openai = true, ["openai-responses"] = true, anthropic = true,
+                        gemini = true }
 
 local RETRY_DEFAULT = { attempts = 5, delay = 1, max_delay = 30, retry_after_max = 60 }
 local TIMEOUTS_DEFAULT = { connect = 10, header = 60, idle = 120, total = 600 }
@@ -150,6 +160,7 @@ local function check_base_url(where, url)
 end
 
 local header_refused = { authorization = true, ["x-api-key"] = true, ["api-key"] = true,
+                         ["x-goog-api-key"] = true,
                          ["content-type"] = true, ["content-length"] = true, host = true }
 
 local function check_common(where, def, m)
@@ -209,8 +220,18 @@ local function check_common(where, def, m)
   if def.prices ~= nil then
     local inf = math.huge
     m.prices = sub_table(where, "prices", def.prices,
-      { input = inf, output = inf, cache_read = inf, cache_creation = inf })
+      { input = inf, output = inf, cache_read = inf, cache_write = inf, cache_creation = inf })
+    -- cache_creation: the earlier name of cache_write
+    local cw = m.prices.cache_creation
+    if cw ~= nil then
+      if m.prices.cache_write ~= nil and m.prices.cache_write ~= cw then
+        fail(where, "fields 'prices.cache_write' and 'prices.cache_creation' (its earlier name)"
+          .. " differ", 2)
+      end
+      m.prices.cache_write, m.prices.cache_creation = cw, nil
+    end
   end
+  m.cache = cache_mod.check(def.cache, function(msg) fail(where, msg, 2) end)
   m.retry = sub_table(where, "retry", def.retry,
     { attempts = 20, delay = 3600, max_delay = 3600, retry_after_max = 3600 }, RETRY_DEFAULT)
   if m.retry.attempts < 1 then fail(where, "field 'retry.attempts' must be at least 1", 2) end
@@ -258,8 +279,13 @@ local function check_model(def)
     end
   end
   m.api_key_env = def.api_key_env or p.key_env
+  if not def.api_key_env then m.key_env_alt = p.key_env_alt end
   m.key_required = p.key_required
   local codec = require(p.codec)
+  if codec.check_model then
+    local err = codec.check_model(m)
+    if err then fail(where, err, 3) end
+  end
   if def.base_url ~= nil then
     m.base_url = check_base_url(where, def.base_url)
   elseif p.base_required then
@@ -271,6 +297,12 @@ local function check_model(def)
   return m, codec
 end
 
+-- The request path of a model: fixed per codec, or built from the model (gemini).
+function M._path(m, codec)
+  if codec.url_path then return codec.url_path(m) end
+  return codec.path
+end
+
 -- ---- usage and cost ----
 
 local function add_cost(usage, prices)
@@ -280,7 +312,7 @@ local function add_cost(usage, prices)
   part(usage.input_tokens, prices.input)
   part(usage.output_tokens, prices.output)
   part(usage.cache_read_tokens, prices.cache_read or prices.input)
-  part(usage.cache_creation_tokens, prices.cache_creation or prices.input)
+  part(usage.cache_creation_tokens, prices.cache_write or prices.input)
   usage.cost = cost / 1e6
 end
 
@@ -316,17 +348,20 @@ local function status_failure(m, codec, resp)
   local status = resp and resp.status or 0
   local body = resp and resp.body and json.decode(resp.body) or nil
   if type(body) ~= "table" then body = nil end
-  local code, provider_code = codec.classify(status, body, resp and resp.headers or {})
+  -- info (optional): { retry_after = s, message = text } from the body itself
+  local code, provider_code, info = codec.classify(status, body, resp and resp.headers or {})
   local detail = { status = status, provider_code = provider_code }
   local h = resp and resp.headers or {}
   detail.request_id = h["x-request-id"] or h["request-id"] or h["anthropic-request-id"]
   local ra = h["retry-after"]
   if ra and ra:match("^%s*%d+%s*$") then detail.retry_after = tonumber(ra) end
+  if not detail.retry_after and info then detail.retry_after = info.retry_after end
   local pmsg
   if body then
     local e = type(body.error) == "table" and body.error or body
     pmsg = type(e.message) == "string" and e.message or nil
   end
+  if not pmsg and info then pmsg = info.message end
   local msg = string.format("%s: HTTP %d%s%s", m.provider, status,
     provider_code and (" (" .. short(provider_code, 64) .. ")") or "",
     pmsg and (": " .. short(pmsg)) or "")
@@ -339,10 +374,14 @@ local function http_open(st)
   if m.api_key_env then
     key = os.getenv(m.api_key_env)
     if key == "" then key = nil end
+    if not key and m.key_env_alt then
+      key = os.getenv(m.key_env_alt)
+      if key == "" then key = nil end
+    end
   end
   if m.key_required and not key then
-    return nil, string.format("%s: the environment variable %s is not set", m.provider,
-      tostring(m.api_key_env)), "auth"
+    return nil, string.format("%s: the environment variable %s is not set%s", m.provider,
+      tostring(m.api_key_env), m.key_env_alt and (" (nor " .. m.key_env_alt .. ")") or ""), "auth"
   end
   local headers = codec.headers(m, key)
   headers["content-type"] = "application/json"
@@ -351,7 +390,7 @@ local function http_open(st)
   local t = m.timeouts
   local left = st.deadline and math.max(st.deadline - rig.now(), 0.001) or nil
   local s, msg, code, resp = rig.http.stream{
-    url = m.base_url .. codec.path, method = "POST", headers = headers, body = st.body,
+    url = m.base_url .. M._path(m, codec), method = "POST", headers = headers, body = st.body,
     connect_timeout = t.connect, header_timeout = t.header, idle_timeout = t.idle,
     timeout = left,
   }
@@ -374,6 +413,7 @@ local function redact(msg)
   msg = tostring(msg)
   msg = msg:gsub("%f[%w]([sprk]k%-[%w%-_%*%.]+)", "[redacted]")
   msg = msg:gsub("%f[%w](key%-[%w%-_%*%.]+)", "[redacted]")
+  msg = msg:gsub("%f[%w](AIza[%w%-_%*%.]+)", "[redacted]") -- Google API keys
   msg = msg:gsub("([Bb]earer%s+)%S+", "%1[redacted]")
   return msg
 end
@@ -661,7 +701,7 @@ local model_mt = {
       for a, b in pairs(v) do copy[a] = b end
       return copy
     end
-    if k == "key_required" then return nil end
+    if k == "key_required" or k == "key_env_alt" then return nil end
     return v
   end,
   __newindex = function(_, k)
@@ -681,8 +721,16 @@ function M.is_model(v)
   return type(v) == "table" and getmetatable(v) == "rig.model"
 end
 
+-- rig.model{ "provider/name", … }: the catalog's entry under the overrides.
+local function expand(def)
+  if type(def) == "table" and def[1] ~= nil then
+    return require("rig.model.catalog").expand(def)
+  end
+  return def
+end
+
 function M.new(def)
-  local m, codec = checked(2, check_model, def)
+  local m, codec = checked(2, function(d) return check_model(expand(d)) end, def)
   return make(m, codec)
 end
 
@@ -707,8 +755,16 @@ function M.replay(file, opts)
 end
 
 return setmetatable(M, {
+  -- rig.model.catalog, loaded on first use (it reads the provider list above)
+  __index = function(t, k)
+    if k == "catalog" then
+      local c = require "rig.model.catalog"
+      rawset(t, "catalog", c)
+      return c
+    end
+  end,
   __call = function(_, def)
-    local m, codec = checked(2, check_model, def)
+    local m, codec = checked(2, function(d) return check_model(expand(d)) end, def)
     return make(m, codec)
   end,
 })

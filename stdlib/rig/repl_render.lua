@@ -316,7 +316,9 @@ function R:history_lines(messages)
       if t == "text" or t == "refusal" then
         wrap(tostring(b.text), "  ", "  ", w, out)
       elseif t == "thinking" then
-        local lines = wrap(b.redacted and "(redacted thinking)" or tostring(b.thinking or ""), "  ┊ ", "  ┊ ", w, {})
+        -- a signature alone (Gemini's, or reasoning kept encrypted) has nothing to show
+        local text = b.redacted and "(redacted thinking)" or tostring(b.thinking or "")
+        local lines = text ~= "" and wrap(text, "  ┊ ", "  ┊ ", w, {}) or {}
         for _, l in ipairs(lines) do out[#out + 1] = self:dim(l) end
       elseif t == "tool_use" then
         out[#out + 1] = self:cyan(clip("  → " .. tostring(b.name) .. " " .. compact(b.input or {}), w))

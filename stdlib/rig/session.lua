@@ -902,6 +902,7 @@ local function run_turn(S, inst, item)
     local cok, cerr, ccode = auto_compact(S, inst, turn)
     if not cok then return nil, cerr, ccode end
     req.messages = inst.history
+    req.cache_key = S.id .. "/" .. inst.id -- one prompt cache per loop of a session
     local st, serr, scode = (plan or inst.model):stream(req, { cache = inst.req_cache })
     if not st then
       return "TurnFailed", { error = { code = scode or "model", message = tostring(serr) } }

@@ -112,8 +112,9 @@ def nats_bench():
 
 
 def main():
-    which = set(sys.argv[1:]) or {"startup", "rss", "sse", "json", "model", "store", "journal",
-                                  "snapshot", "sandbox", "session", "serve", "nats", "mcp"}
+    which = set(sys.argv[1:]) or {"startup", "rss", "sse", "json", "model", "cache", "store",
+                                  "journal", "snapshot", "sandbox", "session", "serve", "nats",
+                                  "mcp"}
     lua = shutil.which("lua5.4")
     node = shutil.which("node")
     if "startup" in which:
@@ -134,6 +135,11 @@ def main():
     if "model" in which:
         # Decoding a 10k-chunk OpenAI stream against the openai npm SDK (CPU per chunk).
         subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "model_stream.py")],
+                       env=dict(os.environ, LUARIG=LUARIG), check=False)
+    if "cache" in which:
+        # A 30-step session's billed input against a mock that bills like Anthropic:
+        # automatic cache breakpoints against none.
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "cache_bench.py")],
                        env=dict(os.environ, LUARIG=LUARIG), check=False)
     if "session" in which:
         # N sessions x 10 turns against a mock OpenAI server, @openai/agents the peer;

@@ -11,7 +11,7 @@ LUARIG=${LUARIG:-$PWD/build/luarig}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # no key may pick a real model here
-unset ANTHROPIC_API_KEY OPENAI_API_KEY OPENAI_BASE_URL
+unset ANTHROPIC_API_KEY OPENAI_API_KEY OPENAI_BASE_URL GEMINI_API_KEY GOOGLE_API_KEY
 esc=$(printf '\033')
 
 pass() { echo "ok - examples $1"; }

@@ -1,6 +1,7 @@
 /*
  * model_fuzz.h — the harness shared by the model decoder fuzz targets
- * (model_openai_fuzz.c, model_anthropic_fuzz.c, model_responses_fuzz.c).
+ * (model_openai_fuzz.c, model_anthropic_fuzz.c, model_responses_fuzz.c,
+ * model_gemini_fuzz.c).
  *
  * The input is an HTTP response body: the C framer (host/sse.c) splits it
  * into events exactly as a live stream would, and each event goes to the

@@ -6,7 +6,7 @@
 --           headers = {…}, content_type = "…", drop_after = n, stall_after = n,
 --           end_after = n, drip = s, seed = n }
 --   p.url                                   -- base_url for a model
---   p.requests                              -- { { method, path, headers, body } … }
+--   p.requests                              -- { { method, path, raw_path, headers, body } … }
 --   p:close()
 --
 -- Every request takes the next pushed response (a 500 when none is left) and is
@@ -81,7 +81,8 @@ function M.start()
   local p = setmetatable({ queue = {}, requests = {} }, Provider)
   local function handle(req, res)
     p.requests[#p.requests + 1] = { method = req.method, path = req.path, headers = req.headers,
-                                    body = req.body }
+                                    body = req.body, raw_path = req.raw_path
+                                      .. (req.raw_query and ("?" .. req.raw_query) or "") }
     local r = table.remove(p.queue, 1) or { status = 500, body = '{"error":{"message":"no response queued"}}' }
     local headers = { ["content-type"] = r.content_type or
       ((r.status or 200) == 200 and "text/event-stream" or "application/json") }
@@ -166,6 +167,16 @@ function M.reply(provider, text, calls)
       usage = { output_tokens = 7 } }
     ev[#ev + 1] = { type = "message_stop" }
     return sse(ev, true)
+  elseif provider == "gemini" then
+    local parts = json.array {}
+    if text then parts[#parts + 1] = { text = text } end
+    for _, c in ipairs(calls) do
+      parts[#parts + 1] = { functionCall = { name = c.name, args = json.decode(c.args) } }
+    end
+    local usage = { promptTokenCount = 10, candidatesTokenCount = 7, totalTokenCount = 17 }
+    return sse({ { candidates = json.array { { content = { role = "model", parts = parts },
+      finishReason = "STOP", index = 0 } }, usageMetadata = usage, modelVersion = "gemini-test",
+      responseId = "resp1" } })
   elseif provider == "openai-responses" then
     local ev = { { type = "response.created", response = { id = "resp_1", model = "gpt-test",
       status = "in_progress", output = json.array {} } } }

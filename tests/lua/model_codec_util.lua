@@ -126,6 +126,25 @@ function U.golden(name, v)
   end
 end
 
+-- Compares text (a request body as the codec sends it, from m:encode(req,
+-- { indent = 2 })) byte for byte with tests/model/golden/NAME.json.
+function U.golden_text(name, text)
+  text = text .. "\n"
+  local path = U.root .. "/tests/model/golden/" .. name .. ".json"
+  if os.getenv("UPDATE") == "1" then
+    local f = assert(io.open(path, "wb"))
+    f:write(text)
+    f:close()
+    return
+  end
+  local f = io.open(path, "rb")
+  local want = f and f:read("a")
+  if f then f:close() end
+  if want ~= text then
+    error("golden " .. name .. ".json differs; got:\n" .. text, 2)
+  end
+end
+
 -- A model table as rig.model hands it to a codec.
 function U.model(provider, over)
   local m = { provider = provider, name = "test-model", base_url = "http://127.0.0.1:1",

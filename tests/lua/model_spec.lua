@@ -27,7 +27,7 @@ describe("rig.model{}", function()
   it("validates every field and names the offending one", function()
     raises(function() rig.model{ provider = "anthropic", name = "x", tiemout = 3 } end,
       "unknown field 'tiemout'")
-    raises(function() rig.model{ provider = "gemini", name = "x" } end, "field 'provider'")
+    raises(function() rig.model{ provider = "bedrock", name = "x" } end, "field 'provider'")
     raises(function() rig.model{ provider = "anthropic" } end, "field 'name'")
     raises(function() rig.model{ provider = "openai", name = "x", base_url = "http://example.com/v1" } end,
       "https://")
@@ -177,6 +177,8 @@ local fixtures = {
   { file = "anthropic_tool_use.sse", provider = "anthropic" },
   { file = "anthropic_thinking_signature.jsonl", provider = "anthropic" },
   { file = "openai_responses_function_call.jsonl", provider = "openai-responses" },
+  { file = "gemini_function_call.sse", provider = "gemini" },
+  { file = "gemini_thinking.sse", provider = "gemini" },
 }
 
 local function golden(name, value)
@@ -224,19 +226,23 @@ describe("recorded provider streams through the mock", function()
 
   it("sends the key only in the provider's header", function()
     local p = mock.start()
-    for _, provider in ipairs { "openai", "anthropic", "openai-responses" } do
+    for _, provider in ipairs { "openai", "anthropic", "openai-responses", "gemini" } do
       p:push{ body = mock.reply(provider, "hi") }
       assert(model_for(p, provider):invoke(user("x")))
     end
     p:close()
-    local h1, h2, h3 = p.requests[1].headers, p.requests[2].headers, p.requests[3].headers
+    local h1, h2, h3, h4 = p.requests[1].headers, p.requests[2].headers, p.requests[3].headers,
+      p.requests[4].headers
     expect(h1.authorization).to_be("Bearer " .. KEY)
     expect(h2["x-api-key"]).to_be(KEY)
     expect(h2["anthropic-version"]).to_be("2023-06-01")
     expect(h3.authorization).to_be("Bearer " .. KEY)
+    expect(h4["x-goog-api-key"]).to_be(KEY)
+    expect(h4.authorization).to_be_nil()
     expect(p.requests[1].path).to_be("/v1/chat/completions")
     expect(p.requests[2].path).to_be("/v1/messages")
     expect(p.requests[3].path).to_be("/v1/responses")
+    expect(p.requests[4].path).to_be("/v1/models/test-model:streamGenerateContent")
     for _, r in ipairs(p.requests) do expect(r.body:find(KEY, 1, true)).to_be_nil() end
   end)
 end)
@@ -413,7 +419,7 @@ describe("the same rig code against each provider", function()
     return r2.message.content[1].text, r2.usage
   end
 
-  for _, provider in ipairs { "openai", "openai-compatible", "anthropic", "openai-responses" } do
+  for _, provider in ipairs { "openai", "openai-compatible", "anthropic", "openai-responses", "gemini" } do
     it("runs a tool loop on " .. provider, function()
       local p = mock.start()
       local wire = provider == "openai-compatible" and "openai" or provider
@@ -424,7 +430,9 @@ describe("the same rig code against each provider", function()
       expect(usage.output_tokens).to_be(7)
       -- the second request carried the tool call and its result back
       local second = json.decode(p.requests[2].body)
-      expect(p.requests[2].body:find("call_1", 1, true) ~= nil).to_be(true)
+      -- (Gemini's calls have no ids: the result goes back by the call's name)
+      local echo = provider == "gemini" and '"functionResponse":{"name":"get_weather"' or "call_1"
+      expect(p.requests[2].body:find(echo, 1, true) ~= nil).to_be(true)
       expect(p.requests[2].body:find("18°C and sunny", 1, true) ~= nil).to_be(true)
       expect(type(second)).to_be("table")
       p:close()

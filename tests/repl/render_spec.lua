@@ -35,6 +35,7 @@ describe("rig.repl_render inspecting", function()
     { role = "user", content = { { type = "text", text = "please fix the failing test in this small project of ours" } } },
     { role = "assistant", content = {
       { type = "thinking", thinking = "look first" },
+      { type = "thinking", thinking = "", signature = "c2ln", source = "gemini" },
       { type = "text", text = "Running the tests." },
       { type = "tool_use", id = "c1", name = "bash", input = { command = "sh test.sh && echo a long tail of words" } } } },
     { role = "tool", content = { { type = "tool_result", tool_use_id = "c1", content = "1\n2\n3\n4\n5\n6\n7\n8" } } },

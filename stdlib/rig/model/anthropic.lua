@@ -6,6 +6,7 @@
 -- answer. The event type is read from the JSON, never from the `event:` line.
 
 local json = require "rig.json"
+local cache = require "rig.model.cache"
 
 local codec = {}
 
@@ -95,12 +96,17 @@ local function tool_result_block(b)
   return out
 end
 
--- Converts one normalized message into (wire role, results, other blocks).
-local function wire_blocks(m)
+-- Converts one normalized message into (wire role, results, other blocks);
+-- the wire blocks of text blocks hinted `cache = true` go on `hinted`.
+local function wire_blocks(m, hinted)
   local results, others = {}, {}
   if m.role == "assistant" then
     for _, b in ipairs(m.content) do
-      others[#others + 1] = assistant_block(b)
+      local wb = assistant_block(b)
+      if wb then
+        others[#others + 1] = wb
+        if b.cache then hinted[#hinted + 1] = wb end
+      end
     end
     return "assistant", results, others
   end
@@ -108,7 +114,11 @@ local function wire_blocks(m)
     if b.type == "tool_result" then
       results[#results + 1] = tool_result_block(b)
     else
-      others[#others + 1] = text_block(b.text)
+      local wb = text_block(b.text)
+      if wb then
+        others[#others + 1] = wb
+        if b.cache then hinted[#hinted + 1] = wb end
+      end
     end
   end
   return "user", results, others
@@ -118,11 +128,11 @@ end
 -- user turns); in a user turn every tool_result comes before any text, as
 -- the API requires. Messages left empty (say, only another provider's
 -- thinking) are dropped before merging.
-local function encode_messages(messages)
+local function encode_messages(messages, hinted)
   local turns = {}
   local cur
   for _, m in ipairs(messages) do
-    local role, results, others = wire_blocks(m)
+    local role, results, others = wire_blocks(m, hinted)
     if #results == 0 and #others == 0 then goto continue end    -- nothing left to send
     if cur == nil or cur.role ~= role then
       cur = { role = role, results = {}, others = {} }
@@ -164,10 +174,11 @@ end
 
 function codec.encode(model, req)
   local max_tokens = model.max_tokens or 4096
+  local hinted = {}
   local body = {
     model = model.name,
     max_tokens = max_tokens,
-    messages = encode_messages(req.messages),
+    messages = encode_messages(req.messages, hinted),
     stream = true,
   }
   if req.system ~= nil and req.system ~= "" then body.system = req.system end
@@ -205,6 +216,9 @@ function codec.encode(model, req)
   if req.output_schema ~= nil then
     body.output_config = { format = { type = "json_schema", schema = req.output_schema.schema } }
   end
+  -- prompt caching: breakpoints by the model's policy (rig.model.cache)
+  local ok, err = cache.anthropic(model.cache, body, hinted)
+  if not ok then return nil, err end
   return body
 end
 

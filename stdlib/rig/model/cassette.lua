@@ -21,12 +21,13 @@ local C = {}
 
 local FORMAT = "luarig-model/1"
 local model_keys = { "provider", "name", "base_url", "tools", "thinking", "max_tokens",
-                     "temperature", "top_p", "stop", "effort", "prices" }
+                     "temperature", "top_p", "stop", "effort", "prices", "cache" }
 
 local function describe(m)
   local d = {}
   for _, k in ipairs(model_keys) do d[k] = m[k] end
   if m.stop then d.stop = json.array(m.stop) end
+  if m.cache == false then d.cache = "off" end
   return d
 end
 
@@ -71,6 +72,7 @@ function C.record(model, file, M)
   f:write(assert(json.encode { cassette = FORMAT, model = describe(m) }), "\n")
   f:flush()
   local codec = rawget(model, "_codec")
+  local req_path = M._path(m, codec)
 
   local function writer(path, body, response)
     local line = assert(json.encode { request = { path = path, body = json.raw(body) },
@@ -84,12 +86,12 @@ function C.record(model, file, M)
     local tr, msg, code, detail = http_open(st)
     if not tr then
       if code ~= "cancelled" then
-        writer(codec.path, st.body, { status = detail and detail.status or 0,
+        writer(req_path, st.body, { status = detail and detail.status or 0,
           error = { message = msg, code = code, detail = detail } })
       end
       return nil, msg, code, detail
     end
-    return setmetatable({ inner = tr, events = {}, path = codec.path, body = st.body,
+    return setmetatable({ inner = tr, events = {}, path = req_path, body = st.body,
                           writer = writer }, Tee)
   end
   return M._make(m, codec, { _open = open })
@@ -206,6 +208,8 @@ function C.replay(file, opts, M)
   local header, calls = M._checked(3, load, file)
   local def = {}
   for k, v in pairs(header.model) do def[k] = v end
+  -- cassettes from before prompt caching were recorded without it
+  if def.cache == nil then def.cache = "off" end
   -- the recorded attempts are served back-to-back: no waiting between retries
   def.retry = (opts and opts.retry) or { attempts = 20, delay = 0, max_delay = 0,
                                           retry_after_max = 0 }

@@ -17,6 +17,7 @@
 -- Chunk shapes: see rig.model.accum. Interface: HELPERS-MODELS.md.
 
 local json = require "rig.json"
+local cache = require "rig.model.cache"
 
 local array, null = json.array, json.null
 local tointeger = math.tointeger
@@ -279,6 +280,8 @@ function codec.encode(model, req)
       name = out.name, description = out.description, schema = out.schema,
       strict = out.strict ~= false } }
   end
+  -- prompt caching is automatic; the key keeps one conversation on one cache
+  if not compat then cache.openai(model.cache, body, req) end
   return body
 end
 

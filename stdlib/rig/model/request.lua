@@ -3,14 +3,17 @@
 --   system (string|nil); messages = { { role, content = { blocks } } } with string
 --   content turned into one text block; tools with array keywords of their schemas
 --   marked as JSON arrays; tool_choice; output_schema { name, schema, description,
---   strict }. Every error names the field ("request.messages[2].content[1].type").
+--   strict }; cache_key (a string naming the conversation for the provider's prompt
+--   cache: rig.model.cache); a text block's `cache = true` hint (a cache
+--   breakpoint after it) is kept. Every error names the field
+--   ("request.messages[2].content[1].type").
 
 local json = require "rig.json"
 
 local R = {}
 
 local request_fields = { system = true, messages = true, tools = true, tool_choice = true,
-                         output_schema = true }
+                         output_schema = true, cache_key = true }
 
 local function fail(path, msg)
   error("rig.model: " .. path .. ": " .. msg, 0)
@@ -144,6 +147,10 @@ local function copy_block(b, role, path, level)
   local out = { type = t }
   if t == "text" or t == "refusal" then
     out.text = str(b.text, path .. ".text", level + 1)
+    if b.cache ~= nil then
+      if type(b.cache) ~= "boolean" then fail(path .. ".cache", "must be a boolean", level + 1) end
+      out.cache = b.cache or nil
+    end
   elseif t == "thinking" then
     out.thinking = str(b.thinking, path .. ".thinking", level + 1, true) or ""
     out.signature = str(b.signature, path .. ".signature", level + 1, true)
@@ -206,6 +213,11 @@ function R.normalize(request, model, level, cache)
   check_fields(request, request_fields, "request", level)
   local out = { stream = true }
   out.system = str(request.system, "request.system", level, true)
+  local ck = request.cache_key
+  if ck ~= nil and (type(ck) ~= "string" or ck == "" or #ck > 256) then
+    fail("request.cache_key", "must be a string of 1 to 256 bytes", level)
+  end
+  out.cache_key = ck
   -- with a cache the caller vouches for its list (a strict check is O(n) per call)
   local n
   if cache and type(request.messages) == "table" then

@@ -16,6 +16,7 @@
 
 local json = require "rig.json"
 local shared = require("rig.model.openai").shared
+local cache = require "rig.model.cache"
 
 local array = json.array
 local tointeger = math.tointeger
@@ -137,6 +138,7 @@ function codec.encode(model, req)
                              description = out.description, schema = out.schema,
                              strict = out.strict ~= false } }
   end
+  cache.openai(model.cache, body, req)
   return body
 end
 
