@@ -411,6 +411,7 @@ static int protect_roots(struct build *b, const struct lr_profile *p)
 		.max_entries = p->protect_max_entries,
 		.granted = ctx->granted_write,
 		.ngranted = ctx->ngranted_write,
+		.cache = ctx->protect_cache,
 	};
 	char perr[LR_SBX_ERRLEN];
 	if (!rc && n) {
@@ -949,6 +950,7 @@ struct lr_executor_set {
 	size_t max, count;
 	struct lr_executor *executors;
 	struct lr_exec *runs; /* live runs, killed when the set is freed */
+	struct lr_protect_tree *protect_cache; /* the last walk of the writable roots */
 };
 
 struct capture {
@@ -1110,6 +1112,7 @@ void lr_executor_set_free(struct lr_executor_set *s)
 	if (s->root)
 		rm_tree(s->root);
 	free(s->root);
+	lr_protect_tree_free(s->protect_cache);
 	lr_grants_free(s->grants);
 	lr_profile_release(&s->profile);
 	free(s);
@@ -1280,6 +1283,7 @@ struct lr_exec_after {
 	struct lr_protect_hold *hold;
 	struct strv names, granted; /* copies: the run may outlive its set */
 	struct lr_protect_opts o;
+	struct lr_protect_tree **cache; /* where the walk after the run goes for the next, or NULL */
 };
 
 static void after_free(struct lr_exec_after *a)
@@ -1302,6 +1306,13 @@ int lr_exec_after_finish(struct lr_exec_after *a, struct lr_buf *moved, char err
 	if (rc)
 		seterr(err, "%s", perr);
 	lr_buf_release(&sink);
+	if (a->cache && (!rc || rc == LR_ETOOBIG)) {
+		struct lr_protect_tree *t = lr_protect_plan_take_tree(&a->plan);
+		if (t) {
+			lr_protect_tree_free(*a->cache);
+			*a->cache = t;
+		}
+	}
 	lr_protect_unplace(a->hold);
 	a->hold = NULL;
 	after_free(a);
@@ -1384,6 +1395,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 		/* fixed: every sandbox has a network namespace of its own */
 		.proxy_port = SANDBOX_PROXY_PORT,
 		.dns_port = SANDBOX_DNS_PORT,
+		.protect_cache = s->protect_cache,
 	};
 	struct lr_protect_plan plan;
 	memset(&plan, 0, sizeof plan);
@@ -1657,6 +1669,7 @@ static void exec_after(struct lr_exec *x)
 	if (!x->after)
 		return;
 	char err[LR_EXEC_ERRLEN];
+	x->after->cache = x->set ? &x->set->protect_cache : NULL;
 	int rc = lr_exec_after_finish(x->after, &x->res.moved, err);
 	x->after = NULL;
 	if (rc)

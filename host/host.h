@@ -983,6 +983,7 @@ struct lr_sbx_caps;
 struct lr_sbx_spec;
 struct lr_sbx_report;
 struct lr_protect_plan;
+struct lr_protect_tree;
 struct lr_grants;
 struct lr_executor_set;
 struct lr_executor;
@@ -1036,6 +1037,8 @@ struct lr_exec_ctx {
 	   and the check after the run; zeroed by the caller, released by it
 	   (build_spec releases it when it fails) */
 	struct lr_protect_plan *plan;
+	/* an earlier walk of the same roots (lr_protect_opts.cache), or NULL */
+	const struct lr_protect_tree *protect_cache;
 };
 
 /*

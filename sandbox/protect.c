@@ -22,6 +22,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 const char *const lr_protect_default_names[] = {
@@ -105,11 +108,6 @@ static int strs_add(char ***v, size_t *n, size_t *cap, const char *s)
 static int by_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int sorted_has(char *const *v, size_t n, const char *s)
-{
-	return n && bsearch(&s, v, n, sizeof *v, by_str) != NULL;
 }
 
 int lr_protect_name_check(const char *name)
@@ -487,127 +485,376 @@ static int gitfile(struct scan *s, const char *dir, const char *path)
 	return protect_gitdir(s, real, 0);
 }
 
-struct entry {
-	char *name;
-	unsigned char type;
+/*
+ * The directories of the writable roots, as a tree of nodes: each knows its
+ * device, inode, ctime, how many entries it has, whether it holds a .git
+ * (and of what type) and whether it is a git directory (HEAD, objects/,
+ * refs/). A later walk reuses a node whose directory still has the same
+ * device, inode and ctime (any entry made, removed or renamed in a
+ * directory changes its ctime, and nothing can set a ctime back): it costs
+ * an open and an fstat instead of reading the directory. Not trusted: a
+ * directory changed in the two seconds before the walk began (timestamps
+ * can be coarser than a walk), and one on a network or FUSE file system
+ * (ctimes there may be cached or made up).
+ */
+#define NONE UINT32_MAX
+#define F_GITDIR 0x1  /* HEAD, objects/ and refs/ */
+#define F_DIRTY 0x2   /* changed too recently to reuse */
+#define F_NOREUSE 0x4 /* on a file system whose ctimes are not trusted */
+#define RECENT_NS 2000000000LL
+/* (folder-internal) the margin, for tests that cannot wait for it */
+int64_t lr__protect_recent_ns = RECENT_NS;
+
+struct node {
+	uint32_t first, next; /* children, siblings */
+	uint32_t name;        /* offset into names (a root: its whole path) */
+	uint32_t nent;        /* entries in the directory */
+	uint16_t len;
+	uint8_t flags;
+	uint8_t dotgit;       /* the type of its .git: 0 none, DT_DIR, DT_REG, DT_LNK, DT_UNKNOWN */
+	dev_t dev;
+	ino_t ino;
+	int64_t ctime;
 };
 
-static int visit(struct scan *s, int dfd, char *path, size_t plen, int depth)
+struct lr_protect_tree {
+	struct node *v;
+	size_t n, cap;
+	char *names;
+	size_t nlen, ncap;
+	uint32_t *roots; /* the root nodes, in the order of the roots given */
+	size_t nroots;
+	int *outer;      /* per root: inside a repository above it */
+};
+
+void lr_protect_tree_free(struct lr_protect_tree *t)
 {
-	DIR *d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
+	if (!t)
+		return;
+	free(t->v);
+	free(t->names);
+	free(t->roots);
+	free(t->outer);
+	free(t);
+}
+
+static int tree_add(struct lr_protect_tree *t, uint32_t parent, const char *name, size_t len,
+		    uint32_t *out)
+{
+	if (t->n >= NONE - 1 || len > UINT16_MAX || t->nlen + len + 1 > UINT32_MAX)
+		return -E2BIG;
+	if (grow((void **)&t->v, &t->cap, t->n + 1, sizeof *t->v) < 0)
+		return -ENOMEM;
+	while (t->nlen + len + 1 > t->ncap) {
+		size_t nc = t->ncap ? t->ncap * 2 : 4096;
+		char *p = realloc(t->names, nc);
+		if (!p)
+			return -ENOMEM;
+		t->names = p;
+		t->ncap = nc;
+	}
+	uint32_t i = (uint32_t)t->n++;
+	memcpy(t->names + t->nlen, name, len);
+	t->names[t->nlen + len] = '\0';
+	t->v[i] = (struct node){ .first = NONE, .next = NONE, .name = (uint32_t)t->nlen,
+				 .len = (uint16_t)len };
+	t->nlen += len + 1;
+	if (parent != NONE) {
+		t->v[i].next = t->v[parent].first;
+		t->v[parent].first = i;
+	}
+	*out = i;
+	return 0;
+}
+
+static const char *node_name(const struct lr_protect_tree *t, uint32_t i)
+{
+	return t->names + t->v[i].name;
+}
+
+/* File systems whose ctimes a cache cannot trust. */
+static int untrusted_fs(int fd)
+{
+	struct statfs sf;
+	if (fstatfs(fd, &sf) != 0)
+		return 1;
+	switch ((unsigned long)sf.f_type) {
+	case 0x6969UL:     /* NFS */
+	case 0x517BUL:     /* SMB */
+	case 0xFF534D42UL: /* CIFS */
+	case 0xFE534D42UL: /* SMB2 */
+	case 0x65735546UL: /* FUSE */
+	case 0x01021997UL: /* 9p */
+	case 0x00C36400UL: /* Ceph */
+	case 0x5346414FUL: /* AFS */
+	case 0x73757245UL: /* Coda */
+	case 0x564C0000UL: /* vboxsf */
+		return 1;
+	}
+	return 0;
+}
+
+struct after;
+
+struct walker {
+	const struct lr_protect_tree *old; /* the last walk's tree, or NULL */
+	struct lr_protect_tree *t;
+	size_t entries, max;
+	size_t read;     /* directories read (not reused) */
+	int64_t started; /* coarse wall clock when the walk began, ns */
+	char *err;
+	struct after *a; /* the check after a run; NULL for the scan */
+	/* a shared buffer for getdents64 and a stack of the subdirectory names read */
+	char dents[32768];
+	char *stack;
+	size_t slen, scap;
+};
+
+struct linux_dirent64_ {
+	uint64_t d_ino;
+	int64_t d_off;
+	unsigned short d_reclen;
+	unsigned char d_type;
+	char d_name[];
+};
+
+static int walk_dir(struct walker *w, int fd, uint32_t parent, const char *name, size_t nlen,
+		    uint32_t old, char *path, size_t plen, int depth, int in_zone, int in_git,
+		    int noreuse);
+
+static int too_many(struct walker *w)
+{
+	if (w->entries <= w->max)
+		return 0;
+	if (w->a)
+		return LR_ETOOBIG;
+	return refuse(w->err, "executor: more than %zu entries in the writable roots: the "
+		      "protected-path walk cannot finish, so the run is refused (raise the "
+		      "profile's protect.max_entries)", w->max);
+}
+
+static int is_gitdir_part(const char *nm)
+{
+	return strcmp(nm, "objects") == 0 || strcmp(nm, "refs") == 0 || strcmp(nm, "logs") == 0;
+}
+
+/* A child of dir fd named nm: opened without following a link, walked. */
+static int walk_child(struct walker *w, int fd, uint32_t me, const char *nm, size_t k, uint32_t oc,
+		      char *path, size_t plen, int depth, int in_zone, int in_git, int noreuse)
+{
+	if (plen + 1 + k >= PATH_MAX)
+		return w->a ? 0 : refuse(w->err, "executor: a path in the writable roots is longer "
+					 "than %d bytes", PATH_MAX);
+	if (depth + 1 > LR_PROTECT_MAX_DEPTH)
+		return w->a ? 0 : refuse(w->err, "executor: the writable roots are more than %d "
+					 "directories deep (the protected-path walk stops there, so the "
+					 "run is refused): '%.160s…'", LR_PROTECT_MAX_DEPTH, path);
+	/* a directory without subdirectories that has not changed: one fstatat */
+	const struct node *o = oc != NONE ? &w->old->v[oc] : NULL;
+	struct stat st;
+	if (o && o->first == NONE && !noreuse && !(o->flags & (F_DIRTY | F_NOREUSE)) &&
+	    fstatat(fd, nm, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
+	    st.st_dev == w->t->v[me].dev && st.st_dev == o->dev && st.st_ino == o->ino &&
+	    (int64_t)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec == o->ctime) {
+		uint32_t c;
+		int rc = tree_add(w->t, me, nm, k, &c);
+		if (rc)
+			return rc;
+		struct node *n = &w->t->v[c];
+		n->dev = o->dev;
+		n->ino = o->ino;
+		n->ctime = o->ctime;
+		n->nent = o->nent;
+		n->dotgit = o->dotgit;
+		n->flags = o->flags & F_GITDIR;
+		if (n->ctime + lr__protect_recent_ns > w->started)
+			n->flags |= F_DIRTY;
+		w->entries += n->nent;
+		return too_many(w);
+	}
+	int sub = openat(fd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (sub < 0)
+		return 0; /* gone, or a link now: its parent was read again */
+	path[plen] = '/';
+	memcpy(path + plen + 1, nm, k + 1);
+	int rc = walk_dir(w, sub, me, nm, k, oc, path, plen + 1 + k, depth + 1, in_zone, in_git, noreuse);
+	path[plen] = '\0';
+	return rc;
+}
+
+static void after_saw(struct walker *w, int fd, uint32_t me, uint32_t old, const char *path,
+		      int in_zone, int in_git);
+
+struct kid {
+	const char *name;
+	uint32_t idx;
+};
+
+static int by_kid(const void *a, const void *b)
+{
+	return strcmp(((const struct kid *)a)->name, ((const struct kid *)b)->name);
+}
+
+/* Room for need bytes in a growable buffer. */
+static int reserve(char **buf, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	size_t nc = *cap ? *cap : 4096;
+	while (nc < need)
+		nc *= 2;
+	char *p = realloc(*buf, nc);
+	if (!p)
+		return -ENOMEM;
+	*buf = p;
+	*cap = nc;
+	return 0;
+}
+
+static int walk_dir(struct walker *w, int fd, uint32_t parent, const char *name, size_t nlen,
+		    uint32_t old, char *path, size_t plen, int depth, int in_zone, int in_git,
+		    int noreuse)
+{
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		close(fd);
 		return 0;
 	}
-	struct entry *v = NULL;
-	size_t n = 0, cap = 0;
-	int rc = 0, head = 0, objects = 0, refs = 0, have_dotgit = 0;
+	if (parent != NONE && st.st_dev != w->t->v[parent].dev)
+		noreuse = untrusted_fs(fd); /* another file system below */
+	uint32_t me;
+	int rc = tree_add(w->t, parent, name, nlen, &me);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	struct node *n = &w->t->v[me];
+	n->dev = st.st_dev;
+	n->ino = st.st_ino;
+	n->ctime = (int64_t)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec;
+	if (n->ctime + lr__protect_recent_ns > w->started)
+		n->flags |= F_DIRTY;
+	if (noreuse)
+		n->flags |= F_NOREUSE;
+	const struct node *o = old != NONE ? &w->old->v[old] : NULL;
+	int reuse = o && o->dev == n->dev && o->ino == n->ino && o->ctime == n->ctime &&
+		    !(o->flags & (F_DIRTY | F_NOREUSE)) && !noreuse;
+	if (reuse) {
+		n->nent = o->nent;
+		n->dotgit = o->dotgit;
+		n->flags |= o->flags & F_GITDIR;
+		w->entries += n->nent;
+		if ((rc = too_many(w)) != 0) {
+			close(fd);
+			return rc;
+		}
+		int gitdir = n->flags & F_GITDIR;
+		int zone = in_zone || n->dotgit;
+		for (uint32_t c = o->first; c != NONE && !rc; c = w->old->v[c].next) {
+			const char *cn = node_name(w->old, c);
+			int cgit = in_git || gitdir || strcmp(cn, ".git") == 0;
+			rc = walk_child(w, fd, me, cn, w->old->v[c].len, c, path, plen, depth,
+					zone && !cgit, cgit, noreuse);
+		}
+		close(fd);
+		return rc;
+	}
+	/* read it: the names of its subdirectories go on the stack */
+	w->read++;
+	size_t base = w->slen, count = 0, nsub = 0;
+	int head = 0, objects = 0, refs = 0;
 	unsigned char dotgit = 0;
-	struct dirent *e;
-	while (!rc && (e = readdir(d)) != NULL) {
-		const char *nm = e->d_name;
-		if (nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2])))
-			continue;
-		if (++s->p->entries > s->max) {
-			rc = refuse(s->err, "executor: more than %zu entries in the writable roots: the "
-				    "protected-path walk cannot finish, so the run is refused (raise the "
-				    "profile's protect.max_entries)", s->max);
+	for (;;) {
+		long r = syscall(SYS_getdents64, fd, w->dents, sizeof w->dents);
+		if (r <= 0)
 			break;
-		}
-		unsigned char t = e->d_type;
-		if (t == DT_UNKNOWN) {
-			struct stat st;
-			if (fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) != 0)
+		for (long off = 0; off < r;) {
+			struct linux_dirent64_ *d = (struct linux_dirent64_ *)(w->dents + off);
+			off += d->d_reclen;
+			const char *nm = d->d_name;
+			if (nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2])))
 				continue;
-			t = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG
-			    : S_ISLNK(st.st_mode)			      ? DT_LNK
-									      : DT_UNKNOWN;
-		}
-		if (strcmp(nm, "HEAD") == 0 && (t == DT_REG || t == DT_LNK))
-			head = 1;
-		else if (strcmp(nm, "objects") == 0 && t == DT_DIR)
-			objects = 1;
-		else if (strcmp(nm, "refs") == 0 && t == DT_DIR)
-			refs = 1;
-		if (strcmp(nm, ".git") == 0) {
-			have_dotgit = 1;
-			dotgit = t;
-			continue;
-		}
-		if (t != DT_DIR)
-			continue;
-		if (grow((void **)&v, &cap, n + 1, sizeof *v) < 0 || !(v[n].name = strdup(nm))) {
-			rc = -ENOMEM;
-			break;
-		}
-		v[n++].type = t;
-	}
-	int gitdir = head && objects && refs;
-	if (!rc && have_dotgit) {
-		/* a worktree root: a zone, and what its .git is */
-		char dir[PATH_MAX], dg[PATH_MAX];
-		snprintf(dir, sizeof dir, "%s", plen ? path : "/");
-		if (snprintf(dg, sizeof dg, "%s/.git", path) >= (int)sizeof dg)
-			rc = refuse(s->err, "executor: a path in the writable roots is longer than %d bytes",
-				    PATH_MAX);
-		if (!rc)
-			rc = strs_add(&s->p->dotgits, &s->p->ndotgits, &s->p->dcap, dg);
-		if (!rc)
-			rc = strs_add(&s->p->zones, &s->p->nzones, &s->p->zcap, dir);
-		if (!rc && dotgit == DT_LNK && root_of(s, dg) && !granted(s, dg, dg))
-			rc = refuse(s->err, "executor: '%s' is a symbolic link, which a command could "
-				    "repoint; make it a directory or a .git file (gitdir: ...), or grant "
-				    "writes to it", dg);
-		else if (!rc && dotgit == DT_REG)
-			rc = gitfile(s, dir, dg);
-		else if (!rc && dotgit == DT_DIR)
-			rc = protect_gitdir(s, dg, 0);
-		/* the names at the top of a repository below a writable root: watched */
-		const char *r = root_of(s, dir);
-		if (!rc && !(r && strcmp(r, dir) == 0))
-			rc = protect_names(s, dir, 0);
-		if (!rc && dotgit == DT_DIR) {
-			if (grow((void **)&v, &cap, n + 1, sizeof *v) < 0 || !(v[n].name = strdup(".git")))
-				rc = -ENOMEM;
-			else
-				v[n++].type = DT_DIR;
-		}
-	}
-	if (!rc && gitdir) {
-		rc = protect_gitdir(s, path, 0);
-		if (!rc)
-			rc = open_module(s, path);
-		if (!rc)
-			rc = protect_worktrees(s, path);
-	}
-	for (size_t i = 0; i < n; i++) {
-		/* a git directory's objects, refs and logs hold no repository */
-		int skip = gitdir && (strcmp(v[i].name, "objects") == 0 || strcmp(v[i].name, "refs") == 0 ||
-				      strcmp(v[i].name, "logs") == 0);
-		if (!rc && !skip) {
-			size_t k = strlen(v[i].name);
-			if (plen + 1 + k >= PATH_MAX) {
-				rc = refuse(s->err, "executor: a path in the writable roots is longer than %d "
-					    "bytes", PATH_MAX);
-			} else if (depth + 1 > LR_PROTECT_MAX_DEPTH) {
-				rc = refuse(s->err, "executor: the writable roots are more than %d directories "
-					    "deep (the protected-path walk stops there, so the run is "
-					    "refused): '%.160s…'", LR_PROTECT_MAX_DEPTH, path);
-			} else {
-				int sub = openat(dirfd(d), v[i].name,
-						 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-				if (sub >= 0) {
-					path[plen] = '/';
-					memcpy(path + plen + 1, v[i].name, k + 1);
-					rc = visit(s, sub, path, plen + 1 + k, depth + 1);
-					path[plen] = '\0';
-				}
+			count++;
+			unsigned char t = d->d_type;
+			if (t == DT_UNKNOWN) {
+				struct stat cs;
+				if (fstatat(fd, nm, &cs, AT_SYMLINK_NOFOLLOW) != 0)
+					continue;
+				t = S_ISDIR(cs.st_mode) ? DT_DIR : S_ISREG(cs.st_mode) ? DT_REG
+				    : S_ISLNK(cs.st_mode)			       ? DT_LNK
+										       : DT_UNKNOWN;
 			}
+			if (strcmp(nm, "HEAD") == 0 && (t == DT_REG || t == DT_LNK))
+				head = 1;
+			else if (strcmp(nm, "objects") == 0 && t == DT_DIR)
+				objects = 1;
+			else if (strcmp(nm, "refs") == 0 && t == DT_DIR)
+				refs = 1;
+			if (strcmp(nm, ".git") == 0)
+				dotgit = t ? t : DT_UNKNOWN;
+			if (t != DT_DIR)
+				continue;
+			size_t k = strlen(nm) + 1;
+			if (reserve(&w->stack, &w->scap, w->slen + k) < 0) {
+				close(fd);
+				return -ENOMEM;
+			}
+			memcpy(w->stack + w->slen, nm, k);
+			w->slen += k;
+			nsub++;
 		}
-		free(v[i].name);
 	}
-	free(v);
-	closedir(d);
+	n = &w->t->v[me];
+	n->nent = count > UINT32_MAX ? UINT32_MAX : (uint32_t)count;
+	n->dotgit = dotgit;
+	if (head && objects && refs)
+		n->flags |= F_GITDIR;
+	w->entries += count;
+	if ((rc = too_many(w)) != 0) {
+		w->slen = base;
+		close(fd);
+		return rc;
+	}
+	if (w->a)
+		after_saw(w, fd, me, old, path, in_zone, in_git);
+	n = &w->t->v[me];
+	int gitdir = n->flags & F_GITDIR;
+	/* the last walk's children, by name, to reuse theirs */
+	struct kid *kids = NULL;
+	size_t nold = 0;
+	if (o && o->first != NONE) {
+		for (uint32_t c = o->first; c != NONE; c = w->old->v[c].next)
+			nold++;
+		kids = malloc(nold * sizeof *kids);
+		if (kids) {
+			size_t i = 0;
+			for (uint32_t c = o->first; c != NONE; c = w->old->v[c].next)
+				kids[i++] = (struct kid){ node_name(w->old, c), c };
+			qsort(kids, nold, sizeof *kids, by_kid);
+		}
+	}
+	/* the old zone decides: a .git made by the command does not make one */
+	int zone = in_zone || (o ? o->dotgit : w->a ? 0 : dotgit);
+	const char *nm = w->stack + base;
+	for (size_t i = 0; i < nsub && !rc; i++) {
+		size_t k = strlen(nm);
+		if (!(gitdir && is_gitdir_part(nm)) &&
+		    !(w->a && strcmp(nm, ".git") == 0 && !w->t->v[me].dotgit)) {
+			uint32_t oc = NONE;
+			if (kids) {
+				struct kid key = { nm, NONE };
+				const struct kid *hit = bsearch(&key, kids, nold, sizeof *kids, by_kid);
+				if (hit)
+					oc = hit->idx;
+			}
+			int cgit = in_git || gitdir || strcmp(nm, ".git") == 0;
+			rc = walk_child(w, fd, me, nm, k, oc, path, plen, depth, zone && !cgit, cgit, noreuse);
+		}
+		nm += k + 1;
+	}
+	free(kids);
+	w->slen = base;
+	close(fd);
 	return rc;
 }
 
@@ -645,6 +892,101 @@ static int inside_repository(const char *root)
 	}
 }
 
+static int64_t coarse_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The old tree's node for root i (same path), or NONE. */
+static uint32_t old_root(const struct lr_protect_tree *old, const char *root)
+{
+	for (size_t i = 0; old && i < old->nroots; i++)
+		if (old->roots[i] != NONE && strcmp(node_name(old, old->roots[i]), root) == 0)
+			return old->roots[i];
+	return NONE;
+}
+
+/* Walks every root into a new tree (w->t), reusing w->old where it still holds. */
+static int walk_roots(struct walker *w, const char *const *roots, size_t nroots, const int *outer)
+{
+	struct lr_protect_tree *t = calloc(1, sizeof *t);
+	if (!t || !(t->roots = calloc(nroots ? nroots : 1, sizeof *t->roots)) ||
+	    !(t->outer = calloc(nroots ? nroots : 1, sizeof *t->outer))) {
+		lr_protect_tree_free(t);
+		return -ENOMEM;
+	}
+	w->t = t;
+	w->started = coarse_now();
+	char path[PATH_MAX];
+	int rc = 0;
+	for (size_t i = 0; i < nroots && !rc; i++) {
+		int fd = open(roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		t->outer[t->nroots] = outer[i];
+		if (fd < 0) {
+			t->roots[t->nroots++] = NONE;
+			continue;
+		}
+		size_t before = t->n;
+		snprintf(path, sizeof path, "%s", strcmp(roots[i], "/") ? roots[i] : "");
+		rc = walk_dir(w, fd, NONE, roots[i], strlen(roots[i]), old_root(w->old, roots[i]), path,
+			      strlen(path), 0, outer[i], 0, untrusted_fs(fd));
+		t->roots[t->nroots++] = t->n > before ? (uint32_t)before : NONE;
+	}
+	free(w->stack);
+	w->stack = NULL;
+	w->slen = w->scap = 0;
+	return rc;
+}
+
+/* What the tree says, turned into the plan (the scan's second half). */
+static int derive(struct scan *s, const struct lr_protect_tree *t, uint32_t i, char *path,
+		  size_t plen)
+{
+	const struct node *n = &t->v[i];
+	int rc = 0;
+	if (n->dotgit) {
+		char dir[PATH_MAX], dg[PATH_MAX];
+		snprintf(dir, sizeof dir, "%s", plen ? path : "/");
+		if (snprintf(dg, sizeof dg, "%s/.git", path) >= (int)sizeof dg)
+			return refuse(s->err, "executor: a path in the writable roots is longer than %d "
+				      "bytes", PATH_MAX);
+		rc = strs_add(&s->p->dotgits, &s->p->ndotgits, &s->p->dcap, dg);
+		if (!rc)
+			rc = strs_add(&s->p->zones, &s->p->nzones, &s->p->zcap, dir);
+		if (!rc && n->dotgit == DT_LNK && root_of(s, dg) && !granted(s, dg, dg))
+			rc = refuse(s->err, "executor: '%s' is a symbolic link, which a command could "
+				    "repoint; make it a directory or a .git file (gitdir: ...), or grant "
+				    "writes to it", dg);
+		else if (!rc && n->dotgit == DT_REG)
+			rc = gitfile(s, dir, dg);
+		else if (!rc && n->dotgit == DT_DIR)
+			rc = protect_gitdir(s, dg, 0);
+		/* the names at the top of a repository below a writable root: watched */
+		const char *r = root_of(s, dir);
+		if (!rc && !(r && strcmp(r, dir) == 0))
+			rc = protect_names(s, dir, 0);
+	}
+	if (!rc && (n->flags & F_GITDIR)) {
+		rc = protect_gitdir(s, path, 0);
+		if (!rc)
+			rc = open_module(s, path);
+		if (!rc)
+			rc = protect_worktrees(s, path);
+	}
+	for (uint32_t c = n->first; c != NONE && !rc; c = t->v[c].next) {
+		size_t k = t->v[c].len;
+		if (plen + 1 + k >= PATH_MAX)
+			continue;
+		path[plen] = '/';
+		memcpy(path + plen + 1, node_name(t, c), k + 1);
+		rc = derive(s, t, c, path, plen + 1 + k);
+		path[plen] = '\0';
+	}
+	return rc;
+}
+
 void lr_protect_plan_release(struct lr_protect_plan *p)
 {
 	if (!p)
@@ -662,6 +1004,7 @@ void lr_protect_plan_release(struct lr_protect_plan *p)
 	}
 	free(p->items);
 	free(p->binds);
+	lr_protect_tree_free(p->tree);
 	memset(p, 0, sizeof *p);
 }
 
@@ -672,27 +1015,45 @@ int lr_protect_scan(const char *const *roots, size_t nroots, const struct lr_pro
 	err[0] = '\0';
 	struct scan s = { .o = o, .p = plan, .roots = roots, .nroots = nroots, .err = err,
 			  .max = o->max_entries ? o->max_entries : LR_PROTECT_MAX_ENTRIES };
-	int rc = 0;
-	char path[PATH_MAX];
+	/* a root inside another root is walked with it */
+	const char **top = calloc(nroots ? nroots : 1, sizeof *top);
+	int *outer = calloc(nroots ? nroots : 1, sizeof *outer);
+	struct walker *w = calloc(1, sizeof *w);
+	int rc = top && outer && w ? 0 : -ENOMEM;
+	size_t ntop = 0;
 	for (size_t i = 0; i < nroots && !rc; i++) {
-		/* a root inside another root is walked with it */
 		int nested = 0;
 		for (size_t j = 0; j < nroots; j++)
 			nested |= j != i && within(roots[i], roots[j]) && strcmp(roots[i], roots[j]) != 0;
+		for (size_t j = 0; j < ntop; j++)
+			nested |= strcmp(top[j], roots[i]) == 0;
 		if (nested)
 			continue;
-		if (inside_repository(roots[i]))
+		outer[ntop] = inside_repository(roots[i]);
+		if (outer[ntop])
 			rc = strs_add(&plan->zones, &plan->nzones, &plan->zcap, roots[i]);
 		if (!rc)
 			rc = protect_names(&s, roots[i], 1);
-		if (rc)
-			break;
-		int fd = open(roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		snprintf(path, sizeof path, "%s", strcmp(roots[i], "/") ? roots[i] : "");
-		rc = visit(&s, fd, path, strlen(path), 0);
+		top[ntop++] = roots[i];
 	}
+	if (!rc) {
+		*w = (struct walker){ .old = o->cache, .max = s.max, .err = err };
+		rc = walk_roots(w, top, ntop, outer);
+		plan->tree = w->t;
+		plan->entries = w->entries;
+		plan->dirs_read = w->read;
+	}
+	char path[PATH_MAX];
+	for (size_t i = 0; !rc && plan->tree && i < plan->tree->nroots; i++) {
+		uint32_t r = plan->tree->roots[i];
+		if (r == NONE)
+			continue;
+		snprintf(path, sizeof path, "%s", strcmp(top[i], "/") ? top[i] : "");
+		rc = derive(&s, plan->tree, r, path, strlen(path));
+	}
+	free(top);
+	free(outer);
+	free(w);
 	if (!rc) {
 		qsort(plan->gitdirs, plan->ngitdirs, sizeof *plan->gitdirs, by_str);
 		qsort(plan->dotgits, plan->ndotgits, sizeof *plan->dotgits, by_str);
@@ -703,6 +1064,13 @@ int lr_protect_scan(const char *const *roots, size_t nroots, const struct lr_pro
 		lr_protect_plan_release(plan);
 	}
 	return rc;
+}
+
+struct lr_protect_tree *lr_protect_plan_take_tree(struct lr_protect_plan *p)
+{
+	struct lr_protect_tree *t = p->tree;
+	p->tree = NULL;
+	return t;
 }
 
 /* ------------------------------------------------------------------ */
@@ -840,7 +1208,6 @@ struct after {
 	const struct lr_protect_plan *p;
 	const struct lr_protect_opts *o;
 	struct lr_buf *moved;
-	size_t entries, max;
 	char *err;
 	int rc; /* the first failure; the check goes on */
 };
@@ -879,104 +1246,82 @@ static int granted_path(const struct after *a, const char *path)
 	return 0;
 }
 
-static void after_walk(struct after *a, int dfd, char *path, size_t plen, int depth)
+/*
+ * A directory read again after the run, inside a repository that existed
+ * before it (and outside any git directory): a .git or a git directory that
+ * the last walk did not see there is moved aside.
+ */
+static void after_saw(struct walker *w, int fd, uint32_t me, uint32_t old, const char *path,
+		      int in_zone, int in_git)
 {
-	DIR *d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
+	struct after *a = w->a;
+	struct node *n = &w->t->v[me];
+	const struct node *o = old != NONE ? &w->old->v[old] : NULL;
+	if (!in_zone || in_git)
 		return;
+	if (n->dotgit && !(o && o->dotgit)) {
+		char dg[PATH_MAX];
+		if (snprintf(dg, sizeof dg, "%s/.git", path) < (int)sizeof dg && !granted_path(a, dg) &&
+		    quarantine(a, fd, path, ".git", "a .git the command made inside a repository, which "
+			       "git on the host would enter (its config and hooks run as you)") == 0)
+			w->t->v[me].dotgit = 0;
 	}
-	char **subs = NULL;
-	size_t n = 0, cap = 0;
-	int head = 0, objects = 0, refs = 0, dotgit = 0;
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL) {
-		const char *nm = e->d_name;
-		if (nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2])))
-			continue;
-		if (++a->entries > a->max) {
-			if (a->rc != LR_ETOOBIG) {
-				a->rc = LR_ETOOBIG;
-				snprintf(a->err, LR_SBX_ERRLEN, "executor: the check after the run stopped "
-					 "after %zu entries: a repository made below '%s' may be left", a->max,
-					 path);
-			}
-			break;
-		}
-		unsigned char t = e->d_type;
-		if (t == DT_UNKNOWN) {
-			struct stat st;
-			if (fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) != 0)
-				continue;
-			t = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_LNK;
-		}
-		if (strcmp(nm, ".git") == 0) {
-			dotgit = 1;
-			continue;
-		}
-		if (strcmp(nm, "HEAD") == 0 && t != DT_DIR)
-			head = 1;
-		else if (strcmp(nm, "objects") == 0 && t == DT_DIR)
-			objects = 1;
-		else if (strcmp(nm, "refs") == 0 && t == DT_DIR)
-			refs = 1;
-		if (t == DT_DIR && grow((void **)&subs, &cap, n + 1, sizeof *subs) == 0 &&
-		    (subs[n] = strdup(nm)) != NULL)
-			n++;
-	}
-	int known_gitdir = sorted_has(a->p->gitdirs, a->p->ngitdirs, path);
-	if (dotgit && plen + 5 < PATH_MAX) {
-		memcpy(path + plen, "/.git", 6);
-		int known = sorted_has(a->p->dotgits, a->p->ndotgits, path) || granted_path(a, path);
-		path[plen] = '\0';
-		if (!known)
-			quarantine(a, dirfd(d), path, ".git",
-				   "a .git the command made inside a repository, which git on the host "
-				   "would enter (its config and hooks run as you)");
-	}
-	if (head && objects && refs && !known_gitdir)
-		quarantine(a, dirfd(d), path, "HEAD",
-			   "a repository the command made inside a repository (HEAD, objects, refs), "
-			   "which git run in that directory on the host would use");
-	for (size_t i = 0; i < n; i++) {
-		int skip = known_gitdir && (strcmp(subs[i], "objects") == 0 || strcmp(subs[i], "refs") == 0 ||
-					    strcmp(subs[i], "logs") == 0);
-		size_t k = strlen(subs[i]);
-		if (!skip && depth < LR_PROTECT_MAX_DEPTH * 4 && plen + 1 + k < PATH_MAX &&
-		    a->rc != LR_ETOOBIG) {
-			int sub = openat(dirfd(d), subs[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (sub >= 0) {
-				path[plen] = '/';
-				memcpy(path + plen + 1, subs[i], k + 1);
-				after_walk(a, sub, path, plen + 1 + k, depth + 1);
-				path[plen] = '\0';
-			}
-		}
-		free(subs[i]);
-	}
-	free(subs);
-	closedir(d);
+	n = &w->t->v[me];
+	if ((n->flags & F_GITDIR) && !(o && (o->flags & F_GITDIR)) &&
+	    quarantine(a, fd, path, "HEAD", "a repository the command made inside a repository "
+		       "(HEAD, objects, refs), which git run in that directory on the host would use") == 0)
+		w->t->v[me].flags &= (uint8_t)~F_GITDIR;
 }
 
-int lr_protect_after(const struct lr_protect_plan *p, const struct lr_protect_opts *o,
+int lr_protect_after(struct lr_protect_plan *p, const struct lr_protect_opts *o,
 		     struct lr_buf *moved, char err[LR_SBX_ERRLEN])
 {
 	err[0] = '\0';
+	struct after a = { .p = p, .o = o, .moved = moved, .err = err };
 	size_t max = o->max_entries ? o->max_entries : LR_PROTECT_MAX_ENTRIES;
-	struct after a = { .p = p, .o = o, .moved = moved, .max = max * 4, .err = err };
-	char path[PATH_MAX];
-	for (size_t i = 0; i < p->nzones; i++) {
-		int nested = 0;
-		for (size_t j = 0; j < p->nzones && !nested; j++)
-			nested = j != i && within(p->zones[i], p->zones[j]);
-		if (nested)
-			continue;
-		int fd = open(p->zones[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		snprintf(path, sizeof path, "%s", p->zones[i]);
-		after_walk(&a, fd, path, strlen(path), 0);
+	const struct lr_protect_tree *old = p->tree;
+	if (old && old->nroots) {
+		struct walker *w = calloc(1, sizeof *w);
+		const char **roots = calloc(old->nroots, sizeof *roots);
+		if (!w || !roots) {
+			free(w);
+			free(roots);
+			snprintf(err, LR_SBX_ERRLEN, "executor: the check after the run: out of memory");
+			return -ENOMEM;
+		}
+		size_t nr = 0;
+		int *outer = calloc(old->nroots, sizeof *outer);
+		for (size_t i = 0; outer && i < old->nroots; i++) {
+			if (old->roots[i] == NONE)
+				continue;
+			outer[nr] = old->outer[i];
+			roots[nr++] = node_name(old, old->roots[i]);
+		}
+		*w = (struct walker){ .old = old, .max = max * 4, .err = err, .a = &a };
+		int rc = outer ? walk_roots(w, roots, nr, outer) : -ENOMEM;
+		if (rc == LR_ETOOBIG && !a.rc) {
+			a.rc = LR_ETOOBIG;
+			snprintf(err, LR_SBX_ERRLEN, "executor: the check after the run stopped after %zu "
+				 "entries: a repository made in the writable roots may be left", max * 4);
+		} else if (rc && !a.rc) {
+			a.rc = rc;
+			snprintf(err, LR_SBX_ERRLEN, "executor: the check after the run: %s", lr_strerror(rc));
+		}
+		p->dirs_read = w->read;
+		/* the new tree is what the next run may reuse */
+		if (!rc) {
+			lr_protect_tree_free(p->tree);
+			p->tree = w->t;
+		} else {
+			lr_protect_tree_free(w->t);
+			lr_protect_tree_free(p->tree);
+			p->tree = NULL;
+		}
+		free(roots);
+		free(outer);
+		free(w);
 	}
+	char path[PATH_MAX];
 	for (size_t i = 0; i < p->nwatch; i++) {
 		struct stat st;
 		if (lstat(p->watch[i], &st) != 0)
@@ -992,7 +1337,7 @@ int lr_protect_after(const struct lr_protect_plan *p, const struct lr_protect_op
 		quarantine(&a, fd, path, slash + 1,
 			   "a protected name the command made at the top of a repository (editors, "
 			   "agents and CI on the host read it)");
-		close(fd);
+		close(fd); /* (that directory's ctime moved: the next walk reads it again) */
 	}
 	return a.rc;
 }

@@ -296,6 +296,9 @@ int lr__sbx_etc_idmapped(void);
  *   zones   worktree roots (and writable roots inside a repository): after
  *           the run, a .git or a bare repository that appeared below one is
  *           moved aside (lr_protect_after), since host git would use it;
+ *   tree    the directories walked, so the check after the run (and, given
+ *           as the next scan's cache, the next run) reads again only the
+ *           directories whose ctime changed;
  *   watch   protected names missing at the top of a repository below a
  *           writable root (no placeholder there): moved aside after the run
  *           if they appeared.
@@ -325,6 +328,9 @@ struct lr_protect_opts {
 	size_t max_entries;          /* the walk's cap (0: LR_PROTECT_MAX_ENTRIES) */
 	const char *const *granted;  /* the run's write grants (canonical paths): a */
 	size_t ngranted;             /* protection a grant names is dropped */
+	/* the tree of an earlier walk of the same roots (lr_protect_plan_take_tree),
+	   or NULL: directories it still describes are not read again */
+	const struct lr_protect_tree *cache;
 };
 
 enum lr_protect_kind { LR_PROTECT_RO = 0, LR_PROTECT_FILE = 1, LR_PROTECT_DIR = 2 };
@@ -348,7 +354,9 @@ struct lr_protect_plan {
 	char **gitdirs, **dotgits, **zones, **watch; /* gitdirs and dotgits sorted by lr_protect_scan */
 	size_t ngitdirs, ndotgits, nzones, nwatch;
 	size_t gcap, dcap, zcap, wcap;
-	size_t entries; /* directory entries the walk looked at */
+	size_t entries;   /* directory entries the writable roots hold */
+	size_t dirs_read; /* directories the last walk read (the others were reused) */
+	struct lr_protect_tree *tree; /* the walk's tree (after lr_protect_after: the new one) */
 };
 
 /*
@@ -381,8 +389,21 @@ void lr_protect_unplace(struct lr_protect_hold *h);
  * 'NEW': why"). 0, or -errno / LR_ETOOBIG (the tree outgrew the check's cap:
  * what was checked was still moved) with a message.
  */
-int lr_protect_after(const struct lr_protect_plan *p, const struct lr_protect_opts *o,
+int lr_protect_after(struct lr_protect_plan *p, const struct lr_protect_opts *o,
 		     struct lr_buf *moved, char err[LR_SBX_ERRLEN]);
+
+/*
+ * The directories of the writable roots as a walk saw them (device, inode,
+ * ctime, entries): a later walk reuses a directory whose device, inode and
+ * ctime are unchanged (changed within two seconds of a walk, or on NFS,
+ * SMB, FUSE, 9p …: read again). take_tree hands the plan's to the caller
+ * (NULL when there is none) to pass as lr_protect_opts.cache.
+ */
+struct lr_protect_tree;
+struct lr_protect_tree *lr_protect_plan_take_tree(struct lr_protect_plan *p);
+void lr_protect_tree_free(struct lr_protect_tree *t);
+/* (folder-internal) how recent a change must be not to be trusted, ns (tests set 0) */
+extern int64_t lr__protect_recent_ns;
 
 /*
  * For the host's own writers (the file tools): 1 when writing rel (a

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static char root[256];
@@ -358,6 +359,72 @@ TEST(after_in_a_workspace_inside_a_repository)
 	lr_protect_plan_release(&p);
 }
 
+/* Waits until the file system's coarse clock has moved on (20 ms), so a change
+ * made next cannot carry the same ctime as one made before (racy ctimes are
+ * what lr__protect_recent_ns guards against outside tests). */
+static void next_tick(void)
+{
+	struct timespec a, b;
+	clock_gettime(CLOCK_REALTIME_COARSE, &a);
+	do {
+		struct timespec ms = { 0, 1000000 };
+		nanosleep(&ms, NULL);
+		clock_gettime(CLOCK_REALTIME_COARSE, &b);
+	} while ((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec) < 20000000LL);
+}
+
+/* A later walk reuses what did not change, and still sees what did. */
+TEST(walks_reuse_the_tree)
+{
+	lr__protect_recent_ns = 0; /* these directories are seconds old at most */
+	fresh();
+	gitdir(".git");
+	sh("cd '%s' && mkdir -p a/b/c d/e/f g && : > a/b/c/x", ws);
+	struct lr_protect_opts o = { 0 };
+	struct lr_protect_plan p1, p2, p3;
+	char err[LR_SBX_ERRLEN], out[4096];
+	CHECK_EQ_INT(scan(&o, &p1, err), 0);
+	size_t all = p1.dirs_read;
+	CHECK(all >= 10);
+	/* nothing changed: nothing read again */
+	o.cache = p1.tree;
+	CHECK_EQ_INT(scan(&o, &p2, err), 0);
+	CHECK_EQ_INT(p2.dirs_read, 0);
+	CHECK_EQ_INT(p2.entries, p1.entries);
+	CHECK_EQ_INT(p2.nitems, p1.nitems);
+	lr_protect_plan_release(&p2);
+	/* a repository cloned deep inside meanwhile: read again there only, and protected */
+	next_tick();
+	gitdir("d/e/f/lib/.git");
+	CHECK_EQ_INT(scan(&o, &p2, err), 0);
+	CHECK(p2.dirs_read > 0 && p2.dirs_read < all);
+	CHECK(item(&p2, "d/e/f/lib/.git/config") && item(&p2, "d/e/f/lib/.git/hooks"));
+	/* the check after a run reuses the scan's tree and finds what the command made */
+	next_tick();
+	sh("cd '%s' && mkdir -p a/b/c/new && mkdir -p a/b/c/new/.git && : > g/y", ws);
+	CHECK_EQ_INT(after(&p2, out, sizeof out), 0);
+	CHECK(!exists("a/b/c/new/.git") && exists("a/b/c/new/.git.luarig-quarantine"));
+	CHECK(p2.dirs_read > 0 && p2.dirs_read < all);
+	/* a directory replaced by another of the same name is read again (its parent moved) */
+	lr_protect_plan_release(&p1);
+	o.cache = p2.tree;
+	next_tick();
+	sh("cd '%s' && rm -rf d/e && mkdir -p d/e/f2/.git && touch d/e/f2/.git/HEAD", ws);
+	CHECK_EQ_INT(scan(&o, &p3, err), 0);
+	CHECK(item(&p3, "d/e/f2/.git/config") && !item(&p3, "d/e/f/lib/.git/config"));
+	lr_protect_plan_release(&p3);
+	lr_protect_plan_release(&p2);
+	/* recent directories are never reused */
+	lr__protect_recent_ns = 2000000000LL;
+	o.cache = NULL;
+	CHECK_EQ_INT(scan(&o, &p1, err), 0);
+	o.cache = p1.tree;
+	CHECK_EQ_INT(scan(&o, &p2, err), 0);
+	CHECK_EQ_INT(p2.dirs_read, p1.dirs_read);
+	lr_protect_plan_release(&p2);
+	lr_protect_plan_release(&p1);
+}
+
 TEST(file_tools_answer)
 {
 	fresh();
@@ -431,6 +498,7 @@ int main(void)
 	RUN(placeholders_are_held_and_removed);
 	RUN(after_moves_new_repositories_aside);
 	RUN(after_in_a_workspace_inside_a_repository);
+	RUN(walks_reuse_the_tree);
 	RUN(file_tools_answer);
 	RUN(gitfile_parser);
 	sh("rm -rf '%s'", root);
