@@ -12,6 +12,7 @@
  */
 #include "sandbox.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -141,6 +143,168 @@ int lr_protect_gitfile(const char *buf, size_t len, char *out, size_t outlen)
 		return -EINVAL;
 	memcpy(out, p, n);
 	out[n] = '\0';
+	return 0;
+}
+
+/*
+ * A reader of git's config format for the few keys that name files git
+ * runs or reads as config: core.hooksPath, include.path and
+ * includeIf.<condition>.path. Sections and keys are case-insensitive; a
+ * value may be quoted in parts, hold \" \\ \n \t \b escapes, end in a
+ * comment (# or ; outside quotes) and go on after a backslash at the end of
+ * a line. A line git would refuse ends the reading (git refuses the whole
+ * file then, and runs nothing from it).
+ */
+static int ci_eq(const char *a, size_t n, const char *b)
+{
+	return strlen(b) == n && strncasecmp(a, b, n) == 0;
+}
+
+int lr_protect_config_paths(const char *buf, size_t len,
+			    void (*found)(void *arg, enum lr_protect_key key, const char *value),
+			    void *arg)
+{
+	char sect[64] = "", sub[256] = "";
+	size_t i = 0;
+	char val[PATH_MAX];
+	while (i < len) {
+		while (i < len && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r' || buf[i] == '\n'))
+			i++;
+		if (i >= len)
+			break;
+		char c = buf[i];
+		if (c == '#' || c == ';') {
+			while (i < len && buf[i] != '\n')
+				i++;
+			continue;
+		}
+		if (c == '[') {
+			/* [section] [section "sub"] [section.sub] */
+			i++;
+			size_t n = 0;
+			while (i < len && (isalnum((unsigned char)buf[i]) || buf[i] == '-' || buf[i] == '.')) {
+				if (n + 1 >= sizeof sect)
+					return -EINVAL;
+				sect[n++] = buf[i++];
+			}
+			sect[n] = '\0';
+			sub[0] = '\0';
+			char *dot = strchr(sect, '.');
+			if (dot) { /* the old [section.sub] form */
+				snprintf(sub, sizeof sub, "%s", dot + 1);
+				*dot = '\0';
+			}
+			if (i < len && buf[i] == ' ') {
+				while (i < len && buf[i] == ' ')
+					i++;
+				if (i >= len || buf[i] != '"' || dot)
+					return -EINVAL;
+				i++;
+				size_t m = 0;
+				while (i < len && buf[i] != '"' && buf[i] != '\n') {
+					if (buf[i] == '\\' && i + 1 < len)
+						i++;
+					if (m + 1 >= sizeof sub)
+						return -EINVAL;
+					sub[m++] = buf[i++];
+				}
+				sub[m] = '\0';
+				if (i >= len || buf[i] != '"')
+					return -EINVAL;
+				i++;
+			}
+			if (i >= len || buf[i] != ']' || n == 0)
+				return -EINVAL;
+			i++;
+			continue; /* the rest of the line may hold a variable: read on */
+		}
+		if (!isalpha((unsigned char)c))
+			return -EINVAL;
+		size_t k0 = i;
+		while (i < len && (isalnum((unsigned char)buf[i]) || buf[i] == '-'))
+			i++;
+		size_t klen = i - k0;
+		while (i < len && (buf[i] == ' ' || buf[i] == '\t'))
+			i++;
+		size_t vn = 0;
+		int has_value = i < len && buf[i] == '=';
+		if (has_value) {
+			i++;
+			int quoted = 0;
+			size_t keep = 0; /* length of the value without trailing blanks outside quotes */
+			while (i < len && (buf[i] == ' ' || buf[i] == '\t'))
+				i++;
+			for (; i < len; i++) {
+				char ch = buf[i];
+				if (ch == '\n') {
+					if (quoted)
+						return -EINVAL;
+					break;
+				}
+				if (!quoted && (ch == '#' || ch == ';')) {
+					while (i < len && buf[i] != '\n')
+						i++;
+					break;
+				}
+				if (ch == '"') {
+					quoted = !quoted;
+					keep = vn;
+					continue;
+				}
+				if (ch == '\\') {
+					if (i + 1 >= len)
+						return -EINVAL;
+					char e = buf[++i];
+					if (e == '\n')
+						continue; /* continued on the next line */
+					if (e == '\r' && i + 1 < len && buf[i + 1] == '\n') {
+						i++;
+						continue;
+					}
+					ch = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'b' ? '\b'
+					   : e == '"' || e == '\\'	       ? e
+									       : 0;
+					if (!ch)
+						return -EINVAL;
+					if (vn + 1 >= sizeof val)
+						return -EINVAL;
+					val[vn++] = ch;
+					keep = vn;
+					continue;
+				}
+				if (ch == '\r' && i + 1 < len && buf[i + 1] == '\n' && !quoted)
+					continue;
+				if (vn + 1 >= sizeof val)
+					return -EINVAL;
+				val[vn++] = ch;
+				if (quoted || (ch != ' ' && ch != '\t'))
+					keep = vn;
+			}
+			if (quoted)
+				return -EINVAL;
+			vn = keep;
+		} else {
+			/* a key alone (true) or followed by a comment */
+			if (i < len && buf[i] != '\n' && buf[i] != '\r' && buf[i] != '#' && buf[i] != ';')
+				return -EINVAL;
+			while (i < len && buf[i] != '\n')
+				i++;
+		}
+		val[vn] = '\0';
+		if (!has_value || !sect[0] || memchr(val, '\0', vn))
+			continue;
+		enum lr_protect_key key;
+		if (ci_eq(sect, strlen(sect), "core") && !sub[0] && ci_eq(buf + k0, klen, "hookspath"))
+			key = LR_PROTECT_HOOKSPATH;
+		else if (ci_eq(buf + k0, klen, "path") &&
+			 ((ci_eq(sect, strlen(sect), "include") && !sub[0]) ||
+			  (ci_eq(sect, strlen(sect), "includeif") && sub[0])))
+			key = LR_PROTECT_INCLUDE;
+		else
+			continue;
+		if (vn)
+			found(arg, key, val);
+	}
 	return 0;
 }
 
@@ -380,6 +544,109 @@ static int follow_commondir(struct scan *s, const char *g)
 	return root_of(s, target) ? protect_gitdir(s, target, 0) : 0;
 }
 
+/* "." and ".." of an absolute path folded lexically (the file may not exist yet). */
+static int fold(const char *in, char out[PATH_MAX])
+{
+	size_t n = 0;
+	for (const char *c = in; *c;) {
+		while (*c == '/')
+			c++;
+		if (!*c)
+			break;
+		const char *e = strchr(c, '/');
+		size_t k = e ? (size_t)(e - c) : strlen(c);
+		if (k == 2 && c[0] == '.' && c[1] == '.') {
+			while (n > 0 && out[n - 1] != '/')
+				n--;
+			if (n > 0)
+				n--;
+		} else if (!(k == 1 && c[0] == '.')) {
+			if (n + 1 + k >= PATH_MAX)
+				return -ENAMETOOLONG;
+			out[n++] = '/';
+			memcpy(out + n, c, k);
+			n += k;
+		}
+		c += k;
+	}
+	if (n == 0)
+		out[n++] = '/';
+	out[n] = '\0';
+	return 0;
+}
+
+struct cfg {
+	struct scan *s;
+	const char *gitdir;
+	const char *base; /* the directory of the config file read */
+	char worktree[PATH_MAX]; /* where hooks run: a .git's parent, a bare repository itself */
+	int depth;
+	int rc;
+};
+
+static int protect_config(struct scan *s, const char *gitdir, const char *file, int depth);
+
+/* A key of a repository's config that names a file: an include inside a writable root is kept
+   as it is (read-only; watched when missing), a hooks directory inside the git directory too. */
+static void on_config_key(void *arg, enum lr_protect_key key, const char *value)
+{
+	struct cfg *f = arg;
+	if (f->rc || value[0] == '~')
+		return; /* the home's: not in a writable root */
+	char joined[PATH_MAX], path[PATH_MAX];
+	const char *base = key == LR_PROTECT_HOOKSPATH ? f->worktree : f->base;
+	if (value[0] == '/')
+		snprintf(joined, sizeof joined, "%s", value);
+	else if (snprintf(joined, sizeof joined, "%s/%s", base, value) >= (int)sizeof joined)
+		return;
+	if (fold(joined, path) != 0)
+		return;
+	char real[PATH_MAX];
+	if (realpath(path, real)) /* an existing one by its canonical path (links resolved) */
+		snprintf(path, sizeof path, "%s", real);
+	if (!root_of(f->s, path))
+		return;
+	if (key == LR_PROTECT_HOOKSPATH) {
+		/* hooks kept in the git directory: the same as hooks/ (hooks in the worktree are
+		   files of the project, like any other a command may change) */
+		if (within(path, f->gitdir))
+			f->rc = protect_leaf(f->s, path, path, LR_PROTECT_DIR, NULL, 1,
+					     "the hooks directory the repository's config names");
+		return;
+	}
+	struct stat st;
+	int exists = lstat(path, &st) == 0;
+	f->rc = protect_leaf(f->s, path, path, LR_PROTECT_RO, NULL, 0,
+			     "a file the repository's config includes");
+	if (!f->rc && exists && S_ISREG(st.st_mode) && f->depth < 8)
+		f->rc = protect_config(f->s, f->gitdir, path, f->depth + 1);
+}
+
+static int protect_config(struct scan *s, const char *gitdir, const char *file, int depth)
+{
+	char *buf = malloc(1 << 20);
+	size_t len = 0;
+	if (!buf)
+		return -ENOMEM;
+	if (read_small(file, buf, 1 << 20, &len) != 0) {
+		free(buf);
+		return 0;
+	}
+	char base[PATH_MAX];
+	snprintf(base, sizeof base, "%s", file);
+	char *slash = strrchr(base, '/');
+	if (slash)
+		*slash = '\0';
+	struct cfg f = { .s = s, .gitdir = gitdir, .base = base, .depth = depth };
+	snprintf(f.worktree, sizeof f.worktree, "%s", gitdir);
+	size_t gl = strlen(f.worktree);
+	if (gl > 5 && strcmp(f.worktree + gl - 5, "/.git") == 0)
+		f.worktree[gl - 5] = '\0';
+	lr_protect_config_paths(buf, len, on_config_key, &f);
+	free(buf);
+	return f.rc;
+}
+
 static int protect_gitdir(struct scan *s, const char *g, int worktree_gitdir)
 {
 	struct lr_protect_plan *p = s->p;
@@ -393,9 +660,11 @@ static int protect_gitdir(struct scan *s, const char *g, int worktree_gitdir)
 	if (s->o->git_readonly) {
 		if (granted(s, g, g) || strcmp(root_of(s, g), g) == 0)
 			return 0;
-		if ((rc = add_bind(s, g, 0)) != 0 || (rc = pin_parents(s, g)) != 0)
+		if ((rc = add_bind(s, g, 0)) != 0 || (rc = pin_parents(s, g)) != 0 ||
+		    (rc = follow_commondir(s, g)) != 0)
 			return rc;
-		return follow_commondir(s, g);
+		snprintf(path, sizeof path, "%s/config", g);
+		return protect_config(s, g, path, 0);
 	}
 	for (size_t i = 0; i < NLEAVES && !rc; i++) {
 		if (worktree_gitdir && git_leaves[i].main_only)
@@ -416,6 +685,11 @@ static int protect_gitdir(struct scan *s, const char *g, int worktree_gitdir)
 	}
 	if (!rc)
 		rc = follow_commondir(s, g);
+	if (!rc && !worktree_gitdir) {
+		char cfgpath[PATH_MAX];
+		if (snprintf(cfgpath, sizeof cfgpath, "%s/config", g) < (int)sizeof cfgpath)
+			rc = protect_config(s, g, cfgpath, 0);
+	}
 	return rc;
 }
 
@@ -858,11 +1132,16 @@ static int walk_dir(struct walker *w, int fd, uint32_t parent, const char *name,
 	return rc;
 }
 
-/* 1 when a directory above root (not root itself) holds a .git or is a git directory. */
-static int inside_repository(const char *root)
+/*
+ * 1 when a directory above root (not root itself) holds a .git or is a git
+ * directory; gitdir gets that repository's git directory ("" when a .git
+ * file there cannot be read).
+ */
+static int inside_repository(const char *root, char gitdir[PATH_MAX])
 {
 	char buf[PATH_MAX];
 	snprintf(buf, sizeof buf, "%s", root);
+	gitdir[0] = '\0';
 	struct stat st;
 	for (;;) {
 		char *slash = strrchr(buf, '/');
@@ -876,17 +1155,28 @@ static int inside_repository(const char *root)
 			*slash = '\0';
 		}
 		char p[PATH_MAX + 16];
-		snprintf(p, sizeof p, "%s/.git", strcmp(buf, "/") ? buf : "");
-		if (lstat(p, &st) == 0)
+		const char *dir = strcmp(buf, "/") ? buf : "";
+		snprintf(p, sizeof p, "%s/.git", dir);
+		if (lstat(p, &st) == 0) {
+			char data[LR_PROTECT_GITFILE_MAX], target[PATH_MAX];
+			size_t len;
+			if (S_ISDIR(st.st_mode))
+				snprintf(gitdir, PATH_MAX, "%.4000s", p);
+			else if (read_small(p, data, sizeof data, &len) == 0 &&
+				 lr_protect_gitfile(data, len, target, sizeof target) == 0)
+				resolve_pointer(buf, target, gitdir) == 0 ? (void)0 : (void)(gitdir[0] = '\0');
 			return 1;
+		}
 		int g = 1;
 		static const char *const parts[] = { "HEAD", "objects", "refs" };
 		for (int i = 0; i < 3 && g; i++) {
-			snprintf(p, sizeof p, "%s/%s", strcmp(buf, "/") ? buf : "", parts[i]);
+			snprintf(p, sizeof p, "%s/%s", dir, parts[i]);
 			g = lstat(p, &st) == 0;
 		}
-		if (g)
+		if (g) {
+			snprintf(gitdir, PATH_MAX, "%s", buf);
 			return 1;
+		}
 		if (strcmp(buf, "/") == 0)
 			return 0;
 	}
@@ -1029,9 +1319,15 @@ int lr_protect_scan(const char *const *roots, size_t nroots, const struct lr_pro
 			nested |= strcmp(top[j], roots[i]) == 0;
 		if (nested)
 			continue;
-		outer[ntop] = inside_repository(roots[i]);
+		char og[PATH_MAX];
+		outer[ntop] = inside_repository(roots[i], og);
 		if (outer[ntop])
 			rc = strs_add(&plan->zones, &plan->nzones, &plan->zcap, roots[i]);
+		if (!rc && outer[ntop] && og[0]) { /* what its config includes from the root */
+			char cp[PATH_MAX + 8];
+			snprintf(cp, sizeof cp, "%s/config", og);
+			rc = protect_config(&s, og, cp, 0);
+		}
 		if (!rc)
 			rc = protect_names(&s, roots[i], 1);
 		top[ntop++] = roots[i];
@@ -1368,6 +1664,51 @@ static int starts_with_name(char *const *c, size_t n, size_t at, const char *nam
 	return 1;
 }
 
+struct incl {
+	const char *target;
+	char base[PATH_MAX];
+	int depth, hit;
+};
+
+static void incl_key(void *arg, enum lr_protect_key key, const char *value);
+
+/* 1 when the config file at file (or one it includes) includes target. */
+static int includes(const char *file, const char *target, int depth)
+{
+	char *buf = malloc(1 << 20);
+	size_t len = 0;
+	if (!buf)
+		return 0;
+	struct incl in = { .target = target, .depth = depth };
+	if (read_small(file, buf, 1 << 20, &len) == 0) {
+		snprintf(in.base, sizeof in.base, "%s", file);
+		char *slash = strrchr(in.base, '/');
+		if (slash)
+			*slash = '\0';
+		lr_protect_config_paths(buf, len, incl_key, &in);
+	}
+	free(buf);
+	return in.hit;
+}
+
+static void incl_key(void *arg, enum lr_protect_key key, const char *value)
+{
+	struct incl *in = arg;
+	char joined[PATH_MAX], path[PATH_MAX];
+	if (in->hit || key != LR_PROTECT_INCLUDE || value[0] == '~')
+		return;
+	if (value[0] == '/')
+		snprintf(joined, sizeof joined, "%s", value);
+	else if (snprintf(joined, sizeof joined, "%s/%s", in->base, value) >= (int)sizeof joined)
+		return;
+	if (fold(joined, path) != 0)
+		return;
+	if (strcmp(path, in->target) == 0)
+		in->hit = 1;
+	else if (in->depth < 8)
+		in->hit = includes(path, in->target, in->depth + 1);
+}
+
 int lr_protect_path(const char *root, const char *rel, const struct lr_protect_opts *o,
 		    char why[LR_SBX_ERRLEN])
 {
@@ -1407,6 +1748,20 @@ int lr_protect_path(const char *root, const char *rel, const struct lr_protect_o
 		}
 		struct stat st;
 		int project = i == 0 || fstatat(dfd, ".git", &st, AT_SYMLINK_NOFOLLOW) == 0;
+		if (fstatat(dfd, ".git", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+			/* a config file this repository's config includes */
+			char cfgfile[PATH_MAX], target[PATH_MAX], joined[PATH_MAX];
+			const char *dirrel = i == 0 ? "" : pre;
+			snprintf(cfgfile, sizeof cfgfile, "%s%s%s/.git/config", root, i ? "/" : "", dirrel);
+			if (snprintf(joined, sizeof joined, "%s/%s", root, rel) < (int)sizeof joined &&
+			    fold(joined, target) == 0 && includes(cfgfile, target, 0)) {
+				snprintf(why, LR_SBX_ERRLEN, "the config of the repository at '%s' includes it "
+					 "(git on the host reads it as that repository's config)",
+					 i == 0 ? "." : pre);
+				rc = 1;
+				break;
+			}
+		}
 		for (int pass = 0; project && pass < 2 && !rc; pass++) {
 			const char *const *v = pass ? o->names : lr_protect_default_names;
 			size_t nv = pass ? o->nnames : SIZE_MAX;

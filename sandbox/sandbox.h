@@ -410,11 +410,25 @@ extern int64_t lr__protect_recent_ns;
  * relative path without "." or ".." components) beneath root would touch
  * what the scan protects, or create a repository: a ".git" component at any
  * depth, a path inside an existing git directory, a name of the list at
- * the top of root or of a repository in it. why names the rule. 0 when not,
- * -errno on a failed lookup.
+ * the top of root or of a repository in it, a file the config of a
+ * repository above it includes. why names the rule. 0 when not, -errno on
+ * a failed lookup. No walk: a file one repository's config includes from
+ * outside that repository's own tree is held by the sandbox's scan only.
  */
 int lr_protect_path(const char *root, const char *rel, const struct lr_protect_opts *o,
 		    char why[LR_SBX_ERRLEN]);
+
+/*
+ * The keys of a git config file that name files git runs or reads as
+ * config (core.hooksPath; include.path and includeIf.*.path), each value
+ * given to found as git reads it. 0, or -EINVAL at a line git would refuse
+ * (what came before it was given). protect_gitdir protects the files they
+ * name inside writable roots, reading included files the same way.
+ */
+enum lr_protect_key { LR_PROTECT_HOOKSPATH = 1, LR_PROTECT_INCLUDE = 2 };
+int lr_protect_config_paths(const char *buf, size_t len,
+			    void (*found)(void *arg, enum lr_protect_key key, const char *value),
+			    void *arg);
 
 /* A .git file's target ("gitdir: PATH", trailing CR/LF dropped) into out; -EINVAL when it is not one. */
 int lr_protect_gitfile(const char *buf, size_t len, char *out, size_t outlen);

@@ -1,11 +1,13 @@
 /*
  * protect_fuzz.c — the parsers of sandbox/protect.c on arbitrary bytes: a
- * .git file's "gitdir: PATH" (read from a workspace a command wrote) and the
+ * .git file's "gitdir: PATH" (read from a workspace a command wrote), the
+ * reader of git config files (core.hooksPath, include paths) and the
  * protected-name check (profile fields, the file tools' options).
  *
  * Invariants: a parsed target is the bytes after "gitdir: " without the
  * trailing CR/LF, non-empty, holding no NUL or LF and fitting out; anything
- * else is -EINVAL. An accepted name is relative, printable, without empty,
+ * else is -EINVAL. The config reader returns 0 or -EINVAL and gives only
+ * non-empty values of the two kinds. An accepted name is relative, printable, without empty,
  * "." or ".." components and at most LR_PROTECT_NAME_MAX bytes.
  */
 #include "../../sandbox/sandbox.h"
@@ -50,6 +52,14 @@ static void check_name(const char *s)
 		abort();
 }
 
+static void found(void *arg, enum lr_protect_key key, const char *value)
+{
+	(void)arg;
+	if ((key != LR_PROTECT_HOOKSPATH && key != LR_PROTECT_INCLUDE) || !value[0] ||
+	    strlen(value) >= 4096)
+		abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size > 4096)
@@ -62,6 +72,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check_gitfile(buf, size, 300);
 	check_gitfile(buf, size, 16); /* a target that does not fit */
 	check_name(buf);
+	int rc = lr_protect_config_paths(buf, size, found, NULL);
+	if (rc != 0 && rc != -EINVAL)
+		abort();
 	free(buf);
 	return 0;
 }

@@ -506,7 +506,7 @@ sh_box "set -e; git init -q '$R'; cd '$R'; mkdir -p src lib; echo a > src/a.c; g
 	>/dev/null 2>&1; d=$?
 check 26 "git init, add, commit, mv across directories and gc work inside" $c $d
 
-# ---- files the host interprets later (28-41) ----
+# ---- files the host interprets later (28-43) ----
 # Each attack leaves something in a repository of the workspace that would make
 # git on the host run a program later. The program writes the marker $MK, so the
 # marker proves that host git ran something the command wrote. The control does
@@ -602,6 +602,9 @@ hcase 37 "nor a repository that had no .git/modules" setup_plain \
 srcst() { hg -C "$R/src" status; }
 hcase 38 "a bare repository planted in a tracked directory is not used by host git there" setup_plain \
 	"cd src && mkdir objects refs refs/heads && echo 'ref: refs/heads/master' > HEAD && printf '[core]\n\tbare = false\n\tworktree = ..\n\trepositoryformatversion = 0\n\tfsmonitor = %s\n' '$FSM' > config" srcst
+setup_include() { setup_plain && : >"$R/shared.gitconfig" && hg -C "$R" config include.path ../shared.gitconfig; }
+hcase 43 "a config file the repository's config includes from the worktree does not gain core.fsmonitor" setup_include \
+	"printf '[core]\n\tfsmonitor = %s\n' '$FSM' >> shared.gitconfig" st
 # 39: the workspace is a directory of a repository; a .git made at its top takes over git there
 OUT=$T/outer
 setup_outer() { repo "$OUT" && mkdir -p "$OUT/ws" && echo w >"$OUT/ws/w" && hg -C "$OUT" add -A && hg -C "$OUT" commit -qm w; }

@@ -462,10 +462,80 @@ TEST(file_tools_answer)
 	CHECK(strstr(why, "'.vscode'") && strstr(why, "protected list"));
 	CHECK_EQ_INT(lr_protect_path(ws, "fixtures/bare.git/config", &o, why), 1);
 	CHECK(strstr(why, "fixtures/bare.git") && strstr(why, "git directory"));
+	/* a file a repository's config includes from its worktree (here, the nested one's) */
+	sh("cd '%s' && printf '[include]\\n\\tpath = ../conf/lib.gitconfig\\n' >> vendor/lib/.git/config", ws);
+	CHECK_EQ_INT(lr_protect_path(ws, "vendor/lib/conf/lib.gitconfig", &o, why), 1);
+	CHECK(strstr(why, "'vendor/lib'") && strstr(why, "includes it"));
+	CHECK_EQ_INT(lr_protect_path(ws, "vendor/lib/conf/other", &o, why), 0);
 	const char *names[] = { ".tool-versions" };
 	struct lr_protect_opts o2 = { .names = names, .nnames = 1 };
 	CHECK_EQ_INT(lr_protect_path(ws, ".tool-versions", &o, why), 0);
 	CHECK_EQ_INT(lr_protect_path(ws, ".tool-versions", &o2, why), 1);
+}
+
+static char got[8][256];
+static int ngot;
+
+static void collect(void *arg, enum lr_protect_key key, const char *value)
+{
+	(void)arg;
+	if (ngot < 8)
+		snprintf(got[ngot++], sizeof got[0], "%s=%s", key == LR_PROTECT_HOOKSPATH ? "hooks" : "inc", value);
+}
+
+static int cfg(const char *text)
+{
+	ngot = 0;
+	return lr_protect_config_paths(text, strlen(text), collect, NULL);
+}
+
+TEST(config_reader)
+{
+	CHECK_EQ_INT(cfg("[core]\n\thooksPath = .husky/_\n[include]\n\tpath = ../shared.gitconfig\n"), 0);
+	CHECK_EQ_INT(ngot, 2);
+	CHECK_EQ_STR(got[0], "hooks=.husky/_");
+	CHECK_EQ_STR(got[1], "inc=../shared.gitconfig");
+	/* case, quotes, escapes, comments, continuation, the old [section.sub] form */
+	CHECK_EQ_INT(cfg("[CORE] HOOKSPATH = \"a b\"c # x\n[includeIf \"gitdir:/x/\"]\n path = p\\\nq ; c\n"
+			 "[includeIf \"onbranch:m\"]\npath=r\n[core \"sub\"]\nhookspath = no\n[other]\npath = no\n"), 0);
+	CHECK_EQ_INT(ngot, 3);
+	CHECK_EQ_STR(got[0], "hooks=a bc");
+	CHECK_EQ_STR(got[1], "inc=pq");
+	CHECK_EQ_STR(got[2], "inc=r");
+	/* a line git refuses ends the reading; what came before is given */
+	CHECK_EQ_INT(cfg("[include]\npath = a\n= b\npath = c\n"), -EINVAL);
+	CHECK_EQ_INT(ngot, 1);
+	CHECK_EQ_INT(cfg("[include]\npath = \"open\n"), -EINVAL);
+	CHECK_EQ_INT(cfg("[core]\nbare\n"), 0);
+	CHECK_EQ_INT(ngot, 0);
+}
+
+TEST(scan_follows_the_config)
+{
+	fresh();
+	gitdir(".git");
+	sh("cd '%s' && printf '[include]\\n\\tpath = ../shared.gitconfig\\n\\tpath = ../missing.gitconfig\\n"
+	   "[core]\\n\\thooksPath = .git/myhooks\\n' >> .git/config && printf '[include]\\n\\tpath = deeper.gitconfig\\n' "
+	   "> shared.gitconfig && : > deeper.gitconfig && mkdir -p .husky", ws);
+	struct lr_protect_opts o = { 0 };
+	struct lr_protect_plan p;
+	char err[LR_SBX_ERRLEN];
+	CHECK_EQ_INT(scan(&o, &p, err), 0);
+	CHECK(item(&p, "shared.gitconfig") && item(&p, "shared.gitconfig")->kind == LR_PROTECT_RO);
+	CHECK(item(&p, "deeper.gitconfig")); /* included by the included file */
+	CHECK(item(&p, ".git/myhooks") && item(&p, ".git/myhooks")->kind == LR_PROTECT_DIR);
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/missing.gitconfig", ws);
+	int watched = 0;
+	for (size_t i = 0; i < p.nwatch; i++)
+		watched |= strcmp(p.watch[i], path) == 0;
+	CHECK(watched);
+	lr_protect_plan_release(&p);
+	/* hooks the config keeps in the worktree are files of the project: not held */
+	sh("cd '%s' && git config --file .git/config core.hooksPath .husky", ws);
+	CHECK_EQ_INT(scan(&o, &p, err), 0);
+	CHECK(!item(&p, ".husky"));
+	lr_protect_plan_release(&p);
 }
 
 TEST(gitfile_parser)
@@ -500,6 +570,8 @@ int main(void)
 	RUN(after_in_a_workspace_inside_a_repository);
 	RUN(walks_reuse_the_tree);
 	RUN(file_tools_answer);
+	RUN(config_reader);
+	RUN(scan_follows_the_config);
 	RUN(gitfile_parser);
 	sh("rm -rf '%s'", root);
 	return test_summary();
