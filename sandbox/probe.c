@@ -691,11 +691,17 @@ static void enforce_a(const struct lr_sbx_caps *c, struct lr_sbx_report *r)
 /* What the host interprets later: said the same way for every tier that has a mount view. */
 static void protected_how(const struct lr_profile *p, struct lr_sbx_report *r)
 {
-	set(r, LR_G_PROTECTED_FILES, "mount namespace view: in writable roots %s of every "
-	    "repository, and the protected names at the top, read-only (placeholders for missing "
-	    "ones); a .git made inside a repository is moved aside after the run",
-	    p->git_readonly ? "the whole git directory" : "the git files that run code (config, "
-	    "config.worktree, commondir, hooks, info/attributes, objects/info/alternates, modules)");
+	char files[160] = "";
+	for (size_t i = 0, off = 0; lr_protect_git_files[i] && off < sizeof files; i++) {
+		int w = snprintf(files + off, sizeof files - off, "%s%s", i ? ", " : "",
+				 lr_protect_git_files[i]);
+		off += w > 0 ? (size_t)w : 0;
+	}
+	set(r, LR_G_PROTECTED_FILES, "mount view: in writable roots %s%s%s of each repository "
+	    "and the protected names read-only, missing ones held by placeholders; a .git made "
+	    "inside a repository moved aside after the run",
+	    p->git_readonly ? "the whole git directory" : "the git files that run code (",
+	    p->git_readonly ? "" : files, p->git_readonly ? "" : ")");
 }
 
 static void enforce_b(const struct lr_sbx_caps *c, struct lr_sbx_report *r)

@@ -420,6 +420,19 @@ static int protect_leaf(struct scan *s, const char *unit, const char *path,
 	if (!root_of(s, path) || granted(s, unit, path))
 		return 0;
 	struct stat st;
+	/* a link on the way could be replaced as well as one at the end */
+	char way[PATH_MAX];
+	snprintf(way, sizeof way, "%s", path);
+	const char *wr = root_of(s, path);
+	for (char *c = way + (strcmp(wr, "/") ? strlen(wr) : 0) + 1; (c = strchr(c, '/')) != NULL; c++) {
+		*c = '\0';
+		int bad = lstat(way, &st) == 0 && S_ISLNK(st.st_mode);
+		if (bad)
+			return refuse(s->err, "executor: '%s' (on the way to %s) is a symbolic link, which a "
+				      "command could replace; make it a real directory, or grant writes to it",
+				      way, what);
+		*c = '/';
+	}
 	if (lstat(path, &st) == 0) {
 		if (S_ISLNK(st.st_mode))
 			return refuse(s->err, "executor: '%s' (%s) is a symbolic link, which a command could "
@@ -907,9 +920,11 @@ static int too_many(struct walker *w)
 		      "profile's protect.max_entries)", w->max);
 }
 
+/* What a git directory holds that holds no repository (and may be large). */
 static int is_gitdir_part(const char *nm)
 {
-	return strcmp(nm, "objects") == 0 || strcmp(nm, "refs") == 0 || strcmp(nm, "logs") == 0;
+	return strcmp(nm, "objects") == 0 || strcmp(nm, "refs") == 0 || strcmp(nm, "logs") == 0 ||
+	       strcmp(nm, "lfs") == 0;
 }
 
 /* A child of dir fd named nm: opened without following a link, walked. */

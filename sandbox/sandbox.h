@@ -160,8 +160,8 @@ struct lr_sbx_report {
 	enum lr_tier tier;
 	int enforced[LR_G_COUNT];          /* 1 when the OS enforces it for this profile */
 	int required[LR_G_COUNT];          /* 1 when the profile needs it */
-	char how[LR_G_COUNT][256];         /* "landlock ABI 7 + mount namespace", ... */
-	char missing[LR_G_COUNT][256];     /* why not, when not enforced */
+	char how[LR_G_COUNT][320];         /* "landlock ABI 7 + mount namespace", ... */
+	char missing[LR_G_COUNT][320];     /* why not, when not enforced */
 	char protected_names[512];         /* the protected names of the profile, space-separated */
 };
 /*

@@ -217,6 +217,11 @@ TEST(scan_refuses_what_it_cannot_hold)
 	CHECK(strstr(err, ".git/hooks") && strstr(err, "symbolic link"));
 	CHECK_EQ_INT(p.nitems, 0); /* released */
 	fresh();
+	gitdir(".git");
+	sh("cd '%s' && mv .git/objects objs && ln -s ../objs .git/objects", ws); /* a link on the way */
+	CHECK_EQ_INT(scan(&o, &p, err), LR_EREFUSED);
+	CHECK(strstr(err, ".git/objects") && strstr(err, "on the way to"));
+	fresh();
 	sh("cd '%s' && ln -s /etc .claude", ws);
 	CHECK_EQ_INT(scan(&o, &p, err), LR_EREFUSED);
 	CHECK(strstr(err, ".claude") != NULL);
