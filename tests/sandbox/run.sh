@@ -544,6 +544,13 @@ setup_sub() {
 		hg -C "$R" commit -qm sub
 }
 st() { hg -C "$R" status; }
+# what else a person runs in the repository: diff, checkout, fetch (with submodules)
+many() {
+	hg -C "$R" status
+	hg -C "$R" diff
+	hg -C "$R" checkout -q -b other-$$
+	hg -C "$R" fetch -q --recurse-submodules=yes "$R" 2>/dev/null
+}
 marked() { [ -e "$MK" ]; }
 # hcase N what setup script after [verify [workspace]]: the attack script runs in
 # $R (as a file in the workspace), then the host runs after; verify (default: the
@@ -589,10 +596,14 @@ hcase 33 "a pre-commit hook is not created in a repository made without hooks" s
 	"mkdir -p .git/hooks; printf '#!/bin/sh\necho hook >> $MK\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit" commit_a
 hcase 34 "a submodule's git directory (.git/modules/sub/config) does not gain core.fsmonitor" setup_sub \
 	"git --git-dir=.git/modules/sub config core.fsmonitor '$FSM'" st
+hcase 34 "nor a hook host diff, checkout or fetch would run" setup_sub \
+	"git --git-dir=.git/modules/sub config core.fsmonitor '$FSM'; printf '#!/bin/sh\necho hook >> $MK\n' > .git/modules/sub/hooks/post-checkout; chmod +x .git/modules/sub/hooks/post-checkout" many
 hcase 35 "a submodule's .git file is not repointed at a git directory the command made" setup_sub \
 	"cp -r .git/modules/sub ../evilsub.git; git config --file ../evilsub.git/config core.fsmonitor '$FSM'; git config --file ../evilsub.git/config core.worktree '$R/sub'; rm -f sub/.git || mv sub/.git sub/.git.old; echo 'gitdir: $HW/evilsub.git' > sub/.git" st
 hcase 36 "a submodule the command registers (gitlink, its own .git) is not entered by host git" setup_plain \
 	"git init -q evil && cd evil && git commit -q --allow-empty -m e && git config core.fsmonitor '$FSM' && cd .. && git add evil" st
+hcase 36 "nor by host diff, checkout or fetch --recurse-submodules" setup_plain \
+	"git init -q evil && cd evil && git commit -q --allow-empty -m e && git config core.fsmonitor '$FSM' && printf '#!/bin/sh\necho hook >> $MK\n' > .git/hooks/post-checkout && chmod +x .git/hooks/post-checkout && cd .. && git add evil && git commit -qm sub" many
 nomod() { marked || [ -e "$R/.git/modules/evil" ]; }
 hcase 37 ".git/modules gains no entry; a .gitmodules submodule with a .git file is not entered" setup_sub \
 	"git init -q --separate-git-dir=.git/modules/evil evil; cd evil && git commit -q --allow-empty -m e && git config core.fsmonitor '$FSM' && cd ..; printf '[submodule \"evil\"]\n\tpath = evil\n\turl = ./evil\n' >> .gitmodules; git add .gitmodules evil" st nomod

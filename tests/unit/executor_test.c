@@ -592,6 +592,21 @@ TEST(walk_is_bounded)
 	p.protect_max_entries = 0;
 	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
 	lr_sbx_spec_release(&s);
+	/* more repositories than the view can hold binds for: refused, saying so */
+	for (int i = 0; i < 160; i++) {
+		snprintf(p1, sizeof p1, "%s/many/r%03d/.git/objects", ws, i);
+		mkdirs(p1);
+		snprintf(p1, sizeof p1, "%s/many/r%03d/.git/refs", ws, i);
+		mkdirs(p1);
+		snprintf(p1, sizeof p1, "%s/many/r%03d/.git/HEAD", ws, i);
+		touch(p1);
+	}
+	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
+	CHECK(strstr(err, "too many repositories") != NULL);
+	snprintf(p1, sizeof p1, "rm -rf '%s/many'", ws);
+	CHECK_EQ_INT(system(p1), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	lr_sbx_spec_release(&s);
 }
 
 int main(void)
