@@ -1365,10 +1365,10 @@ int lr_protect_scan(const char *const *roots, size_t nroots, const struct lr_pro
 	free(top);
 	free(outer);
 	free(w);
-	if (!rc) {
+	if (!rc && plan->ngitdirs)
 		qsort(plan->gitdirs, plan->ngitdirs, sizeof *plan->gitdirs, by_str);
+	if (!rc && plan->ndotgits)
 		qsort(plan->dotgits, plan->ndotgits, sizeof *plan->dotgits, by_str);
-	}
 	if (rc) {
 		if (!err[0])
 			snprintf(err, LR_SBX_ERRLEN, "executor: the protected-path walk: %s", lr_strerror(rc));
