@@ -55,17 +55,11 @@ extern char **environ;
 #define SANDBOX_DNS_PORT 53
 #define DEFAULT_MAX 16
 #define PIPE_CHUNK (64u << 10)
-/* The protected-path walk: how deep and how many entries before it stops. */
-#define WALK_DEPTH 12
-#define WALK_ENTRIES 50000
 /* Removing the scratch root: deeper trees are left behind (and reported by the return value). */
 #define RM_DEPTH 256
 
 static const char *const host_roots[] = { "/usr", "/bin", "/sbin", "/lib", "/lib32",
 					  "/lib64", "/libx32", "/etc", "/opt", "/srv", NULL };
-/* Inside a writable root: at its top level only. */
-static const char *const protected_top[] = { ".vscode", ".idea", ".claude", ".cursor",
-					     ".envrc", ".github/workflows", NULL };
 static const char *const env_allow[] = { "PATH", "LANG", "TERM", "TZ", "USER",
 					 "LOGNAME", "SHELL", NULL };
 #define DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
@@ -322,140 +316,116 @@ static int granted(const char *const *list, size_t n, const char *path)
 	return 0;
 }
 
-/* A protected path is dropped when a write grant names it or a place above it. */
-static int unprotected_by_grant(const struct lr_exec_ctx *ctx, const char *path)
+/*
+ * Files the host interprets later (sandbox/protect.c): the writable roots a
+ * command may leave such files in are the workspace, extra roots and
+ * granted paths; not the host's own roots (a profile that writes /usr has
+ * given that up) nor the executor's scratch HOME and TMPDIR (nothing on the
+ * host reads them). The plan becomes binds (pins, read-only directories)
+ * and read-only paths of the spec; its placeholders are made at launch.
+ */
+static const char *env_get(char *const *env, const char *name);
+
+static int is_host_root(const char *path)
 {
-	for (size_t i = 0; i < ctx->ngranted_write; i++)
-		if (path_within(path, ctx->granted_write[i]))
+	for (int i = 0; host_roots[i]; i++)
+		if (strcmp(path, host_roots[i]) == 0)
 			return 1;
 	return 0;
 }
 
-static int add_protected(struct build *b, const char *path)
+static int apply_plan(struct build *b, const struct lr_protect_plan *plan)
 {
 	struct lr_sbx_spec *s = b->s;
-	if (unprotected_by_grant(b->ctx, path))
-		return 0;
-	for (size_t i = 0; i < s->nreadonly; i++)
-		if (strcmp(s->readonly[i], path) == 0)
-			return 0;
-	if (grow((void **)&s->readonly, &b->rocap, s->nreadonly, sizeof *s->readonly) < 0)
-		return -ENOMEM;
-	char *p = strdup(path);
-	if (!p)
-		return -ENOMEM;
-	s->readonly[s->nreadonly++] = p;
-	return 0;
-}
-
-struct walk {
-	struct build *b;
-	const char *root; /* the writable root being walked */
-	size_t entries;
-	int rc;
-};
-
-/*
- * A rename cannot move a mount point (EBUSY). So that `mv .git .git2` (or
- * renaming the repository's directory) cannot sidestep the read-only hooks
- * and config by putting a fresh .git in place, every directory from below
- * the writable root down to the .git itself is bound onto itself, writable.
- */
-static int pin_chain(struct walk *w, const char *gitdir)
-{
-	struct lr_sbx_spec *s = w->b->s;
-	size_t rl = strlen(w->root);
-	for (const char *p = gitdir + rl + 1; p && *p;) {
-		const char *slash = strchr(p, '/');
-		size_t len = slash ? (size_t)(slash - gitdir) : strlen(gitdir);
-		char *dir = strndup(gitdir, len);
-		if (!dir)
-			return -ENOMEM;
+	for (size_t i = 0; i < plan->nbinds; i++) {
+		const struct lr_protect_bind *pb = &plan->binds[i];
 		int have = 0;
-		for (size_t i = 0; i < s->nmounts && !have; i++)
-			have = strcmp(s->mounts[i].dst, dir) == 0;
-		if (!have) {
-			char *src = strdup(dir);
-			if (!src || grow((void **)&s->mounts, &w->b->mcap, s->nmounts, sizeof *s->mounts) < 0) {
-				free(src);
-				free(dir);
-				return -ENOMEM;
-			}
-			s->mounts[s->nmounts++] = (struct lr_sbx_mount){ .src = src, .dst = dir, .writable = 1 };
-		} else {
-			free(dir);
+		for (size_t j = 0; j < s->nmounts && !have; j++)
+			have = strcmp(s->mounts[j].dst, pb->path) == 0;
+		if (have)
+			continue;
+		if (grow((void **)&s->mounts, &b->mcap, s->nmounts, sizeof *s->mounts) < 0)
+			return -ENOMEM;
+		char *src = strdup(pb->path), *dst = strdup(pb->path);
+		if (!src || !dst) {
+			free(src);
+			free(dst);
+			return -ENOMEM;
 		}
-		p = slash ? slash + 1 : NULL;
+		s->mounts[s->nmounts++] = (struct lr_sbx_mount){ .src = src, .dst = dst,
+								 .writable = pb->writable };
+	}
+	for (size_t i = 0; i < plan->nitems; i++) {
+		if (grow((void **)&s->readonly, &b->rocap, s->nreadonly, sizeof *s->readonly) < 0)
+			return -ENOMEM;
+		if (!(s->readonly[s->nreadonly] = strdup(plan->items[i].path)))
+			return -ENOMEM;
+		s->nreadonly++;
+	}
+	/* a few binds of the helper's own (/dev nodes, /tmp, /run, /proc) come on top */
+	if (s->nmounts + 16 > LR_SBX_MAX_MOUNTS || s->nreadonly > LR_SBX_MAX_RULES) {
+		seterr(b->err, "executor: keeping the workspace's git directories and protected names "
+		       "as they are needs %zu binds and %zu read-only paths, more than the sandbox's %d "
+		       "and %d (too many repositories in the writable roots): refusing rather than "
+		       "leaving some unprotected", s->nmounts, s->nreadonly, LR_SBX_MAX_MOUNTS - 16,
+		       LR_SBX_MAX_RULES);
+		return LR_EREFUSED;
 	}
 	return 0;
 }
 
-/*
- * Finds .git/hooks and .git/config below dir without following symlinks,
- * skipping node_modules, at most WALK_DEPTH levels and WALK_ENTRIES entries
- * (a hostile tree cannot make the spawn slow; beyond the caps nothing more
- * is protected, which the caps' size makes a deliberate, stated trade).
- */
-static void walk_git(struct walk *w, const char *dir, int depth)
+static int protect_roots(struct build *b, const struct lr_profile *p)
 {
-	if (w->rc || depth > WALK_DEPTH)
-		return;
-	DIR *d = opendir(dir);
-	if (!d)
-		return;
-	struct dirent *de;
-	while (!w->rc && (de = readdir(d)) != NULL) {
-		if (++w->entries > WALK_ENTRIES)
-			break;
-		const char *n = de->d_name;
-		if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0 || strcmp(n, "node_modules") == 0)
+	const struct lr_exec_ctx *ctx = b->ctx;
+	const char **roots = calloc(b->writable.n + 1, sizeof *roots);
+	if (!roots)
+		return -ENOMEM;
+	size_t n = 0;
+	for (size_t i = 0; i < b->writable.n; i++) {
+		const char *w = b->writable.v[i];
+		if (is_host_root(w) || (ctx->home && strcmp(w, ctx->home) == 0) ||
+		    (ctx->tmpdir && strcmp(w, ctx->tmpdir) == 0))
 			continue;
-		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
-			continue;
-		char *sub = xasprintf("%s/%s", strcmp(dir, "/") == 0 ? "" : dir, n);
-		if (!sub) {
-			w->rc = -ENOMEM;
-			break;
+		if (p->home == LR_HOME_REAL && p->host_write == LR_CAP_ALLOW &&
+		    !(p->workspace_root && strcmp(w, p->workspace_root) == 0) &&
+		    !granted(ctx->granted_write, ctx->ngranted_write, w)) {
+			/* the real home, writable with the host: not a workspace */
+			const char *h = env_get(ctx->host_env ? ctx->host_env : environ, "HOME");
+			char real[PATH_MAX];
+			if (h && realpath(h, real) && strcmp(real, w) == 0)
+				continue;
 		}
-		struct stat st;
-		if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
-			if (strcmp(n, ".git") == 0) {
-				static const char *const inside[] = { "hooks", "config" };
-				w->rc = pin_chain(w, sub);
-				for (int i = 0; i < 2 && !w->rc; i++) {
-					char *p = xasprintf("%s/%s", sub, inside[i]);
-					struct stat ps;
-					if (!p)
-						w->rc = -ENOMEM;
-					else if (lstat(p, &ps) == 0 && (S_ISDIR(ps.st_mode) || S_ISREG(ps.st_mode)))
-						w->rc = add_protected(w->b, p);
-					free(p);
-				}
-			}
-			walk_git(w, sub, depth + 1);
-		}
-		free(sub);
+		roots[n++] = w;
 	}
-	closedir(d);
-}
-
-static int protect_root(struct build *b, const char *root)
-{
-	for (int i = 0; protected_top[i]; i++) {
-		char *p = xasprintf("%s/%s", root, protected_top[i]);
-		if (!p)
-			return -ENOMEM;
-		struct stat st;
-		int rc = 0;
-		if (lstat(p, &st) == 0 && (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)))
-			rc = add_protected(b, p);
-		free(p);
+	int rc = 0;
+	if (n && (!b->caps || b->caps->tier != LR_TIER_A)) {
+		seterr(b->err, "executor: '%s' is writable for this run, but without a mount namespace "
+		       "the git directories and protected names in it cannot be kept read-only "
+		       "(protected_files is not enforced on this machine)", roots[0]);
+		rc = LR_EREFUSED;
+	}
+	struct lr_protect_plan plan;
+	struct lr_protect_opts o = {
+		.names = (const char *const *)p->protect_names,
+		.nnames = p->nprotect_names,
+		.git_readonly = p->git_readonly,
+		.max_entries = p->protect_max_entries,
+		.granted = ctx->granted_write,
+		.ngranted = ctx->ngranted_write,
+		.cache = ctx->protect_cache,
+	};
+	char perr[LR_SBX_ERRLEN];
+	if (!rc && n) {
+		rc = lr_protect_scan(roots, n, &o, &plan, perr);
 		if (rc)
-			return rc;
+			seterr(b->err, "%s", perr);
+		else if ((rc = apply_plan(b, &plan)) != 0 || !ctx->plan)
+			lr_protect_plan_release(&plan);
+		else
+			*ctx->plan = plan;
 	}
-	struct walk w = { .b = b, .root = root };
-	walk_git(&w, root, 0);
-	return w.rc;
+	free(roots);
+	return rc;
 }
 
 /* ---- the environment ---- */
@@ -744,8 +714,8 @@ static int build_view(struct build *b, const struct lr_profile *p)
 		rc = add_rule(b, "/proc", ACC_READ);
 	if (!rc)
 		rc = add_rule(b, "/tmp", ACC_READ | ACC_WRITE);
-	for (size_t i = 0; i < b->writable.n && !rc; i++)
-		rc = protect_root(b, b->writable.v[i]);
+	if (!rc)
+		rc = protect_roots(b, p);
 	return rc;
 }
 
@@ -887,6 +857,8 @@ int lr_executor_build_spec(const struct lr_profile *p, const struct lr_sbx_caps 
 fail:
 	if (!err[0])
 		seterr(err, "executor: %s", lr_strerror(rc));
+	if (ctx->plan)
+		lr_protect_plan_release(ctx->plan);
 	strv_free(&b.writable);
 	strv_free(&env);
 	strv_free(&argv);
@@ -1021,6 +993,7 @@ struct lr_executor_set {
 	size_t max, count;
 	struct lr_executor *executors;
 	struct lr_exec *runs; /* live runs, killed when the set is freed */
+	struct lr_protect_tree *protect_cache; /* the last walk of the writable roots */
 };
 
 struct capture {
@@ -1049,12 +1022,14 @@ struct lr_exec {
 	char **allow;
 	size_t nallow;
 	int allow_any;
+	struct lr_exec_after *after; /* the check after the run, once it is over */
 };
 
 static uint64_t next_exec_id;
 
 static void exec_unlink(struct lr_exec *x);
 static int capture_finish(struct capture *c, struct lr_buf *out);
+static void exec_after(struct lr_exec *x);
 
 int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
 			const char *scratch_root, size_t max, struct lr_executor_set **out,
@@ -1155,6 +1130,7 @@ static void abort_runs(struct lr_executor_set *s, struct lr_executor *only, cons
 		}
 		lr_proc_close(x->proc); /* kills the helper's group */
 		x->proc = NULL;
+		exec_after(x);
 		x = next;
 	}
 }
@@ -1182,6 +1158,7 @@ void lr_executor_set_free(struct lr_executor_set *s)
 	if (s->root)
 		rm_tree(s->root);
 	free(s->root);
+	lr_protect_tree_free(s->protect_cache);
 	lr_grants_free(s->grants);
 	lr_profile_release(&s->profile);
 	free(s);
@@ -1345,6 +1322,82 @@ static int redeem_all(struct lr_executor *e, const struct lr_exec_request *r, st
 	return rc;
 }
 
+/* ---- after the run ---- */
+
+struct lr_exec_after {
+	struct lr_protect_plan plan;
+	struct lr_protect_hold *hold;
+	struct strv names, granted; /* copies: the run may outlive its set */
+	struct lr_protect_opts o;
+	struct lr_protect_tree **cache; /* where the walk after the run goes for the next, or NULL */
+};
+
+static void after_free(struct lr_exec_after *a)
+{
+	lr_protect_plan_release(&a->plan);
+	strv_free(&a->names);
+	strv_free(&a->granted);
+	free(a);
+}
+
+int lr_exec_after_finish(struct lr_exec_after *a, struct lr_buf *moved, char err[LR_EXEC_ERRLEN])
+{
+	err[0] = '\0';
+	if (!a)
+		return 0;
+	struct lr_buf sink;
+	lr_buf_init(&sink, 64u << 10);
+	char perr[LR_SBX_ERRLEN];
+	int rc = lr_protect_after(&a->plan, &a->o, moved ? moved : &sink, perr);
+	if (rc)
+		seterr(err, "%s", perr);
+	lr_buf_release(&sink);
+	if (a->cache && (!rc || rc == LR_ETOOBIG)) {
+		struct lr_protect_tree *t = lr_protect_plan_take_tree(&a->plan);
+		if (t) {
+			lr_protect_tree_free(*a->cache);
+			*a->cache = t;
+		}
+	}
+	lr_protect_unplace(a->hold);
+	a->hold = NULL;
+	after_free(a);
+	return rc;
+}
+
+/* The plan's placeholders made and held; a is the launch's to finish. */
+static int after_new(const struct lr_profile *p, const struct lr_exec_ctx *ctx,
+		     struct lr_protect_plan *plan, struct lr_exec_after **out, char *err)
+{
+	*out = NULL;
+	struct lr_exec_after *a = calloc(1, sizeof *a);
+	if (!a) {
+		lr_protect_plan_release(plan);
+		return -ENOMEM;
+	}
+	a->plan = *plan;
+	memset(plan, 0, sizeof *plan);
+	int rc = 0;
+	for (size_t i = 0; i < p->nprotect_names && !rc; i++)
+		rc = strv_add(&a->names, strdup(p->protect_names[i]));
+	for (size_t i = 0; i < ctx->ngranted_write && !rc; i++)
+		rc = strv_add(&a->granted, strdup(ctx->granted_write[i]));
+	a->o = (struct lr_protect_opts){
+		.names = (const char *const *)a->names.v, .nnames = a->names.n,
+		.git_readonly = p->git_readonly, .max_entries = p->protect_max_entries,
+		.granted = (const char *const *)a->granted.v, .ngranted = a->granted.n,
+	};
+	char perr[LR_SBX_ERRLEN];
+	if (!rc && (rc = lr_protect_place(&a->plan, &a->hold, perr)) != 0)
+		seterr(err, "%s", perr);
+	if (rc) {
+		after_free(a);
+		return rc;
+	}
+	*out = a;
+	return 0;
+}
+
 static int allow_add(struct lr_exec_launch *l, const char *target)
 {
 	char **v = realloc(l->allow, (l->nallow + 1) * sizeof *v);
@@ -1388,10 +1441,21 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 		/* fixed: every sandbox has a network namespace of its own */
 		.proxy_port = SANDBOX_PROXY_PORT,
 		.dns_port = SANDBOX_DNS_PORT,
+		.protect_cache = s->protect_cache,
 	};
+	struct lr_protect_plan plan;
+	memset(&plan, 0, sizeof plan);
+	ctx.plan = &plan;
 	struct lr_sbx_spec spec;
 	if ((rc = lr_executor_build_spec(&s->profile, s->caps, r, &ctx, &spec, err)) != 0)
 		goto out;
+	/* the placeholders exist before the helper binds them, held until the run is over */
+	if ((rc = after_new(&s->profile, &ctx, &plan, &l->after, err)) != 0) {
+		lr_sbx_spec_release(&spec);
+		if (!err[0])
+			seterr(err, "executor: %s", lr_strerror(rc));
+		goto out;
+	}
 	char *buf = NULL;
 	size_t len = 0;
 	rc = lr_sbx_spec_encode(&spec, &buf, &len);
@@ -1462,6 +1526,11 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	l->proc.extra_fds = l->fds;
 	l->proc.n_extra = l->ctl_fd >= 0 ? 3 : 2;
 out:
+	if (rc && l->after) {
+		char aerr[LR_EXEC_ERRLEN];
+		lr_exec_after_finish(l->after, NULL, aerr);
+		l->after = NULL;
+	}
 	strv_free(&g.rd);
 	strv_free(&g.wr);
 	strv_free(&g.net);
@@ -1472,6 +1541,11 @@ out:
 
 void lr_executor_launch_release(struct lr_exec_launch *l)
 {
+	if (l->after) { /* never spawned, or a caller that did not take it */
+		char err[LR_EXEC_ERRLEN];
+		lr_exec_after_finish(l->after, NULL, err);
+		l->after = NULL;
+	}
 	if (l->spec_fd >= 0)
 		close(l->spec_fd);
 	l->spec_fd = -1;
@@ -1662,6 +1736,19 @@ static void ctl_ready(struct lr_watch *w, int events, void *arg)
 	free(rules); /* copied by lr_egress_open */
 }
 
+/* The run is over (or abandoned): the check after it, once; what it moved goes to the result. */
+static void exec_after(struct lr_exec *x)
+{
+	if (!x->after)
+		return;
+	char err[LR_EXEC_ERRLEN];
+	x->after->cache = x->set ? &x->set->protect_cache : NULL;
+	int rc = lr_exec_after_finish(x->after, &x->res.moved, err);
+	x->after = NULL;
+	if (rc)
+		lr_buf_printf(&x->res.moved, "%s\n", err);
+}
+
 static void exec_deferred(struct lr_defer *d, void *arg)
 {
 	(void)d;
@@ -1692,6 +1779,7 @@ static void exec_event(struct lr_proc *p, int events, void *arg)
 	ctl_stop(x);
 	lr_egress_close(x->egress);
 	x->egress = NULL;
+	exec_after(x);
 	struct lr_exec_result *r = &x->res;
 	lr_proc_status(p, &r->code, &r->signo);
 	r->timed_out = lr_proc_timed_out(p);
@@ -1726,6 +1814,7 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 	x->ctl_fd = -1;
 	x->inherit = r->inherit_stdio;
 	x->res.code = -1;
+	lr_buf_init(&x->res.moved, 64u << 10);
 	size_t limit = r->output_limit ? r->output_limit : DEFAULT_OUTPUT_LIMIT;
 	int rc = lr_defer_init(s->loop, &x->defer, exec_deferred, x);
 	if (rc) {
@@ -1758,6 +1847,8 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 	char perr[LR_PROC_ERRLEN];
 	x->set = s;
 	x->owner = e;
+	x->after = l.after;
+	l.after = NULL;
 	rc = lr_proc_spawn(s->loop, &l.proc, &x->proc, perr);
 	if (!rc && l.ctl_fd >= 0) {
 		/* the proxy starts once the helper hands over its listeners */
@@ -1817,6 +1908,8 @@ void lr_exec_free(struct lr_exec *x)
 	free(x->allow);
 	lr_buf_release(&x->res.net_log);
 	lr_proc_close(x->proc);
+	exec_after(x); /* the tree was killed with the helper's group */
+	lr_buf_release(&x->res.moved);
 	lr_defer_release(&x->defer);
 	for (int i = 1; i <= 2; i++)
 		capture_release(&x->cap[i]);

@@ -1129,6 +1129,8 @@ struct lr_profile;
 struct lr_sbx_caps;
 struct lr_sbx_spec;
 struct lr_sbx_report;
+struct lr_protect_plan;
+struct lr_protect_tree;
 struct lr_grants;
 struct lr_executor_set;
 struct lr_executor;
@@ -1177,6 +1179,13 @@ struct lr_exec_ctx {
 	size_t ngranted_net;
 	int command_granted;
 	uint16_t proxy_port, dns_port; /* non-zero: network targets go through the proxy */
+	/* out, or NULL: the scan of the writable roots (sandbox/protect.c) that
+	   the spec's protected binds came from, for the launch's placeholders
+	   and the check after the run; zeroed by the caller, released by it
+	   (build_spec releases it when it fails) */
+	struct lr_protect_plan *plan;
+	/* an earlier walk of the same roots (lr_protect_opts.cache), or NULL */
+	const struct lr_protect_tree *protect_cache;
 };
 
 /*
@@ -1189,9 +1198,13 @@ struct lr_exec_ctx {
  * read-write at their own paths; the real home only with home=real.
  * Landlock rules match the mounts (read + execute on read-only roots, every
  * write right incl. REFER on writable ones, plus /dev, /proc and /tmp of the
- * view). Protected paths inside writable roots (.git/hooks and .git/config
- * at any depth, .vscode, .idea, .claude, .cursor, .envrc, .github/workflows)
- * are listed read-only. The environment is scrubbed (see executor.c); argv[0]
+ * view). Inside the writable roots (the workspace, extra roots, granted
+ * paths), what the host interprets later stays as it is: the plan of
+ * lr_protect_scan (sandbox.h) becomes pins and read-only directories among
+ * the mounts and read-only paths (the git files of every repository at any
+ * depth, the protected names), or the run is refused (LR_EREFUSED: a tier
+ * without a mount view, a symbolic link where a protected entry is, a tree
+ * beyond the walk's cap, more binds than the spec holds). The environment is scrubbed (see executor.c); argv[0]
  * is resolved on the view's PATH. Errors: LR_EREFUSED (command or network
  * not allowed, cwd outside the view), LR_ENOTFOUND (no such command),
  * -errno; err says which.
@@ -1269,10 +1282,25 @@ struct lr_exec_launch {
 	char **allow;
 	size_t nallow;
 	int allow_any;
+	struct lr_exec_after *after; /* see lr_exec_after_finish */
 };
 int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request *r,
 			    struct lr_exec_launch *l, char err[LR_EXEC_ERRLEN]);
 void lr_executor_launch_release(struct lr_exec_launch *l);
+
+/*
+ * What a launch leaves to do once its command is over (l->after, NULL when
+ * nothing): the check after the run (a .git or bare repository that
+ * appeared inside a repository of a writable root, a protected name that
+ * appeared at the top of a repository: moved aside) and the placeholders
+ * removed. lr_exec_after_finish does both once and frees a; moved (may be
+ * NULL) gets one line per entry moved aside. 0, or -errno / LR_ETOOBIG with
+ * err. lr_executor_run does it itself; a caller that spawns l.proc on its
+ * own takes l.after (setting it NULL) and finishes it when the process is
+ * gone; launch_release finishes one that is left.
+ */
+struct lr_exec_after;
+int lr_exec_after_finish(struct lr_exec_after *a, struct lr_buf *moved, char err[LR_EXEC_ERRLEN]);
 
 /*
  * A run: starts the helper and collects its output, each stream capped at
@@ -1291,6 +1319,8 @@ struct lr_exec_result {
 	struct lr_buf out, err_out; /* stdout, stderr (empty with inherit_stdio) */
 	struct lr_buf net_log;      /* the egress proxy's verdicts, one line each:
 				       "allow|deny|fail connect|http|dns TARGET: reason" */
+	struct lr_buf moved;        /* what the check after the run moved aside, one line each:
+				       "'PATH' moved to 'NEW': why" (and its failure, if any) */
 	char err[LR_EXEC_ERRLEN];
 };
 int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,

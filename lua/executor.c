@@ -59,6 +59,22 @@ static const char *tier_name(enum lr_tier t)
 	return t == LR_TIER_A ? "A" : t == LR_TIER_B ? "B" : "none";
 }
 
+/* The space-separated names as a list. */
+static void push_names(lua_State *L, const char *s)
+{
+	lua_newtable(L);
+	lua_Integer i = 0;
+	while (s && *s) {
+		size_t n = strcspn(s, " ");
+		if (n) {
+			lua_pushlstring(L, s, n);
+			lua_rawseti(L, -2, ++i);
+		}
+		s += n;
+		s += *s == ' ';
+	}
+}
+
 /* Pushes { tier = "A", guarantees = { read_boundary = { enforced, required, how, missing }, ... } }. */
 static void push_report(lua_State *L, const struct lr_sbx_report *r, int unconfined)
 {
@@ -85,6 +101,8 @@ static void push_report(lua_State *L, const struct lr_sbx_report *r, int unconfi
 		lua_setfield(L, -2, lr_guarantee_name((enum lr_guarantee)g));
 	}
 	lua_setfield(L, -2, "guarantees");
+	push_names(L, r->protected_names);
+	lua_setfield(L, -2, "protected_names");
 }
 
 static void push_exec_report(lua_State *L, struct execud *u)
@@ -405,6 +423,18 @@ static int run_k(lua_State *L, int status, lua_KContext ctx)
 	}
 	lua_pushboolean(L, r->timed_out);
 	lua_setfield(L, -2, "timed_out");
+	if (r->moved.len) { /* the check after the run: one line per entry moved aside */
+		lua_newtable(L);
+		lua_Integer n = 0;
+		for (const char *l = r->moved.data; *l;) {
+			const char *nl = strchr(l, '\n');
+			size_t k = nl ? (size_t)(nl - l) : strlen(l);
+			lua_pushlstring(L, l, k);
+			lua_rawseti(L, -2, ++n);
+			l += k + (nl != NULL);
+		}
+		lua_setfield(L, -2, "moved_aside");
+	}
 	op->x = NULL;
 	lr_exec_free(x);
 	push_exec_report(L, lua_touserdata(L, 1));
@@ -430,6 +460,12 @@ static int exec_run(lua_State *L)
 	return lr_sched_await(L, &op->wait, (lua_KContext)op, run_k);
 }
 
+static void spawn_after(void *arg)
+{
+	char err[LR_EXEC_ERRLEN];
+	lr_exec_after_finish(arg, NULL, err);
+}
+
 /* executor:spawn{...} -> rig.process handle | nil, message, code */
 static int exec_spawn(lua_State *L)
 {
@@ -453,7 +489,10 @@ static int exec_spawn(lua_State *L)
 	l.proc.out_cap[1] = l.proc.out_cap[2] = SPAWN_BUFFER;
 	l.proc.out_drop = 0;
 	l.proc.timeout = q.r.timeout;
-	int n = lr__proc_spawn_handle(L, &l.proc, q.r.stdin_data, q.r.stdin_len);
+	/* the check after the run happens when the process is gone (or its handle closed) */
+	int n = lr__proc_spawn_handle(L, &l.proc, q.r.stdin_data, q.r.stdin_len, spawn_after, l.after);
+	if (n == 1)
+		l.after = NULL; /* the handle's now */
 	lr_executor_launch_release(&l);
 	if (n == 1) { /* remember it, so closing the executor or the set ends it */
 		lua_getiuservalue(L, 1, 2);

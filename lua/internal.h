@@ -250,9 +250,13 @@ int lr_session_cli(const char *cmd, int argc, char **argv);
 /* sandbox_cli.c: `luarig sandbox ...` (argv after "sandbox"); returns the exit code. */
 int lr_sandbox_cli(int argc, char **argv);
 
-/* proc.c, for the sandbox executor: spawn o as a rig.process handle (pushes it or nil, msg, code). */
+/*
+ * proc.c, for the sandbox executor: spawn o as a rig.process handle (pushes
+ * it or nil, msg, code). on_end(arg), when given, runs once when the process
+ * is over or the handle is closed (only when the spawn succeeded).
+ */
 int lr__proc_spawn_handle(lua_State *L, const struct lr_proc_opts *o, const char *stdin_data,
-			  size_t stdin_len);
+			  size_t stdin_len, void (*on_end)(void *arg), void *arg);
 /* proc.c: a "pipe" | "inherit" | "null" option of the table at idx (pipe when absent; raises otherwise). */
 int lr__proc_stdio_mode(lua_State *L, int idx, const char *fname, const char *field);
 /* proc.c: "SIGTERM", "SIGRTMIN+2", "SIG99" */

@@ -392,7 +392,17 @@ struct handle {
 	int stdio[3];
 	int stdin_data;          /* stdin was given as a string: not writable */
 	struct lr_wait *waiters; /* ops waiting for any change */
+	void (*on_end)(void *arg); /* once, when the process is over or the handle closed */
+	void *end_arg;
 };
+
+static void handle_ended(struct handle *h)
+{
+	void (*f)(void *) = h->on_end;
+	h->on_end = NULL;
+	if (f)
+		f(h->end_arg);
+}
 
 enum { OP_READ, OP_WRITE, OP_WAIT };
 
@@ -431,8 +441,10 @@ static void wake_all(struct handle *h)
 
 static void handle_event(struct lr_proc *p, int events, void *arg)
 {
-	(void)p;
 	(void)events;
+	struct handle *h = arg;
+	if (h->on_end && lr_proc_done(p))
+		handle_ended(h);
 	wake_all(arg);
 }
 
@@ -442,6 +454,7 @@ static void handle_close(struct handle *h)
 		return;
 	lr_proc_close(h->p);
 	h->p = NULL;
+	handle_ended(h);
 	wake_all(h);
 }
 
@@ -710,7 +723,7 @@ static int proc_spawn(lua_State *L)
 {
 	struct spawn_req r;
 	parse_opts(L, 0, &r);
-	return lr__proc_spawn_handle(L, &r.o, r.stdin_data, r.stdin_len);
+	return lr__proc_spawn_handle(L, &r.o, r.stdin_data, r.stdin_len, NULL, NULL);
 }
 
 /*
@@ -719,7 +732,7 @@ static int proc_spawn(lua_State *L)
  * written and stdin closed) and pushes it, or pushes nil, message, code.
  */
 int lr__proc_spawn_handle(lua_State *L, const struct lr_proc_opts *o, const char *stdin_data,
-			  size_t stdin_len)
+			  size_t stdin_len, void (*on_end)(void *arg), void *arg)
 {
 	struct spawn_req r;
 	memset(&r, 0, sizeof r);
@@ -737,6 +750,8 @@ int lr__proc_spawn_handle(lua_State *L, const struct lr_proc_opts *o, const char
 	int n = do_spawn(L, &r, &h->p);
 	if (n)
 		return n;
+	h->on_end = on_end;
+	h->end_arg = arg;
 	h->pid = lr_proc_pid(h->p);
 	lua_pushvalue(L, hidx);
 	return 1;

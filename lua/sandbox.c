@@ -142,6 +142,53 @@ static void read_roots(lua_State *L, int idx, struct lr_profile *p)
 }
 
 
+/*
+ * protect = { names = { ".tool-versions", ... }, git = "protected" | "readonly",
+ * max_entries = N } (stack: the table at idx).
+ */
+static void read_protect(lua_State *L, int idx, struct lr_profile *p)
+{
+	if (!lua_istable(L, idx))
+		luaL_error(L, "%s: field 'protect' must be a table", FN);
+	lua_pushnil(L);
+	while (lua_next(L, idx)) {
+		const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
+		if (strcmp(k, "names") == 0) {
+			if (!lua_istable(L, -1))
+				luaL_error(L, "%s: field 'protect.names' must be a list of strings", FN);
+			lua_Integer n = luaL_len(L, -1);
+			if (n > LR_PROTECT_MAX_NAMES)
+				luaL_error(L, "%s: field 'protect.names' has more than %d entries", FN,
+					   LR_PROTECT_MAX_NAMES);
+			if (n > 0 && !(p->protect_names = calloc((size_t)n, sizeof *p->protect_names)))
+				luaL_error(L, "%s: out of memory", FN);
+			for (lua_Integer i = 1; i <= n; i++) {
+				if (lua_geti(L, -1, i) != LUA_TSTRING ||
+				    lr_protect_name_check(lua_tostring(L, -1)) != 0)
+					luaL_error(L, "%s: field 'protect.names[%d]' must be a relative path "
+						   "without '.' or '..' components (printable, at most %d bytes)",
+						   FN, (int)i, LR_PROTECT_NAME_MAX);
+				if (!(p->protect_names[i - 1] = strdup(lua_tostring(L, -1))))
+					luaL_error(L, "%s: out of memory", FN);
+				p->nprotect_names = (size_t)i;
+				lua_pop(L, 1);
+			}
+		} else if (strcmp(k, "git") == 0) {
+			const char *g = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
+			if (strcmp(g, "protected") && strcmp(g, "readonly"))
+				luaL_error(L, "%s: field 'protect.git' must be protected or readonly", FN);
+			p->git_readonly = strcmp(g, "readonly") == 0;
+		} else if (strcmp(k, "max_entries") == 0) {
+			if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1)
+				luaL_error(L, "%s: field 'protect.max_entries' must be a positive integer", FN);
+			p->protect_max_entries = (size_t)lua_tointeger(L, -1);
+		} else {
+			luaL_error(L, "%s: unknown field 'protect.%s'", FN, k);
+		}
+		lua_pop(L, 1);
+	}
+}
+
 /* The capability state a field name stands for, or NULL. */
 static enum lr_cap *cap_field(struct lr_profile *p, const char *k)
 {
@@ -199,6 +246,8 @@ static int sandbox_profile(lua_State *L)
 			if (p->roots)
 				return luaL_error(L, "%s: field 'roots' given twice", FN);
 			read_roots(L, lua_gettop(L), p);
+		} else if (strcmp(k, "protect") == 0) {
+			read_protect(L, lua_gettop(L), p);
 		} else {
 			return luaL_error(L, "%s: unknown field '%s'", FN, k);
 		}
@@ -252,6 +301,29 @@ static void push_roots(lua_State *L, const struct lr_profile *p)
 	}
 }
 
+/* { names = { the profile's }, git = "protected" | "readonly", max_entries = N, defaults = {...} } */
+static void push_protect(lua_State *L, const struct lr_profile *p)
+{
+	lua_createtable(L, 0, 4);
+	lua_createtable(L, (int)p->nprotect_names, 0);
+	for (size_t i = 0; i < p->nprotect_names; i++) {
+		lua_pushstring(L, p->protect_names[i]);
+		lua_rawseti(L, -2, (lua_Integer)i + 1);
+	}
+	lua_setfield(L, -2, "names");
+	lua_pushstring(L, p->git_readonly ? "readonly" : "protected");
+	lua_setfield(L, -2, "git");
+	lua_pushinteger(L, (lua_Integer)(p->protect_max_entries ? p->protect_max_entries
+								 : LR_PROTECT_MAX_ENTRIES));
+	lua_setfield(L, -2, "max_entries");
+	lua_newtable(L);
+	for (int i = 0; lr_protect_default_names[i]; i++) {
+		lua_pushstring(L, lr_protect_default_names[i]);
+		lua_rawseti(L, -2, i + 1);
+	}
+	lua_setfield(L, -2, "defaults");
+}
+
 /* Fields read as values; methods from the metatable's "methods". */
 static int profile_index(lua_State *L)
 {
@@ -271,6 +343,8 @@ static int profile_index(lua_State *L)
 		lua_pushboolean(L, p->ack_unconfined);
 	else if (strcmp(k, "roots") == 0)
 		push_roots(L, p);
+	else if (strcmp(k, "protect") == 0)
+		push_protect(L, p);
 	else if (strcmp(k, "fingerprint") == 0)
 		lua_pushcfunction(L, profile_fingerprint);
 	else if (strcmp(k, "access_for") == 0)
@@ -393,6 +467,46 @@ static int sandbox_check(lua_State *L)
 	return 1;
 }
 
+/*
+ * core.protect_path(root, rel[, names]) -> nil | why: whether a host-side
+ * write of rel (relative, no "." or "..") beneath root touches what the
+ * sandbox protects (sandbox/protect.c, the same rules as the mount view).
+ * names: extra protected names (a profile's protect.names). A failed
+ * lookup is nil, message, code.
+ */
+static int protect_path(lua_State *L)
+{
+	const char *root = luaL_checkstring(L, 1);
+	const char *rel = luaL_checkstring(L, 2);
+	const char *names[LR_PROTECT_MAX_NAMES];
+	size_t n = 0;
+	if (!lua_isnoneornil(L, 3)) {
+		luaL_checktype(L, 3, LUA_TTABLE);
+		lua_Integer len = luaL_len(L, 3);
+		if (len > LR_PROTECT_MAX_NAMES)
+			return luaL_error(L, "protect_path: more than %d names", LR_PROTECT_MAX_NAMES);
+		for (lua_Integer i = 1; i <= len; i++) {
+			lua_geti(L, 3, i);
+			const char *nm = lua_tostring(L, -1);
+			if (lua_type(L, -1) != LUA_TSTRING || lr_protect_name_check(nm) != 0)
+				return luaL_error(L, "protect_path: name %d must be a relative path without "
+						  "'.' or '..' components", (int)i);
+			names[n++] = nm; /* kept alive by the table at 3 */
+			lua_pop(L, 1);
+		}
+	}
+	struct lr_protect_opts o = { .names = names, .nnames = n };
+	char why[LR_SBX_ERRLEN];
+	int rc = lr_protect_path(root, rel, &o, why);
+	if (rc < 0)
+		return lr_pushfail(L, rc, "protect_path: '%s': %s", root, lr_strerror(rc));
+	if (rc == 0)
+		lua_pushnil(L);
+	else
+		lua_pushstring(L, why);
+	return 1;
+}
+
 void lr__sandbox_open(lua_State *L)
 {
 	luaL_newmetatable(L, PROFILE_MT);
@@ -416,6 +530,7 @@ void lr__sandbox_open(lua_State *L)
 		{ "sandbox_profile", sandbox_profile },
 		{ "sandbox_restrict", sandbox_restrict },
 		{ "sandbox_check", sandbox_check },
+		{ "protect_path", protect_path },
 		{ NULL, NULL },
 	};
 	luaL_setfuncs(L, fns, 0);

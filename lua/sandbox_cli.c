@@ -24,7 +24,8 @@ static const char usage_text[] =
 	"usage: luarig sandbox check   the tier and guarantees of this machine for the\n"
 	"                              default sandboxed profile on the current directory\n"
 	"       luarig sandbox run [--profile readonly|trusted|unconfined] [--workspace DIR]\n"
-	"                [--allow-net HOST:PORT]... [--timeout S] [--ack-unconfined] -- CMD ARGS...\n"
+	"                [--allow-net HOST:PORT]... [--timeout S] [--protect NAME]... [--git-readonly]\n"
+	"                [--ack-unconfined] -- CMD ARGS...\n"
 	"                              one command, confined (see 'luarig help')\n";
 
 __attribute__((format(printf, 1, 2)))
@@ -56,6 +57,8 @@ static int cmd_check(void)
 	for (int g = 0; g < LR_G_COUNT; g++)
 		printf("%-17s %-9s %s\n", lr_guarantee_name((enum lr_guarantee)g),
 		       r.enforced[g] ? "enforced" : "missing", r.enforced[g] ? r.how[g] : r.missing[g]);
+	printf("protected names: %s (and in every repository: the git files that run code)\n",
+	       r.protected_names);
 	printf("landlock: %s%d\n", c->landlock_abi ? "ABI " : "none ", c->landlock_abi);
 	printf("cgroup: %s\n", c->cgroup_note);
 	if (c->why[0])

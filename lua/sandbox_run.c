@@ -1,8 +1,13 @@
 /*
  * sandbox_run.c — `luarig sandbox run [--profile readonly|trusted|unconfined]
  * [--workspace DIR] [--allow-net HOST:PORT]... [--timeout S]
- * [--ack-unconfined] -- CMD ARGS...`: one command, confined, with the
- * terminal's stdin, stdout and stderr.
+ * [--protect NAME]... [--git-readonly] [--ack-unconfined] -- CMD ARGS...`:
+ * one command, confined, with the terminal's stdin, stdout and stderr.
+ * --protect adds a name to the protected list (kept as it is at the top of
+ * the workspace and of its repositories); --git-readonly makes every git
+ * directory in the workspace read-only as a whole. What the check after
+ * the run moved aside is said on stderr ("luarig: sandbox run: '…' moved
+ * to '…': why").
  *
  * The three profiles are this CLI's own (the library has no presets):
  *   readonly    the workspace and the host readable, nothing writable,
@@ -89,11 +94,15 @@ int lr_sandbox_run_cli(int argc, char **argv)
 {
 	const char *profile = "trusted", *workspace = ".";
 	double timeout = 0;
-	int ack = 0, i = 0;
-	size_t nnet = 0;
+	int ack = 0, i = 0, git_readonly = 0;
+	size_t nnet = 0, nprot = 0;
 	char **net = calloc((size_t)argc + 1, sizeof *net);
-	if (!net)
+	char **prot = calloc((size_t)argc + 1, sizeof *prot);
+	if (!net || !prot) {
+		free(net);
+		free(prot);
 		return fail("out of memory");
+	}
 	for (; i < argc; i++) {
 		const char *a = argv[i];
 		const char *val = NULL;
@@ -105,8 +114,12 @@ int lr_sandbox_run_cli(int argc, char **argv)
 			ack = 1;
 			continue;
 		}
+		if (strcmp(a, "--git-readonly") == 0) {
+			git_readonly = 1;
+			continue;
+		}
 		static const char *const with_value[] = { "--profile", "--workspace", "--allow-net",
-							  "--timeout", NULL };
+							  "--timeout", "--protect", NULL };
 		int k = 0;
 		for (; with_value[k]; k++) {
 			size_t n = strlen(with_value[k]);
@@ -117,6 +130,7 @@ int lr_sandbox_run_cli(int argc, char **argv)
 					val = argv[++i];
 				else {
 					free(net);
+					free(prot);
 					return fail("sandbox run: '%s' needs a value", a);
 				}
 				break;
@@ -124,6 +138,7 @@ int lr_sandbox_run_cli(int argc, char **argv)
 		}
 		if (!with_value[k]) {
 			free(net);
+			free(prot);
 			return fail("sandbox run: unknown option '%s' (the command follows '--')", a);
 		}
 		if (k == 0) {
@@ -134,20 +149,31 @@ int lr_sandbox_run_cli(int argc, char **argv)
 			const char *colon = strrchr(val, ':');
 			if (!colon || colon == val || !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1)) {
 				free(net);
+				free(prot);
 				return fail("sandbox run: '--allow-net' wants HOST:PORT, not '%s'", val);
 			}
 			net[nnet++] = (char *)val;
+		} else if (k == 4) {
+			if (lr_protect_name_check(val) != 0 || nprot >= LR_PROTECT_MAX_NAMES) {
+				free(net);
+				free(prot);
+				return fail("sandbox run: '--protect' wants a relative path without '.' or '..' "
+					    "components (at most %d of them), not '%s'", LR_PROTECT_MAX_NAMES, val);
+			}
+			prot[nprot++] = (char *)val;
 		} else {
 			char *end;
 			timeout = strtod(val, &end);
 			if (*end || !(timeout > 0) || timeout > 1e9) {
 				free(net);
+				free(prot);
 				return fail("sandbox run: '--timeout' wants a positive number of seconds, not '%s'", val);
 			}
 		}
 	}
 	if (i >= argc) {
 		free(net);
+		free(prot);
 		return fail("sandbox run: no command (give it after '--')");
 	}
 
@@ -157,15 +183,20 @@ int lr_sandbox_run_cli(int argc, char **argv)
 	if (!realpath(workspace, ws)) {
 		int e = errno;
 		free(net);
+		free(prot);
 		return fail("sandbox run: workspace '%s': %s", workspace, strerror(e));
 	}
 	p.workspace_root = ws;
+	p.protect_names = prot;
+	p.nprotect_names = nprot;
+	p.git_readonly = git_readonly;
 	p.workspace_read = LR_CAP_ALLOW;
 	p.host_read = LR_CAP_ALLOW;
 	p.command = LR_CAP_ALLOW;
 	if (strcmp(profile, "readonly") == 0) {
 		if (nnet) {
 			free(net);
+			free(prot);
 			return fail("sandbox run: the readonly profile has no network ('--allow-net')");
 		}
 	} else if (strcmp(profile, "trusted") == 0) {
@@ -174,6 +205,7 @@ int lr_sandbox_run_cli(int argc, char **argv)
 	} else if (strcmp(profile, "unconfined") == 0) {
 		if (!ack) {
 			free(net);
+			free(prot);
 			return fail("sandbox run: the unconfined profile runs the command with no confinement at "
 				    "all; say so with --ack-unconfined");
 		}
@@ -183,6 +215,7 @@ int lr_sandbox_run_cli(int argc, char **argv)
 		p.ack_unconfined = 1;
 	} else {
 		free(net);
+		free(prot);
 		return fail("sandbox run: unknown profile '%s' (readonly, trusted or unconfined)", profile);
 	}
 
@@ -193,6 +226,7 @@ int lr_sandbox_run_cli(int argc, char **argv)
 	int code = EXIT_FAILED, rc;
 	if ((rc = lr_loop_new(&c.loop)) != 0) {
 		free(net);
+		free(prot);
 		return fail("sandbox run: cannot make the loop: %s", lr_strerror(rc));
 	}
 	if ((rc = lr_executor_set_new(c.loop, &p, NULL, 1, &set, err)) != 0) {
@@ -235,11 +269,21 @@ int lr_sandbox_run_cli(int argc, char **argv)
 			code = res->code;
 		}
 	}
+	if (c.x) {
+		const struct lr_exec_result *res = lr_exec_result(c.x);
+		for (const char *l = res->moved.data; l && *l;) {
+			const char *nl = strchr(l, '\n');
+			int n = nl ? (int)(nl - l) : (int)strlen(l);
+			fprintf(stderr, "luarig: sandbox run: %.*s\n", n, l);
+			l = nl ? nl + 1 : l + n;
+		}
+	}
 out:
 	lr_exec_free(c.x);
 	lr_executor_set_free(set);
 	lr_proc_reap_all(c.loop);
 	lr_loop_free(c.loop);
 	free(net);
+	free(prot);
 	return code;
 }

@@ -616,15 +616,16 @@ static void spec_mount(int old_fd, int new_fd, const struct lr_sbx_mount *m)
 	close(dst);
 }
 
-/* A protected path inside a writable root, re-bound read-only when it exists. */
+/*
+ * A protected path inside a writable root, re-bound read-only. The host
+ * found it (or made its placeholder) just before: one that is gone or has
+ * become a symbolic link fails the run rather than leave it writable.
+ */
 static void readonly_mount(int new_fd, const char *path)
 {
-	int fd = openat2_path(new_fd, path, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS, 0);
-	if (fd < 0) {
-		if (errno == ENOENT || errno == ENOTDIR)
-			return;
+	int fd = openat2_path(new_fd, path, RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS, 0);
+	if (fd < 0)
 		die(errno, "protected path '%s'", path);
-	}
 	char what[PATH_MAX + 8];
 	snprintf(what, sizeof what, "'%s'", path);
 	bind_fd(fd, fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, what);

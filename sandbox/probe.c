@@ -647,7 +647,7 @@ const struct lr_sbx_caps *lr_sbx_probe_fresh(void)
 
 static const char *const g_names[LR_G_COUNT] = {
 	"read_boundary", "write_boundary", "network_boundary", "target_network",
-	"process_boundary", "resource_limits", "env_scrub",
+	"process_boundary", "resource_limits", "env_scrub", "protected_files",
 };
 
 const char *lr_guarantee_name(enum lr_guarantee g)
@@ -686,6 +686,22 @@ static void enforce_a(const struct lr_sbx_caps *c, struct lr_sbx_report *r)
 	    "allow-list per execution");
 	set(r, LR_G_PROCESS_BOUNDARY, "user, pid, ipc and uts namespaces, a reaper as pid 1 that "
 	    "ends with luarig (lifeline), setsid, no capabilities, seccomp (sockets: unix, tcp, udp)");
+}
+
+/* What the host interprets later: said the same way for every tier that has a mount view. */
+static void protected_how(const struct lr_profile *p, struct lr_sbx_report *r)
+{
+	char files[160] = "";
+	for (size_t i = 0, off = 0; lr_protect_git_files[i] && off < sizeof files; i++) {
+		int w = snprintf(files + off, sizeof files - off, "%s%s", i ? ", " : "",
+				 lr_protect_git_files[i]);
+		off += w > 0 ? (size_t)w : 0;
+	}
+	set(r, LR_G_PROTECTED_FILES, "mount view: in writable roots %s%s%s of each repository "
+	    "and the protected names read-only, missing ones held by placeholders; a .git made "
+	    "inside a repository moved aside after the run",
+	    p->git_readonly ? "the whole git directory" : "the git files that run code (",
+	    p->git_readonly ? "" : files, p->git_readonly ? "" : ")");
 }
 
 static void enforce_b(const struct lr_sbx_caps *c, struct lr_sbx_report *r)
@@ -731,22 +747,54 @@ int lr_sbx_report(const struct lr_profile *p, const struct lr_sbx_caps *c,
 	r->required[LR_G_PROCESS_BOUNDARY] = sandboxed;
 	r->required[LR_G_RESOURCE_LIMITS] = sandboxed;
 	r->required[LR_G_ENV_SCRUB] = 1;
+	/* A profile that lets commands write the workspace or a root needs the
+	 * files the host interprets kept as they are; a gated one is checked per
+	 * run (the executor refuses a write grant it cannot protect). */
+	int root_writable = 0;
+	for (size_t i = 0; i < p->nroots; i++)
+		root_writable |= p->roots[i].write == LR_CAP_ALLOW;
+	r->required[LR_G_PROTECTED_FILES] = sandboxed &&
+		(p->workspace_write == LR_CAP_ALLOW || root_writable);
+	size_t off = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		size_t n = pass ? p->nprotect_names : SIZE_MAX;
+		for (size_t i = 0; i < n; i++) {
+			const char *nm = pass ? p->protect_names[i] : lr_protect_default_names[i];
+			if (!nm)
+				break;
+			int w = snprintf(r->protected_names + off, sizeof r->protected_names - off, "%s%s",
+					 off ? " " : "", nm);
+			if (w < 0 || (size_t)w >= sizeof r->protected_names - off) {
+				r->protected_names[off] = '\0';
+				break;
+			}
+			off += (size_t)w;
+		}
+	}
 
 	set(r, LR_G_ENV_SCRUB, "allow-listed environment with HOME, TMPDIR and proxy variables "
 	    "forced; undeclared file descriptors closed");
 	if (!sandboxed) {
 		for (int g = 0; g < LR_G_ENV_SCRUB; g++)
 			lack(r, (enum lr_guarantee)g, "isolation is unconfined");
+		lack(r, LR_G_PROTECTED_FILES, "isolation is unconfined");
 	} else if (c->tier == LR_TIER_NONE) {
 		for (int g = 0; g < LR_G_ENV_SCRUB; g++)
 			lack(r, (enum lr_guarantee)g, "no sandbox on this machine: %.130s",
 			     c->why[0] ? c->why : "nothing to build one from");
 		lack(r, LR_G_RESOURCE_LIMITS, "no sandbox on this machine to apply limits in");
+		lack(r, LR_G_PROTECTED_FILES, "no sandbox on this machine: %.130s",
+		     c->why[0] ? c->why : "nothing to build one from");
 	} else {
-		if (c->tier == LR_TIER_A)
+		if (c->tier == LR_TIER_A) {
 			enforce_a(c, r);
-		else
+			protected_how(p, r);
+		} else {
 			enforce_b(c, r);
+			lack(r, LR_G_PROTECTED_FILES, "no mount namespace: git directories and the "
+			     "protected names inside writable roots stay writable (user namespaces are "
+			     "unavailable here)");
+		}
 		/* the memory-backed file systems of the view, as every run gets them */
 		struct lr_sbx_limits l;
 		uint64_t bytes, inodes;

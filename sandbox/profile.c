@@ -223,6 +223,16 @@ int lr_profile_validate(const struct lr_profile *p, char err[LR_SBX_ERRLEN])
 		    (rc = check_order(wfield, r->write, field, r->read, err)))
 			return rc;
 	}
+	if (p->nprotect_names && !p->protect_names)
+		return bad(err, "profile: field '%s' is missing%s", "protect.names", "");
+	if (p->nprotect_names > LR_PROTECT_MAX_NAMES)
+		return bad(err, "profile: field 'protect.names' has more than %d entries", LR_PROTECT_MAX_NAMES);
+	for (size_t i = 0; i < p->nprotect_names; i++) {
+		if (lr_protect_name_check(p->protect_names[i]) != 0)
+			return bad(err, "profile: field 'protect.names[%zu]' must be a relative path of "
+				   "printable characters without '.' or '..' components (at most %d bytes)",
+				   i + 1, LR_PROTECT_NAME_MAX);
+	}
 	if (p->isolation == LR_ISO_UNCONFINED) {
 		/* Unconfined runs the command as it is: nothing would enforce a
 		 * narrower filesystem or network state, so none may be claimed. */
@@ -245,6 +255,11 @@ int lr_profile_validate(const struct lr_profile *p, char err[LR_SBX_ERRLEN])
 
 /* ------------------------------------------------------------------ */
 /* fingerprint                                                          */
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static int cmp_root(const void *a, const void *b)
 {
@@ -290,6 +305,23 @@ void lr_profile_fingerprint(const struct lr_profile *p, char out[65])
 	for (size_t i = 0; !rc && sorted && i < p->nroots; i++)
 		rc = lr_buf_printf(&b, "root %zu:%s %s %s\n", strlen(sorted[i].path), sorted[i].path,
 				   lr_cap_name(sorted[i].read), lr_cap_name(sorted[i].write));
+	/* The protect options only when set, so a profile without them keeps its digest. */
+	if (!rc && (p->nprotect_names || p->git_readonly || p->protect_max_entries)) {
+		char **names = p->nprotect_names ? malloc(p->nprotect_names * sizeof *names) : NULL;
+		if (p->nprotect_names && !names) {
+			rc = -ENOMEM;
+		} else {
+			for (size_t i = 0; i < p->nprotect_names; i++)
+				names[i] = p->protect_names[i] ? p->protect_names[i] : (char *)"";
+			if (names)
+				qsort(names, p->nprotect_names, sizeof *names, cmp_str);
+			rc = lr_buf_printf(&b, "protect git_readonly %d max_entries %zu names %zu\n",
+					   p->git_readonly ? 1 : 0, p->protect_max_entries, p->nprotect_names);
+			for (size_t i = 0; !rc && i < p->nprotect_names; i++)
+				rc = lr_buf_printf(&b, "protect %zu:%s\n", strlen(names[i]), names[i]);
+			free(names);
+		}
+	}
 	/* On failure out stays "": grants refuse an empty fingerprint. */
 	if (!rc)
 		lr_sha256_hex(b.data, b.len, out);
@@ -376,6 +408,31 @@ void lr_profile_release(struct lr_profile *p)
 	p->workspace_root = NULL;
 	p->roots = NULL;
 	p->nroots = 0;
+	for (size_t i = 0; i < p->nprotect_names; i++)
+		free(p->protect_names ? p->protect_names[i] : NULL);
+	free(p->protect_names);
+	p->protect_names = NULL;
+	p->nprotect_names = 0;
+}
+
+/* Adds the names of src (not already in out) to out's. */
+static int merge_names(struct lr_profile *out, char *const *names, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		int dup = 0;
+		for (size_t j = 0; j < out->nprotect_names && !dup; j++)
+			dup = strcmp(out->protect_names[j], names[i]) == 0;
+		if (dup)
+			continue;
+		char **v = realloc(out->protect_names, (out->nprotect_names + 1) * sizeof *v);
+		if (!v)
+			return -ENOMEM;
+		out->protect_names = v;
+		if (!(v[out->nprotect_names] = strdup(names[i])))
+			return -ENOMEM;
+		out->nprotect_names++;
+	}
+	return 0;
 }
 
 int lr_profile_copy(const struct lr_profile *src, struct lr_profile *out)
@@ -384,6 +441,10 @@ int lr_profile_copy(const struct lr_profile *src, struct lr_profile *out)
 	out->workspace_root = NULL;
 	out->roots = NULL;
 	out->nroots = 0;
+	out->protect_names = NULL;
+	out->nprotect_names = 0;
+	if (merge_names(out, src->protect_names, src->nprotect_names))
+		goto oom;
 	if (src->workspace_root && !(out->workspace_root = strdup(src->workspace_root)))
 		goto oom;
 	if (src->nroots) {
@@ -480,8 +541,14 @@ int lr_profile_restrict(const struct lr_profile *base, const struct lr_profile *
 				 ? LR_ISO_UNCONFINED
 				 : LR_ISO_SANDBOXED;
 	out->ack_unconfined = base->ack_unconfined && ceiling->ack_unconfined;
+	/* protection is the union: every name of either, read-only git if either, the lower cap */
+	out->git_readonly = base->git_readonly || ceiling->git_readonly;
+	size_t ma = base->protect_max_entries, mb = ceiling->protect_max_entries;
+	out->protect_max_entries = !ma ? mb : !mb ? ma : ma < mb ? ma : mb;
 	int rc = -ENOMEM;
 	if (!(out->workspace_root = strdup(base->workspace_root)) ||
+	    (rc = merge_names(out, base->protect_names, base->nprotect_names)) ||
+	    (rc = merge_names(out, ceiling->protect_names, ceiling->nprotect_names)) ||
 	    (rc = restrict_roots(base, ceiling, out))) {
 		lr_profile_release(out);
 		snprintf(err, LR_SBX_ERRLEN, "restrict: %s", lr_strerror(rc));

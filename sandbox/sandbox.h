@@ -61,6 +61,13 @@ struct lr_profile {
 	struct lr_sbx_root *roots;
 	size_t nroots;
 	int ack_unconfined;
+	/* Files the host interprets later (sandbox/protect.c): names added to
+	 * lr_protect_default_names, every git directory read-only as a whole
+	 * (git_readonly), and the cap on the protected-path walk (0: the default). */
+	char **protect_names;
+	size_t nprotect_names;
+	int git_readonly;
+	size_t protect_max_entries;
 };
 
 /* Names as the Lua and CLI faces spell them: "deny", "gated", "allow" ... */
@@ -151,7 +158,7 @@ const struct lr_sbx_caps *lr_sbx_probe_fresh(void);
 /* The guarantees of DESIGN §8, in report order. */
 enum lr_guarantee {
 	LR_G_READ_BOUNDARY, LR_G_WRITE_BOUNDARY, LR_G_NETWORK_BOUNDARY, LR_G_TARGET_NETWORK,
-	LR_G_PROCESS_BOUNDARY, LR_G_RESOURCE_LIMITS, LR_G_ENV_SCRUB, LR_G_COUNT
+	LR_G_PROCESS_BOUNDARY, LR_G_RESOURCE_LIMITS, LR_G_ENV_SCRUB, LR_G_PROTECTED_FILES, LR_G_COUNT
 };
 const char *lr_guarantee_name(enum lr_guarantee g); /* "read_boundary", ... */
 
@@ -159,8 +166,9 @@ struct lr_sbx_report {
 	enum lr_tier tier;
 	int enforced[LR_G_COUNT];          /* 1 when the OS enforces it for this profile */
 	int required[LR_G_COUNT];          /* 1 when the profile needs it */
-	char how[LR_G_COUNT][256];         /* "landlock ABI 7 + mount namespace", ... */
-	char missing[LR_G_COUNT][256];     /* why not, when not enforced */
+	char how[LR_G_COUNT][320];         /* "landlock ABI 7 + mount namespace", ... */
+	char missing[LR_G_COUNT][320];     /* why not, when not enforced */
+	char protected_names[512];         /* the protected names of the profile, space-separated */
 };
 /*
  * What the machine gives this profile. Returns 0, or LR_EREFUSED (with a
@@ -293,8 +301,172 @@ int lr__sbx_etc_idmapped(void);
 #define LR_SBX_SPEC_MAX (1 << 20)  /* bytes of JSON */
 #define LR_SBX_MAX_ARGS 4096       /* entries of argv, and of envp */
 #define LR_SBX_MAX_ARG (128 << 10) /* bytes of one argv or envp entry */
-#define LR_SBX_MAX_MOUNTS 256
+#define LR_SBX_MAX_MOUNTS 1024
 #define LR_SBX_MAX_RULES 1024      /* Landlock rules, and readonly paths */
+
+/* ---- files the host interprets later (sandbox/protect.c) ---- */
+
+/*
+ * Some files in a writable root are read later by programs on the host, and
+ * run code there: git reads a repository's config, hooks, attributes and
+ * the directories a .git file or commondir points at (and recurses into
+ * submodules); editors, agents and CI read their own names (.vscode,
+ * .envrc, .github/workflows ...). The scan finds, before a run, every git
+ * directory below the writable roots (a .git directory, the target of a
+ * .git file, a bare repository, the git directories of submodules under
+ * modules/ and of linked worktrees) and what must stay as it is:
+ *
+ *   items   the interpreted files: existing ones are bound read-only;
+ *           missing ones get a placeholder first (lr_protect_place: an empty
+ *           file, "." for commondir, or an empty directory; made by the host
+ *           with mode 0444 / 0555, bound read-only, removed after the run);
+ *   binds   directories bound onto themselves (pins: every directory
+ *           between a writable root and an item, so no parent can be
+ *           renamed away and replaced) and directories bound read-only as a
+ *           whole (modules/, or every git directory with git_readonly);
+ *   zones   worktree roots (and writable roots inside a repository): after
+ *           the run, a .git or a bare repository that appeared below one is
+ *           moved aside (lr_protect_after), since host git would use it;
+ *   tree    the directories walked, so the check after the run (and, given
+ *           as the next scan's cache, the next run) reads again only the
+ *           directories whose ctime changed;
+ *   watch   protected names missing at the top of a repository below a
+ *           writable root (no placeholder there): moved aside after the run
+ *           if they appeared.
+ *
+ * The walk does not follow symbolic links; a protected entry that is a
+ * symbolic link cannot be held (it can be replaced) and refuses the run,
+ * as does a tree with more entries than the cap (never silently partial).
+ */
+#define LR_PROTECT_MAX_NAMES 64
+#define LR_PROTECT_NAME_MAX 200
+#define LR_PROTECT_MAX_ENTRIES 200000 /* the walk's default cap */
+#define LR_PROTECT_MAX_DEPTH 128
+#define LR_PROTECT_GITFILE_MAX 4096   /* bytes of a .git file that are read */
+
+/* The default protected names, NULL-terminated: .vscode .idea .devcontainer
+ * .cursor .claude .mcp.json .envrc .github/workflows. */
+extern const char *const lr_protect_default_names[];
+/* The interpreted files of a git directory, NULL-terminated: config,
+ * config.worktree, commondir, hooks, info/attributes, objects/info/alternates,
+ * modules. */
+extern const char *const lr_protect_git_files[];
+
+struct lr_protect_opts {
+	const char *const *names;    /* the profile's, on top of the defaults */
+	size_t nnames;
+	int git_readonly;            /* every git directory read-only as a whole */
+	size_t max_entries;          /* the walk's cap (0: LR_PROTECT_MAX_ENTRIES) */
+	const char *const *granted;  /* the run's write grants (canonical paths): a */
+	size_t ngranted;             /* protection a grant names is dropped */
+	/* the tree of an earlier walk of the same roots (lr_protect_plan_take_tree),
+	   or NULL: directories it still describes are not read again */
+	const struct lr_protect_tree *cache;
+};
+
+enum lr_protect_kind { LR_PROTECT_RO = 0, LR_PROTECT_FILE = 1, LR_PROTECT_DIR = 2 };
+
+struct lr_protect_item {
+	char *path;
+	enum lr_protect_kind kind; /* RO: bind the existing entry; FILE, DIR: a placeholder first */
+	const char *content;       /* FILE: the placeholder's bytes (static) */
+};
+
+struct lr_protect_bind {
+	char *path;
+	int writable; /* 1: a pin (bound onto itself); 0: read-only as a whole */
+};
+
+struct lr_protect_plan {
+	struct lr_protect_item *items;
+	size_t nitems, icap;
+	struct lr_protect_bind *binds;
+	size_t nbinds, bcap;
+	char **gitdirs, **dotgits, **zones, **watch; /* gitdirs and dotgits sorted by lr_protect_scan */
+	size_t ngitdirs, ndotgits, nzones, nwatch;
+	size_t gcap, dcap, zcap, wcap;
+	size_t entries;   /* directory entries the writable roots hold */
+	size_t dirs_read; /* directories the last walk read (the others were reused) */
+	struct lr_protect_tree *tree; /* the walk's tree (after lr_protect_after: the new one) */
+};
+
+/*
+ * Scans the writable roots (canonical directories). 0, LR_EREFUSED with a
+ * message (a symbolic link where a protected entry is, more entries than
+ * the cap, a tree deeper than LR_PROTECT_MAX_DEPTH), or -ENOMEM. The plan
+ * is released and zeroed on failure.
+ */
+int lr_protect_scan(const char *const *roots, size_t nroots, const struct lr_protect_opts *o,
+		    struct lr_protect_plan *plan, char err[LR_SBX_ERRLEN]);
+void lr_protect_plan_release(struct lr_protect_plan *p);
+
+/*
+ * Makes the plan's placeholders (those missing) and holds each of them with
+ * a shared lock for the length of the run; an existing placeholder of
+ * another run is held too. Fails closed (-errno, message) when one cannot
+ * be made. lr_protect_unplace removes the placeholders no other run holds
+ * (an emptied directory or the exact placeholder bytes only) and frees h.
+ */
+struct lr_protect_hold;
+int lr_protect_place(const struct lr_protect_plan *p, struct lr_protect_hold **out,
+		     char err[LR_SBX_ERRLEN]);
+void lr_protect_unplace(struct lr_protect_hold *h);
+
+/*
+ * After a run: below every zone, a .git entry the scan did not see and a
+ * directory that became a bare repository (HEAD, objects/, refs/) are moved
+ * aside (renamed to NAME.luarig-quarantine, or -N), as are watched names
+ * that appeared. One line per move is added to moved ("'PATH' moved to
+ * 'NEW': why"). 0, or -errno / LR_ETOOBIG (the tree outgrew the check's cap:
+ * what was checked was still moved) with a message.
+ */
+int lr_protect_after(struct lr_protect_plan *p, const struct lr_protect_opts *o,
+		     struct lr_buf *moved, char err[LR_SBX_ERRLEN]);
+
+/*
+ * The directories of the writable roots as a walk saw them (device, inode,
+ * ctime, entries): a later walk reuses a directory whose device, inode and
+ * ctime are unchanged (changed within two seconds of a walk, or on NFS,
+ * SMB, FUSE, 9p …: read again). take_tree hands the plan's to the caller
+ * (NULL when there is none) to pass as lr_protect_opts.cache.
+ */
+struct lr_protect_tree;
+struct lr_protect_tree *lr_protect_plan_take_tree(struct lr_protect_plan *p);
+void lr_protect_tree_free(struct lr_protect_tree *t);
+/* (folder-internal) how recent a change must be not to be trusted, ns (tests set 0) */
+extern int64_t lr__protect_recent_ns;
+
+/*
+ * For the host's own writers (the file tools): 1 when writing rel (a
+ * relative path without "." or ".." components) beneath root would touch
+ * what the scan protects, or create a repository: a ".git" component at any
+ * depth, a path inside an existing git directory, a name of the list at
+ * the top of root or of a repository in it, a file the config of a
+ * repository above it includes. why names the rule. 0 when not, -errno on
+ * a failed lookup. No walk: a file one repository's config includes from
+ * outside that repository's own tree is held by the sandbox's scan only.
+ */
+int lr_protect_path(const char *root, const char *rel, const struct lr_protect_opts *o,
+		    char why[LR_SBX_ERRLEN]);
+
+/*
+ * The keys of a git config file that name files git runs or reads as
+ * config (core.hooksPath; include.path and includeIf.*.path), each value
+ * given to found as git reads it. 0, or -EINVAL at a line git would refuse
+ * (what came before it was given). protect_gitdir protects the files they
+ * name inside writable roots, reading included files the same way.
+ */
+enum lr_protect_key { LR_PROTECT_HOOKSPATH = 1, LR_PROTECT_INCLUDE = 2 };
+int lr_protect_config_paths(const char *buf, size_t len,
+			    void (*found)(void *arg, enum lr_protect_key key, const char *value),
+			    void *arg);
+
+/* A .git file's target ("gitdir: PATH", trailing CR/LF dropped) into out; -EINVAL when it is not one. */
+int lr_protect_gitfile(const char *buf, size_t len, char *out, size_t outlen);
+
+/* Checks a protected name (profile field and file tools): relative, no "." or ".." component,
+ * no empty component, at most LR_PROTECT_NAME_MAX bytes of printable ASCII. 0 or -EINVAL. */
+int lr_protect_name_check(const char *name);
 
 /* ---- grants (sandbox/grant.c) ---- */
 

@@ -29,7 +29,7 @@
 --   max_bytes = 256 KiB. deny = the read guard: workspace-relative paths refused with
 --   everything beneath them, default { ".git/objects" } (packed, compressed objects:
 --   bytes no model can use, and reads that flood the context); glob and grep skip them.
--- write_file{ path, content }                                    options: max_bytes, deny
+-- write_file{ path, content }                                    options: max_bytes, deny, protect
 --   requirement { kind = "filesystem.write", scope = match = <abs path> }
 --   Atomic (temp O_EXCL 0600 + fsync + rename, then fsync of the directory); missing
 --   parent directories are made (0755). A new file is created without ever replacing
@@ -38,10 +38,17 @@
 --   "stale write: read '<path>' first" / "stale write: '<path>' changed since it was
 --   read"). The new content's hash is recorded as read.
 --   result: "wrote <path> (N bytes)" or "created <path> (N bytes)".
---   max_bytes = 4 MiB of content. deny = the write guard, default { ".git" } (hooks and
---   config there run code outside any sandbox the next time a person uses git).
--- edit_file{ path, old, new, replace_all = false }               options: max_bytes, deny
+--   max_bytes = 4 MiB of content. Never writes what the sandbox keeps as it is (the same
+--   rules, sandbox/protect.c): a ".git" component at any depth, anything inside a git
+--   directory, a HEAD that would make one, and a protected name (.vscode .idea
+--   .devcontainer .cursor .claude .mcp.json .envrc .github/workflows, plus protect =
+--   { names … }: pass a profile's protect.names) at the top of the workspace or of a
+--   repository in it: "'<path>' is protected: <the rule>", checked at prepare and again
+--   at run. deny = a write guard of the rig's own (workspace-relative paths, with
+--   everything beneath them), default {}.
+-- edit_file{ path, old, new, replace_all = false }               options: max_bytes, deny, protect
 --   requirement { kind = "filesystem.write", scope = match = <abs path> }
+--   Protected paths and deny as write_file.
 --   old must be non-empty and differ from new. The file (at most max_bytes = 1 MiB)
 --   must have been read completely and be unchanged since (as write_file). 0 matches:
 --   "'old' not found in <path>"; several without replace_all: "'old' is ambiguous in
@@ -62,7 +69,9 @@
 --   "command.execute", target = command, command =, cwd = } and passes it to that
 --   one ex:run. A run
 --   invalidates every read this loop recorded (ctx.observations.reads).
---   result: stdout, then "[stderr]\n" and stderr when there is any, then
+--   result: stdout, then "[stderr]\n" and stderr when there is any, then one
+--   "[sandbox: '<path>' moved to '<new>': <why>]" per entry the check after the run moved
+--   aside (a .git the command made inside a repository), then
 --   "[exit code: N]" (or "[killed by signal N]"); over max_output the head and the tail
 --   are kept around "[output truncated: omitted X of Y bytes]". A timeout is an error:
 --   "command timed out after N s" followed by the output so far.
@@ -259,6 +268,19 @@ local function guarded(rel, list)
   return nil
 end
 
+-- What the sandbox keeps as it is (sandbox/protect.c, the same rules as the
+-- mount view): a .git at any depth, the inside of a git directory, a
+-- protected name at the top of the workspace or of a repository in it.
+local function protected(p, names)
+  local why, err = core.protect_path(p.root, p.rel, names)
+  if why then
+    return quote(p.rel) .. " is protected: " .. why .. " (rig.tools write_file and edit_file "
+      .. "never write there; a person can)"
+  end
+  if err then return "cannot check " .. quote(p.rel) .. " against the protected paths: " .. err end
+  return nil
+end
+
 -- Messages from the C layer name workspace-relative paths already.
 local function fs_message(msg, code)
   msg = tostring(msg)
@@ -372,7 +394,7 @@ local function stale_check(ctx, a, max)
 end
 
 function M.write_file(opts)
-  local o = options("write_file", opts, { max_bytes = 4 << 20, deny = { ".git" } })
+  local o = options("write_file", opts, { max_bytes = 4 << 20, deny = {}, protect = {} })
   return tool_mod{
     name = "write_file",
     description = "Write a whole file in the workspace (created with its directories if "
@@ -389,6 +411,8 @@ function M.write_file(opts)
       if p.rel == "" then return nil, "the path names the workspace itself" end
       local g = guarded(p.rel, o.deny)
       if g then return nil, quote(p.rel) .. " is refused by the write guard (" .. g .. ")" end
+      local why = protected(p, o.protect)
+      if why then return nil, why end
       if #args.content > o.max_bytes then
         return nil, "the content is larger than " .. o.max_bytes .. " bytes"
       end
@@ -403,6 +427,8 @@ function M.write_file(opts)
       if not a then return nil, NOT_PREPARED end
       local ok, err = check_root(ctx, a.p)
       if not ok then return nil, err end
+      local why = protected(a.p, o.protect)
+      if why then return nil, why end
       local cur, existed = stale_check(ctx, a, 64 << 20)
       if not cur then return nil, existed end
       local wok, werr, wcode = core.fs_write_beneath(a.p.root, a.p.rel, a.content,
@@ -472,7 +498,7 @@ local function edit_diff(cur, old, new, starts)
 end
 
 function M.edit_file(opts)
-  local o = options("edit_file", opts, { max_bytes = 1 << 20, deny = { ".git" } })
+  local o = options("edit_file", opts, { max_bytes = 1 << 20, deny = {}, protect = {} })
   return tool_mod{
     name = "edit_file",
     description = "Replace text in a file of the workspace: 'old' must occur exactly once "
@@ -491,6 +517,8 @@ function M.edit_file(opts)
       if p.rel == "" then return nil, "the path names the workspace itself" end
       local g = guarded(p.rel, o.deny)
       if g then return nil, quote(p.rel) .. " is refused by the write guard (" .. g .. ")" end
+      local why = protected(p, o.protect)
+      if why then return nil, why end
       if args.old == "" then return nil, "'old' is empty" end
       if args.old == args.new then return nil, "'old' and 'new' are the same" end
       local all = args.replace_all == true
@@ -505,6 +533,8 @@ function M.edit_file(opts)
       if not a then return nil, NOT_PREPARED end
       local ok, err = check_root(ctx, a.p)
       if not ok then return nil, err end
+      local why = protected(a.p, o.protect)
+      if why then return nil, why end
       local st = core.fs_lstat(a.p.abs)
       if st and st.type == "file" and st.size > o.max_bytes then
         return nil, quote(a.p.rel) .. " is larger than " .. o.max_bytes .. " bytes (edit_file's cap)"
@@ -636,6 +666,9 @@ function M.bash(opts)
       end
       out = head_tail(out, o.max_output)
       if out ~= "" and out:sub(-1) ~= "\n" then out = out .. "\n" end
+      for _, line in ipairs(r.moved_aside or {}) do
+        out = out .. "[sandbox: " .. line .. "]\n"
+      end
       if r.timed_out then
         return nil, "command timed out after " .. a.timeout .. " s" .. (out ~= "" and ("\n" .. out) or "")
       end

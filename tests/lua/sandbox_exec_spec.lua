@@ -281,6 +281,75 @@ describe("rig.sandbox executors", function()
   end)
 end)
 
+-- Files the host interprets later (sandbox/protect.c): the placeholders of a
+-- run, the check after it (run and spawn), the profile's protect options.
+describe("rig.sandbox executors and the files the host interprets", function()
+  local function pws(name)
+    local d = base .. "/" .. name
+    sh("rm -rf '" .. d .. "' && mkdir -p '" .. d .. "' && cd '" .. d .. "' && git init -q .")
+    return d
+  end
+  local function protected_set(d, protect)
+    return assert(sandbox.executors(sandbox.profile{
+      workspace_root = d, workspace_write = "allow", network = "deny", command = "allow",
+      protect = protect }, { scratch_root = scratch() }))
+  end
+
+  it("holds missing names with placeholders during the run and removes them after", function()
+    local d = pws("ph")
+    local s2 = protected_set(d)
+    local e = assert(s2:get("ph"))
+    local r = assert(e:run{ command = "ls -a; echo x > .envrc || echo refused; echo {} > .vscode/tasks.json" })
+    expect(r.stdout).to_match("\n%.vscode\n")   -- there while it runs
+    expect(r.stdout).to_match("refused")
+    expect(r.stderr).to_match("Read%-only file system")
+    expect(exists(d .. "/.vscode")).to_be(false)  -- gone after
+    expect(exists(d .. "/.envrc")).to_be(false)
+    expect(exists(d .. "/.git/commondir")).to_be(false)
+    expect(r.moved_aside).to_be_nil()
+    s2:close()
+  end)
+
+  it("moves aside a repository made inside a repository, and says so", function()
+    local d = pws("mv")
+    local s2 = protected_set(d)
+    local e = assert(s2:get("mv"))
+    local r = assert(e:run{ command = "git init -q sub && mkdir -p other && git init -q --bare other/b.git" })
+    expect(r.code).to_be(0)
+    expect(#r.moved_aside).to_be(2)
+    expect(table.concat(r.moved_aside, "\n")).to_match("sub/%.git' moved to '[^']*sub/%.git%.luarig%-quarantine'")
+    expect(table.concat(r.moved_aside, "\n")).to_match("other/b%.git/HEAD' moved to")
+    expect(exists(d .. "/sub/.git")).to_be(false)
+    expect(exists(d .. "/sub/.git.luarig-quarantine/HEAD")).to_be(true)
+    -- the same in a spawned process, once it is gone
+    local p = assert(e:spawn{ command = "git init -q sub2", stdout = "null" })
+    assert(p:wait())
+    p:close()
+    expect(exists(d .. "/sub2/.git")).to_be(false)
+    expect(exists(d .. "/sub2/.git.luarig-quarantine")).to_be(true)
+    s2:close()
+  end)
+
+  it("refuses a tree beyond the walk's cap, naming the field, and makes .git read-only on request", function()
+    local d = pws("cap")
+    sh("cd '" .. d .. "' && mkdir -p many && for i in $(seq 1 60); do : > many/f$i; done")
+    local s2 = protected_set(d, { max_entries = 40 })
+    local ok, msg, code = assert(s2:get("c")):run{ argv = { "true" } }
+    expect(ok).to_be_nil()
+    expect(code).to_be("refused")
+    expect(msg).to_match("more than 40 entries")
+    expect(msg).to_match("protect%.max_entries")
+    s2:close()
+    local s3 = protected_set(d, { git = "readonly" })
+    local r = assert(assert(s3:get("r")):run{ command = "touch .git/x || echo refused; touch many/ok" })
+    expect(r.stdout).to_match("refused")
+    expect(exists(d .. "/.git/x")).to_be(false)
+    expect(exists(d .. "/many/ok")).to_be(true)
+    expect(r.report.guarantees.protected_files.how).to_match("the whole git directory")
+    s3:close()
+  end)
+end)
+
 -- Leaves nothing behind (the spec's own set too).
 describe("cleanup", function()
   it("removes the spec's files", function()

@@ -31,6 +31,16 @@ describe("rig.sandbox.profile", function()
     expect(p.isolation).to_be("sandboxed")
     expect(p.ack_unconfined).to_be(false)
     expect(#p.roots).to_be(0)
+    expect(p.protect.git).to_be("protected")
+    expect(#p.protect.names).to_be(0)
+    expect(p.protect.max_entries).to_be(200000)
+    expect(p.protect.defaults).to_equal{ ".vscode", ".idea", ".devcontainer", ".cursor", ".claude",
+                                         ".mcp.json", ".envrc", ".github/workflows" }
+    local q = sandbox.profile{ workspace_root = ws, protect = { names = { ".tool-versions", "tools/hooks" },
+                                                                git = "readonly", max_entries = 500 } }
+    expect(q.protect.names).to_equal{ ".tool-versions", "tools/hooks" }
+    expect(q.protect.git).to_be("readonly")
+    expect(q.protect.max_entries).to_be(500)
     expect(p.nonsense).to_be_nil()
     expect(tostring(p)).to_match("^rig%.sandbox%.profile")
   end)
@@ -66,6 +76,13 @@ describe("rig.sandbox.profile", function()
           network = "allow" }, "needs field 'ack_unconfined'" },
       { { workspace_root = ws, isolation = "unconfined", ack_unconfined = true },
         "isolation 'unconfined' needs field 'workspace_write' to be allow" },
+      { { workspace_root = ws, protect = ".envrc" }, "field 'protect' must be a table" },
+      { { workspace_root = ws, protect = { names = { "../x" } } }, "field 'protect%.names%[1%]' must be a relative path" },
+      { { workspace_root = ws, protect = { names = { "/etc" } } }, "field 'protect%.names%[1%]'" },
+      { { workspace_root = ws, protect = { names = { "ok", 3 } } }, "field 'protect%.names%[2%]'" },
+      { { workspace_root = ws, protect = { git = "none" } }, "field 'protect%.git' must be protected or readonly" },
+      { { workspace_root = ws, protect = { max_entries = 0 } }, "field 'protect%.max_entries' must be a positive integer" },
+      { { workspace_root = ws, protect = { nmaes = {} } }, "unknown field 'protect%.nmaes'" },
     }
     for i, c in ipairs(cases) do
       local ok, err = pcall(sandbox.profile, c[1])
@@ -99,7 +116,9 @@ describe("rig.sandbox.profile", function()
     for _, o in ipairs{ { network = "deny" }, { command = "allow" }, { delegate = "allow" },
                         { delegate = "deny" }, { mcp = "allow" }, { mcp = "deny" }, { home = "real" },
                         { workspace_write = "deny" }, { host_read = "gated" },
-                        { roots = { { path = cache } } }, { workspace_root = cache } } do
+                        { roots = { { path = cache } } }, { workspace_root = cache },
+                        { protect = { names = { ".x" } } }, { protect = { git = "readonly" } },
+                        { protect = { max_entries = 10 } } } do
       o.workspace_root = o.workspace_root or ws
       local fp = sandbox.profile(o):fingerprint()
       expect(seen[fp]).to_be_nil()
@@ -175,6 +194,21 @@ describe("rig.sandbox.restrict", function()
     expect(r:access_for("filesystem.read", "/etc/hostname")).to_be("allow")
   end)
 
+  it("protects the union: every name of either, read-only git if either, the lower cap", function()
+    local a = sandbox.profile{ workspace_root = ws, protect = { names = { ".a", ".b" }, max_entries = 900 } }
+    local b = sandbox.profile{ workspace_root = ws, protect = { names = { ".b", ".c" }, git = "readonly",
+                                                                max_entries = 100 } }
+    local r = sandbox.restrict(a, b)
+    expect(r.protect.names).to_equal{ ".a", ".b", ".c" }
+    expect(r.protect.git).to_be("readonly")
+    expect(r.protect.max_entries).to_be(100)
+    local plain = sandbox.restrict(sandbox.profile{ workspace_root = ws }, sandbox.profile{ workspace_root = ws })
+    expect(plain.protect.git).to_be("protected")
+    -- names in another order are the same profile
+    local x = sandbox.profile{ workspace_root = ws, protect = { names = { ".b", ".a" }, max_entries = 900 } }
+    expect(x:fingerprint()).to_be(a:fingerprint())
+  end)
+
   it("refuses profiles on different workspaces", function()
     local a = sandbox.profile{ workspace_root = ws }
     local b = sandbox.profile{ workspace_root = cache }
@@ -185,7 +219,7 @@ end)
 
 describe("rig.sandbox.check", function()
   local order = { "read_boundary", "write_boundary", "network_boundary", "target_network",
-                  "process_boundary", "resource_limits", "env_scrub" }
+                  "process_boundary", "resource_limits", "env_scrub", "protected_files" }
 
   it("reports tier A on this machine with every guarantee of the default profile", function()
     local r = sandbox.check()
@@ -202,6 +236,11 @@ describe("rig.sandbox.check", function()
       expect(#e.how).at_least(10)
     end
     expect(r.guarantees.network_boundary.required).to_be(true)
+    expect(r.guarantees.protected_files.how).to_match("commondir")
+    -- a profile that writes the workspace needs the files the host interprets kept
+    local w = sandbox.check(sandbox.profile{ workspace_root = ws, workspace_write = "allow" })
+    expect(w.guarantees.protected_files.required).to_be(true)
+    expect(w.guarantees.protected_files.enforced).to_be(true)
   end)
 
   it("reports an unconfined profile as enforcing only the environment scrub", function()
@@ -225,6 +264,7 @@ describe("rig.sandbox.check", function()
     for i, g in ipairs(order) do
       expect(lines[i + 1]).to_match("^" .. g .. " +enforced +%S")
     end
+    expect(r.stdout).to_match("\nprotected names: %.vscode %.idea [^\n]*%.github/workflows")
     expect(r.stdout).to_match("\nlandlock: ABI %d+\n")
     expect(r.stdout).to_match("\ncgroup: ")
     -- usage errors exit 2

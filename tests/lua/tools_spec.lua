@@ -248,7 +248,9 @@ describe("rig.tools.write_file and edit_file", function()
     local _, err = call(w, { path = "../x", content = "" }, ctx_for(ws))
     expect(err).to_match("outside the workspace")
     _, err = call(w, { path = ".git/hooks/pre-commit", content = "" }, ctx_for(ws))
-    expect(err).to_match("refused by the write guard %(.git%)")
+    expect(err).to_match("'.git/hooks/pre%-commit' is protected: it is inside the git entry '.git'")
+    _, err = call(rig.tools.write_file{ deny = { "secret" } }, { path = "secret/x", content = "" }, ctx_for(ws))
+    expect(err).to_match("refused by the write guard %(secret%)")
     _, err = call(w, { path = "a", content = string.rep("x", 11) }, ctx_for(ws))
     expect(err).to_match("larger than 10 bytes")
     -- a parent directory swapped for a link out after prepare
@@ -303,6 +305,89 @@ describe("rig.tools.write_file and edit_file", function()
     put(ws .. "/x.txt", "changed\n")
     _, err = call(e, { path = "x.txt", old = "changed", new = "z" }, ctx_for(ws, obs))
     expect(err).to_match("stale write: 'x.txt' changed since it was read")
+  end)
+end)
+
+describe("rig.tools write_file and edit_file on what the host interprets", function()
+  -- what git, editors, agents and CI on the host would run: never written, at any depth
+  local function repo_ws()
+    local ws = workspace()
+    sh("cd '" .. ws .. "' && git init -q . && mkdir -p vendor/lib src fixtures && git init -q vendor/lib && "
+      .. "git init -q --bare fixtures/bare.git && echo x > src/a.c && git config include.path ../shared.gitconfig")
+    return ws
+  end
+
+  it("refuses them with a message naming the rule, and writes everything else", function()
+    local ws = repo_ws()
+    local w = rig.tools.write_file()
+    local cases = {
+      { "vendor/lib/.git/commondir", "inside the git entry 'vendor/lib/.git'" },
+      { ".git/config", "inside the git entry '.git'" },
+      { "src/.git", "it is the git entry 'src/.git'" },
+      { "new/sub/.git/HEAD", "inside the git entry 'new/sub/.git'" },
+      { ".vscode/tasks.json", "'.vscode' at the top of the workspace is on the protected list" },
+      { ".envrc", "'.envrc' at the top of the workspace is on the protected list" },
+      { ".claude/settings.json", "'.claude' at the top of the workspace" },
+      { ".github/workflows/x.yml", "'.github/workflows' at the top of the workspace" },
+      { ".mcp.json", "'.mcp.json'" },
+      { ".idea/workspace.xml", "'.idea'" },
+      { ".devcontainer/devcontainer.json", "'.devcontainer'" },
+      { ".cursor/mcp.json", "'.cursor'" },
+      { "vendor/lib/.envrc", "'.envrc' at the top of a repository" },
+      { "fixtures/bare.git/hooks/post-checkout", "inside 'fixtures/bare.git', a git directory" },
+      { "shared.gitconfig", "the config of the repository at '.' includes it" },
+    }
+    for _, c in ipairs(cases) do
+      local _, err = call(w, { path = c[1], content = "x" }, ctx_for(ws))
+      if not err or not err:find(c[2], 1, true) then
+        error("write_file " .. c[1] .. ": " .. tostring(err))
+      end
+      expect(err).to_match("is protected: ")
+      expect(get(ws .. "/" .. c[1]) == "x").to_be(false)
+    end
+    -- positive control: ordinary paths beside them are written
+    for _, path in ipairs{ "src/b.c", "vendor/lib/src.c", ".github/CODEOWNERS", "docs/.vscode-notes.md",
+                           "sub/.idea/x" } do
+      local out, err = call(w, { path = path, content = "ok" }, ctx_for(ws))
+      expect(err).to_be_nil()
+      expect(out).to_match("^created ")
+      expect(get(ws .. "/" .. path)).to_be("ok")
+    end
+  end)
+
+  it("edit_file refuses them too, and a profile's names join the list", function()
+    local ws = repo_ws()
+    put(ws .. "/.envrc", "export A=1\n")
+    local obs = {}
+    local _, err = call(rig.tools.edit_file(), { path = ".envrc", old = "A=1", new = "A=2" }, ctx_for(ws, obs))
+    expect(err).to_match("'.envrc' is protected: '.envrc' at the top of the workspace")
+    expect(get(ws .. "/.envrc")).to_be("export A=1\n")
+    put(ws .. "/.tool-versions", "lua 5.4\n")
+    assert(call(rig.tools.read_file(), { path = ".tool-versions" }, ctx_for(ws, obs)))
+    local e = rig.tools.edit_file{ protect = { ".tool-versions" } }
+    _, err = call(e, { path = ".tool-versions", old = "5.4", new = "5.1" }, ctx_for(ws, obs))
+    expect(err).to_match("'%.tool%-versions' at the top of the workspace is on the protected list")
+    -- positive control: without the name it is edited
+    local out
+    out, err = call(rig.tools.edit_file(), { path = ".tool-versions", old = "5.4", new = "5.1" }, ctx_for(ws, obs))
+    expect(err).to_be_nil()
+    expect(out).to_match("^edited ")
+    expect(function() rig.tools.write_file{ protect = { "../x" } } end).to_fail("option 'protect%[1%]'")
+  end)
+
+  it("checks again at run: a repository made after prepare is not written into", function()
+    local ws = workspace()
+    sh("mkdir -p '" .. ws .. "/lib'")
+    local w = rig.tools.write_file()
+    local ctx = ctx_for(ws)
+    local req
+    req, ctx.prepared = w.prepare({ path = "lib/HEAD", content = "ref: refs/heads/m\n" }, ctx)
+    req = assert(w:check_request(assert(req)))
+    sh("mkdir -p '" .. ws .. "/lib/objects' '" .. ws .. "/lib/refs'")
+    local out, err = w.run(req, ctx)
+    expect(out).to_be_nil()
+    expect(err).to_match("'lib/HEAD' is protected: a HEAD beside objects/ and refs/")
+    expect(get(ws .. "/lib/HEAD")).to_be_nil()
   end)
 end)
 
@@ -375,6 +460,21 @@ describe("rig.tools.bash", function()
     expect(ok).to_be(false)
     expect(tostring(e2)).to_match("above 'max_timeout'")
     expect(t:check_args{ command = "x", timeout = 121 }).to_be_nil()
+    set:close()
+  end)
+
+  it("says what the check after the run moved aside", function()
+    local ws = workspace()
+    sh("cd '" .. ws .. "' && git init -q .")
+    local set = executors(ws)
+    local t = rig.tools.bash{ executor = assert(set:get("m")) }
+    local out, err = call(t, { command = "git init -q inner && echo made" }, ctx_for(ws))
+    expect(err).to_be_nil()
+    expect(out).to_match("^made\n%[sandbox: '" .. ws:gsub("%p", "%%%0") .. "/inner/%.git' moved to '"
+      .. ws:gsub("%p", "%%%0") .. "/inner/%.git%.luarig%-quarantine': a %.git the command made inside a repository")
+    expect(out).to_match("%[exit code: 0%]$")
+    expect(get(ws .. "/inner/.git/HEAD")).to_be_nil()
+    expect(get(ws .. "/inner/.git.luarig-quarantine/HEAD")).to_match("^ref:")
     set:close()
   end)
 end)

@@ -699,8 +699,10 @@ check 20 "DNS inside answers allow-listed names only (with the proxy's address)"
 
 # ---- the per-boot probe cache (9: never says more than the machine gives) ----
 # A luarig inside a sandbox cannot make namespaces (seccomp), so it probes
-# tier B and runs degraded (the control). With a forged cache line there
-# claiming tier A, its helper's unshare fails: exit 126, the target never runs.
+# tier B and runs degraded (the control; read-only: tier B cannot keep the
+# files the host interprets in a writable workspace, so a writable run is
+# refused there). With a forged cache line there claiming tier A, its
+# helper's unshare fails: exit 126, the target never runs.
 NEST=$T/nest
 mkdir -p "$NEST"
 cp "$LUARIG" "$NEST/luarig"
@@ -716,11 +718,11 @@ nest() { # script run inside a sandbox on $NEST (a sanitizer build: LeakSanitize
 		"cd '$NEST'; export ASAN_OPTIONS=detect_leaks=0; $1"
 }
 CACHE_DIR='if [ "$(id -u)" = 0 ]; then echo /run/luarig; else echo "${XDG_RUNTIME_DIR:-/tmp}/luarig"; fi'
-out=$(nest "mkdir -p /tmp/w; ./luarig sandbox run --workspace /tmp/w -- /bin/echo inner-ran" 2>&1); c=$?
+out=$(nest "mkdir -p /tmp/w; ./luarig sandbox run --profile readonly --workspace /tmp/w -- /bin/echo inner-ran" 2>&1); c=$?
 [ "$out" = inner-ran ] || c=1
 out=$(nest "mkdir -p /tmp/w; D=\$($CACHE_DIR); mkdir -p \$D; chmod 700 \$D;
 	sh forge.sh >\$D/probe; chmod 600 \$D/probe;
-	./luarig sandbox run --workspace /tmp/w -- /bin/echo inner-ran" 2>&1); r=$?
+	./luarig sandbox run --profile readonly --workspace /tmp/w -- /bin/echo inner-ran" 2>&1); r=$?
 d=1
 [ "$r" = 126 ] && case "$out" in *inner-ran*) ;; *unshare*) d=0 ;; esac
 check probe-cache "a forged tier-A probe cache fails closed (status $r), never runs degraded" $c $d
@@ -792,6 +794,191 @@ sh_box "set -e; git init -q '$R'; cd '$R'; mkdir -p src lib; echo a > src/a.c; g
   git -c user.name=t -c user.email=t@e commit -q -m two; git gc -q; git log --oneline | wc -l | grep -q 2" \
 	>/dev/null 2>&1; d=$?
 check 26 "git init, add, commit, mv across directories and gc work inside" $c $d
+
+# ---- files the host interprets later (28-43) ----
+# Each attack leaves something in a repository of the workspace that would make
+# git on the host run a program later. The program writes the marker $MK, so the
+# marker proves that host git ran something the command wrote. The control does
+# the same directly on the host (the marker must appear), the case confined (it
+# must not). Host git runs with its own global config (a git-lfs style filter
+# driver, as `git lfs install` leaves one, and file:// submodules allowed).
+HW=$T/hw
+mkdir -p "$HW"
+MK=$T/host-ran
+FSM="echo fsmonitor >> $MK; false"
+HGC=$T/host.gitconfig
+printf '[user]\n\tname = t\n\temail = t@e\n[filter "lfs"]\n\tclean = "sh -c \047echo lfs >> %s; cat\047"\n\tsmudge = cat\n[protocol "file"]\n\tallow = always\n' \
+	"$MK" >"$HGC"
+hg() { GIT_CONFIG_GLOBAL=$HGC GIT_CONFIG_NOSYSTEM=1 git "$@"; } # git as the person at the host runs it
+export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@e GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@e
+hbox() { # workspace script: run script confined in the trusted profile on workspace
+	"$LUARIG" sandbox run --profile trusted --workspace "$1" --timeout 60 -- /bin/sh -c "$2"
+}
+R=$HW/r
+mkdir -p "$T/empty-template"
+repo() { # dir [init args...]: a repository with one commit, made by the host user
+	d=$1
+	shift
+	rm -rf "$d"
+	hg init -q "$@" "$d" && echo a >"$d/a" && mkdir -p "$d/src" && echo s >"$d/src/s" &&
+		hg -C "$d" add -A && hg -C "$d" commit -qm init
+}
+setup_plain() { rm -rf "$HW"/*; repo "$R"; }
+setup_nested() { setup_plain && repo "$R/vendor/lib" && echo vendor/ >"$R/.gitignore"; }
+setup_wtconfig() { setup_plain && hg -C "$R" config core.repositoryformatversion 1 &&
+	hg -C "$R" config extensions.worktreeConfig true; }
+setup_nohooks() { rm -rf "$HW"/*; repo "$R" --template="$T/empty-template"; }
+setup_sub() {
+	setup_plain && repo "$T/subsrc" && hg -C "$R" submodule add -q "$T/subsrc" sub >/dev/null 2>&1 &&
+		hg -C "$R" commit -qm sub
+}
+st() { hg -C "$R" status; }
+# what else a person runs in the repository: diff, checkout, fetch (with submodules)
+many() {
+	hg -C "$R" status
+	hg -C "$R" diff
+	hg -C "$R" checkout -q -b other-$$
+	hg -C "$R" fetch -q --recurse-submodules=yes "$R" 2>/dev/null
+}
+marked() { [ -e "$MK" ]; }
+# hcase N what setup script after [verify [workspace]]: the attack script runs in
+# $R (as a file in the workspace), then the host runs after; verify (default: the
+# marker exists) tells whether the attack worked.
+hcase() {
+	n=$1 what=$2 setup=$3 script=$4 after=$5 verify=${6:-marked} hws=${7:-$HW}
+	rm -f "$MK"
+	$setup >/dev/null 2>&1
+	printf 'export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@e GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@e\n%s\n' "$script" >"$hws/.attack.sh"
+	(cd "$R" && sh "$hws/.attack.sh") >/dev/null 2>&1
+	$after >/dev/null 2>&1
+	$verify; c=$?
+	rm -f "$MK" "$hws/.ran"
+	$setup >/dev/null 2>&1
+	printf 'export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@e GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@e\n%s\n' "$script" >"$hws/.attack.sh"
+	hbox "$hws" ": > '$hws/.ran'; cd '$R' && sh '$hws/.attack.sh'" >"$T/hcase.out" 2>&1
+	$after >/dev/null 2>&1
+	! $verify; d=$?
+	if [ "${HCASE_REFUSED:-}" = "" ] && [ ! -e "$hws/.ran" ]; then
+		notok "$n $what: the confined command did not run: $(head -c 300 "$T/hcase.out")"
+		return
+	fi
+	check "$n" "$what" $c $d
+}
+
+hcase 28 "a .git/commondir pointing at a copy whose config sets core.fsmonitor is not created" setup_plain \
+	"cp -r .git ../evil.git; git --git-dir=../evil.git config core.fsmonitor '$FSM'; echo ../../evil.git > .git/commondir" st
+nst() { hg -C "$R/vendor/lib" status; }
+hcase 29 "nor in a nested repository at depth (vendor/lib/.git/commondir)" setup_nested \
+	"cd vendor/lib; cp -r .git ../../../evil.git; git --git-dir=../../../evil.git config core.fsmonitor '$FSM'; echo ../../../../evil.git > .git/commondir" nst
+hcase 30 "a .git/config.worktree setting core.fsmonitor is not created (extensions.worktreeConfig on)" setup_wtconfig \
+	"printf '[core]\n\tfsmonitor = %s\n' '$FSM' > .git/config.worktree" st
+add_a() { echo b >>"$R/a"; hg -C "$R" add a; }
+hcase 31 ".git/info/attributes selecting a filter driver is not created" setup_plain \
+	"echo '* filter=lfs' > .git/info/attributes" add_a
+hcase 31 "nor after renaming .git/info away" setup_plain \
+	"mv .git/info .git/info.old; mkdir -p .git/info; echo '* filter=lfs' > .git/info/attributes" add_a
+alt() { [ -e "$R/.git/objects/info/alternates" ] || [ -e "$R/.git/objects/info.old" ]; }
+hcase 32 ".git/objects/info/alternates is not created, nor is objects/info renamed away" setup_plain \
+	"mv .git/objects/info .git/objects/info.old; mkdir -p .git/objects/info; echo /tmp > .git/objects/info/alternates" ":" alt
+commit_a() { echo c >>"$R/a"; hg -C "$R" commit -qam c; }
+hcase 33 "a pre-commit hook is not created in a repository made without hooks" setup_nohooks \
+	"mkdir -p .git/hooks; printf '#!/bin/sh\necho hook >> $MK\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit" commit_a
+hcase 34 "a submodule's git directory (.git/modules/sub/config) does not gain core.fsmonitor" setup_sub \
+	"git --git-dir=.git/modules/sub config core.fsmonitor '$FSM'" st
+hcase 34 "nor a hook host diff, checkout or fetch would run" setup_sub \
+	"git --git-dir=.git/modules/sub config core.fsmonitor '$FSM'; printf '#!/bin/sh\necho hook >> $MK\n' > .git/modules/sub/hooks/post-checkout; chmod +x .git/modules/sub/hooks/post-checkout" many
+hcase 35 "a submodule's .git file is not repointed at a git directory the command made" setup_sub \
+	"cp -r .git/modules/sub ../evilsub.git; git config --file ../evilsub.git/config core.fsmonitor '$FSM'; git config --file ../evilsub.git/config core.worktree '$R/sub'; rm -f sub/.git || mv sub/.git sub/.git.old; echo 'gitdir: $HW/evilsub.git' > sub/.git" st
+hcase 36 "a submodule the command registers (gitlink, its own .git) is not entered by host git" setup_plain \
+	"git init -q evil && cd evil && git commit -q --allow-empty -m e && git config core.fsmonitor '$FSM' && cd .. && git add evil" st
+hcase 36 "nor by host diff, checkout or fetch --recurse-submodules" setup_plain \
+	"git init -q evil && cd evil && git commit -q --allow-empty -m e && git config core.fsmonitor '$FSM' && printf '#!/bin/sh\necho hook >> $MK\n' > .git/hooks/post-checkout && chmod +x .git/hooks/post-checkout && cd .. && git add evil && git commit -qm sub" many
+nomod() { marked || [ -e "$R/.git/modules/evil" ]; }
+hcase 37 ".git/modules gains no entry; a .gitmodules submodule with a .git file is not entered" setup_sub \
+	"git init -q --separate-git-dir=.git/modules/evil evil; cd evil && git commit -q --allow-empty -m e && git config core.fsmonitor '$FSM' && cd ..; printf '[submodule \"evil\"]\n\tpath = evil\n\turl = ./evil\n' >> .gitmodules; git add .gitmodules evil" st nomod
+nomod2() { marked || [ -e "$R/.git/modules" ]; }
+hcase 37 "nor a repository that had no .git/modules" setup_plain \
+	"mkdir -p .git/modules; git init -q --separate-git-dir=.git/modules/evil evil; cd evil && git commit -q --allow-empty -m e && git config core.fsmonitor '$FSM' && cd ..; git add evil" st nomod2
+srcst() { hg -C "$R/src" status; }
+hcase 38 "a bare repository planted in a tracked directory is not used by host git there" setup_plain \
+	"cd src && mkdir objects refs refs/heads && echo 'ref: refs/heads/master' > HEAD && printf '[core]\n\tbare = false\n\tworktree = ..\n\trepositoryformatversion = 0\n\tfsmonitor = %s\n' '$FSM' > config" srcst
+setup_include() { setup_plain && : >"$R/shared.gitconfig" && hg -C "$R" config include.path ../shared.gitconfig; }
+hcase 43 "a config file the repository's config includes from the worktree does not gain core.fsmonitor" setup_include \
+	"printf '[core]\n\tfsmonitor = %s\n' '$FSM' >> shared.gitconfig" st
+# 39: the workspace is a directory of a repository; a .git made at its top takes over git there
+OUT=$T/outer
+setup_outer() { repo "$OUT" && mkdir -p "$OUT/ws" && echo w >"$OUT/ws/w" && hg -C "$OUT" add -A && hg -C "$OUT" commit -qm w; }
+outst() { hg -C "$OUT/ws" status; }
+R_SAVE=$R
+R=$OUT/ws
+hcase 39 "a .git made in a workspace that is a directory of a repository is not used by host git there" setup_outer \
+	"git init -q . && git config core.fsmonitor '$FSM'" outst marked "$OUT/ws"
+R=$R_SAVE
+
+# 40: the editor, agent and CI names at the top of the workspace: missing ones cannot
+# be created, existing ones stay as they are, and nothing is left behind
+NAMES_SCRIPT="mkdir -p .vscode && echo '{}' > .vscode/tasks.json; echo 'echo x' > .envrc; mkdir -p .claude && echo '{}' > .claude/settings.json;
+mkdir -p .github/workflows && echo 'on: push' > .github/workflows/x.yml; echo '{}' > .mcp.json; mkdir -p .idea .devcontainer .cursor;
+echo x > .idea/x.xml; echo '{}' > .devcontainer/devcontainer.json; echo '{}' > .cursor/mcp.json"
+names_present() { # 0 when any of the names exists at the top of $HW
+	for x in .vscode .envrc .claude .github .mcp.json .idea .devcontainer .cursor; do [ -e "$HW/$x" ] && return 0; done
+	return 1
+}
+rm -rf "$HW"/* "$HW"/.[!.]*
+(cd "$HW" && sh -c "$NAMES_SCRIPT") >/dev/null 2>&1
+names_present; c=$?
+rm -rf "$HW"/* "$HW"/.[!.]*
+hbox "$HW" "cd '$HW'; $NAMES_SCRIPT" >/dev/null 2>&1
+! names_present; d=$?
+check 40 ".vscode/tasks.json, .envrc, .claude/settings.json, .github/workflows/x.yml, .mcp.json, .idea, .devcontainer, .cursor cannot be created at the top of the workspace, and no placeholder is left behind" $c $d
+mkdir -p "$HW/.vscode" "$HW/.github"
+echo '{"a":1}' >"$HW/.vscode/settings.json"
+cp "$HW/.vscode/settings.json" "$T/vs.orig"
+(echo x >>"$HW/.vscode/settings.json" && cp "$T/vs.orig" "$HW/.vscode/settings.json") 2>/dev/null; c=$?
+hbox "$HW" "echo pwned > '$HW/.vscode/settings.json'; echo '{}' > '$HW/.vscode/tasks.json'; mkdir -p '$HW/.github/workflows' && echo x > '$HW/.github/workflows/x.yml'" >/dev/null 2>&1
+d=0
+cmp -s "$HW/.vscode/settings.json" "$T/vs.orig" || d=1
+[ -e "$HW/.vscode/tasks.json" ] && d=1
+[ -e "$HW/.github/workflows" ] && d=1
+check 40 "an existing .vscode stays as it was; .github/workflows cannot be made in an existing .github" $c $d
+rm -rf "$HW"/* "$HW"/.[!.]*
+# a name the profile adds (--protect); the names at the top of a repository in the workspace
+repo "$R"
+(cd "$HW" && echo 1.0 >.tool-versions) 2>/dev/null; c=$?
+rm -f "$HW/.tool-versions" "$HW/ran"
+"$LUARIG" sandbox run --profile trusted --workspace "$HW" --protect .tool-versions -- /bin/sh -c \
+	"echo > '$HW/ran'; echo 1.0 > '$HW/.tool-versions'" >/dev/null 2>&1
+d=0
+[ -e "$HW/ran" ] || d=1
+[ -e "$HW/.tool-versions" ] && d=1
+hbox "$HW" "echo 1.0 > '$HW/.tool-versions'" >/dev/null 2>&1 || d=1 # without --protect it may
+check 40 "a name the profile adds (--protect) cannot be created" $c $d
+(mkdir -p "$R/.vscode" && rmdir "$R/.vscode") 2>/dev/null; c=$?
+hbox "$HW" "mkdir -p '$R/.vscode' && echo '{}' > '$R/.vscode/tasks.json'" >/dev/null 2>&1
+! [ -e "$R/.vscode/tasks.json" ]; d=$?
+check 40 ".vscode made at the top of a repository inside the workspace does not survive the run" $c $d
+rm -rf "$HW"/* "$HW"/.[!.]*
+
+# 41: a protected entry that is a symbolic link could be replaced: the run is refused, saying why
+setup_linkhooks() { setup_plain && mkdir -p "$R/githooks" && rm -rf "$R/.git/hooks" && ln -s ../githooks "$R/.git/hooks"; }
+HCASE_REFUSED=1 hcase 41 "a symlinked .git/hooks is not replaced by a hook (the run is refused)" setup_linkhooks \
+	"rm -f .git/hooks; mkdir -p .git/hooks; printf '#!/bin/sh\necho hook >> $MK\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit" commit_a
+unset HCASE_REFUSED
+grep -q "symbolic link" "$T/hcase.out" || notok "41 the refusal does not say why: $(head -c 300 "$T/hcase.out")"
+
+# 42: a profile may make every git directory read-only (--git-readonly): commit fails inside
+setup_plain
+hbox "$HW" "cd '$R' && echo b >> a && git -c user.name=t -c user.email=t@e commit -qam two" >/dev/null 2>&1; c=$?
+before=$(hg -C "$R" rev-parse HEAD)
+rm -f "$HW/ran"
+"$LUARIG" sandbox run --profile trusted --workspace "$HW" --git-readonly -- /bin/sh -c \
+	"echo > '$HW/ran'; cd '$R' && echo c >> a && git -c user.name=t -c user.email=t@e commit -qam three" >/dev/null 2>&1; r=$?
+d=0
+[ -e "$HW/ran" ] || d=1
+[ $r -eq 0 ] && d=1
+[ "$(hg -C "$R" rev-parse HEAD)" = "$before" ] || d=1
+check 42 "with --git-readonly nothing in .git can be written (git commit fails inside, status $r); without it commit works" $c $d
+rm -rf "$HW" "$OUT"
 
 # ---- again as an unprivileged user (1, 3, 6, 10, 11) ----
 if [ "$(id -u)" = 0 ] && command -v useradd >/dev/null; then

@@ -207,22 +207,29 @@ TEST(view_readonly_workspace_and_no_host)
 	CHECK(s.argv == NULL && s.nmounts == 0);
 }
 
+static int has_bind(const struct lr_sbx_spec *s, const char *path, int writable)
+{
+	const struct lr_sbx_mount *m = find_mount(s, path);
+	return m && m->writable == writable && strcmp(m->src, path) == 0;
+}
+
 TEST(protected_paths_at_depth)
 {
 	char p1[512];
-	const char *dirs[] = { "/.git/hooks", "/a/b/c/.git/hooks", "/node_modules/x/.git/hooks",
+	const char *dirs[] = { "/.git/hooks", "/.git/objects/info", "/.git/refs", "/a/b/c/.git/hooks",
+			       "/a/b/c/.git/objects", "/a/b/c/.git/refs", "/node_modules/x/.git/hooks",
 			       "/.vscode", "/.github/workflows", "/sub/.idea" };
 	for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
 		snprintf(p1, sizeof p1, "%s%s", ws, dirs[i]);
 		mkdirs(p1);
 	}
-	snprintf(p1, sizeof p1, "%s/.git/config", ws);
-	touch(p1);
-	snprintf(p1, sizeof p1, "%s/a/b/c/.git/config", ws);
-	touch(p1);
-	snprintf(p1, sizeof p1, "%s/.envrc", ws);
-	touch(p1);
-	/* A symlink named like a protected path is not bound (it may point anywhere). */
+	const char *files[] = { "/.git/config", "/.git/HEAD", "/a/b/c/.git/config", "/a/b/c/.git/HEAD",
+				"/.envrc" };
+	for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+		snprintf(p1, sizeof p1, "%s%s", ws, files[i]);
+		touch(p1);
+	}
+	/* A symlink where a protected name is could be replaced: the run is refused, saying so. */
 	snprintf(p1, sizeof p1, "%s/.claude", ws);
 	symlink("/etc", p1);
 
@@ -233,25 +240,44 @@ TEST(protected_paths_at_depth)
 	char err[LR_EXEC_ERRLEN];
 	profile_init(&p);
 	ctx_init(&c);
+	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
+	CHECK(strstr(err, ".claude") && strstr(err, "symbolic link"));
+	snprintf(p1, sizeof p1, "%s/.claude", ws);
+	unlink(p1);
+
+	struct lr_protect_plan plan;
+	memset(&plan, 0, sizeof plan);
+	c.plan = &plan;
 	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	/* the git files of every repository at any depth (node_modules too), the names at the top */
 	const char *want[] = { "/.git/hooks", "/.git/config", "/a/b/c/.git/hooks",
-			       "/a/b/c/.git/config", "/.vscode", "/.github/workflows", "/.envrc" };
+			       "/a/b/c/.git/config", "/node_modules/x/.git/hooks", "/.vscode",
+			       "/.github/workflows", "/.envrc", "/.git/commondir",
+			       "/.git/objects/info/alternates", "/.git/info", "/.git/modules",
+			       "/a/b/c/.git/commondir", "/.mcp.json", "/.claude" };
 	for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
 		snprintf(p1, sizeof p1, "%s%s", ws, want[i]);
 		if (!has_ro(&s, p1))
 			fprintf(stderr, "# missing protected %s\n", p1);
 		CHECK(has_ro(&s, p1));
 	}
-	snprintf(p1, sizeof p1, "%s/node_modules/x/.git/hooks", ws);
+	CHECK_EQ_INT(s.nreadonly, plan.nitems);
+	snprintf(p1, sizeof p1, "%s/sub/.idea", ws); /* names only at the top and of repositories */
 	CHECK(!has_ro(&s, p1));
-	snprintf(p1, sizeof p1, "%s/sub/.idea", ws); /* editor dirs only at the top */
-	CHECK(!has_ro(&s, p1));
-	snprintf(p1, sizeof p1, "%s/.claude", ws);
-	CHECK(!has_ro(&s, p1));
-	CHECK_EQ_INT(s.nreadonly, 7);
+	/* pins: no directory on the way to a protected path can be renamed away */
+	const char *pins[] = { "/.git", "/a", "/a/b", "/a/b/c", "/a/b/c/.git", "/.github",
+			       "/.git/objects", "/.git/objects/info" };
+	for (size_t i = 0; i < sizeof pins / sizeof *pins; i++) {
+		snprintf(p1, sizeof p1, "%s%s", ws, pins[i]);
+		if (!has_bind(&s, p1, 1))
+			fprintf(stderr, "# not pinned %s\n", p1);
+		CHECK(has_bind(&s, p1, 1));
+	}
 	lr_sbx_spec_release(&s);
+	lr_protect_plan_release(&plan);
+	c.plan = NULL;
 
-	/* A write grant on .git/hooks opens exactly that one. */
+	/* A write grant on .git/hooks opens exactly that one; one on the workspace opens none. */
 	char hooks[512];
 	snprintf(hooks, sizeof hooks, "%s/.git/hooks", ws);
 	const char *gw[] = { hooks };
@@ -261,12 +287,36 @@ TEST(protected_paths_at_depth)
 	CHECK(!has_ro(&s, hooks));
 	snprintf(p1, sizeof p1, "%s/.git/config", ws);
 	CHECK(has_ro(&s, p1));
-	CHECK_EQ_INT(s.nreadonly, 6);
+	lr_sbx_spec_release(&s);
+	const char *gws[] = { ws };
+	c.granted_write = gws;
+	p.workspace_write = LR_CAP_GATED;
+	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK(has_ro(&s, hooks) && has_ro(&s, p1));
+	lr_sbx_spec_release(&s);
+	p.workspace_write = LR_CAP_ALLOW;
+
+	/* git_readonly: each git directory read-only as a whole */
+	ctx_init(&c);
+	p.git_readonly = 1;
+	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	snprintf(p1, sizeof p1, "%s/.git", ws);
+	CHECK(has_bind(&s, p1, 0));
+	snprintf(p1, sizeof p1, "%s/a/b/c/.git", ws);
+	CHECK(has_bind(&s, p1, 0));
+	CHECK(!has_ro(&s, hooks));
+	lr_sbx_spec_release(&s);
+	p.git_readonly = 0;
+
+	/* Without a mount view (tier B) a writable workspace is refused; a read-only one runs. */
+	struct lr_sbx_caps b = { .tier = LR_TIER_B };
+	CHECK_EQ_INT(lr_executor_build_spec(&p, &b, &r, &c, &s, err), LR_EREFUSED);
+	CHECK(strstr(err, "protected_files") != NULL);
+	p.workspace_write = LR_CAP_DENY;
+	CHECK_EQ_INT(lr_executor_build_spec(&p, &b, &r, &c, &s, err), 0);
 	lr_sbx_spec_release(&s);
 
 	/* A read-only workspace has nothing to protect. */
-	ctx_init(&c);
-	p.workspace_write = LR_CAP_DENY;
 	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
 	CHECK_EQ_INT(s.nreadonly, 0);
 	lr_sbx_spec_release(&s);
@@ -522,13 +572,11 @@ TEST(grants_roots_home_unconfined)
 
 TEST(walk_is_bounded)
 {
-	/* A deep chain: the walk stops at its depth cap instead of following it all. */
+	/* Beyond the walk's caps the run is refused (never protected in part). */
 	char p1[4096];
 	int n = snprintf(p1, sizeof p1, "%s/deep", ws);
-	for (int i = 0; i < 40 && n < 3000; i++)
+	for (int i = 0; i < LR_PROTECT_MAX_DEPTH + 2 && n < 3000; i++)
 		n += snprintf(p1 + n, sizeof p1 - (size_t)n, "/d");
-	mkdirs(p1);
-	snprintf(p1 + n, sizeof p1 - (size_t)n, "/.git/hooks");
 	mkdirs(p1);
 	struct lr_profile p;
 	struct lr_exec_ctx c;
@@ -537,8 +585,30 @@ TEST(walk_is_bounded)
 	char err[LR_EXEC_ERRLEN];
 	profile_init(&p);
 	ctx_init(&c);
+	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
+	CHECK(strstr(err, "directories deep") != NULL);
+	snprintf(p1, sizeof p1, "rm -rf '%s/deep'", ws);
+	CHECK_EQ_INT(system(p1), 0);
+	p.protect_max_entries = 3;
+	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
+	CHECK(strstr(err, "more than 3 entries") != NULL);
+	p.protect_max_entries = 0;
 	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
-	CHECK(!has_ro(&s, p1));
+	lr_sbx_spec_release(&s);
+	/* more repositories than the view can hold binds for: refused, saying so */
+	for (int i = 0; i < 160; i++) {
+		snprintf(p1, sizeof p1, "%s/many/r%03d/.git/objects", ws, i);
+		mkdirs(p1);
+		snprintf(p1, sizeof p1, "%s/many/r%03d/.git/refs", ws, i);
+		mkdirs(p1);
+		snprintf(p1, sizeof p1, "%s/many/r%03d/.git/HEAD", ws, i);
+		touch(p1);
+	}
+	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
+	CHECK(strstr(err, "too many repositories") != NULL);
+	snprintf(p1, sizeof p1, "rm -rf '%s/many'", ws);
+	CHECK_EQ_INT(system(p1), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
 	lr_sbx_spec_release(&s);
 }
 

@@ -878,16 +878,31 @@ TEST(protected_paths_readonly)
 	spec_sh(&b, LR_TIER_A, "echo x > %s/pre-commit; echo y > %s/.git/description && echo "
 		"wrote", hooks, ws);
 	b.ro[0] = hooks;
-	char missing[PATH_MAX];
-	snprintf(missing, sizeof missing, "%s/.vscode", ws); /* absent: skipped */
-	b.ro[1] = missing;
-	b.s.nreadonly = 2;
+	b.s.nreadonly = 1;
 	CHECK_EQ_INT(run_spec(&b.s), 0);
 	CHECK(!exists2(hooks, "pre-commit"));
 	CHECK(exists2(ws, ".git/description"));
 	CHECK(strstr(out, "wrote") != NULL);
 	CHECK(strstr(out, "Read-only file system") != NULL);
 	rm2(ws, ".git/description");
+	/* one that vanished (or became a link) since the host listed it fails the run, never runs open */
+	char missing[PATH_MAX];
+	snprintf(missing, sizeof missing, "%s/.vscode", ws);
+	spec_sh(&b, LR_TIER_A, "echo ran");
+	b.ro[0] = hooks;
+	b.ro[1] = missing;
+	b.s.nreadonly = 2;
+	CHECK_EQ_INT(run_spec(&b.s), LR_SBX_EXIT_SETUP);
+	CHECK(strstr(out, "protected path") != NULL && strstr(out, "ran") == NULL);
+	char link[PATH_MAX];
+	snprintf(link, sizeof link, "%s/.idea", ws);
+	CHECK_EQ_INT(symlink(hooks, link), 0);
+	spec_sh(&b, LR_TIER_A, "echo ran");
+	b.ro[0] = link;
+	b.s.nreadonly = 1;
+	CHECK_EQ_INT(run_spec(&b.s), LR_SBX_EXIT_SETUP);
+	CHECK(strstr(out, "protected path") != NULL && strstr(out, "ran") == NULL);
+	unlink(link);
 }
 
 TEST(proc_shows_only_the_sandbox)

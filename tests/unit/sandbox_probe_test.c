@@ -166,6 +166,40 @@ TEST(report_tier_b)
 	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, err), 0);
 }
 
+/* What the host interprets later: held with a mount view only; needed by a writable workspace. */
+TEST(report_protected_files)
+{
+	struct lr_profile p;
+	struct lr_sbx_report r;
+	char err[LR_SBX_ERRLEN] = "";
+	struct lr_sbx_caps a = fake(LR_TIER_A, 7), b = fake(LR_TIER_B, 6);
+	base(&p);
+	CHECK_EQ_INT(lr_sbx_report(&p, &a, &r, err), 0);
+	CHECK(r.enforced[LR_G_PROTECTED_FILES]);
+	CHECK(!r.required[LR_G_PROTECTED_FILES]); /* gated: the executor checks each run */
+	CHECK(strstr(r.how[LR_G_PROTECTED_FILES], "commondir") != NULL);
+	CHECK(strstr(r.protected_names, ".vscode") && strstr(r.protected_names, ".github/workflows"));
+	CHECK_EQ_STR(lr_guarantee_name(LR_G_PROTECTED_FILES), "protected_files");
+	/* a workspace commands may write needs it: tier B cannot hold it and refuses, naming it */
+	p.workspace_write = LR_CAP_ALLOW;
+	CHECK_EQ_INT(lr_sbx_report(&p, &a, &r, err), 0);
+	CHECK(r.required[LR_G_PROTECTED_FILES]);
+	CHECK_EQ_INT(lr_sbx_report(&p, &b, &r, err), LR_EREFUSED);
+	CHECK(strstr(err, "'protected_files'") && strstr(err, "mount namespace"));
+	/* positive control: tier B with a gated workspace runs (read-only unless a grant) */
+	p.workspace_write = LR_CAP_GATED;
+	CHECK_EQ_INT(lr_sbx_report(&p, &b, &r, err), 0);
+	CHECK(!r.enforced[LR_G_PROTECTED_FILES]);
+	/* the profile's names and git mode are said */
+	char *names[] = { ".tool-versions" };
+	p.protect_names = names;
+	p.nprotect_names = 1;
+	p.git_readonly = 1;
+	CHECK_EQ_INT(lr_sbx_report(&p, &a, &r, err), 0);
+	CHECK(strstr(r.protected_names, ".envrc .github/workflows .tool-versions") != NULL);
+	CHECK(strstr(r.how[LR_G_PROTECTED_FILES], "the whole git directory") != NULL);
+}
+
 TEST(report_tier_none_refuses)
 {
 	struct lr_profile p;
@@ -236,6 +270,7 @@ int main(void)
 	RUN(report_names);
 	RUN(report_default_here);
 	RUN(report_tier_b);
+	RUN(report_protected_files);
 	RUN(report_tier_none_refuses);
 	RUN(report_requirements_follow_states);
 	rmdir(ws);
