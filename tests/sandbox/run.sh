@@ -155,6 +155,21 @@ V4=$(ip -o -4 addr show scope global 2>/dev/null | awk '{split($4,a,"/"); print 
 V6=$(ip -o -6 addr show scope global 2>/dev/null | awk '{split($4,a,"/"); print a[1]; exit}')
 # without iproute2: the address a datagram socket would leave from (nothing is sent)
 [ -n "$V4" ] || V4=$($PY -c "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('192.0.2.1', 9)); a=s.getsockname()[0]; print('' if a.startswith('127.') else a)" 2>/dev/null)
+# wait_listen HOST PORT: polls until a TCP connect succeeds (20 s at most): a
+# server started in the background is waited for, never slept for
+wait_listen() {
+	$PY -c "
+import socket, sys, time
+end = time.time() + 20
+while True:
+    try:
+        socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()
+        break
+    except OSError:
+        if time.time() > end: sys.exit(1)
+        time.sleep(0.05)
+" "$1" "$2"
+}
 PORT=$((20000 + $$ % 20000))
 $PY - "$PORT" <<'EOF' >/dev/null 2>&1 &
 import socket, sys, threading
@@ -174,7 +189,7 @@ threading.Thread(target=tcp, args=(socket.AF_INET6, "::"), daemon=True).start()
 udp()
 EOF
 pids="$pids $!"
-sleep 0.5
+wait_listen 127.0.0.1 "$PORT"
 probe_tcp() { # host port
 	$PY -c "import socket,sys; s=socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3); assert s.recv(6)==b'hello\n'" "$1" "$2"
 }
@@ -632,7 +647,7 @@ check 19 "secrets in the host environment are absent inside" $c $d
 UP=$((PORT + 2))
 (cd "$T" && $PY -m http.server "$UP" --bind 127.0.0.1 >/dev/null 2>&1) &
 pids="$pids $!"
-sleep 0.5
+wait_listen 127.0.0.1 "$UP"
 curl -s -o /dev/null "http://127.0.0.1:$UP/"; c=$?
 code=$("$LUARIG" sandbox run --profile trusted --workspace "$WS" --allow-net allowed.invalid:443 -- \
 	/usr/bin/curl -s -o /dev/null -w '%{http_connect}' "https://not-allowed.invalid/" 2>/dev/null)
@@ -657,7 +672,7 @@ if command -v npm >/dev/null && command -v node >/dev/null; then
 	NP=$((PORT + 3))
 	$PY "$(dirname "$0")/npm_registry.py" 127.0.0.2 "$NP" 2>"$T/npm-registry.log" &
 	pids="$pids $!"
-	sleep 0.5
+	wait_listen 127.0.0.2 "$NP"
 	NPMF="--registry http://127.0.0.2:$NP/ --no-audit --no-fund --no-update-notifier --fetch-retries=0 --fetch-timeout=20000 --loglevel=error"
 	npm_ws() { # a fresh workspace depending on lr-sbx-demo
 		rm -rf "$1"
@@ -738,7 +753,7 @@ cat >"$NEST/lt-b.sh" <<'EOF'
 # a marker: luarig's own names them too), then what is left (any process
 # naming a marker, and the helper)
 sig=$1 m=$2 d=$(pwd)
-./luarig sandbox run --profile trusted --workspace "$d" -- /bin/sh -c \
+./luarig sandbox run --profile readonly --workspace "$d" -- /bin/sh -c \
 	"setsid '$d/${m}d' 300 & '$d/${m}a' 300 & exec '$d/${m}b' 300" >/dev/null 2>&1 &
 lp=$!
 i=0
