@@ -12,6 +12,7 @@ local luarig = os.getenv("LUARIG") or "build/luarig"
 local here = (os.getenv("LUARIG_ROOT") or ".") .. "/tests/lua/session/"
 local define = dofile(here .. "rig.lua")
 local cluster = dofile(here .. "nats_cluster.lua")
+local netns = dofile(here .. "netns.lua")
 
 local have_server = os.execute("command -v nats-server >/dev/null 2>&1")
 
@@ -119,7 +120,8 @@ describe("rig.store.nats on a 3-node cluster", function()
   end
 
   local dir = tmpdir()
-  local c = cluster.start(dir, 3)
+  -- client ports on every address: the partitioned process reaches them from its namespace
+  local c = cluster.start(dir, 3, { host = "0.0.0.0" })
 
   -- kill -9 of node `which(stream)` after the turn's third step; the child's
   -- requests wait 10 s (a stream elects a new leader within that), its lease lives 30 s
@@ -158,6 +160,57 @@ describe("rig.store.nats on a 3-node cluster", function()
       local l = assert(c:leader(stream))
       return l % 3 + 1
     end)
+  end, { timeout = 120 })
+
+  it("a partition longer than the lease TTL: the cut-off process faults without writing, "
+    .. "another takes over, and after the link is back the first wrote nothing more", function()
+    local n, why = netns.new()
+    if not n then skip(why) end
+    local ok, err = pcall(function()
+      local st = open(c.url, "part")
+      st:close()
+      -- lease TTL 2 s, requests wait 1 s; a model step every 0.25 s
+      local ch = child(c:url_via(n.host), "part", 2, 1, 40, 0.25, n.prefix)
+      ch.p:write("go\n")
+      ch.upto(stepdones(2))
+      n:cut()
+      -- it faults on its own: it cannot renew its lease
+      local result = ch.upto(function(l) return l:match("^RESULT") end)
+      expect(result).to_match("^RESULT faulted ")
+      -- another process takes the session over once the lease expired
+      local store <close> = open(c.url, "part", { lease_ttl = 2 })
+      local s = assert(restore_when_free(store, ch.id))
+      local epoch = s.epoch
+      local _, tip = assert(rig.core.journal_read(store, ch.id, 1, 0))
+      -- the cut was silent (no reset): its connection is still open, its data held
+      expect(n:sockets() > 0).to_be(true)
+      -- the link is back: whatever the first process still had to send arrives now
+      n:heal()
+      ch.upto(function(l) return l == "DONE" end)
+      ch.p:wait(30)
+      ch.p:close()
+      for _ = 1, 600 do
+        if n:sockets() == 0 then break end
+        rig.sleep(0.05)
+      end
+      expect(n:sockets()).to_be(0)
+      local recs = check_journal(store, ch.id, ch.seen)
+      expect(#recs).to_be(tip)
+      -- after the new holder's fence, only its own records
+      local fence
+      for i, r in ipairs(recs) do
+        if r.kind == "fence" and r.epoch == epoch then fence = i end
+      end
+      expect(fence).to_be_truthy()
+      for i = fence + 1, #recs do
+        expect(recs[i].id:match("^[a-z](%d+)%.")).to_be(tostring(epoch))
+      end
+      -- and the session carries on with its new holder
+      completes_a_turn(s)
+      s:shutdown()
+    end)
+    n:close()
+    if not ok then error(err, 0) end
   end, { timeout = 120 })
 
   it("stops the cluster", function()
