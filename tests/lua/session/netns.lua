@@ -7,8 +7,9 @@
 --   n:cut()   -- this side's end down: every packet either way is dropped,
 --               connections inside stay open and retransmit (a partition)
 --   n:heal()  -- back up: held data flows again
---   n:sockets() -- TCP sockets inside, in any state (0: everything it sent
---               was delivered or given up)
+--   n:sockets() -- TCP sockets inside not yet closed for good (0: everything
+--               it sent was delivered or given up; TIME-WAIT counts as closed)
+--   n:unsent()  -- bytes sent inside that the other end has not acknowledged
 --   n:close()
 -- netem (a delay instead of a cut) is not available everywhere; a cut is.
 local M = {}
@@ -55,7 +56,19 @@ function N:sockets()
   local _, out = sh("ip netns exec " .. self.name .. " ss -tanH")
   local k = 0
   for line in out:gmatch("[^\n]+") do
-    if not line:match("^LISTEN") then k = k + 1 end
+    -- TIME-WAIT: closed, everything sent acknowledged
+    if not line:match("^LISTEN") and not line:match("^TIME%-WAIT") then k = k + 1 end
+  end
+  return k
+end
+
+-- bytes sent inside and not yet acknowledged by the other end (all sockets)
+function N:unsent()
+  local _, out = sh("ip netns exec " .. self.name .. " ss -tanH")
+  local k = 0
+  for line in out:gmatch("[^\n]+") do
+    local q = line:match("^%S+%s+%d+%s+(%d+)")
+    if q then k = k + tonumber(q) end
   end
   return k
 end
