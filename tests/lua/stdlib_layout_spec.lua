@@ -98,3 +98,30 @@ describe("the stdlib's module graph", function()
     if not ok then error(err, 0) end
   end)
 end)
+
+describe("the rig table scripts see", function()
+  it("does not re-export rig.core, and names what scripts need of it", function()
+    expect(rig.core).to_be_nil()
+    expect(require("rig").core).to_be_nil()
+    local core = require "rig.core"
+    for _, name in ipairs { "spawn", "sleep", "now", "time", "current", "cond", "read_line",
+                            "isatty", "await_shutdown_signal", "bundle_read" } do
+      expect(rig[name]).to_be(core[name])
+    end
+    local c, ready = rig.cond(), false
+    local t = rig.spawn(function()
+      while not ready do c:wait() end
+      return "woken"
+    end)
+    ready = true
+    c:signal()
+    expect(t:wait(10)).to_be("woken")
+  end)
+
+  it("leaves rig.core out of the scripts that ship (scripts/)", function()
+    local p = assert(io.popen("cd '" .. root .. "' && grep -rln 'rig\\.core' scripts || true"))
+    local hits = p:read("a")
+    p:close()
+    expect(hits).to_be("")
+  end)
+end)
