@@ -1,5 +1,5 @@
 -- rig.session: live sessions of a rig — turns and steps, the queue, gates,
--- interrupt, restore (DESIGN §5). The durable part (lease, journal, hub,
+-- interrupt, restore (docs/sessions.md). The durable part (lease, journal, hub,
 -- catalog) is C behind rig.core; this module decides what happens and
 -- emits the events.
 --
