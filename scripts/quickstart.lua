@@ -26,8 +26,6 @@
 -- the REPL binds it to `r`, and `s = r:session()` starts one there (gates
 -- take one key; README "The REPL as a workbench").
 
-local core = rig.core
-
 -- ---- arguments ----
 
 local auto_yes, base = false, nil
@@ -56,7 +54,7 @@ if base:sub(1, 1) ~= "/" then
   local r = assert(rig.process.run{ argv = { "pwd" } })
   base = r.stdout:gsub("\n$", "") .. "/" .. base
 end
-local tty_in, tty_out = core.isatty(0), core.isatty(1)
+local tty_in, tty_out = rig.isatty(0), rig.isatty(1)
 -- `luarig repl` loads rig.repl before it runs this file
 local in_repl = package.loaded["rig.repl"] ~= nil
 
@@ -289,7 +287,7 @@ local function ask(ask_line)
   line(ask_line)
   out(dim("    [y]es / [a]lways / [n]o: "))
   while true do
-    local answer = core.read_line()
+    local answer = rig.read_line()
     at_line_start = true -- the person's Enter ended the line
     if answer == nil then
       line(dim("(end of input)"))
@@ -392,7 +390,7 @@ if live and tty_in then
   while true do
     line("")
     out(bold("you> ") .. dim("(another task, or an empty line to stop) "))
-    local text = core.read_line()
+    local text = rig.read_line()
     if not text or text:match("^%s*$") then break end
     last = turn(text)
   end
