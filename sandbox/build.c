@@ -9,9 +9,9 @@
  * fd 3; the helper does every privileged step in its own single-threaded
  * process (DESIGN §8).
  */
-#include "host.h"
+#include "../host/host.h"
 
-#include "../sandbox/sandbox.h"
+#include "sandbox.h"
 
 #include <dirent.h>
 #include <errno.h>
