@@ -1118,7 +1118,7 @@ int lr_bundle_vercmp(const char *a, const char *b, int *ok);
  * and TMPDIR under the scratch root.
  *
  * One run: the request plus the profile (plus the grants it redeems) become
- * an lr_sbx_spec (lr_executor_build_spec: pure, unit-tested), sealed in a
+ * an lr_sbx_spec (lr_sbx_build_spec in sandbox/build.c), sealed in a
  * memfd and given as fd 3 to "/proc/self/exe __sandbox-helper" spawned
  * through lr_proc_spawn (empty environment; the target's is in the spec).
  * The helper leads its own process group and is the parent of the
@@ -1138,82 +1138,9 @@ struct lr_exec;
 
 #define LR_EXEC_ERRLEN 320
 
-/* A grant token with what it is for (its class and target). */
-struct lr_exec_grant {
-	const char *token;
-	int cls;            /* enum lr_grant_class */
-	const char *target; /* a path or "host:port" */
-};
-
-/* What one run asks for. Everything is borrowed for the call. */
-struct lr_exec_request {
-	char *const *argv;       /* NULL-terminated; or NULL with command */
-	const char *command;     /* run as /bin/sh -c command */
-	const char *cwd;         /* NULL: the workspace root (or HOME without a workspace) */
-	char *const *env;        /* "NAME=value" passed explicitly (kept even if secret-looking);
-				    "NAME" alone removes NAME; NULL-terminated or NULL */
-	const struct lr_exec_grant *grants;
-	size_t ngrants;
-	char *const *network;    /* "host:port" targets wanted; NULL-terminated or NULL */
-	double timeout;          /* seconds; 0: none */
-	size_t output_limit;     /* per stream, head + tail (0: 1 MiB) */
-	const void *stdin_data;  /* piped to the command, then closed; NULL: /dev/null */
-	size_t stdin_len;
-	int inherit_stdio;       /* 1: fds 0, 1, 2 are the host's (the CLI); nothing captured */
-};
-
-/*
- * The dirs of one executor and the grants it redeemed, as the spec builder
- * sees them. granted_* lists are what redeemed grants opened (absolute
- * paths; "host:port"), command_granted says a gated command was approved.
- */
-struct lr_exec_ctx {
-	uint64_t exec_id;
-	const char *home, *tmpdir;   /* absolute, existing */
-	char *const *host_env;       /* the host's environment (environ) */
-	const char *const *granted_read;
-	size_t ngranted_read;
-	const char *const *granted_write;
-	size_t ngranted_write;
-	const char *const *granted_net;
-	size_t ngranted_net;
-	int command_granted;
-	uint16_t proxy_port, dns_port; /* non-zero: network targets go through the proxy */
-	/* out, or NULL: the scan of the writable roots (sandbox/protect.c) that
-	   the spec's protected binds came from, for the launch's placeholders
-	   and the check after the run; zeroed by the caller, released by it
-	   (build_spec releases it when it fails) */
-	struct lr_protect_plan *plan;
-	/* an earlier walk of the same roots (lr_protect_opts.cache), or NULL */
-	const struct lr_protect_tree *protect_cache;
-};
-
-/*
- * Builds the spec for one run into out (owned by the caller: release with
- * lr_sbx_spec_release). The mount view: /usr /bin /sbin /lib /lib32 /lib64
- * /etc /opt /srv read-only when present and host_read is allow; the
- * workspace read-write when workspace_write is allow (or gated and
- * granted), else read-only when workspace_read is allow (or gated and
- * granted); extra roots by their states; granted paths; HOME and TMPDIR
- * read-write at their own paths; the real home only with home=real.
- * Landlock rules match the mounts (read + execute on read-only roots, every
- * write right incl. REFER on writable ones, plus /dev, /proc and /tmp of the
- * view). Inside the writable roots (the workspace, extra roots, granted
- * paths), what the host interprets later stays as it is: the plan of
- * lr_protect_scan (sandbox.h) becomes pins and read-only directories among
- * the mounts and read-only paths (the git files of every repository at any
- * depth, the protected names), or the run is refused (LR_EREFUSED: a tier
- * without a mount view, a symbolic link where a protected entry is, a tree
- * beyond the walk's cap, more binds than the spec holds). The environment is scrubbed (see executor.c); argv[0]
- * is resolved on the view's PATH. Errors: LR_EREFUSED (command or network
- * not allowed, cwd outside the view), LR_ENOTFOUND (no such command),
- * -errno; err says which.
- */
-int lr_executor_build_spec(const struct lr_profile *p, const struct lr_sbx_caps *caps,
-			   const struct lr_exec_request *r, const struct lr_exec_ctx *ctx,
-			   struct lr_sbx_spec *out, char err[LR_EXEC_ERRLEN]);
-/* The command line a grant of class command binds to: command, or argv joined by spaces. */
-int lr_executor_command_line(const struct lr_exec_request *r, struct lr_buf *out);
+/* The request of one run and the dirs and grants of its executor: sandbox/sandbox.h. */
+struct lr_exec_request;
+struct lr_exec_ctx;
 
 /*
  * A set. profile is copied. scratch_root must not exist (its parent must):
