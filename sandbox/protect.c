@@ -5,7 +5,7 @@
  * run that moves aside repositories that appeared inside repositories, and
  * the same answer for the host's own writers (the file tools). sandbox.h
  * says what each part promises; the mount view that applies a plan is
- * host/executor.c (spec) and sandbox/helper.c (binds).
+ * sandbox/build.c (spec) and sandbox/helper.c (binds).
  *
  * Everything here walks with directory fds and O_NOFOLLOW: a symbolic link
  * is never followed, only named (and refused where a protected entry is).

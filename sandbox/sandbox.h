@@ -217,7 +217,7 @@ struct lr_sbx_limits {
 };
 
 /*
- * The limits every run gets (host/executor.c): file size 1 GiB, 512
+ * The limits every run gets (sandbox/build.c): file size 1 GiB, 512
  * processes, 1024 open files, memory 2 GiB (cgroup), no address-space or
  * cpu limit, and the tmpfs sizes derived from them.
  */
