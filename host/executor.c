@@ -9,7 +9,8 @@
  * the memfd as fd 3; the helper does every privileged step in its own
  * single-threaded process (docs/sandbox.md).
  */
-#include "host.h"
+#include "executor.h"
+#include "egress.h"
 
 #include "../sandbox/sandbox.h"
 

@@ -10,7 +10,7 @@
  * Everything here walks with directory fds and O_NOFOLLOW: a symbolic link
  * is never followed, only named (and refused where a protected entry is).
  */
-#include "sandbox.h"
+#include "internal.h"
 
 #include <ctype.h>
 #include <dirent.h>

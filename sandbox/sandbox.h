@@ -1,6 +1,6 @@
 /*
- * sandbox.h — confinement of the commands an agent runs (DESIGN §8,
- * SANDBOX.md): profiles, grants, the machine probe and guarantee report,
+ * sandbox.h — confinement of the commands an agent runs (docs/sandbox.md,
+ * docs/threat-model.md): profiles, grants, the machine probe and guarantee report,
  * the sealed spec the host hands to the confinement helper, and the helper
  * itself.
  *
@@ -107,7 +107,6 @@ int lr_profile_restrict(const struct lr_profile *base, const struct lr_profile *
 int lr_profile_copy(const struct lr_profile *src, struct lr_profile *out);
 void lr_profile_release(struct lr_profile *p);
 
-/* -- added by sbx-profile -- */
 /*
  * The defaults every face starts from: workspace_read allow, workspace_write
  * gated, host_read allow, host_write deny, network gated, command gated,
@@ -121,7 +120,6 @@ void lr_profile_init(struct lr_profile *p);
  * existing prefix (realpath -m). out gets PATH_MAX bytes. 0 or -errno.
  */
 int lr_profile_resolve(const struct lr_profile *p, const char *path, char *out, size_t outlen);
-/* -- end sbx-profile -- */
 
 /* ---- the machine (sandbox/probe.c) ---- */
 
@@ -137,7 +135,7 @@ struct lr_sbx_caps {
 	char cgroup_path[256];
 	enum lr_tier tier;
 	char why[LR_SBX_ERRLEN]; /* what is missing, for the report */
-	/* (sbx-profile) what the cgroup probe found, said plainly: the layout
+	/* What the cgroup probe found, said plainly: the layout
 	 * (v2, v1/v2 hybrid, v1 only), where the unified hierarchy is, and
 	 * whether memory and pids can be limited there. */
 	char cgroup_note[256];
@@ -155,7 +153,7 @@ const struct lr_sbx_caps *lr_sbx_probe(void);
    Only before the first lr_sbx_probe of the process. */
 const struct lr_sbx_caps *lr_sbx_probe_fresh(void);
 
-/* The guarantees of DESIGN §8, in report order. */
+/* The guarantees (docs/sandbox.md), in report order. */
 enum lr_guarantee {
 	LR_G_READ_BOUNDARY, LR_G_WRITE_BOUNDARY, LR_G_NETWORK_BOUNDARY, LR_G_TARGET_NETWORK,
 	LR_G_PROCESS_BOUNDARY, LR_G_RESOURCE_LIMITS, LR_G_ENV_SCRUB, LR_G_PROTECTED_FILES, LR_G_COUNT
@@ -288,14 +286,8 @@ enum { LR_SBX_FD_SPEC = 3, LR_SBX_FD_LIFELINE = 4, LR_SBX_FD_CONTROL = 5 };
  * (a message on stderr starting "luarig sandbox: ").
  */
 int lr_sbx_helper_main(int argc, char **argv);
-/*
- * (folder-internal, helper.c) As root: a detached read-only clone of /etc,
- * idmapped so that every owner is one the target is not. A mount fd, or
- * -errno. The probe tries it; the helper attaches it for spec etc_idmap.
- */
-int lr__sbx_etc_idmapped(void);
 
-/* ---- sbx-helper: the spec's caps and the proxy listeners (sandbox/spec.c, helper.c) ---- */
+/* ---- the spec's caps (sandbox/spec.c) ---- */
 
 /* Caps the decoder enforces; a spec above any of them is refused. */
 #define LR_SBX_SPEC_MAX (1 << 20)  /* bytes of JSON */
@@ -433,8 +425,6 @@ int lr_protect_after(struct lr_protect_plan *p, const struct lr_protect_opts *o,
 struct lr_protect_tree;
 struct lr_protect_tree *lr_protect_plan_take_tree(struct lr_protect_plan *p);
 void lr_protect_tree_free(struct lr_protect_tree *t);
-/* (folder-internal) how recent a change must be not to be trusted, ns (tests set 0) */
-extern int64_t lr__protect_recent_ns;
 
 /*
  * For the host's own writers (the file tools): 1 when writing rel (a
@@ -525,7 +515,7 @@ int lr_sbx_make_listeners(uint16_t proxy_port, uint16_t dns_port, int control_fd
  * (SOCK_DGRAM), both AF_INET bound to a loopback address; anything else is
  * refused with -EPROTO and every received descriptor is closed. On success
  * *tcp and *udp are set O_CLOEXEC|O_NONBLOCK and owned by the caller (hand
- * them to lr_egress_open in host/host.h).
+ * them to lr_egress_open in host/egress.h).
  */
 int lr_sbx_recv_listeners(int control_fd, int *tcp, int *udp);
 

@@ -9,7 +9,7 @@
  * lr_store_append_async, whose completion arrives on a backend thread and
  * which the Lua layer forwards to the loop.
  *
- * Four primitives (DESIGN §6), all named with one grammar:
+ * Four primitives, all named with one grammar:
  *
  *   ledger  many named append-only logs; sequences 1, 2, 3 … with no gaps;
  *           append commits at expected_tip + 1 or reports LR_ECONFLICT;
@@ -131,11 +131,10 @@ struct lr_store_ops {
 	void (*close)(struct lr_store *s);
 };
 
-/* The common head of every backend's handle (backends calloc it: zero is the default). */
-struct lr_store {
-	const struct lr_store_ops *ops;
-	long inject_append; /* atomic; tests only: see lr_store_inject_failure */
-};
+/* A store handle: opaque, its head is in storage/internal.h. */
+struct lr_store;
+/* The backend's name ("memory", "lmdb", "nats"); static. */
+const char *lr_store_kind(const struct lr_store *s);
 
 /*
  * A held lease. epoch is fixed at grant. lost becomes non-zero (atomically)
@@ -321,8 +320,6 @@ int lr_journal_id_check(const char *sid, struct lr_err *e);
 
 /* CRC32C (Castagnoli, reflected, as in iSCSI/ext4). */
 uint32_t lr_crc32c(uint32_t crc, const void *p, size_t n);
-/* The same through slice-by-8 tables only (lr_crc32c uses SSE4.2 when the CPU has it). */
-uint32_t lr__crc32c_sw(uint32_t crc, const void *p, size_t n);
 
 /*
  * Frames one record into out (reset first; the caller owns it). kind is
@@ -516,7 +513,7 @@ int lr_catalog_delete(struct lr_store *store, const char *sid, struct lr_err *e)
 /* ---- workspace snapshots (storage/snapshot.c) ---- */
 
 /*
- * Content-addressed snapshots of a directory tree (DESIGN §7), stored in
+ * Content-addressed snapshots of a directory tree, stored in
  * any backend:
  *
  *   workspaces/blobs/<hex>  a regular file's bytes; hex = SHA-256 of them

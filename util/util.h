@@ -124,8 +124,6 @@ int lr_sha256_end(struct lr_sha256 *h, unsigned char out[LR_SHA256_LEN]);
 void lr_sha256_abort(struct lr_sha256 *h);
 int lr_sha256(const void *p, size_t n, unsigned char out[LR_SHA256_LEN]);
 int lr_sha256_hex(const void *p, size_t n, char out[2 * LR_SHA256_LEN + 1]);
-/* The built-in SHA-256 lr_sha256 uses for inputs up to 4 KiB (no libcrypto). */
-void lr__sha256_small(const void *p, size_t n, unsigned char out[LR_SHA256_LEN]);
 /*
  * The same built-in SHA-256 for any length, never opening libcrypto: for
  * callers that hash definitions (a rig's revision) at start-up, where
