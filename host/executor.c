@@ -195,7 +195,7 @@ struct lr_exec {
 	void (*done)(struct lr_exec *x, void *arg);
 	void *arg;
 	struct lr_exec *next, *prev;
-	/* network through the egress proxy (DESIGN §8) */
+	/* network through the egress proxy (docs/sandbox.md) */
 	int ctl_fd;                 /* the listeners arrive here, or -1 */
 	struct lr_watch ctl_watch;
 	int ctl_watching;
