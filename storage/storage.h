@@ -131,11 +131,10 @@ struct lr_store_ops {
 	void (*close)(struct lr_store *s);
 };
 
-/* The common head of every backend's handle (backends calloc it: zero is the default). */
-struct lr_store {
-	const struct lr_store_ops *ops;
-	long inject_append; /* atomic; tests only: see lr_store_inject_failure */
-};
+/* A store handle: opaque, its head is in storage/internal.h. */
+struct lr_store;
+/* The backend's name ("memory", "lmdb", "nats"); static. */
+const char *lr_store_kind(const struct lr_store *s);
 
 /*
  * A held lease. epoch is fixed at grant. lost becomes non-zero (atomically)
@@ -321,8 +320,6 @@ int lr_journal_id_check(const char *sid, struct lr_err *e);
 
 /* CRC32C (Castagnoli, reflected, as in iSCSI/ext4). */
 uint32_t lr_crc32c(uint32_t crc, const void *p, size_t n);
-/* The same through slice-by-8 tables only (lr_crc32c uses SSE4.2 when the CPU has it). */
-uint32_t lr__crc32c_sw(uint32_t crc, const void *p, size_t n);
 
 /*
  * Frames one record into out (reset first; the caller owns it). kind is
