@@ -241,6 +241,12 @@ local function page_params(q, lo_name, lo_default)
   return lo, limit
 end
 
+-- The browser checks and the token comparison, for the other HTTP servers of a rig
+-- (rig.mcp.server_http keeps the same rules).
+M._checks = { authority = authority, host_names = host_names, host_ok = host_ok,
+              origin_ok = origin_ok, media_type = media_type, token_equal = token_equal,
+              is_loopback = is_loopback, listen_host = listen_host }
+
 function M.serve(opts)
   if type(opts) ~= "table" then fail("expects an options table") end
   for k in pairs(opts) do
