@@ -14,6 +14,8 @@
 --                     | read = function(uri, ctx) return text | { contents } end } },
 --     resource_templates = { { uri_template = "notes://{id}", name =, description =,
 --                              mime_type =, read = function(uri, vars, ctx) … end,
+--                              list = function(ctx) return { { uri, name, … } } end,  -- optional:
+--                                                          -- its resources in resources/list
 --                              complete = { id = function(value) return { … } end } } },
 --     prompts = { { name = "review", description = "…", title =,
 --                   arguments = { { name = "file", description = "…", required = true } },
@@ -183,11 +185,12 @@ function M.new(o)
     if type(r) ~= "table" then bad(where .. " must be a table") end
     local tpl = str_field(r, "uri_template", where, true)
     if type(r.read) ~= "function" then bad(where .. ": field 'read' must be a function(uri, vars, ctx)") end
+    if r.list ~= nil and type(r.list) ~= "function" then bad(where .. ": field 'list' must be a function(ctx)") end
     local pat, names = template_pattern(tpl)
     self.template_list[#self.template_list + 1] = { uri_template = tpl, pattern = pat, names = names,
       name = str_field(r, "name", where) or tpl, description = str_field(r, "description", where) or "",
       title = str_field(r, "title", where), mime_type = str_field(r, "mime_type", where),
-      read = r.read, complete = r.complete }
+      read = r.read, complete = r.complete, list = r.list }
   end
   for i, p in ipairs(list(o.prompts, "prompts")) do
     local where = "prompts[" .. i .. "]"
@@ -568,7 +571,20 @@ function Server:_request(c, method, params, rctx)
   if method == "tools/list" then return page(self, self.tool_list, params, "tools", tool_entry) end
   if method == "tools/call" then return self:_call_tool(c, params, rctx) end
   if method == "resources/list" then
-    return page(self, self.resource_list, params, "resources", function(r)
+    local all = self.resource_list
+    for _, tp in ipairs(self.template_list) do
+      if tp.list then
+        if all == self.resource_list then
+          all = {}
+          for i, r in ipairs(self.resource_list) do all[i] = r end
+        end
+        for _, r in ipairs(tp.list(handler_ctx(self, c, rctx)) or {}) do
+          all[#all + 1] = { uri = r.uri, name = r.name, title = r.title,
+                            description = r.description, mime_type = r.mime_type or r.mimeType }
+        end
+      end
+    end
+    return page(self, all, params, "resources", function(r)
       return { uri = r.uri, name = r.name, title = r.title, description = r.description,
                mimeType = r.mime_type }
     end)
