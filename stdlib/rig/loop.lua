@@ -5,7 +5,8 @@
 --     model = m,                   -- a rig.model (rig.model.script too); required
 --     system = "…",                -- the system prompt (default "")
 --     tools = { t, … },            -- rig.tool objects, names unique (default none)
---     gate = g,                    -- a rig.gate; without one every tool call is denied
+--     gate = g,                    -- a rig.gate; required with tools, delegates or mcp
+--                                  -- (rig.gate.default() for tools of one's own)
 --     policy_revision = "v1",      -- required with a gate: names the gate's policy, which
 --                                  -- the loop cannot hash itself (1 to 128 bytes)
 --     limits = { iterations = 25, calls = 100, parallel = 8, result_bytes = 32768,
@@ -161,7 +162,8 @@ local function check_loop(def)
     bad("field 'policy_revision' must be a string of 1 to 128 printable bytes")
   end
   if p.gate and rev == nil then
-    bad("field 'policy_revision' is required with a gate (it names the gate's policy in the revision)")
+    bad("field 'policy_revision' is required with a gate (it names the gate's policy in the "
+      .. "revision): add policy_revision = \"v1\" and change it when the gate's policy changes")
   end
   p.policy_revision = rev
 
@@ -218,6 +220,25 @@ local function check_loop(def)
       if seen[c.name] then bad("field 'mcp' lists two servers named '" .. c.name .. "'") end
       seen[c.name] = true
       p.mcp[i] = c
+    end
+  end
+
+  -- every call goes through the gate: without one each would be denied mid-turn
+  if not p.gate and (#p.tools > 0 or #p.delegates > 0 or p.mcp) then
+    local what = #p.tools > 0 and "tools" or #p.delegates > 0 and "delegates" or "mcp servers"
+    bad("a loop with " .. what .. " needs a gate (without one every call is denied): add "
+      .. "gate = rig.gate.default(), policy_revision = \"v1\"")
+  end
+  -- a delegate the gate's access denies outright could never be started
+  if p.gate then
+    for i, d in ipairs(p.delegates) do
+      local dec = p.gate:evaluate{ summary = "start " .. d,
+        requirements = { { kind = "delegate", scope = d, match = d } } }
+      if dec.verdict == "deny" and dec.source == "access" and dec.code ~= "approval_required" then
+        bad("field 'delegates[" .. i .. "]': the gate can never allow delegate '" .. d .. "' ("
+          .. tostring(dec.reason):gsub("^permission denied: ", "") .. "): give the gate's "
+          .. "access delegate = \"allow\" (or \"gated\" with an interactive approver)")
+      end
     end
   end
 

@@ -466,17 +466,13 @@ describe("rig sessions", function()
       s:shutdown()
     end)
 
-    it("a loop without a gate denies every tool call", function()
+    it("a loop with tools and no gate is refused at definition, with the fix", function()
+      -- it used to define, then deny every call mid-turn while the turn succeeded
       local model = rig.model.script({ one_call(), { text = "ok" } })
-      local loop = rig.loop{ name = "assistant", model = model, tools = { echo_tool() } }
-      local r = rig.define{ loops = { loop }, primers = { "assistant" }, store = rig.store.memory() }
-      local s = assert(r:session())
-      local sub = s:subscribe{ ephemeral = false }
-      s:submit("go")
-      until_terminal(sub)
-      local res = model:calls()[2].messages
-      expect(res[#res].content[1].content).to_match("^error: permission denied")
-      s:shutdown()
+      expect(function() rig.loop{ name = "assistant", model = model, tools = { echo_tool() } } end)
+        .to_fail("session_spec%.lua:%d+: rig%.loop 'assistant': a loop with tools needs a gate "
+          .. "%(without one every call is denied%): add gate = rig%.gate%.default%(%), "
+          .. 'policy_revision = "v1"')
     end)
   end)
 
