@@ -11,7 +11,8 @@
 --                                  -- the loop cannot hash itself (1 to 128 bytes)
 --     limits = { iterations = 25, calls = 100, parallel = 8, result_bytes = 32768,
 --                max_tokens = nil, max_cost = nil, tool_timeout = nil, gate_timeout = nil },
---     delegates = { "researcher" },-- loop names this loop may start (resolved by rig.define)
+--     delegates = { "researcher" },-- loops this loop may start: names (resolved by rig.define)
+--                                  -- or rig.loop objects (rig.define adds them to the rig)
 --     mcp = { client, … },         -- rig.mcp clients: their tools join this loop's
 --                                  -- ("SERVER__TOOL"), listed when a session's loop starts
 --                                  -- and again after notifications/tools/list_changed
@@ -200,8 +201,14 @@ local function check_loop(def)
     local seen = {}
     for i = 1, n do
       local d = def.delegates[i]
+      if M.is_loop(d) then
+        -- a loop object: rig.define adds it to the rig when it is not listed there
+        p.delegate_loops = p.delegate_loops or {}
+        p.delegate_loops[#p.delegate_loops + 1] = d
+        d = d.name
+      end
       if type(d) ~= "string" or #d > 64 or not d:match(NAME) then
-        bad("field 'delegates[" .. i .. "]' must be a loop name")
+        bad("field 'delegates[" .. i .. "]' must be a loop name or a rig.loop")
       end
       if seen[d] then bad("field 'delegates' lists '" .. d .. "' twice") end
       seen[d] = true
@@ -412,7 +419,9 @@ local loop_mt = {
       for a, b in pairs(p[k]) do out[a] = b end
       return out
     end
-    if k == "by_name" or k == "revision" or k == "canonical" then return nil end
+    if k == "by_name" or k == "revision" or k == "canonical" or k == "delegate_loops" then
+      return nil
+    end
     if k == "output_schema" or k == "compaction" then
       local v = p[k]
       if v == nil then return nil end
@@ -429,6 +438,13 @@ local loop_mt = {
   __tostring = function(t) return "rig.loop(" .. private[t].name .. ")" end,
   __metatable = "rig.loop",
 }
+
+-- For rig.define: the delegate loops given as objects (a new list).
+function M._delegate_loops(l)
+  local out = {}
+  for i, d in ipairs(private[l].delegate_loops or {}) do out[i] = d end
+  return out
+end
 
 function M.is_loop(v)
   return type(v) == "table" and getmetatable(v) == "rig.loop" and private[v] ~= nil

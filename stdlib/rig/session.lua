@@ -2108,6 +2108,12 @@ M.rig_methods = {
   restore = function(r, id, opts) return restore(r, id, opts) end,
   sessions = sessions,
 }
+-- s:ask(text [, opts]) -> answer, usage | nil, message, code (rig.ask)
+function Session:ask(input, opts)
+  check_open(self, "ask")
+  return require("rig.ask").ask(self, input, opts)
+end
+
 M.Session = Session
 
 return M

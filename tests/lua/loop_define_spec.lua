@@ -193,6 +193,21 @@ describe("rig.define", function()
     expect(raises(define, { delegation_limits = { deep = 1 } })).to_match("unknown field 'delegation_limits.deep'")
   end)
 
+  it("adds delegates given as loop objects, transitively, and refuses a name clash", function()
+    local helper = loop{ name = "helper", tools = NONE, gate = NONE, policy_revision = NONE }
+    local researcher = loop{ name = "researcher", delegates = { helper } }
+    local planner = loop{ name = "planner", delegates = { researcher, "helper" } }
+    expect(planner.delegates).to_equal({ "researcher", "helper" })
+    expect(planner:revision()).to_be(loop{ name = "planner", delegates = { "researcher", "helper" } }:revision())
+    local r = define{ loops = { planner }, primers = { "planner" } }
+    expect(#r.loops).to_be(3)
+    expect(r:loop("researcher")).to_be(researcher)
+    expect(r:loop("helper")).to_be(helper)
+    local other = loop{ name = "helper", tools = NONE, gate = NONE, policy_revision = NONE }
+    expect(raises(define, { loops = { planner, other }, primers = { "planner" } }))
+      .to_match("delegates to a loop named 'helper' that is not the rig's loop of that name")
+  end)
+
   it("takes an explicit active primer among several", function()
     local x = loop{ name = "second" }
     local r = define{ loops = { loop(), x }, primers = { "assistant", "second" }, active_primer = "second" }
