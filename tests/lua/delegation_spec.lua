@@ -277,7 +277,7 @@ describe("delegation", function()
     s:submit("go")
     while not started do rig.sleep(0.01) end
     expect(s:interrupt()).to_be(true)
-    assert(s:wait_idle(5))
+    expect(select(3, s:wait_idle(5))).to_be("interrupted") -- reported (issue 19 §2)
     local ti = of_type(records(r.store, s.id), "TurnInterrupted")
     expect(#ti).to_be(2)
     -- the child is idle and answers a direct submit

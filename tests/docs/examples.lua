@@ -1,6 +1,6 @@
--- tests/docs/run.lua: runs the examples of the documentation, so it cannot drift.
+-- tests/docs/examples.lua: runs the examples of the documentation, so it cannot drift.
 --
---   luarig tests/docs/run.lua FILE.md …
+--   luarig tests/docs/examples.lua FILE.md …
 --
 -- Every fenced block opened with ```lua in docs/api.md (and docs/examples/*)
 -- is an example: it runs as a script of its own (`luarig BLOCK.lua`, cwd a
