@@ -9,7 +9,9 @@
 -- ```output, what the example prints must be exactly that text. In other
 -- files (the README) only blocks right after a line `<!-- example -->` run:
 -- the others show commands that need a server, a key or a network.
--- Prints one TAP line per example: ok - FILE:LINE  (the heading above it).
+-- A FILE.lua argument (docs/examples/) runs as it is, its output compared with
+-- FILE.out when that exists. Prints one TAP line per example:
+-- ok - FILE:LINE  (the heading above it).
 
 local LUARIG = os.getenv("LUARIG") or "build/luarig"
 local ROOT = os.getenv("LUARIG_ROOT") or "."
@@ -70,10 +72,23 @@ local function examples(text, all)
 end
 
 local base = sh("mktemp -d")
+-- `luarig` in an example is the build under test
+local bindir = LUARIG:match("^(.*)/[^/]*$") or "."
+if bindir:sub(1, 1) ~= "/" then bindir = sh("pwd") .. "/" .. bindir end
 local failed, total = 0, 0
 for _, file in ipairs(arg) do
   local all = file:match("docs/api") or file:match("docs/examples/")
-  local list = examples(read(file), all)
+  local list
+  if file:match("%.lua$") then
+    -- a whole example script (docs/examples/): FILE.out, when there, is what it prints
+    local fo = io.open((file:gsub("%.lua$", ".out")))
+    local abs = file:sub(1, 1) == "/" and file or (sh("pwd") .. "/" .. file)
+    list = { { line = 1, heading = "the script", code = "arg[0] = " .. string.format("%q", abs)
+      .. "\n" .. read(file), output = fo and fo:read("a") } }
+    if fo then fo:close() end
+  else
+    list = examples(read(file), all)
+  end
   if #list == 0 then
     print("not ok - " .. file .. ": no examples found")
     failed = failed + 1
@@ -88,7 +103,8 @@ for _, file in ipairs(arg) do
     f:write(ex.code)
     f:close()
     local r = assert(rig.process.run{ argv = { LUARIG, path }, cwd = dir, timeout = 120,
-      env = { LUARIG_ROOT = ROOT, NO_COLOR = "1", ANTHROPIC_API_KEY = false,
+      env = { LUARIG_ROOT = ROOT, NO_COLOR = "1", PATH = bindir .. ":" .. (os.getenv("PATH") or ""),
+              ANTHROPIC_API_KEY = false,
               OPENAI_API_KEY = false, OPENAI_BASE_URL = false, GEMINI_API_KEY = false,
               GOOGLE_API_KEY = false } })
     local why
