@@ -15,11 +15,13 @@
 --                             -- session's own (r:session{ on_gate = … }), else the gate
 --                             -- stays open for whoever answers it (s:respond_gate from
 --                             -- another task, the REPL, the console)
---       print = true | { out = file, color = bool, width = n }
+--       print = true | { out = file, color = bool } | a rig.ask.printer
 --                             -- draws the turn as it streams: text as it arrives, each
 --                             -- tool call and a preview of its result, each gate and its
---                             -- answer, the usage at the end (color when out is a terminal
---                             -- and NO_COLOR is unset)
+--                             -- answer, the usage at the end and, with a turn_done
+--                             -- snapshot policy, the snapshot after it (color when out is
+--                             -- a terminal and NO_COLOR is unset); on_gate may return a
+--                             -- note after the action, shown beside the answer
 --       timeout = seconds     -- then nil, "timeout", "timeout" (the turn goes on)
 --     Failures: code "turn_failed" (message "turn T failed: MESSAGE (CODE)"),
 --     "interrupted", "rejected" (the input was refused: a full queue), "cancelled" (the
@@ -33,8 +35,10 @@
 --     when standard input is a terminal and "deny" otherwise (nobody else can answer).
 --     The session is shut down before it returns.
 --
---   rig.ask.printer([{ out, color, width }]) -> p; p:event(ev) draws one event as
---     s:ask's print does (for a subscription of one's own), p:finish() ends a partial line.
+--   rig.ask.printer([{ out, color }]) -> p; p:event(ev) draws one event as s:ask's
+--     print does (for a subscription of one's own; pass p as print to keep the turn count
+--     across asks), p:line(s) prints a line of one's own, p:finish() ends a partial line;
+--     p:dim(s), p:bold(s), p:cyan(s), p:green(s), p:yellow(s), p:red(s) paint when colored.
 
 local core = require "rig.core"
 local json = require "rig.json"
@@ -44,6 +48,11 @@ local M = {}
 local ANSWERS = { approve = true, approve_always = true, deny = true }
 
 -- ---- drawing a turn ----
+--
+-- The transcript the quickstart shows: streamed text indented, "→ SUMMARY (TOOL)"
+-- per call with up to 6 lines of its result, "? allow SUMMARY (TOOL) — approved"
+-- per gate, "✓/✗" for what saved rules or the gate decided alone, "── turn N done
+-- · X in / Y out tokens" at each end and "── snapshot REF… (trigger, consistency)".
 
 local Printer = {}
 Printer.__index = Printer
@@ -52,8 +61,8 @@ function M.printer(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("rig.ask.printer: options must be a table", 2) end
   for k in pairs(opts) do
-    if k ~= "out" and k ~= "color" and k ~= "width" then
-      error("rig.ask.printer: unknown option '" .. tostring(k) .. "' (out, color, width)", 2)
+    if k ~= "out" and k ~= "color" then
+      error("rig.ask.printer: unknown option '" .. tostring(k) .. "' (out, color)", 2)
     end
   end
   local out = opts.out or io.stdout
@@ -62,8 +71,18 @@ function M.printer(opts)
     color = out == io.stdout and core.isatty(1) and (os.getenv("NO_COLOR") or "") == ""
       and os.getenv("TERM") ~= "dumb"
   end
-  local rd = require("rig.repl_render").new{ color = color == true, width = opts.width or 100 }
-  return setmetatable({ out = out, rd = rd, at_start = true, quiet_gates = false }, Printer)
+  return setmetatable({ out = out, color = color == true, at_start = true, turns = 0,
+                        gated = {}, shown = {} }, Printer)
+end
+
+M.Printer = Printer
+
+local STYLE = { dim = "2", bold = "1", cyan = "36", green = "32", yellow = "33", red = "31" }
+for name, code in pairs(STYLE) do
+  Printer[name] = function(self, s)
+    if not self.color or s == "" then return s end
+    return "\27[" .. code .. "m" .. s .. "\27[0m"
+  end
 end
 
 function Printer:write(s)
@@ -77,11 +96,37 @@ function Printer:finish()
   if not self.at_start then self:write("\n") end
 end
 
-function Printer:lines(list)
-  for _, l in ipairs(list) do
-    self:finish()
-    self:write(l .. "\n")
+function Printer:line(s)
+  self:finish()
+  self:write(s .. "\n")
+end
+
+local function preview(text, n)
+  local lines, more = {}, 0
+  for l in (text .. "\n"):gmatch("(.-)\n") do
+    if #lines < n then lines[#lines + 1] = l else more = more + 1 end
   end
+  while #lines > 0 and lines[#lines] == "" do lines[#lines] = nil end
+  return lines, more
+end
+
+function Printer:word(action)
+  if action == "approve" then return self:green("approved") end
+  if action == "approve_always" then return self:green("approved always") end
+  if action == "cancelled" then return self:red("cancelled") end
+  return self:red(action == "deny" and "denied" or tostring(action))
+end
+
+function Printer:ask_line(ev)
+  return self:yellow("  ? ") .. "allow " .. self:cyan(tostring(ev.summary))
+    .. self:dim(" (" .. tostring(ev.tool) .. ")")
+end
+
+-- The answer s:ask gave a gate: on the question's line, with the note on_gate gave.
+function Printer:answered(ev, action, note)
+  self.shown[ev.gate_id or ""] = true
+  self:line(self:ask_line(ev) .. " — " .. self:word(action)
+    .. (note and self:dim(" (" .. tostring(note) .. ")") or ""))
 end
 
 function Printer:event(ev)
@@ -91,42 +136,83 @@ function Printer:event(ev)
     if type(d) == "table" and d.type == "text" and type(d.text) == "string" and d.text ~= "" then
       local text = d.text
       if self.at_start then text = "  " .. text end
-      text = text:gsub("\n(.)", "\n  %1")
-      self:write(text)
+      self:write((text:gsub("\n", "\n  ")))
     end
-    return
+  elseif t == "TurnStarted" or t == "TurnResumed" then
+    self.turns = self.turns + 1
+  elseif t == "StepDone" then
+    self:finish()
+  elseif t == "PermissionDecided" then
+    if ev.verdict == "allow" and ev.source == "rule" then
+      self:line(self:dim("  ✓ " .. tostring(ev.tool) .. " allowed by a saved rule"))
+    elseif ev.verdict ~= "allow" then
+      self:line(self:red("  ✗ " .. tostring(ev.tool) .. ": " .. tostring(ev.reason)))
+    end
+  elseif t == "GateOpened" then
+    self.gated[ev.call_id or ""] = true
+    if not self.answering then self:line(self:ask_line(ev)) end
+  elseif t == "GateResolved" then
+    if not self.shown[ev.gate_id or ""] then
+      local src = ev.source and ev.source ~= "user" and self:dim(" (" .. ev.source .. ")") or ""
+      self:line("    " .. self:word(ev.action) .. src)
+    end
+    self.shown[ev.gate_id or ""] = nil
+  elseif t == "ToolCallStarted" then
+    if not self.gated[ev.call_id or ""] then
+      self:line(self:cyan("  → " .. tostring(ev.summary)) .. self:dim(" (" .. tostring(ev.tool) .. ")"))
+    end
+    self.gated[ev.call_id or ""] = nil
+  elseif t == "ToolCallCompleted" then
+    local text = ev.preview or ""
+    local lines, more = preview(text, 6)
+    local mark = ev.is_error and self:red("    ✗ ") or self:dim("    │ ")
+    for _, l in ipairs(lines) do self:line(mark .. self:dim(l)) end
+    if more > 0 or #text >= 200 then self:line(self:dim("    │ …")) end
+  elseif t == "TurnDone" or t == "TurnFailed" or t == "TurnInterrupted" then
+    local u = ev.usage or {}
+    local cost = u.cost and u.cost > 0 and string.format(" · $%.4f", u.cost) or ""
+    local what = t == "TurnDone" and self:green("done")
+      or self:red(t == "TurnFailed" and ("failed: " .. tostring(ev.error and ev.error.message))
+        or ("interrupted: " .. tostring(ev.reason)))
+    self:line("")
+    self:line(self:dim("  ── turn " .. self.turns .. " ") .. what
+      .. self:dim(string.format(" · %d in / %d out tokens%s", u.input_tokens or 0,
+        u.output_tokens or 0, cost)))
+  elseif t == "WorkspaceCheckpointed" then
+    self:line(self:dim("  ── snapshot " .. tostring(ev.ref):sub(1, 24) .. "… ("
+      .. tostring(ev.trigger) .. ", " .. tostring(ev.consistency) .. ")"))
+  elseif t == "WorkspaceFaulted" then
+    self:line(self:red("  ── workspace faulted (" .. tostring(ev.code) .. "): " .. tostring(ev.message)))
+  elseif t == "LoopStarted" and ev.parent_loop_id then
+    self:line(self:dim("  ── agent " .. tostring(ev.loop_id) .. " started by "
+      .. tostring(ev.parent_loop_id)))
+  elseif t == "TurnRejected" then
+    self:line(self:red("  ── input rejected: " .. tostring(ev.reason)))
+  elseif t == "InputCancelled" then
+    self:line(self:dim("  ── queued input cancelled (" .. tostring(ev.reason) .. ")"))
   end
-  if t == "PermissionRequested" then self.rd:event(ev) return end
-  if t == "GateOpened" then
-    -- the question without the REPL's key line: s:ask answers it
-    local l = self.rd:gate_lines(ev)
-    l[#l] = nil
-    self:lines(l)
-    return
-  end
-  if t == "StepDone" then self:finish() return end
-  if t == "TurnStarted" or t == "LoopIdle" or t == "SessionIdle" then return end
-  self:lines(self.rd:event(ev))
 end
 
 -- ---- answering gates ----
 
 local function terminal_answer(p, g)
-  local w = p and function(s) p:write(s) end or function(s) io.write(s) io.flush() end
+  local function w(s) if p then p:write(s) else io.write(s) io.flush() end end
+  local dim = p and function(s) return p:dim(s) end or function(s) return s end
+  if p then p:line(p:ask_line(g)) else w("allow " .. tostring(g.summary) .. " (" .. tostring(g.tool) .. ")\n") end
   if not core.isatty(0) then
-    w("  (no terminal to ask on: denied)\n")
+    w(dim("    (no terminal to ask on)") .. "\n")
     return "deny"
   end
-  w("  allow " .. tostring(g.tool) .. ": " .. tostring(g.summary) .. "? [y]es / [a]lways / [n]o: ")
+  w(dim("    [y]es / [a]lways / [n]o: "))
   while true do
     local line = core.read_line()
-    if p then p.at_start = true end
-    if line == nil then return "deny" end
+    if p then p.at_start = true end -- the person's Enter ended the line
+    if line == nil then w(dim("    (end of input)") .. "\n") return "deny" end
     line = line:lower():gsub("%s", "")
     if line == "y" or line == "yes" then return "approve" end
     if line == "a" or line == "always" then return "approve_always" end
     if line == "n" or line == "no" then return "deny" end
-    w("  y, a or n: ")
+    w(dim("    y, a or n: "))
   end
 end
 
@@ -138,29 +224,31 @@ local function answer_gate(S, on_gate, ev, p)
       g.request, g.unmet = open.request, open.unmet
     end
   end
-  local req = p and p.rd.requests[ev.gate_id]
-  if req then g.candidates = req.candidates end
-  local action
+  local action, note
   if on_gate == "terminal" then
     action = terminal_answer(p, g)
-  elseif type(on_gate) == "string" then
-    action = on_gate
+    if p then p.shown[ev.gate_id] = true p:line("    " .. p:word(action)) end
   else
-    local ok, a = pcall(on_gate, g)
-    if not ok then
-      if type(a) == "string" and a:find("^cancelled") then error(a, 0) end
-      action = "deny"
-      if p then p:lines({ "  on_gate raised: " .. tostring(a) .. " (denied)" }) end
-    elseif a == true then
-      action = "approve"
-    elseif a == false or a == nil then
-      action = "deny"
+    if type(on_gate) == "string" then
+      action = on_gate
     else
-      action = a
+      local ok, a, b = pcall(on_gate, g)
+      if not ok then
+        if type(a) == "string" and a:find("^cancelled") then error(a, 0) end
+        action, note = "deny", "on_gate raised: " .. tostring(a)
+      elseif a == true then
+        action, note = "approve", b
+      elseif a == false or a == nil then
+        action, note = "deny", b
+      else
+        action, note = a, b
+      end
     end
+    if not ANSWERS[action] then action = "deny" end
+    if p then p:answered(ev, action, note) end
   end
-  if not ANSWERS[action] then action = "deny" end
-  S:respond_gate(ev.gate_id, action)
+  local ok, err = S:respond_gate(ev.gate_id, action)
+  if not ok and p then p:line(p:red("  could not answer the gate: " .. tostring(err))) end
 end
 
 local function check_on_gate(v, where)
@@ -191,7 +279,7 @@ local function check_opts(opts, where)
   end
   check_on_gate(opts.on_gate, where)
   if opts.print ~= nil and opts.print ~= true and opts.print ~= false and type(opts.print) ~= "table" then
-    error(where .. ": option 'print' must be true or { out, color, width }", 3)
+    error(where .. ": option 'print' must be true, { out, color } or a rig.ask.printer", 3)
   end
   if opts.timeout ~= nil and (type(opts.timeout) ~= "number" or opts.timeout <= 0) then
     error(where .. ": option 'timeout' must be a positive number of seconds", 3)
@@ -202,20 +290,30 @@ end
 local function ask(S, input, opts)
   local on_gate = opts.on_gate
   if on_gate == nil then on_gate = S.on_gate end
-  local p = opts.print and M.printer(opts.print ~= true and opts.print or nil) or nil
+  local p = opts.print
+  if p == true then p = M.printer() elseif p and getmetatable(p) ~= Printer then p = M.printer(p) end
+  if p then p.answering = on_gate ~= nil end
   local sub <close> = S:subscribe{ loops = "all", ephemeral = p ~= nil }
   local cid, msg, code = S:submit(input, opts.loop and { loop = opts.loop } or nil)
   if not cid then return nil, msg, code end
   local deadline = opts.timeout and core.now() + opts.timeout
   local turn_id, loop_id
-  local ended
+  local ended, snap_deadline, seen_idle
   while true do
     local left = deadline and deadline - core.now()
+    if ended then
+      -- waiting for a best-effort capture: it may fail silently, so stop when none runs
+      left = 0.2
+      if core.now() > snap_deadline or (not S.ws.be_task and not S.ws.pending and seen_idle) then
+        break
+      end
+    end
     if left and left <= 0 then
       if p then p:finish() end
       return nil, "timeout", "timeout"
     end
     local ev, emsg, ecode = sub:next(left)
+    if not ev and ended and ecode == "timeout" then goto continue end
     if not ev then
       if p then p:finish() end
       if ecode == "timeout" then return nil, "timeout", "timeout" end
@@ -223,14 +321,17 @@ local function ask(S, input, opts)
       if f then return nil, f, "faulted" end
       return nil, "the session's events ended: " .. tostring(emsg), ecode
     end
+    do
     local t = ev.type
     local mine = type(ev.cause) == "table" and ev.cause.command_id == cid
+    if ended and ev.loop_id == loop_id and t == "LoopIdle" or t == "SessionIdle" then
+      seen_idle = true
+    end
     if ended then
-      -- after the terminal: what the turn's end brought (its snapshot), until the loop idles
-      if p and t == "WorkspaceCheckpointed" then p:event(ev) end
-      if ev.loop_id == loop_id and (t == "LoopIdle" or t == "TurnStarted")
-        or t == "SessionIdle" or t == "SessionStopped"
-        or (t == "WorkspaceCheckpointed" and ev.turn_id == turn_id) then
+      -- after the terminal: the turn's snapshot (or its fault)
+      if t == "WorkspaceCheckpointed" or t == "WorkspaceFaulted" then p:event(ev) end
+      if (t == "WorkspaceCheckpointed" or t == "WorkspaceFaulted") and ev.turn_id == turn_id
+         or t == "SessionStopped" then
         break
       end
     else
@@ -250,12 +351,16 @@ local function ask(S, input, opts)
         answer_gate(S, on_gate, ev, p)
       elseif ev.ends_turn and turn_id ~= nil and ev.turn_id == turn_id then
         ended = ev
-        if p and not S.ws then break end -- no snapshot to wait for
-        if not p then break end
+        -- printing: the snapshot a turn_done policy takes after it (best effort: async)
+        local w = S.ws
+        if not p or not w or w.policy.trigger ~= "turn_done" then break end
+        snap_deadline = core.now() + (w.policy.timeout or 60)
       elseif t == "SessionStopped" then
         return nil, "the session stopped", "faulted", ev
       end
     end
+    end
+    ::continue::
   end
   if p then p:finish() end
   local ev = ended

@@ -221,6 +221,38 @@ describe("s:ask and rig.run", function()
     expect(function() rig_of(loop_of(m, { t })):session{ on_gate = 1 } end).to_fail("option 'on_gate'")
   end)
 
+  it("print shows a note on_gate gives, a denial, and a gate answered elsewhere", function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    local t = lookup{ needs_approval = true }
+    local m = rig.model.script{ call("lookup", { q = "a" }), call("lookup", { q = "b" }), { text = "ok" } }
+    local p = rig.ask.printer{ out = f, color = false }
+    local n = 0
+    assert(rig.run(loop_of(m, { t }), "go", { print = p, on_gate = function()
+      n = n + 1
+      if n == 1 then return "approve", "by the test" end
+      return false
+    end }))
+    -- answered by another task: the question, then the answer on its own line
+    local m2 = rig.model.script{ call("lookup", { q = "c" }), { text = "ok" } }
+    local s = assert(rig_of(loop_of(m2, { t })):session())
+    local helper = rig.spawn(function()
+      while #s:gates() == 0 do rig.sleep(0.01) end
+      s:respond_gate(s:gates()[1].gate_id, "approve")
+    end)
+    assert(s:ask("go", { print = p }))
+    helper:wait(10)
+    s:shutdown()
+    f:close()
+    local text = assert(io.open(path)):read("a")
+    os.remove(path)
+    expect(text).to_match('%? allow lookup {"q":"a"} %(lookup%) — approved %(by the test%)\n')
+    expect(text).to_match('%? allow lookup {"q":"b"} %(lookup%) — denied\n  ok\n')
+    expect(text).to_match('%? allow lookup {"q":"c"} %(lookup%)\n    approved\n')
+    expect(text).to_match("── turn 1 done")
+    expect(text).to_match("── turn 2 done") -- the printer numbers turns across asks
+  end)
+
   it("refuses unknown options and a bad on_gate", function()
     local l = rig.loop{ name = "a", model = rig.model.script{} }
     expect(function() rig.run(l, "x", { on_gat = "approve" }) end).to_fail("unknown option 'on_gat'")
@@ -238,10 +270,8 @@ describe("s:ask and rig.run", function()
     f:close()
     local text = assert(io.open(path)):read("a")
     os.remove(path)
-    expect(text).to_match("^  Looking it up%.\n")
-    expect(text).to_match('\n%? allow lookup: lookup {"q":"rig"}\n  needs: tool lookup\n')
-    expect(text).to_match("\n  ✓ approved\n")
-    expect(text).to_match("\n    │ definition of rig\n  Done%.\n── done · %d+ in / %d+ out tokens\n$")
+    expect(text).to_match('^  Looking it up%.\n  %? allow lookup {"q":"rig"} %(lookup%) — approved\n'
+      .. "    │ definition of rig\n  Done%.\n\n  ── turn 1 done · %d+ in / %d+ out tokens\n$")
   end)
 end)
 
