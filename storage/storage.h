@@ -182,7 +182,11 @@ int lr_store_lmdb_open(const struct lr_lmdb_opts *o, struct lr_store **out, stru
  * Embedded mode starts and owns `nats-server -js` on a private loopback
  * port with its store in embedded_dir (absolute; a second owner of the
  * directory gets -EBUSY) and stops it on close. Credentials are passed to
- * the client and never appear in messages. Leases live lease_ttl_ms
+ * the client and never appear in messages. On a cluster, streams this
+ * creates have `replicas` copies; when a stream has more than one (made
+ * here or by hand), every read goes to its leader (the message-get API)
+ * rather than to any replica (direct get), so a read never misses an
+ * acknowledged record. Leases live lease_ttl_ms
  * without a renewal (a heartbeat thread renews them every third of it); a
  * holder that cannot renew in time marks its lease lost.
  */
@@ -196,6 +200,7 @@ struct lr_nats_opts {
 	int64_t lease_ttl_ms;       /* 0: 10 s */
 	int64_t timeout_ms;         /* connect and request timeout; 0: 5 s */
 	const char *server_bin;     /* embedded: the server to run; NULL: "nats-server" on PATH */
+	int replicas;               /* the streams' replicas when this creates them; 0: 1 */
 };
 int lr_store_nats_open(const struct lr_nats_opts *o, struct lr_store **out, struct lr_err *e);
 
