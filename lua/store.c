@@ -380,7 +380,7 @@ static int store_tostring(lua_State *L)
 {
 	struct shared **p = luaL_checkudata(L, 1, STORE_MT);
 	if (*p)
-		lua_pushfstring(L, "rig.store (%s): %p", (*p)->s->ops->kind, (void *)*p);
+		lua_pushfstring(L, "rig.store (%s): %p", lr_store_kind((*p)->s), (void *)*p);
 	else
 		lua_pushliteral(L, "rig.store (closed)");
 	return 1;
@@ -399,7 +399,7 @@ static int store_root(lua_State *L)
 
 static int store_kind(lua_State *L)
 {
-	lua_pushstring(L, check_store(L)->s->ops->kind);
+	lua_pushstring(L, lr_store_kind(check_store(L)->s));
 	return 1;
 }
 

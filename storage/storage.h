@@ -9,7 +9,7 @@
  * lr_store_append_async, whose completion arrives on a backend thread and
  * which the Lua layer forwards to the loop.
  *
- * Four primitives (DESIGN §6), all named with one grammar:
+ * Four primitives (docs/storage.md), all named with one grammar:
  *
  *   ledger  many named append-only logs; sequences 1, 2, 3 … with no gaps;
  *           append commits at expected_tip + 1 or reports LR_ECONFLICT;
@@ -89,6 +89,17 @@ struct lr_lease;
  * below check names and arguments before calling them, so a backend may
  * assume valid names.
  */
+/* One compare-and-swap put of lr_store_kv_put_many. */
+struct lr_kv_put {
+	const char *key;
+	uint64_t expected_rev;
+	const void *val;
+	size_t len;
+	uint64_t new_rev; /* out */
+	int rc;           /* out: 0, LR_ECONFLICT, ... */
+	struct lr_err err;
+};
+
 struct lr_store_ops {
 	const char *kind; /* "memory", "lmdb", "nats" */
 
@@ -113,6 +124,10 @@ struct lr_store_ops {
 	int (*kv_keys)(struct lr_store *s, const char *prefix, lr_name_cb cb, void *arg,
 		       struct lr_err *e);
 	int (*kv_delete)(struct lr_store *s, const char *key, struct lr_err *e);
+	/* Optional: n puts submitted together (one commit where the backend
+	 * groups writes); each item's rc, err and new_rev are set. NULL: the
+	 * store calls kv_put n times. */
+	void (*kv_put_many)(struct lr_store *s, size_t n, struct lr_kv_put *puts);
 
 	int (*blob_put)(struct lr_store *s, const char *key, const void *data, size_t len,
 			struct lr_err *e);
@@ -131,11 +146,10 @@ struct lr_store_ops {
 	void (*close)(struct lr_store *s);
 };
 
-/* The common head of every backend's handle (backends calloc it: zero is the default). */
-struct lr_store {
-	const struct lr_store_ops *ops;
-	long inject_append; /* atomic; tests only: see lr_store_inject_failure */
-};
+/* A store handle: opaque, its head is in storage/internal.h. */
+struct lr_store;
+/* The backend's name ("memory", "lmdb", "nats"); static. */
+const char *lr_store_kind(const struct lr_store *s);
 
 /*
  * A held lease. epoch is fixed at grant. lost becomes non-zero (atomically)
@@ -219,6 +233,10 @@ int lr_store_kv_get(struct lr_store *s, const char *key, struct lr_bytes *val, u
 		    struct lr_err *e);
 int lr_store_kv_put(struct lr_store *s, const char *key, uint64_t expected_rev,
 		    const void *val, size_t len, uint64_t *new_rev, struct lr_err *e);
+/* The puts of lr_store_kv_put, each checked on its own, submitted together:
+ * a backend with a group commit (LMDB) makes them one durable commit
+ * instead of n. Returns once every put is settled (each item's rc). */
+void lr_store_kv_put_many(struct lr_store *s, size_t n, struct lr_kv_put *puts);
 int lr_store_kv_keys(struct lr_store *s, const char *prefix, lr_name_cb cb, void *arg,
 		     struct lr_err *e);
 int lr_store_kv_delete(struct lr_store *s, const char *key, struct lr_err *e);
@@ -326,8 +344,6 @@ int lr_journal_id_check(const char *sid, struct lr_err *e);
 
 /* CRC32C (Castagnoli, reflected, as in iSCSI/ext4). */
 uint32_t lr_crc32c(uint32_t crc, const void *p, size_t n);
-/* The same through slice-by-8 tables only (lr_crc32c uses SSE4.2 when the CPU has it). */
-uint32_t lr__crc32c_sw(uint32_t crc, const void *p, size_t n);
 
 /*
  * Frames one record into out (reset first; the caller owns it). kind is
@@ -505,6 +521,17 @@ const char *lr_catalog_state_name(enum lr_catalog_state s);
 typedef int (*lr_catalog_fn)(void *arg, struct lr_catalog_entry *entry, int exists);
 int lr_catalog_update(struct lr_store *store, const char *sid, lr_catalog_fn fn, void *arg,
 		      struct lr_err *e);
+/* n updates of lr_catalog_update at once: the entries read, changed and
+ * written back with one lr_store_kv_put_many (an update that loses its race
+ * goes on alone, as lr_catalog_update). Each job's rc and err are set. */
+struct lr_catalog_job {
+	const char *sid;
+	lr_catalog_fn fn;
+	void *arg;
+	int rc;
+	struct lr_err err;
+};
+void lr_catalog_update_many(struct lr_store *store, size_t n, struct lr_catalog_job *jobs);
 /* The common update after an append: last_seq = max(last_seq, seq), last_active_at = now. */
 int lr_catalog_note_append(struct lr_store *store, const char *sid, uint64_t seq,
 			   struct lr_err *e);
@@ -521,7 +548,7 @@ int lr_catalog_delete(struct lr_store *store, const char *sid, struct lr_err *e)
 /* ---- workspace snapshots (storage/snapshot.c) ---- */
 
 /*
- * Content-addressed snapshots of a directory tree (DESIGN §7), stored in
+ * Content-addressed snapshots of a directory tree (docs/storage.md), stored in
  * any backend:
  *
  *   workspaces/blobs/<hex>  a regular file's bytes; hex = SHA-256 of them
