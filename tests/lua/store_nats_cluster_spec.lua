@@ -124,11 +124,11 @@ describe("rig.store.nats on a 3-node cluster", function()
   local c = cluster.start(dir, 3, { host = "0.0.0.0" })
 
   -- kill -9 of node `which(stream)` after the turn's third step; the child's
-  -- requests wait 10 s (a stream elects a new leader within that), its lease lives 30 s
+  -- requests wait 20 s (a stream elects a new leader within about 10), its lease lives 40 s
   local function kill_mid_turn(ns, which)
     local st = open(c.url, ns)
     st:close()
-    local ch = child(c.url, ns, 30, 10, 10, 0.1)
+    local ch = child(c.url, ns, 40, 20, 10, 0.1)
     ch.p:write("go\n")
     ch.upto(stepdones(3))
     local victim = which("LR_" .. ns .. "_LEDGERS")
