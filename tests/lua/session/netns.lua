@@ -24,7 +24,13 @@ end
 function M.new()
   if not sh("command -v ip >/dev/null") then return nil, "ip (iproute2) is not installed" end
   local id = ("%06d"):format(math.random(0, 999999))
-  local k = math.random(0, 255)
+  -- a /30 no other namespace of ours uses now (tests and make soak may run at once)
+  local _, addrs = sh("ip -4 -o addr show")
+  local k
+  for _ = 1, 1000 do
+    k = math.random(0, 255)
+    if not addrs:find(("10.213.%d."):format(k), 1, true) then break end
+  end
   local n = setmetatable({ name = "lrns" .. id, a = "lra" .. id, b = "lrb" .. id,
     host = ("10.213.%d.1"):format(k), inside = ("10.213.%d.2"):format(k) }, N)
   local ok, out = sh("ip netns add " .. n.name)
