@@ -331,6 +331,69 @@ static int json_u64(const char *body, const char *key, uint64_t *v)
 	return 0;
 }
 
+int lr__nats_msgget_parse(char *body, struct lr__msgget *out)
+{
+	memset(out, 0, sizeof *out);
+	uint64_t code = 0;
+	size_t sl = 0;
+	if (strstr(body, "\"error\":")) {
+		if (json_u64(body, "err_code", &code) == 0 && code == 10037)
+			return 1; /* no message found */
+		out->err = json_str(body, "description", &out->err_len);
+		return 2;
+	}
+	char *subj = json_str(body, "subject", &sl);
+	if (!subj || json_u64(body, "seq", &out->seq))
+		return LR_ECORRUPT;
+	/* the fields follow the subject (the server writes subject, seq, hdrs, data, time) */
+	char *rest = subj + sl + 1;
+	subj[sl] = 0;
+	out->subject = subj;
+	size_t dl = 0, hl = 0;
+	char *data = *rest ? json_str(rest, "data", &dl) : NULL;
+	char *hdrs = *rest ? json_str(rest, "hdrs", &hl) : NULL;
+	long dn = data ? b64decode(data, dl) : 0, hn = hdrs ? b64decode(hdrs, hl) : 0;
+	if (dn < 0 || hn < 0)
+		return LR_ECORRUPT;
+	out->data = data;
+	out->data_len = (size_t)dn;
+	out->hdrs = hdrs;
+	out->hdrs_len = (size_t)hn;
+	return 0;
+}
+
+int lr__nats_hdrs_each(char *h, size_t len, int (*cb)(void *arg, const char *key,
+							 const char *val), void *arg)
+{
+	char *end = h + len;
+	char *p = h ? memchr(h, '\n', len) : NULL; /* past the status line */
+	while (p && p < end) {
+		p++;
+		char *eol = memchr(p, '\n', (size_t)(end - p));
+		if (!eol)
+			break;
+		char *colon = memchr(p, ':', (size_t)(eol - p));
+		char *vend = eol > p && eol[-1] == '\r' ? eol - 1 : eol;
+		if (colon && colon < vend) {
+			*colon = 0;
+			char *v = colon + 1;
+			while (v < vend && *v == ' ')
+				v++;
+			*vend = 0;
+			int rc = cb(arg, p, v);
+			if (rc)
+				return rc;
+		}
+		p = eol;
+	}
+	return 0;
+}
+
+static int set_hdr(void *arg, const char *key, const char *val)
+{
+	return N.hdr_set(arg, key, val) == NATS_OK ? 0 : -ENOMEM;
+}
+
 /*
  * dget through the stream leader: a $JS.API.STREAM.MSG.GET request (which
  * only the leader answers), its reply made into a message like a direct
@@ -366,64 +429,30 @@ static int leader_get(struct nstore *n, const char *stream, const char *last_sub
 	memcpy(body, N.msg_data(reply), (size_t)len);
 	body[len] = 0;
 	N.msg_destroy(reply);
-	int rc = 0;
-	uint64_t code = 0;
-	char *subj, *data, *hdrs;
-	size_t sl = 0, dl = 0, hl = 0;
-	if (strstr(body, "\"error\":")) {
-		if (json_u64(body, "err_code", &code) == 0 && code == 10037) {
-			rc = LR_ENOTFOUND; /* no message found */
-		} else {
-			size_t l = 0;
-			char *d = json_str(body, "description", &l);
-			lr_err_set(e, "storage: %s: %.*s", what, d ? (int)(l > 200 ? 200 : l) : 5,
-				   d ? d : "error");
-			rc = -EIO;
-		}
-		free(body);
-		return rc;
-	}
-	if (!(subj = json_str(body, "subject", &sl)) || json_u64(body, "seq", sseq)) {
-		free(body);
-		lr_err_set(e, "storage: %s: a message-get reply without its subject or sequence", what);
-		return LR_ECORRUPT;
-	}
-	/* the fields follow the subject (the server writes subject, seq, hdrs, data, time) */
-	char *rest = subj + sl + 1;
-	subj[sl] = 0;
-	data = json_str(rest, "data", &dl);
-	hdrs = json_str(rest, "hdrs", &hl);
-	long dn = data ? b64decode(data, dl) : 0, hn = hdrs ? b64decode(hdrs, hl) : 0;
+	struct lr__msgget g;
+	int rc = lr__nats_msgget_parse(body, &g);
 	natsMsg *m = NULL;
-	if (dn < 0 || hn < 0) {
-		rc = LR_ECORRUPT;
-		lr_err_set(e, "storage: %s: a message-get reply that does not decode", what);
-	} else if ((s = N.msg_create(&m, subj, NULL, dn ? data : NULL, (int)dn)) != NATS_OK) {
+	if (rc == 1) {
+		rc = LR_ENOTFOUND;
+	} else if (rc == 2) {
+		lr_err_set(e, "storage: %s: %.*s", what, g.err ? (int)(g.err_len > 200 ? 200 : g.err_len) : 5,
+			   g.err ? g.err : "error");
+		rc = -EIO;
+	} else if (rc) {
+		lr_err_set(e, "storage: %s: a message-get reply this cannot read", what);
+	} else if ((s = N.msg_create(&m, g.subject, NULL, g.data_len ? g.data : NULL,
+				     (int)g.data_len)) != NATS_OK) {
 		rc = nfail(e, s, what);
+	} else if (lr__nats_hdrs_each(g.hdrs, g.hdrs_len, set_hdr, m)) {
+		lr_err_set(e, "storage: %s: out of memory", what);
+		rc = -ENOMEM;
+	} else {
+		char sq[24];
+		snprintf(sq, sizeof sq, "%" PRIu64, g.seq);
+		*sseq = g.seq;
+		if ((s = N.hdr_set(m, "Nats-Sequence", sq)) != NATS_OK)
+			rc = nfail(e, s, what);
 	}
-	/* headers: "NATS/1.0\r\n" then "Key: value\r\n" lines */
-	for (char *p = hdrs && hn > 0 ? memchr(hdrs, '\n', (size_t)hn) : NULL; !rc && p;) {
-		p++;
-		char *eol = memchr(p, '\n', (size_t)(hdrs + hn - p));
-		if (!eol)
-			break;
-		char *colon = memchr(p, ':', (size_t)(eol - p));
-		char *vend = eol > p && eol[-1] == '\r' ? eol - 1 : eol;
-		if (colon) {
-			*colon = 0;
-			char *v = colon + 1;
-			while (v < vend && *v == ' ')
-				v++;
-			*vend = 0;
-			if ((s = N.hdr_set(m, p, v)) != NATS_OK)
-				rc = nfail(e, s, what);
-		}
-		p = eol;
-	}
-	char sq[24];
-	snprintf(sq, sizeof sq, "%" PRIu64, *sseq);
-	if (!rc && (s = N.hdr_set(m, "Nats-Sequence", sq)) != NATS_OK)
-		rc = nfail(e, s, what);
 	free(body);
 	if (rc) {
 		if (m)
