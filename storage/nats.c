@@ -951,7 +951,11 @@ static int n_read(struct lr_store *s, const char *name, uint64_t from, uint64_t 
 		if (seq == end)
 			return 0;
 		seq++;
-		if (end - seq >= STREAM_MIN)
+		/* Not on a replicated stream: an ordered consumer may be placed on any replica,
+		 * and a replica can lack a record its leader has (nats-server 2.9 after a
+		 * node's kill -9: the consumer skipped it), so each record is asked of the
+		 * leader (one round trip per record). */
+		if (end - seq >= STREAM_MIN && !(n->leader_reads & stream_bit(n, n->s_ledgers)))
 			return read_stream(n, name, subj, sq + 1, seq, end, cb, arg, e);
 		rc = dget(n, n->s_ledgers, NULL, subj, sq + 1, &m, &sq, e, what);
 		if (rc == LR_ENOTFOUND)
