@@ -26,8 +26,6 @@
 -- the REPL binds it to `r`, and `s = r:session()` starts one there (gates
 -- take one key; README "The REPL as a workbench").
 
-local core = rig.core
-
 -- ---- arguments ----
 
 local auto_yes, base = false, nil
@@ -56,7 +54,7 @@ if base:sub(1, 1) ~= "/" then
   local r = assert(rig.process.run{ argv = { "pwd" } })
   base = r.stdout:gsub("\n$", "") .. "/" .. base
 end
-local tty_in, tty_out = core.isatty(0), core.isatty(1)
+local tty_in, tty_out = rig.isatty(0), rig.isatty(1)
 -- `luarig repl` loads rig.repl before it runs this file
 local in_repl = package.loaded["rig.repl"] ~= nil
 
@@ -296,7 +294,7 @@ if live and tty_in then
   while true do
     line("")
     out(bold("you> ") .. dim("(another task, or an empty line to stop) "))
-    local text = core.read_line()
+    local text = rig.read_line()
     if not text or text:match("^%s*$") then break end
     done, why = turn(text)
   end

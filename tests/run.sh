@@ -51,6 +51,7 @@ suite docs-examples "$LUARIG" tests/docs/examples.lua docs/api.md docs/examples/
 [ -f tests/repl/run.sh ] && suite repl sh tests/repl/run.sh
 [ -f tests/repl/fork.sh ] && suite repl-fork sh tests/repl/fork.sh
 [ -f tests/repl/resume.sh ] && suite repl-resume sh tests/repl/resume.sh
+[ -f tests/repl/elicit.sh ] && suite repl-elicit sh tests/repl/elicit.sh
 [ -f tests/sandbox/run.sh ] && suite sandbox sh tests/sandbox/run.sh
 [ -f tests/examples/run.sh ] && suite examples sh tests/examples/run.sh
 # the web console in headless Chromium (a missing chromium is a failure: tools/deps.sh installs it)
@@ -59,6 +60,7 @@ suite docs-examples "$LUARIG" tests/docs/examples.lua docs/api.md docs/examples/
 [ -f tests/console/console_test.py ] && suite console python3 tests/console/console_test.py
 [ -f tests/console/delegation_test.py ] && suite console-delegation python3 tests/console/delegation_test.py
 [ -f tests/console/edges_test.py ] && suite console-edges python3 tests/console/edges_test.py
+[ -f tests/console/elicit_test.py ] && suite console-elicit python3 tests/console/elicit_test.py
 for r in "$BUILD"/tests/fuzz/*_replay; do
 	[ -x "$r" ] || continue
 	n=$(basename "$r" _fuzz_replay)

@@ -9,6 +9,8 @@
 -- (PermissionDecided allow, source "default"): each case below that expects
 -- a gate, a denial or source "rule"/"access" failed there.
 
+local core = require "rig.core" -- the stdlib's private binding: what the public API does not show
+
 local json = rig.json
 local here = (os.getenv("LUARIG_ROOT") or ".") .. "/tests/lua/session/"
 local define = dofile(here .. "deleg_rig.lua")
@@ -64,7 +66,7 @@ end
 local function last(req) return req.messages[#req.messages] end
 
 local function records(store, id)
-  local recs = assert(rig.core.journal_read(store, id, 1, 0))
+  local recs = assert(core.journal_read(store, id, 1, 0))
   local out = {}
   for _, r in ipairs(recs) do
     if r.kind ~= "fence" then

@@ -3,6 +3,8 @@
 -- of children with the quota recounted, and exactly-once hand-backs across a
 -- SIGKILL (a child process: tests/lua/session/deleg_child.lua).
 
+local core = require "rig.core" -- the stdlib's private binding: what the public API does not show
+
 local json = rig.json
 local luarig = os.getenv("LUARIG") or "build/luarig"
 local here = (os.getenv("LUARIG_ROOT") or ".") .. "/tests/lua/session/"
@@ -55,7 +57,7 @@ local function last_result(req)
 end
 
 local function records(store, id)
-  local recs = assert(rig.core.journal_read(store, id, 1, 0))
+  local recs = assert(core.journal_read(store, id, 1, 0))
   local out = {}
   for _, r in ipairs(recs) do
     if r.kind ~= "fence" then

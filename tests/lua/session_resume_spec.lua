@@ -7,6 +7,8 @@
 -- (with ctx.idempotency_key) says what ran where. Also: shutdown, refusals,
 -- budgets, drift, delegation.
 
+local core = require "rig.core" -- the stdlib's private binding: what the public API does not show
+
 local luarig = os.getenv("LUARIG") or "build/luarig"
 local here = (os.getenv("LUARIG_ROOT") or ".") .. "/tests/lua/session/"
 local define = dofile(here .. "resume_rig.lua")
@@ -47,7 +49,7 @@ end
 
 -- The journal's events, gap-free, each committed once.
 local function events(store, id)
-  local recs, tip = assert(rig.core.journal_read(store, id, 1, 0))
+  local recs, tip = assert(core.journal_read(store, id, 1, 0))
   expect(#recs).to_be(tip)
   local out, steps, results = {}, {}, {}
   for i, r in ipairs(recs) do

@@ -2,6 +2,8 @@
 -- interrupt, parallel tools, limits, every gate path, subscriptions and the
 -- journal, a storage failure faulting the session.
 
+local core = require "rig.core" -- the stdlib's private binding: what the public API does not show
+
 local json = rig.json
 
 local function tmpdir()
@@ -122,7 +124,7 @@ describe("rig sessions", function()
     for ev in sub:events(10) do
       expect(ev.seq).to_be_truthy()
       -- the record is readable from the store at the moment we see it
-      local recs = rig.core.journal_read(store, s.id, ev.seq, 1)
+      local recs = core.journal_read(store, s.id, ev.seq, 1)
       expect(#recs).to_be(1)
       expect(json.decode(recs[1].body).event_id).to_be(ev.event_id)
       seen = seen + 1
@@ -133,7 +135,7 @@ describe("rig sessions", function()
   end)
 
   it("queues input while busy and folds it in at the next tool result", function()
-    local gate_open = rig.core.cond()
+    local gate_open = rig.cond()
     local release = false
     local slow = echo_tool{ run = function(req)
       gate_open:signal()
@@ -497,7 +499,7 @@ describe("rig sessions", function()
                        { text = "never" } }, { store = store })
     local s = assert(r:session())
     local sub = s:subscribe{ ephemeral = false }
-    rig.core.store_inject_failure(store, "append", 3)
+    core.store_inject_failure(store, "append", 3)
     s:submit("go")
     local ok, msg, code = s:wait_idle(5)
     expect(ok).to_be_nil()
@@ -505,7 +507,7 @@ describe("rig sessions", function()
     expect(s:faulted()).to_match("injected")
     local _, m2, c2 = s:submit("more")
     expect(c2).to_be("faulted")
-    rig.core.store_inject_failure(store, "append", -1)
+    core.store_inject_failure(store, "append", -1)
     s:shutdown()
   end)
 
@@ -520,10 +522,10 @@ describe("rig sessions", function()
       local r = define({ { text = "fine" } }, { store = store })
       local s = assert(r:session())
       local sub = s:subscribe{ ephemeral = false }
-      rig.core.store_inject_failure(store, "append", after)
+      core.store_inject_failure(store, "append", after)
       s:submit("go")
       local ok, _, code = s:wait_idle(5)
-      rig.core.store_inject_failure(store, "append", -1)
+      core.store_inject_failure(store, "append", -1)
       local types = {}
       for ev in sub:events(0.2) do types[#types + 1] = ev.type end
       local list = r:sessions()
