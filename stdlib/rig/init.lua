@@ -75,9 +75,9 @@ local areas = {
   mcp = "rig.mcp",
   ask = "rig.ask",
   serve = function(opts) return require("rig.serve").serve(opts) end, -- rig.serve{…}
-  -- rig.run(loop | rig, text [, opts]): a throwaway in-memory session (rig.ask); a tail
+  -- rig.run(loop | rig, text [, opts]): a throwaway in-memory session (rig.run); a tail
   -- call, so its errors name the caller's line
-  run = function(...) return require("rig.ask").run(...) end,
+  run = function(...) return require("rig.run")(...) end,
 }
 
 return setmetatable(rig, {
