@@ -324,7 +324,9 @@ local function ask(S, input, opts)
     do
     local t = ev.type
     local mine = type(ev.cause) == "table" and ev.cause.command_id == cid
-    if ended and ev.loop_id == loop_id and t == "LoopIdle" or t == "SessionIdle" then
+    -- the loop went idle, or on to the next input: no capture of this turn is coming later
+    if ended and ev.loop_id == loop_id and (t == "LoopIdle" or t == "TurnStarted")
+       or t == "SessionIdle" then
       seen_idle = true
     end
     if ended then
