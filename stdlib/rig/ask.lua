@@ -41,7 +41,6 @@
 --     p:dim(s), p:bold(s), p:cyan(s), p:green(s), p:yellow(s), p:red(s) paint when colored.
 
 local core = require "rig.core"
-local json = require "rig.json"
 
 local M = {}
 
