@@ -4,7 +4,7 @@
 -- emits the events.
 --
 --   local s = r:session([{ seed = REF, on_gate = f | "approve" | "deny" | "terminal" }])
---                                    -- or r:restore(id [, { accept_drift = true }]);
+--                                    -- or r:restore(id [, { accept_drift = true, on_gate }]);
 --                                    -- on_gate: the approver s:ask uses (rig.ask)
 --   s.id
 --   s:submit(text | blocks [, { loop = "name" }]) -> command id (never waits on the turn)

@@ -128,9 +128,17 @@ local function restore(r, id, opts)
   if opts ~= nil then
     if type(opts) ~= "table" then fail("restore", "options must be a table", 2) end
     for k in pairs(opts) do
-      if k ~= "accept_drift" then fail("restore", "unknown option '" .. tostring(k) .. "'", 2) end
+      if k ~= "accept_drift" and k ~= "on_gate" then
+        fail("restore", "unknown option '" .. tostring(k) .. "' (accept_drift, on_gate)", 2)
+      end
     end
     accept_drift = opts.accept_drift == true
+    local og = opts.on_gate
+    if og ~= nil and type(og) ~= "function" and og ~= "approve" and og ~= "deny"
+       and og ~= "terminal" then
+      fail("restore", "option 'on_gate' must be a function or \"approve\", \"deny\" or "
+        .. "\"terminal\"", 2)
+    end
   end
   local csess, msg, code = core.session_open(r.store, id)
   if not csess then return nil, msg, code end
@@ -138,6 +146,7 @@ local function restore(r, id, opts)
   if not records then csess:close() return nil, rerr, rcode end
   local st = fold(records)
   local S = new_session(r, csess)
+  S.on_gate = opts and opts.on_gate -- the approver s:ask uses (rig.ask)
   if not st.started then
     emit(S, "RestoreErrored", { reason = "the journal has no SessionStarted" })
     csess:close()
