@@ -92,6 +92,7 @@ struct lr_session {
 	struct lr_session_sub *subs;
 	struct cat *cat;
 	int cat_logged;
+	int no_catalog;
 	int closing, closed, freeing;
 	void (*close_done)(void *arg);
 	void *close_arg;
@@ -151,7 +152,8 @@ static void open_work(struct lr_work *w)
 	memcpy(s->id, o->sid, sizeof s->id);
 	s->tip = lr_journal_tip(j);
 	s->epoch = lease->epoch;
-	if (created) {
+	s->no_catalog = o->no_catalog;
+	if (created && !s->no_catalog) {
 		/* Best effort: the catalog lists the session from its start. */
 		struct lr_err ce;
 		if (lr_catalog_note_append(o->store, o->sid, s->tip, &ce) != 0)
@@ -755,6 +757,8 @@ int lr_session_catalog(struct lr_session *s, const struct lr_session_catalog *v)
 {
 	if (s->closed || s->freeing)
 		return LR_ECLOSED;
+	if (s->no_catalog)
+		return -EINVAL;
 	if ((v->mask & LR_SCAT_WORKSPACE_REF) && v->workspace_ref &&
 	    strlen(v->workspace_ref) > LR_CATALOG_REF_MAX)
 		return -EINVAL;
@@ -801,7 +805,7 @@ static void close_work(struct lr_work *w)
 	memset(&none, 0, sizeof none);
 	struct apply_ctx a = { s->cat ? &s->cat->pending : &none, s->tip };
 	struct lr_err e;
-	if (lr_catalog_update(s->store, s->id, cat_apply, &a, &e) != 0 && !s->cat_logged) {
+	if (!s->no_catalog && lr_catalog_update(s->store, s->id, cat_apply, &a, &e) != 0 && !s->cat_logged) {
 		s->cat_logged = 1;
 		fprintf(stderr, "luarig: catalog of session %s: %s\n", s->id, e.msg);
 	}
