@@ -64,6 +64,7 @@ local areas = {
   permissions = "rig.permissions",
   schema = "rig.schema",
   mcp = "rig.mcp",
+  flow = "rig.flow",     -- rig.flow{ … }: durable workflow graphs (docs/flow.md)
   serve = function(opts) return require("rig.serve").serve(opts) end, -- rig.serve{…}
 }
 
