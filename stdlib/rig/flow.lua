@@ -430,7 +430,7 @@ local function emit(R, etype, fields, enduring)
     wait = enduring ~= false })
 end
 
-local function index_put(R, extra)
+local function index_put_now(R, extra)
   local key = INDEX .. R.id
   for _ = 1, 4 do
     local cur, rev = core.kv_get(R.store, key)
@@ -443,6 +443,12 @@ local function index_put(R, extra)
     local ok, _, code = core.kv_put(R.store, key, cur and rev or 0, assert(json.encode(doc)))
     if ok or code ~= "conflict" then return end
   end
+end
+
+-- Best effort, as the session catalog is: the journal is the truth.
+local function index_put(R, extra)
+  local ok, err = pcall(index_put_now, R, extra)
+  if not ok and not tostring(err):match("cancelled$") then io.stderr:write("luarig: flow index of run ", R.id, ": ", tostring(err), "\n") end
 end
 
 local function wake(R)
@@ -587,6 +593,7 @@ local function run_task(R, step, i, task)
 end
 
 local function finish(R, st, fields)
+  if R.st == "closed" then return end
   if st == "done" then
     R.out = {}
     for _, ch in ipairs(R.F._p.output or R.F._p.channel_names) do R.out[ch] = R.values[ch] end
@@ -596,10 +603,10 @@ local function finish(R, st, fields)
   fields.step = R.step
   local ok, msg = emit(R, etype, fields)
   if not ok then R.error, R.code = msg, "faulted" end
-  set_status(R, st)
-  index_put(R)
   local sess = R.sess
   R.sess = nil
+  R.st = st
+  index_put(R)
   if sess then sess:close() end
   wake(R)
 end
@@ -636,6 +643,7 @@ local function drive(R)
         results[todo[j]] = res or { vertex = tasks[todo[j]].vertex, error = tostring(msg), code = "vertex" }
       end
     end
+    if R.st == "closed" then return end
     local paused = false
     for _, r in ipairs(results) do
       if r.error then
