@@ -656,8 +656,8 @@ local function drive(R)
       local keep = {}
       for i, r in ipairs(results) do if not r.interrupted then keep[i] = r end end
       R.partial = keep
+      index_put(R, { status = "interrupted" })
       set_status(R, "interrupted")
-      index_put(R)
       return
     end
     local change, err = apply_writes(p, R.values, results, step)
