@@ -1051,31 +1051,45 @@ function Run:checkpoints()
   return out
 end
 
-function Run:fork(opts)
-  opts = check_opts("fork", opts, { at = true, values = true, store = true })
-  local recs, msg, code = read_records(self.store, self.id)
+-- A new run from checkpoint `at` of run id (its values, with opts.values
+-- replacing channels, and its pending messages); the origin is only read.
+local function fork_from(F, store, id, opts, fn)
+  opts = check_opts(fn, opts, { at = true, values = true, store = true })
+  local recs, msg, code = read_records(store, id)
   if not recs then return nil, msg, code end
-  local p = self.F._p
+  local p = F._p
+  local all = fold(p, recs)
+  if not all.started then return nil, "flow run " .. id .. " not found", "not_found" end
   local at = opts.at
-  if at == nil then at = self.step end
-  if math.type(at) ~= "integer" then fail("fork", "option 'at' must be a step number", 2) end
+  if at == nil then at = all.step end
+  if math.type(at) ~= "integer" then fail(fn, "option 'at' must be a step number", 3) end
   local found = false
-  for _, c in ipairs(self.cps) do found = found or c.step == at end
+  for _, c in ipairs(all.checkpoints) do found = found or c.step == at end
   if not found then
-    return nil, "flow run " .. self.id .. " has no checkpoint at step " .. at, "not_found"
+    return nil, "flow run " .. id .. " has no checkpoint at step " .. at, "not_found"
   end
   local st = fold(p, recs, at)
   local vals = st.values
   if opts.values ~= nil then
-    if type(opts.values) ~= "table" then fail("fork", "option 'values' must be a table", 2) end
+    if type(opts.values) ~= "table" then fail(fn, "option 'values' must be a table", 3) end
     for k, v in pairs(opts.values) do
       if not p.channels[k] then return nil, "option 'values' names unknown channel '" .. tostring(k) .. "'", "invalid_input" end
       vals[k] = v
     end
   end
-  return start(self.F, nil, { store = opts.store or self.store },
-    { step = at, values = vals, pending = st.pending,
-      forked_from = { run = self.id, step = at } })
+  return start(F, nil, { store = opts.store or store },
+    { step = at, values = vals, pending = st.pending, forked_from = { run = id, step = at } })
+end
+
+function Run:fork(opts)
+  return fork_from(self.F, self.store, self.id, opts, "fork")
+end
+
+-- Forks run id (any status, held by any process: it is only read).
+function Flow:fork(id, opts)
+  if type(id) ~= "string" then fail("fork", "a run id must be a string", 2) end
+  local store = type(opts) == "table" and opts.store or self._p.store or self:_store()
+  return fork_from(self, store, id, opts, "fork")
 end
 
 function Run:subscribe()
