@@ -49,6 +49,7 @@ suite docs sh tests/docs/run.sh
 [ -f tests/repl/run.sh ] && suite repl sh tests/repl/run.sh
 [ -f tests/repl/fork.sh ] && suite repl-fork sh tests/repl/fork.sh
 [ -f tests/repl/resume.sh ] && suite repl-resume sh tests/repl/resume.sh
+[ -f tests/repl/flow.sh ] && suite repl-flow sh tests/repl/flow.sh
 [ -f tests/sandbox/run.sh ] && suite sandbox sh tests/sandbox/run.sh
 [ -f tests/examples/run.sh ] && suite examples sh tests/examples/run.sh
 # the web console in headless Chromium (a missing chromium is a failure: tools/deps.sh installs it)

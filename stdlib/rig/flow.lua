@@ -680,6 +680,33 @@ local function new_run(F, store, id, sess)
     fingerprint = F:fingerprint(), created_at = now() }, Run)
 end
 
+-- Runs held by this process and flows defined in it (weak: the REPL lists them).
+local live = setmetatable({}, { __mode = "v" })
+local known = setmetatable({}, { __mode = "v" })
+
+function M.live_runs()
+  local out = {}
+  for id, R in pairs(live) do
+    if R.sess or R.st == "interrupted" then out[id] = R end
+  end
+  return out
+end
+
+function M.known_flows()
+  local out = {}
+  for name, F in pairs(known) do out[name] = F end
+  return out
+end
+
+-- Called with every run started, attached or forked here (the REPL attaches it).
+local function announce(R)
+  live[R.id] = R
+  if M.on_run then
+    local ok, err = pcall(M.on_run, R)
+    if not ok then io.stderr:write("luarig: flow: ", tostring(err), "\n") end
+  end
+end
+
 local function start_driver(R)
   R.st = "running"
   R.task = core.spawn_detached(function()
@@ -747,6 +774,7 @@ local function start(F, input, opts, base)
       set = change.set, add = change.add }
   end
   index_put(R, { forked_from = R.forked_from })
+  announce(R)
   start_driver(R)
   return R
 end
@@ -900,6 +928,7 @@ function Flow:attach(id, opts)
     fingerprint = theirs ~= fp and fp or nil })
   if not ok then sess:close() return nil, msg, code end
   index_put(R)
+  announce(R)
   start_driver(R)
   return R
 end
@@ -967,6 +996,7 @@ function M.new(def)
   local p = validate(def)
   local F = setmetatable({ _p = p }, flow_mt)
   private[F] = p
+  known[p.name] = F
   return F
 end
 

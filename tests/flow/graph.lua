@@ -1,7 +1,8 @@
 -- The graph the flow crash tests share between the child that is killed and
 -- the process that resumes its run. Every vertex appends "<vertex> <key>" to
 -- the effects file before it returns, so the parent can count executions.
-return function(effects, crash)
+-- store (optional) is the flow's own store.
+return function(effects, crash, store)
   crash = crash or function() end
   local function effect(ctx)
     local f = assert(io.open(effects, "a"))
@@ -10,6 +11,7 @@ return function(effects, crash)
   end
   return rig.flow{
     name = "crashy",
+    store = store,
     channels = { n = { default = 0 }, items = "append", verdict = "last" },
     vertices = {
       count = function(s, ctx)
