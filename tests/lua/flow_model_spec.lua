@@ -4,6 +4,7 @@
 -- the lease, and the ways a vertex reaches agents, tools and commands.
 
 local json = rig.json
+local core = require "rig.core" -- the stdlib's private binding: what the public API does not show
 
 local function tmpdir()
   local p = os.tmpname()
@@ -395,7 +396,7 @@ describe("rig.flow attach", function()
   it("makes one writer: a live run's lease refuses a second attach", function()
     local dir = tmpdir()
     local store <close> = rig.store.lmdb{ root = dir }
-    local gate = rig.core.cond()
+    local gate = rig.cond()
     local d = chain()
     d.vertices.inc = function(s) gate:wait(5) return { n = s.n + 1 } end
     local f = rig.flow(d)
@@ -416,7 +417,7 @@ describe("rig.flow attach", function()
     expect(#list).to_be(1)
     expect(list[1].id).to_be(run.id)
     expect(list[1].status).to_be("done")
-    expect(#assert(rig.core.catalog_list(store))).to_be(0) -- not a session
+    expect(#assert(core.catalog_list(store))).to_be(0) -- not a session
   end)
 end)
 
@@ -460,7 +461,7 @@ describe("rig.flow vertices and the rest of luarig", function()
     local out = assert(f:run({ doc = "the doc" }, { store = store }))
     expect(out.summary).to_be("summary of doc")
     expect(#out.session).to_be(36)
-    local e = assert(rig.core.catalog_get(store, out.session)) -- the session keeps its own journal
+    local e = assert(core.catalog_get(store, out.session)) -- the session keeps its own journal
     expect(e.id).to_be(out.session)
   end)
 
