@@ -4,7 +4,6 @@
 -- errors with 404 for unknown flows and runs.
 
 local json = rig.json
-local core = require "rig.core" -- the stdlib's private binding: what the public API does not show
 local root = os.getenv("LUARIG_ROOT") or "."
 
 local function tmpdir()
