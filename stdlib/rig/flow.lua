@@ -551,19 +551,19 @@ function Ctx:turn(r, text, opts)
   end)
 end
 
--- A tool called as application code (no model, no gate): prepare, then run
--- with the vertex's idempotency key.
+-- A tool called as application code (no model, no gate): the arguments
+-- checked, prepared as the runner prepares them, then run with the
+-- vertex's idempotency key.
 function Ctx:tool(t, args)
-  local ok, err = t:check_args(args or {})
+  local tool_mod = require "rig.tool"
+  args = args or {}
+  local ok, err = t:check_args(args)
   if not ok then error("rig.flow: ctx:tool '" .. t.name .. "': " .. tostring(err), 2) end
-  local req = args or {}
-  if t.prepare then
-    local r, msg = t.prepare(req)
-    if not r then error("rig.flow: ctx:tool '" .. t.name .. "': " .. tostring(msg), 2) end
-    req = r
-  end
-  local res, msg = t.run(req, { idempotency_key = self.key, flow_run = self.run })
-  if res == nil and msg ~= nil then error("rig.flow: ctx:tool '" .. t.name .. "': " .. tostring(msg), 2) end
+  local req, msg = tool_mod.prepare_call(t, args, { flow_run = self.run, vertex = self.vertex })
+  if not req then error("rig.flow: ctx:tool '" .. t.name .. "': " .. tostring(msg), 2) end
+  local res, rmsg = t.run(tool_mod.run_args(t, args, req), { request = req, args = args,
+    idempotency_key = self.key, flow_run = self.run })
+  if res == nil and rmsg ~= nil then error("rig.flow: ctx:tool '" .. t.name .. "': " .. tostring(rmsg), 2) end
   return res
 end
 

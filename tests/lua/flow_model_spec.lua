@@ -469,7 +469,7 @@ describe("rig.flow vertices and the rest of luarig", function()
     local got
     local t = rig.tool{ name = "adder", description = "adds",
       schema = { type = "object", properties = { a = { type = "integer" } }, required = { "a" } },
-      run = function(req, ctx) got = ctx.idempotency_key return tostring(req.a + 1) end }
+      run = function(args, ctx) got = ctx.idempotency_key return tostring(args.a + 1) end }
     local f = rig.flow{
       name = "tooly",
       channels = { r = "last" },
