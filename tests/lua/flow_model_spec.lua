@@ -504,3 +504,33 @@ describe("rig.flow vertices and the rest of luarig", function()
     expect(assert(out).out).to_be("confined " .. run.id .. "/1/1/run\n")
   end)
 end)
+
+describe("rig.flow on NATS JetStream", function()
+  it("checkpoints, lists, lets go and attaches a run on an embedded nats-server", function()
+    if not os.execute("command -v nats-server >/dev/null 2>&1") then
+      skip("nats-server is not installed")
+    end
+    local store <close> = rig.store.nats{ embedded_dir = tmpdir() }
+    local d = chain()
+    d.vertices.inc = function(s, ctx)
+      if s.n == 2 then ctx:interrupt("halfway") end
+      return { n = s.n + 1, log = { "inc" .. s.n } }
+    end
+    local f = rig.flow(d)
+    local run = assert(f:start({}, { store = store }))
+    expect(select(3, run:wait())).to_be("interrupted")
+    run:close()
+    local list = assert(f:runs{ store = store })
+    expect(list[1].id).to_be(run.id)
+    expect(list[1].status).to_be("interrupted")
+    local again = assert(f:attach(run.id, { store = store }))
+    expect(select(3, again:wait())).to_be("interrupted")
+    assert(again:resume("go on"))
+    local out = assert(again:wait())
+    expect(out.n).to_be(3)
+    expect(out.log).to_equal({ "inc0", "inc1", "inc2" })
+    local steps = steps_of(store, run.id)
+    expect(#steps).to_be(4)
+    expect(#steps[4].add.log).to_be(1)
+  end)
+end)
