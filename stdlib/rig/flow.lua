@@ -737,6 +737,23 @@ local function check_input(F, input)
   return input
 end
 
+-- Step 0: the input through the reducers and the edges from start, the
+-- first checkpoint.
+local function input_step(R, input)
+  local p = R.F._p
+  local change, err = apply_writes(p, R.values, { { vertex = "start", writes = input or {} } }, 0)
+  if not change then return nil, err, "write" end
+  local pending, rerr = route(p, R.values, { { vertex = "start" } })
+  if not pending then return nil, rerr, "route" end
+  local rec = { step = 0, set = change.set, add = change.add, pending = json.array(pending) }
+  local seq, msg, code = emit(R, "FlowStep", rec)
+  if not seq then return nil, msg, code end
+  R.step, R.pending = 0, pending
+  R.cps[#R.cps + 1] = { step = 0, seq = seq, time = rec.created_at, pending = pending,
+    set = change.set, add = change.add }
+  return true
+end
+
 -- Starts a run: FlowStarted, then the input step (step 0: the input
 -- through the reducers and the edges from start) as the first checkpoint.
 local function start(F, input, opts, base)
@@ -761,17 +778,8 @@ local function start(F, input, opts, base)
     R.cps[1] = { step = base.step, seq = ok, time = started.created_at,
       pending = base.pending }
   else
-    local change, err = apply_writes(p, R.values, { { vertex = "start", writes = input } }, 0)
-    if not change then sess:close() return nil, err, "write" end
-    local pending, rerr = route(p, R.values, { { vertex = "start" } })
-    if not pending then sess:close() return nil, rerr, "route" end
-    local rec = { step = 0, set = change.set, add = change.add, pending = json.array(pending) }
-    local seq
-    seq, msg, code = emit(R, "FlowStep", rec)
-    if not seq then sess:close() return nil, msg, code end
-    R.pending = pending
-    R.cps[1] = { step = 0, seq = seq, time = rec.created_at, pending = pending,
-      set = change.set, add = change.add }
+    ok, msg, code = input_step(R, input)
+    if not ok then fail_run(R, msg, code) return nil, msg, code end
   end
   index_put(R, { forked_from = R.forked_from })
   announce(R)
@@ -927,6 +935,12 @@ function Flow:attach(id, opts)
   ok, msg, code = emit(R, "FlowResumed", { from_step = st.step, epoch = sess:epoch(),
     fingerprint = theirs ~= fp and fp or nil })
   if not ok then sess:close() return nil, msg, code end
+  if st.step < 0 then
+    -- cut before its input step was durable: take that step now
+    R.step = -1
+    ok, msg, code = input_step(R, st.started.input ~= json.null and st.started.input or nil)
+    if not ok then fail_run(R, msg, code) return R end
+  end
   index_put(R)
   announce(R)
   start_driver(R)

@@ -409,6 +409,23 @@ describe("rig.flow attach", function()
     run:close()
   end)
 
+  it("takes the input step on attach when a crash cut the run before it", function()
+    local store = rig.store.memory()
+    local f = rig.flow(chain())
+    -- what a process killed between FlowStarted and the first checkpoint leaves
+    local sess = assert(core.session_open(store, nil, { catalog = false }))
+    assert(sess:emit(json.encode{ v = 1, type = "FlowStarted", run_id = sess.id, flow = "chain",
+      fingerprint = f:fingerprint(), input = { n = 1 }, step_limit = 100, created_at = 1 },
+      { type = "FlowStarted", enduring = true, wait = true }))
+    local id = sess.id
+    sess:close()
+    local run = assert(f:attach(id, { store = store }))
+    local out = assert(run:wait())
+    expect(out.n).to_be(3)
+    expect(out.log).to_equal({ "inc1", "inc2" })
+    expect(steps_of(store, id)[1].step).to_be(0)
+  end)
+
   it("lists runs in the index with their status", function()
     local store = rig.store.memory()
     local f = rig.flow(chain())
