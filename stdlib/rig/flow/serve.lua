@@ -3,7 +3,8 @@
 -- RIG.lua` when the script returns the rig and then a list of flows).
 --
 --   GET  /v1/flows                               -> {flows: [{name, fingerprint, vertices, channels}]}
---   GET  /v1/flows/{flow}/graph?format=dot|mermaid&run=ID  -> text (the run's step highlighted)
+--   GET  /v1/flows/{flow}/graph?format=dot|mermaid|json&run=ID  -> text (the run's step
+--                                                highlighted); json: {vertices, edges, pending}
 --   POST /v1/flows/{flow}/runs         {input?}  -> 201 {run_id, status}
 --   GET  /v1/flows/{flow}/runs                   -> {runs: [index entries]}
 --   GET  /v1/flows/{flow}/runs/{id}/status       -> {run_id, live, status, step, pending,
@@ -114,8 +115,8 @@ function M.routes(flows, h)
     local f, e = flow_of(req)
     if not f then return e end
     local fmt = req.query.format or "mermaid"
-    if fmt ~= "dot" and fmt ~= "mermaid" then
-      return err("invalid_request", "format must be \"dot\" or \"mermaid\"")
+    if fmt ~= "dot" and fmt ~= "mermaid" and fmt ~= "json" then
+      return err("invalid_request", "format must be \"dot\", \"mermaid\" or \"json\"")
     end
     local view
     if req.query.run then
@@ -123,6 +124,19 @@ function M.routes(flows, h)
       if not s then return se end
       view = { pending = {} }
       for i, v in ipairs(s.pending or {}) do view.pending[i] = { vertex = v } end
+    end
+    if fmt == "json" then
+      -- what the console draws: vertices, edges (a router's to its targets), the next step
+      local edges = {}
+      for _, e in ipairs(f._p.edges) do
+        for _, t in ipairs(e.to or e.targets or {}) do
+          edges[#edges + 1] = { from = e.from, to = t, conditional = e.to == nil }
+        end
+      end
+      local pending = {}
+      for i, t in ipairs(view and view.pending or {}) do pending[i] = t.vertex end
+      return ok(200, { name = f.name, vertices = json.array(f._p.vertex_names),
+        edges = json.array(edges), pending = json.array(pending) })
     end
     local text = fmt == "dot" and f:dot(view) or f:mermaid(view)
     return { status = 200, body = text, headers = { ["content-type"] = "text/plain; charset=utf-8",
