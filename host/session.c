@@ -98,6 +98,7 @@ struct lr_session {
 	struct cat *cat;
 	struct catq *catq;
 	int cat_logged;
+	int no_catalog;
 	int close_cat; /* close_work writes the catalog itself (no memory for a cat) */
 	int closing, closed, freeing;
 	void (*close_done)(void *arg);
@@ -158,7 +159,8 @@ static void open_work(struct lr_work *w)
 	memcpy(s->id, o->sid, sizeof s->id);
 	s->tip = lr_journal_tip(j);
 	s->epoch = lease->epoch;
-	if (created) {
+	s->no_catalog = o->no_catalog;
+	if (created && !s->no_catalog) {
 		/* Best effort: the catalog lists the session from its start. */
 		struct lr_err ce;
 		if (lr_catalog_note_append(o->store, o->sid, s->tip, &ce) != 0)
@@ -940,6 +942,8 @@ int lr_session_catalog(struct lr_session *s, const struct lr_session_catalog *v)
 {
 	if (s->closed || s->freeing)
 		return LR_ECLOSED;
+	if (s->no_catalog)
+		return -EINVAL;
 	if ((v->mask & LR_SCAT_WORKSPACE_REF) && v->workspace_ref &&
 	    strlen(v->workspace_ref) > LR_CATALOG_REF_MAX)
 		return -EINVAL;
@@ -984,7 +988,7 @@ static void close_work(struct lr_work *w)
 	struct lr_session *s = (struct lr_session *)((char *)w -
 		offsetof(struct lr_session, close_work));
 	struct lr_err e;
-	if (s->close_cat) { /* there was no memory for the batched write */
+	if (s->close_cat && !s->no_catalog) { /* there was no memory for the batched write */
 		struct catvals none;
 		memset(&none, 0, sizeof none);
 		struct apply_ctx a = { s->cat ? &s->cat->pending : &none, s->tip };
@@ -1060,13 +1064,13 @@ static void try_finish(struct lr_session *s)
 	s->closed = 2; /* in progress: close_done sets 1 */
 	/* The final catalog write (last_seq, the values still pending) rides
 	 * the catq with everyone else's; cat_finish then calls close_submit. */
-	struct cat *c = cat_get(s);
+	struct cat *c = s->no_catalog ? NULL : cat_get(s);
 	if (c) {
 		c->final = 1;
 		cat_start(c);
 		return;
 	}
-	s->close_cat = 1;
+	s->close_cat = !s->no_catalog;
 	close_submit(s);
 }
 

@@ -73,6 +73,7 @@ local areas = {
   permissions = "rig.permissions",
   schema = "rig.schema",
   mcp = "rig.mcp",
+  flow = "rig.flow",     -- rig.flow{ … }: durable workflow graphs (docs/flow.md)
   ask = "rig.ask",
   serve = function(opts) return require("rig.serve").serve(opts) end, -- rig.serve{…}
   -- rig.run(loop | rig, text [, opts]): a throwaway in-memory session (rig.run); a tail

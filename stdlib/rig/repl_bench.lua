@@ -807,6 +807,13 @@ local COMMANDS = {
   end,
 }
 
+-- :flows and :flow (rig.flow's runs: stdlib/rig/flow/repl.lua)
+do
+  local cmds, help = require("rig.flow.repl").install(out, function(lines) M.page(lines) end)
+  for k, f in pairs(cmds) do COMMANDS[k] = f end
+  for _, l in ipairs(help) do HELP[#HELP + 1] = l end
+end
+
 -- ---- chat mode, and leaving ----
 --
 -- :chat enters chat mode: each line typed (one that does not start with

@@ -123,7 +123,7 @@ def nats_bench():
 def main():
     which = set(sys.argv[1:]) or {"startup", "rss", "sse", "json", "model", "cache", "store",
                                   "journal", "snapshot", "sandbox", "session", "serve", "nats",
-                                  "mcp"}
+                                  "mcp", "flow"}
     lua = shutil.which("lua5.4")
     node = shutil.which("node")
     if "startup" in which:
@@ -182,6 +182,11 @@ def main():
         # rig.mcp over stdio: a tools/call round trip and listing 1,000 tools, against the
         # official TypeScript SDK client calling the same server.
         subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "mcp_bench.py")],
+                       env=dict(os.environ, LUARIG=LUARIG), check=False)
+    if "flow" in which:
+        # rig.flow against LangGraph.js (build/npm/flow): the same three graphs, CPU and
+        # bytes checkpointed per superstep, peak RSS; LMDB against its SQLite saver.
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "flow_bench.py")],
                        env=dict(os.environ, LUARIG=LUARIG), check=False)
     if "store" in which:
         store_bench()
