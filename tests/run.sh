@@ -46,6 +46,8 @@ for f in tests/lua/*_spec.lua; do
 done
 suite cli sh tests/cli/run.sh
 suite docs sh tests/docs/run.sh
+# every example of the API reference (and the README's marked ones) runs, printing what it says
+suite docs-examples "$LUARIG" tests/docs/examples.lua docs/api.md docs/examples/small_agent.lua README.md
 [ -f tests/repl/run.sh ] && suite repl sh tests/repl/run.sh
 [ -f tests/repl/fork.sh ] && suite repl-fork sh tests/repl/fork.sh
 [ -f tests/repl/resume.sh ] && suite repl-resume sh tests/repl/resume.sh

@@ -832,8 +832,9 @@ local function chat_send(text)
   local t = core.spawn_detached(function() return S:submit(text) end)
   local cid, msg = t:wait()
   if not cid then error("submit: " .. tostring(msg), 0) end
-  local ok, werr = S:wait_idle()
-  if not ok then error(tostring(werr), 0) end
+  local ok, werr, wcode = S:wait_idle()
+  -- a failed or interrupted turn was drawn with its events already
+  if not ok and wcode ~= "turn_failed" and wcode ~= "interrupted" then error(tostring(werr), 0) end
 end
 M.chat_send = chat_send
 

@@ -112,8 +112,8 @@ end
 
 local function err(code, message)
   local e = ERRORS[code]
-  local body = json.encode({ error = { code = code, message = message, retryable = e[2] } })
-  return { status = e[1], headers = JSON_HEADERS, body = body }
+  return { status = e[1], headers = JSON_HEADERS,
+           json = { error = { code = code, message = message, retryable = e[2] } } }
 end
 
 -- A name from the request, fit to quote in a message: printable ASCII, at most 64 bytes.
@@ -122,7 +122,7 @@ local function shown(s)
 end
 
 local function ok(status, value)
-  return { status = status, headers = JSON_HEADERS, body = json.encode(value) }
+  return { status = status, headers = JSON_HEADERS, json = value }
 end
 
 -- "127.0.0.1", "127.x.y.z", "::1", "localhost": nothing else is loopback.

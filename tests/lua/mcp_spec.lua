@@ -3,7 +3,7 @@
 -- scripted model driving a loop through their tools, gated and journaled.
 local json = require "rig.json"
 local jsonrpc = require "rig.mcp.jsonrpc"
-local core = rig.core
+local core = require "rig.core"
 
 local ROOT = assert(core.fs_realpath(os.getenv("LUARIG_ROOT") or "."))
 local NM = ROOT .. "/build/npm/node_modules"
