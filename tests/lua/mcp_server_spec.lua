@@ -129,6 +129,66 @@ describe("rig.mcp.server over Streamable HTTP", function()
     h:close()
   end, { timeout = 60 })
 
+  it("takes rig tools as they are: no prepare runs, needs_approval asks through the default gate", function()
+    local ran = {}
+    local srv = rig.mcp.server{ name = "plain", tools = {
+      rig.tool{ name = "hello", description = "says hello",
+        schema = { type = "object", properties = { who = { type = "string" } }, required = { "who" } },
+        run = function(args) ran[#ran + 1] = args.who return "hello " .. args.who end },
+      rig.tool{ name = "careful", description = "needs a person", needs_approval = true,
+        run = function() ran[#ran + 1] = "careful" return "done carefully" end },
+    } }
+    local h = assert(srv:serve_http{ listen = "127.0.0.1:0" })
+    local answers = { true, false }
+    local c = assert(rig.mcp.http{ name = "plain", url = h.url, legacy = false,
+      elicitation = function() return { action = "accept", content = { approve = table.remove(answers, 1) } } end })
+    expect(c:call("hello", { who = "Ada" }).content[1].text).to_be("hello Ada")
+    local r = assert(c:call("hello", {}))
+    expect(r.isError).to_be(true)
+    expect(r.content[1].text).to_match("^invalid arguments")
+    expect(c:call("careful", {}).content[1].text).to_be("done carefully")
+    r = assert(c:call("careful", {}))
+    expect(r.isError).to_be(true)
+    expect(table.concat(ran, " ")).to_be("Ada careful")
+    c:close()
+    h:close()
+  end, { timeout = 60 })
+
+  it("answers malformed input with a clear refusal and goes on", function()
+    local srv = notes_server()
+    local h = assert(srv:serve_http{ listen = "127.0.0.1:0" })
+    local hd = { ["content-type"] = "application/json", accept = "application/json, text/event-stream" }
+    local function post(body)
+      return core.http_request{ url = h.url, method = "POST", headers = hd, body = body, timeout = 10 }
+    end
+    local r = post("{not json")
+    expect(r.status).to_be(400)
+    expect(json.decode(r.body).error.code).to_be(-32700)
+    r = post('[{"jsonrpc":"2.0","id":1,"method":"ping"}]')
+    expect(r.status).to_be(400)
+    expect(json.decode(r.body).error.message).to_match("batches")
+    -- and the server still serves
+    local c = assert(rig.mcp.http{ name = "notes", url = h.url, legacy = false })
+    expect(c:call("add", { a = 1, b = 1 }).content[1].text).to_be("2")
+    c:close()
+    h:close()
+    -- over stdio: a line that is not JSON-RPC is answered or dropped, the next request served
+    local p = assert(core.process_spawn{ argv = { LUARIG, EVERYTHING, "stdio" }, stdin = "pipe", stdout = "pipe",
+                                         stderr = "pipe" })
+    p:write('garbage\n{"jsonrpc":"1.0","id":7,"method":"ping"}\n{"jsonrpc":"2.0","id":8,"method":"ping"}\n')
+    local got = ""
+    while not got:find('"id":8', 1, true) do
+      local chunk = p:read("stdout")
+      if not chunk then break end
+      got = got .. chunk
+    end
+    expect(got).to_match('"id":7')       -- answered -32600
+    expect(got).to_match('%-32600')
+    expect(got).to_match('{"id":8,"jsonrpc":"2.0","result":{}}')
+    p:close_stdin()
+    expect(p:wait(10).code).to_be(0)
+  end, { timeout = 60 })
+
   it("sends resources/updated to subscribers only, and ends sessions on DELETE", function()
     local srv = notes_server()
     local h = assert(srv:serve_http{ listen = "127.0.0.1:0" })
