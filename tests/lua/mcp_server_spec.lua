@@ -336,6 +336,49 @@ describe("luarig mcp serve", function()
     expect(st.code).to_be(143) -- 128 + SIGTERM, as luarig serve: a graceful shutdown by signal
   end, { timeout = 90 })
 
+  it("relays a question of the rig's own MCP server to the client; a cancelled call interrupts the turn", function()
+    local state = tmpdir("mcpserve2")
+    dirs[#dirs + 1] = state
+    local asked = {}
+    -- the rig of tests/repl/elicit.sh: its loop calls a tool whose server asks the person
+    local c = assert(rig.mcp.stdio{ name = "rig", command = LUARIG,
+      args = { "mcp", "serve", ROOT .. "/tests/repl/fixtures/elicit_rig.lua" }, unconfined = true,
+      env = { LUARIG = LUARIG, LUARIG_ROOT = ROOT, ELICIT_STATE = state },
+      elicitation = function(req)
+        asked[#asked + 1] = req.message
+        return { action = "accept", content = { name = "Grace" } }
+      end })
+    local r = assert(c:call("assistant", { message = "go" }))
+    expect(asked[1]).to_be("[ev] Please review and update the form fields with defaults")
+    expect(r.content[1].text).to_match('action=accept, content={"age":30,"name":"Grace"')
+    c:close()
+    -- cancelling: the client gives up on a slow turn (notifications/cancelled)
+    local state2 = tmpdir("mcpserve3")
+    dirs[#dirs + 1] = state2
+    local c2 = assert(rig.mcp.stdio{ name = "rig2", command = LUARIG, args = { "mcp", "serve", SERVE_RIG },
+      unconfined = true, env = { MCP_SERVE_STATE = state2 } })
+    local started = core.now()
+    local _, msg, code = c2:call("assistant", { message = "slow please" }, { timeout = 1 })
+    expect(code).to_be("timeout")
+    local sid
+    local deadline = core.now() + 20
+    local doc
+    while core.now() < deadline do
+      local list = c2:resources()
+      if list and list[1] then
+        doc = json.decode(assert(c2:read_text(list[1].uri)))
+        if doc.session.state ~= "running" then break end
+      end
+      core.sleep(0.05)
+    end
+    expect(doc.session.state ~= "running").to_be(true)
+    expect(core.now() - started < 20).to_be(true) -- not the model's 30 s
+    sid = doc.session.id
+    c2:close()
+    local out = assert(core.process_run{ argv = { LUARIG, "log", "--state", state2, sid }, timeout = 30 })
+    expect(out.stdout).to_match('"type":"TurnInterrupted"')
+  end, { timeout = 90 })
+
   it("refuses misuse with a usage error", function()
     local out = core.process_run{ argv = { LUARIG, "mcp", "serve" }, timeout = 10 }
     expect(out.code).to_be(2)
