@@ -379,6 +379,32 @@ describe("luarig mcp serve", function()
     expect(out.stdout).to_match('"type":"TurnInterrupted"')
   end, { timeout = 90 })
 
+  it("over HTTP with --auth-token-file: no token, no session", function()
+    local dir = tmpdir("mcptoken")
+    dirs[#dirs + 1] = dir
+    local token = "mcp-serve-test-token-0123456789"
+    local f = assert(io.open(dir .. "/token", "w")) f:write(token, "\n") f:close()
+    local p = assert(core.process_spawn{ argv = { LUARIG, "mcp", "serve", SERVE_RIG, "--http", "127.0.0.1:0",
+      "--auth-token-file", dir .. "/token" }, stdout = "pipe", stderr = "pipe" })
+    local url, buf = nil, ""
+    while not url do
+      local chunk = p:read("stderr")
+      if not chunk then break end
+      buf = buf .. chunk
+      url = buf:match("mcp serving on (http://%S+) %(bearer token required%)")
+    end
+    expect(url).to_be_truthy()
+    local none, msg = rig.mcp.http{ name = "anon", url = url, legacy = false }
+    expect(none).to_be_nil()
+    expect(msg).to_match("401")
+    local c = assert(rig.mcp.http{ name = "rig", url = url, legacy = false,
+                                   headers = { Authorization = "Bearer " .. token } })
+    expect(c:call("assistant", { message = "hi" }).content[1].text).to_be("echo: hi")
+    c:close()
+    p:kill("TERM")
+    p:wait(10)
+  end, { timeout = 60 })
+
   it("refuses misuse with a usage error", function()
     local out = core.process_run{ argv = { LUARIG, "mcp", "serve" }, timeout = 10 }
     expect(out.code).to_be(2)
