@@ -237,6 +237,10 @@ local function watcher(S, sub)
       out(string.format("── gate %s open in session %s: %s %s (:attach %s to answer)",
         tostring(ev.gate_id), S.id, tostring(ev.tool), tostring(ev.summary or ""), S.id))
     end
+    if ev.type == "UserInputRequested" and state.attached ~= S then
+      out(string.format("── %s asks in session %s: %s (:attach %s to answer)",
+        tostring(ev.server), S.id, tostring(ev.message or ""), S.id))
+    end
   end
 end
 

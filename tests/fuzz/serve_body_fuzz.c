@@ -6,7 +6,9 @@
  * Invariants: nothing raises; a refusal is nil, "invalid_json" or
  * "invalid_request", and a message; an accepted input is a string or a
  * non-empty list of text blocks; an accepted gate answer is one of the
- * three actions; an accepted integer is in range and spelled as given.
+ * three actions, an accepted answer to a question (an MCP server's) one of
+ * its three with a table or no content; an accepted integer is in range and
+ * spelled as given.
  */
 #include "../../lua/internal.h"
 
@@ -20,13 +22,16 @@ static lua_State *L;
 
 static const char check[] =
 	"local req, bytes = ...\n"
-	"for _, kind in ipairs({ 'create', 'input', 'gate' }) do\n"
+	"for _, kind in ipairs({ 'create', 'input', 'gate', 'answer' }) do\n"
 	"  local v, code, msg = req.body(kind, bytes)\n"
 	"  if v == nil then\n"
 	"    assert(code == 'invalid_json' or code == 'invalid_request', 'bad code')\n"
 	"    assert(type(msg) == 'string' and #msg > 0, 'no message')\n"
 	"  elseif kind == 'gate' then\n"
 	"    assert(v.action == 'approve' or v.action == 'approve_always' or v.action == 'deny')\n"
+	"  elseif kind == 'answer' then\n"
+	"    assert(v.action == 'accept' or v.action == 'decline' or v.action == 'cancel')\n"
+	"    assert(v.content == nil or type(v.content) == 'table')\n"
 	"  else\n"
 	"    local m = v.message\n"
 	"    assert(m ~= nil or kind == 'create', 'input without a message')\n"
