@@ -264,6 +264,22 @@ function R:event(ev)
   elseif t == "LoopStarted" and ev.parent_loop_id then
     out[#out + 1] = self:dim(clip("── agent " .. tostring(ev.loop_id) .. " started by "
       .. tostring(ev.parent_loop_id), w))
+  elseif t == "HookDecided" and ev.action ~= "continue" and ev.action ~= "allow"
+         and ev.action ~= "stop" then
+    local what = "  ⚑ hook " .. tostring(ev.hook) .. ": " .. tostring(ev.action)
+    if ev.tool then what = what .. " " .. tostring(ev.tool) end
+    if ev.message then what = what .. " — " .. tostring(ev.message) end
+    local l = clip(what, w)
+    out[#out + 1] = (ev.action == "deny" or ev.action == "error") and self:red(l) or self:yellow(l)
+  elseif t == "GuardrailTripped" then
+    local lines = wrap("guardrail " .. tostring(ev.guardrail) .. " tripped on the "
+      .. tostring(ev.stage) .. (ev.reason and (": " .. tostring(ev.reason)) or ""), "── ", "   ",
+      w, {})
+    for _, l in ipairs(lines) do out[#out + 1] = self:red(l) end
+  elseif t == "ActiveLoopChanged" then
+    out[#out + 1] = self:cyan(clip("── " .. tostring(ev.from) .. " hands the conversation to "
+      .. tostring(ev.to) .. (ev.reason and ev.reason ~= "handoff" and (" (" .. tostring(ev.reason)
+      .. ")") or ""), w))
   elseif t == "SessionStopped" then
     out[#out + 1] = self:dim("── session stopped")
   end
