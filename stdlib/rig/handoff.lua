@@ -38,6 +38,10 @@ end
 
 local MAX_TEXT = 64 * 1024
 
+-- Test seam: called (S, handoff) once the handoff is journaled, before the
+-- target's turn is queued (the crash test kills the process there). nil otherwise.
+M.before_input = nil
+
 function M.tools(S, inst)
   local out = {}
   for i, h in ipairs(inst.def.handoffs or {}) do
@@ -159,6 +163,7 @@ function M.perform(S, inst, turn, h)
     S.faulted_msg = S.faulted_msg or S.core:faulted() or "the journal append failed"
     return
   end
+  if M.before_input then M.before_input(S, h) end
   R.enqueue(S, target, { command_id = cid, message = um, hand_back = true })
 end
 
