@@ -40,7 +40,7 @@ CFLAGS_ALL = $(BASE_CFLAGS) $(CFLAGS)
 LIB_SRC := $(wildcard util/*.c storage/*.c sandbox/*.c host/*.c lua/*.c)
 LIB_SRC := $(filter-out lua/main.c,$(LIB_SRC))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(BUILD)/gen/stdlib.o
-# (and the web console's files, served by rig.serve: NOTES "Serve")
+# (and the web console's files, served by rig.serve: docs/design/serve.md)
 STDLIB := $(sort $(wildcard stdlib/*.lua stdlib/*/*.lua stdlib/*/*/*.lua \
 	stdlib/rig/console/*.html stdlib/rig/console/*.js stdlib/rig/console/*.css))
 HEADERS := $(wildcard util/*.h storage/*.h sandbox/*.h host/*.h lua/*.h)

@@ -7,7 +7,7 @@
  * The run side seals the encoded spec in a memfd and spawns
  * "/proc/self/exe __sandbox-helper" through host/proc.c with the memfd as
  * fd 3; the helper does every privileged step in its own single-threaded
- * process (DESIGN §8).
+ * process (docs/sandbox.md).
  */
 #include "host.h"
 
@@ -1014,7 +1014,7 @@ struct lr_exec {
 	void (*done)(struct lr_exec *x, void *arg);
 	void *arg;
 	struct lr_exec *next, *prev;
-	/* network through the egress proxy (DESIGN §8) */
+	/* network through the egress proxy (docs/sandbox.md) */
 	int ctl_fd;                 /* the listeners arrive here, or -1 */
 	struct lr_watch ctl_watch;
 	int ctl_watching;

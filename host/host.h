@@ -843,7 +843,7 @@ void lr_proc_reap_all(struct lr_loop *loop);
 /* ---- egress proxy (host/egress.c) ---- */
 
 /*
- * The network boundary of a sandboxed execution (DESIGN section 8): an HTTP
+ * The network boundary of a sandboxed execution (docs/sandbox.md): an HTTP
  * proxy (CONNECT tunnels and absolute-URI "GET http://host/..." forwarding)
  * and a DNS stub, served on the loop thread from listener fds made inside
  * the target's network namespace (lr_sbx_make_listeners). The target has

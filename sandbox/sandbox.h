@@ -1,6 +1,6 @@
 /*
- * sandbox.h — confinement of the commands an agent runs (DESIGN §8,
- * SANDBOX.md): profiles, grants, the machine probe and guarantee report,
+ * sandbox.h — confinement of the commands an agent runs (docs/sandbox.md,
+ * docs/threat-model.md): profiles, grants, the machine probe and guarantee report,
  * the sealed spec the host hands to the confinement helper, and the helper
  * itself.
  *
@@ -155,7 +155,7 @@ const struct lr_sbx_caps *lr_sbx_probe(void);
    Only before the first lr_sbx_probe of the process. */
 const struct lr_sbx_caps *lr_sbx_probe_fresh(void);
 
-/* The guarantees of DESIGN §8, in report order. */
+/* The guarantees of docs/sandbox.md, in report order. */
 enum lr_guarantee {
 	LR_G_READ_BOUNDARY, LR_G_WRITE_BOUNDARY, LR_G_NETWORK_BOUNDARY, LR_G_TARGET_NETWORK,
 	LR_G_PROCESS_BOUNDARY, LR_G_RESOURCE_LIMITS, LR_G_ENV_SCRUB, LR_G_PROTECTED_FILES, LR_G_COUNT

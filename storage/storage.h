@@ -9,7 +9,7 @@
  * lr_store_append_async, whose completion arrives on a backend thread and
  * which the Lua layer forwards to the loop.
  *
- * Four primitives (DESIGN §6), all named with one grammar:
+ * Four primitives (docs/storage.md), all named with one grammar:
  *
  *   ledger  many named append-only logs; sequences 1, 2, 3 … with no gaps;
  *           append commits at expected_tip + 1 or reports LR_ECONFLICT;
@@ -516,7 +516,7 @@ int lr_catalog_delete(struct lr_store *store, const char *sid, struct lr_err *e)
 /* ---- workspace snapshots (storage/snapshot.c) ---- */
 
 /*
- * Content-addressed snapshots of a directory tree (DESIGN §7), stored in
+ * Content-addressed snapshots of a directory tree (docs/storage.md), stored in
  * any backend:
  *
  *   workspaces/blobs/<hex>  a regular file's bytes; hex = SHA-256 of them

@@ -45,6 +45,7 @@ for f in tests/lua/*_spec.lua; do
 	[ -f "$f" ] && suite "lua-$(basename "$f" .lua)" "$LUARIG" tests/lua/runner.lua "$f"
 done
 suite cli sh tests/cli/run.sh
+suite docs sh tests/docs/run.sh
 [ -f tests/repl/run.sh ] && suite repl sh tests/repl/run.sh
 [ -f tests/repl/fork.sh ] && suite repl-fork sh tests/repl/fork.sh
 [ -f tests/repl/resume.sh ] && suite repl-resume sh tests/repl/resume.sh

@@ -1,4 +1,4 @@
--- rig.define: a Rig, the immutable assembly a session runs (DESIGN §1, §4).
+-- rig.define: a Rig, the immutable assembly a session runs (docs/architecture.md).
 --
 --   local r = rig.define{
 --     loops = { l1, l2 },                 -- rig.loop objects, names unique; at least one

@@ -1,5 +1,5 @@
 -- rig.delegation: the tools the runner injects into a loop with `delegates`
--- (DESIGN §4, issue 7 item 4), and the bookkeeping of its children. Rig
+-- (docs/delegation.md), and the bookkeeping of its children. Rig
 -- authors never add these tools (rig.tool reserves the names).
 --
 --   start_agent{ agent, instructions, name?, wait = true, timeout? }

@@ -1,4 +1,4 @@
--- rig.gate: the three-state decision on every tool call (DESIGN §1, §9).
+-- rig.gate: the three-state decision on every tool call (docs/sandbox.md, docs/design/sessions.md).
 --
 --   local g = rig.gate{
 --     access = profile,            -- a rig.sandbox.profile (profile:access_for(kind, scope);

@@ -1,4 +1,4 @@
--- rig.loop: a Loop definition, validated and frozen (DESIGN §1, §4).
+-- rig.loop: a Loop definition, validated and frozen (docs/architecture.md).
 --
 --   local l = rig.loop{
 --     name = "assistant",          -- a letter, then up to 63 letters, digits, '_', '.', '-'

@@ -1,5 +1,5 @@
 -- rig.serve: a rig's sessions over HTTP — JSON routes and server-sent
--- events (DESIGN §11; NOTES "Serve").
+-- events (docs/serve.md, docs/design/serve.md).
 --
 --   local srv = rig.serve{
 --     rig = r,                          -- a rig (rig.define{…})
@@ -847,7 +847,7 @@ function M.serve(opts)
     return { status = 200, headers = METRICS_HEADERS, body = table.concat(out, "\n") .. "\n" }
   end
 
-  -- ---- the web console (stdlib/rig/console/, embedded; NOTES "Serve") ----
+  -- ---- the web console (stdlib/rig/console/, embedded; docs/design/serve.md) ----
 
   -- The page and its two files load without the token (they hold no data);
   -- the page asks for the token and sends it on every API call.

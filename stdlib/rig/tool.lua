@@ -1,4 +1,4 @@
--- rig.tool: a tool definition, validated and frozen (DESIGN §9).
+-- rig.tool: a tool definition, validated and frozen (docs/design/tools.md).
 --
 --   local t = rig.tool{
 --     name = "lookup",                   -- 1 to 64 letters, digits, '_' or '-'
