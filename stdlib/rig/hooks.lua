@@ -119,7 +119,7 @@ function M.before_model(S, inst, turn, req, iteration)
   end
   local changed = {}
   for _, k in ipairs(REQ_FIELDS) do
-    local was = k == "messages" and msgs or req[k]
+    local was = req[k]
     local now = out[k]
     if k == "messages" then
       local same = #now == #was
@@ -225,7 +225,7 @@ function M.after_tool(S, inst, turn, c, res)
     input = c.input }, view, ctx_of(S, inst, turn))
   if not ok then
     return { type = "tool_result", tool_use_id = c.id, is_error = true,
-             content = "error: " .. out.message }
+             content = "error: " .. out.message, hook_failure = out }
   end
   if out == nil then
     decided(S, inst, turn, "after_tool", "continue", base)
@@ -237,7 +237,8 @@ function M.after_tool(S, inst, turn, c, res)
     for k, v in pairs(base) do f[k] = v end
     decided(S, inst, turn, "after_tool", "error", f)
     return { type = "tool_result", tool_use_id = c.id, is_error = true,
-             content = "error: hook 'after_tool' failed: " .. e }
+             content = "error: hook 'after_tool' failed: " .. e,
+             hook_failure = hook_failure("after_tool", e) }
   end
   local new = { type = "tool_result", tool_use_id = c.id, content = out.content,
                 is_error = out.is_error == true }

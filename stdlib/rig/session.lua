@@ -105,7 +105,7 @@ function Session:submit(input, opts)
   check_open(self, "submit")
   local msg, err = user_message(input)
   if not msg then fail("submit", err, 2) end
-  local target = self.rig.active_primer or self.rig.primers[1]
+  local target = self.active
   if opts ~= nil then
     if type(opts) ~= "table" then fail("submit", "options must be a table", 2) end
     for k in pairs(opts) do
@@ -143,7 +143,7 @@ function Session:compact(loop, opts)
     end
     fallback = opts.fallback == "truncate"
   end
-  local inst = self.loops[loop or self.rig.active_primer or self.rig.primers[1]]
+  local inst = self.loops[loop or self.active]
   if not inst then fail("compact", "no loop '" .. tostring(loop) .. "' in this session", 2) end
   local f = fault_message(self)
   if f then return nil, f, "faulted" end
@@ -367,7 +367,7 @@ function Session:snapshots()
 end
 
 function Session:history(loop)
-  local inst = self.loops[loop or self.rig.active_primer or self.rig.primers[1]]
+  local inst = self.loops[loop or self.active]
   if not inst then fail("history", "no loop '" .. tostring(loop) .. "'", 2) end
   return inst.history
 end

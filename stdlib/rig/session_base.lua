@@ -21,6 +21,7 @@ local ENDURING = {
   UserInputRequested = true, UserInputResolved = true, WorkspaceCheckpointed = true, WorkspaceRestored = true,
   WorkspaceFaulted = true, WorkspaceFaultCleared = true,
   ActiveLoopChanged = true, CompactionCommitted = true, ContextMeasured = true,
+  HookDecided = true, GuardrailChecked = true, GuardrailTripped = true,
 }
 local EPHEMERAL = { TokenDelta = true, ToolCallStarted = true, ToolCallCompleted = true,
                     InputQueued = true }
@@ -184,6 +185,8 @@ local function new_session(r, csess)
     loops = {}, loop_order = {}, busy = 0, open_gates = {}, gate_order = {}, open_inputs = {},
     idle_cond = core.cond(), usage_sum = new_usage(), want_ephemeral = 0,
     subs = setmetatable({}, { __mode = "k" }), closed = false,
+    -- where input without { loop = … } goes: a handoff moves it (rig.handoff)
+    active = r.active_primer or r.primers[1],
   }, Session)
   return S
 end
