@@ -665,6 +665,7 @@ function M.serve(opts)
       for _, c in ipairs(s:resumable()) do cut[#cut + 1] = c.loop_id end
       out.resumable = json.array(cut) -- POST …/resume continues these loops' cut turns
       out.usage = s:usage()
+      out.active_loop = s.active -- where input goes (a handoff moves it)
       out.last_seq = s.core:tip()
     end
     return ok(200, out)

@@ -231,3 +231,31 @@ describe("rig.repl_render faults", function()
     expect(lines[4]).to_be("── compacted: the summary failed; 6 older messages dropped,…")
   end)
 end)
+
+-- Issue 21 §3 and §4: hook decisions, guardrail trips, handoffs.
+describe("rig.repl_render hooks, guardrails and handoffs", function()
+  it("draws a hook's deny and rewrite, a trip and a handoff; continue and allow stay quiet", function()
+    local rd = render.new{ color = false, width = 60 }
+    local lines = all(rd, {
+      { type = "HookDecided", hook = "before_tool", action = "allow", tool = "echo" },
+      { type = "HookDecided", hook = "before_tool", action = "deny", tool = "bash",
+        message = "no deleting" },
+      { type = "HookDecided", hook = "after_tool", action = "rewrite", tool = "echo" },
+      { type = "HookDecided", hook = "before_model", action = "continue" },
+      { type = "GuardrailTripped", stage = "input", guardrail = "no_homework",
+        reason = "asks for homework answers" },
+      { type = "ActiveLoopChanged", from = "triage", to = "billing", reason = "handoff" },
+      { type = "ActiveLoopChanged", from = "triage", to = "billing", reason = "fork" },
+    })
+    expect(no_escapes(lines)).to_be(true)
+    expect(fits(lines, 60)).to_be(true)
+    expect(lines).to_equal({
+      "  ⚑ hook before_tool: deny bash — no deleting",
+      "  ⚑ hook after_tool: rewrite echo",
+      "── guardrail no_homework tripped on the input: asks for",
+      "   homework answers",
+      "── triage hands the conversation to billing",
+      "── triage hands the conversation to billing (fork)",
+    })
+  end)
+end)
