@@ -16,11 +16,14 @@
 --                                  -- and again after notifications/tools/list_changed
 --     description = "…",           -- what a delegating loop reads about this one
 --     output_schema = { name = "answer", schema = { type = "object", … },
---                       description = "…"?, strict = true? },
+--                       description = "…"?, strict = true?, repair = 2 },
 --                                  -- each turn's final answer is a JSON object valid
 --                                  -- against schema (rig.schema's subset): natively when
 --                                  -- the model has structured_output, else through the
---                                  -- runner's reserved tool "final_answer"
+--                                  -- runner's reserved tool "final_answer"; an answer
+--                                  -- that fails goes back to the model with the
+--                                  -- validation message (its JSON path) `repair` times
+--                                  -- (0 to 10) before the turn fails
 --     compaction = { at = 0.8, model = nil, keep = 4, prompt = nil },
 --                                  -- at: the share of model.context_window (required then)
 --                                  -- the last step's context reaches to compact before the
@@ -87,6 +90,8 @@ local HANDOFF_FILTERS = { all = true, no_tools = true, last_user = true }
 M.HANDOFF_FILTERS = HANDOFF_FILTERS
 
 local COMPACTION_DEFAULT = { at = 0.8, keep = 4 }
+-- How many times a structured answer that fails its schema goes back to the model.
+M.REPAIR_DEFAULT = 2
 M.SUMMARY_PROMPT = "You summarize a conversation between a user and an AI assistant so that "
   .. "the assistant can go on working from the summary in place of the earlier messages. Keep "
   .. "every fact, decision, name, path, identifier, result, open question and unfinished task "
@@ -349,7 +354,8 @@ local function check_loop(def)
     local o = def.output_schema
     if type(o) ~= "table" then bad("field 'output_schema' must be a table { name, schema }") end
     for k in pairs(o) do
-      if k ~= "name" and k ~= "schema" and k ~= "description" and k ~= "strict" then
+      if k ~= "name" and k ~= "schema" and k ~= "description" and k ~= "strict"
+         and k ~= "repair" then
         bad("unknown field 'output_schema." .. tostring(k) .. "'")
       end
     end
@@ -381,8 +387,17 @@ local function check_loop(def)
       bad("field 'output_schema' needs a model with structured_output or with tools (the "
         .. "final answer tool)")
     end
+    local repair = M.REPAIR_DEFAULT
+    if o.repair ~= nil then
+      if math.type(o.repair) ~= "integer" and not (type(o.repair) == "number"
+         and o.repair == math.floor(o.repair)) or o.repair < 0 or o.repair > 10 then
+        bad("field 'output_schema.repair' must be an integer from 0 to 10 (the answers that "
+          .. "fail the schema the model may correct)")
+      end
+      repair = math.tointeger(o.repair)
+    end
     p.output_schema = { name = o.name, schema = copy, description = o.description,
-                        strict = o.strict ~= false }
+                        strict = o.strict ~= false, repair = repair }
   end
 
   if def.hooks ~= nil then
@@ -492,6 +507,8 @@ local function revision(p)
   if o then
     doc.output_schema = { name = o.name, schema = o.schema, description = or_null(o.description),
                           strict = o.strict, native = p.model.structured_output == true }
+    -- the default keeps the revision loops had before repairs existed
+    if o.repair ~= M.REPAIR_DEFAULT then doc.output_schema.repair = o.repair end
   end
   if p.mcp then
     -- the servers by name: their tools are the servers' to change (list_changed)

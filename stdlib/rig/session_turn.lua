@@ -15,6 +15,7 @@ local add_usage, new_usage, note_usage = base.add_usage, base.new_usage, base.no
 local title_of, cap_result = base.title_of, base.cap_result
 local rs, dg, ws = base.rs, base.dg, base.ws
 local FINAL_TOOL, out_setup = output.FINAL_TOOL, output.out_setup
+local repair_text, user_message = output.repair_text, base.user_message
 local invalid_output, check_output, native_output =
   output.invalid_output, output.check_output, output.native_output
 local context_of, auto_compact = compaction.context_of, compaction.auto_compact
@@ -444,7 +445,7 @@ local function history_request(inst)
   local req = { system = inst.system, messages = inst.history, tools = inst.tool_specs or nil }
   if inst.output then
     if inst.output_native then
-      req.output_schema = inst.output
+      req.output_schema = output.request_schema(inst)
     else
       req.tool_choice = "required"
     end
@@ -473,6 +474,15 @@ end
 
 -- The body of one turn, in its own task (interrupt cancels it). Returns the
 -- terminal event's type and fields.
+-- A failed structured answer: the repair to ask for ({ attempt, of, error }),
+-- or nil when none is left (or the model refused).
+local function repairable(inst, turn, oerr)
+  local n = inst.output and inst.output.repair or 0
+  if oerr.refused or (turn.repairs or 0) >= n then return nil end
+  turn.repairs = (turn.repairs or 0) + 1
+  return { attempt = turn.repairs, of = n, error = oerr.message }
+end
+
 -- Output guardrails on the step that would end the turn, before it commits.
 -- Returns nil (passed), the failure (tripped: journaled), or nil, msg, code.
 local function output_guard(S, inst, turn, message, out, usage, sum)
@@ -628,17 +638,30 @@ local function run_turn(S, inst, item)
           oerr = invalid_output(inst, "the model answered without calling " .. FINAL_TOOL)
         end
       end
-      local gerr, gmsg, gcode = output_guard(S, inst, turn, message, output, resp.usage, sum)
-      if gerr then return "TurnFailed", { error = gerr } end
-      if gmsg then return nil, gmsg, gcode end
+      if not oerr then
+        local gerr, gmsg, gcode = output_guard(S, inst, turn, message, output, resp.usage, sum)
+        if gerr then return "TurnFailed", { error = gerr } end
+        if gmsg then return nil, gmsg, gcode end
+      end
+      local repair = oerr and repairable(inst, turn, oerr)
       inst.history[#inst.history + 1] = message
       add_usage(S.usage_sum, resp.usage)
       -- the turn's last step: nothing acts on it before the terminal, which
-      -- is queued behind it (not waited: see drive)
+      -- is queued behind it (not waited: see drive); a repair acts on it
       ok, msg, code = emit(S, "StepDone", { loop_id = inst.id, turn_id = turn.id,
         step_id = step_id, message = message, usage = resp.usage,
-        finish_reason = resp.finish_reason, estimate = budgeted and turn.estimate or nil }, false)
+        finish_reason = resp.finish_reason, estimate = budgeted and turn.estimate or nil,
+        repair = repair or nil }, repair ~= nil and repair ~= false)
       if not ok then return nil, msg, code end
+      if repair then
+        -- the validation message goes back to the model as new input
+        local m = user_message(repair_text(inst, oerr, repair.attempt))
+        inst.history[#inst.history + 1] = m
+        ok, msg, code = emit(S, "TurnFoldedInto", { loop_id = inst.id, turn_id = turn.id,
+          message = m, repair = repair, cause = { command_id = turn.command_id } })
+        if not ok then return nil, msg, code end
+        goto next_step
+      end
       if oerr then return "TurnFailed", { error = oerr } end
       local over = budgeted and budget.after_step(S, inst, turn, resp.usage) or nil
       local done = { message = message, usage = sum, output = output, budget = over }
@@ -701,13 +724,17 @@ local function run_turn(S, inst, item)
     inst.history[#inst.history + 1] = message
     inst.history[#inst.history + 1] = tool_msg
     add_usage(S.usage_sum, resp.usage)
+    -- a final answer that failed goes back to the model (its error result) when
+    -- repairs are left
+    local repair = final and #calls == 1 and oerr and repairable(inst, turn, oerr) or nil
     -- waited unless the final tool ends the turn here: the next model call
     -- acts on this step
     ok, msg, code = emit(S, "StepDone", { loop_id = inst.id, turn_id = turn.id,
       step_id = step_id, message = message, results = tool_msg, usage = resp.usage,
-      finish_reason = resp.finish_reason, estimate = budgeted and turn.estimate or nil },
-      not (final and #calls == 1))
+      finish_reason = resp.finish_reason, estimate = budgeted and turn.estimate or nil,
+      repair = repair }, not (final and #calls == 1) or repair ~= nil)
     if not ok then return nil, msg, code end
+    if repair then goto next_step end
     if final and #calls == 1 then
       if oerr then return "TurnFailed", { error = oerr } end
       local over = budgeted and budget.after_step(S, inst, turn, resp.usage) or nil
