@@ -1,5 +1,5 @@
--- The runnable examples of the docs: in docs/hooks.md, docs/handoffs.md and
--- docs/budgets.md a ```lua block followed by a ```text block is a whole script;
+-- The runnable examples of the docs: in docs/hooks.md, docs/handoffs.md,
+-- docs/budgets.md and docs/sessions.md a ```lua block followed by a ```text block is a whole script;
 -- each runs under luarig (a child process, no API key) and must exit 0 with
 -- every line of the text block in its output (in any order: parallel tool
 -- calls may print in either).
@@ -7,7 +7,7 @@
 local luarig = os.getenv("LUARIG") or "build/luarig"
 local root = os.getenv("LUARIG_ROOT") or "."
 
-local DOCS = { "docs/hooks.md", "docs/handoffs.md", "docs/budgets.md" }
+local DOCS = { "docs/hooks.md", "docs/handoffs.md", "docs/budgets.md", "docs/sessions.md" }
 
 -- { { code, expected = { lines }, line } } of one file.
 local function examples(path)
