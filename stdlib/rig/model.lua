@@ -57,6 +57,7 @@ local json = require "rig.json"
 local accum = require "rig.model.accum"
 local request_mod = require "rig.model.request"
 local cache_mod = require "rig.model.cache"
+local media_mod = require "rig.model.media"
 
 local M = {}
 
@@ -648,6 +649,8 @@ local function start(self, request, opts)
     end
   end
   local req = checked(3, request_mod.normalize, request, m, nil, cache)
+  local mok, merr = media_mod.prepare(req)
+  if not mok then return nil, m.provider .. ": " .. merr, "invalid_request" end
   local body, err = codec.encode(m, req)
   if not body then error("rig.model: " .. tostring(err), 3) end
   local text
@@ -686,6 +689,8 @@ end
 -- and for inspecting what goes over the wire.
 function Model:encode(request, opts)
   local req = checked(2, request_mod.normalize, request, self._m)
+  local mok, merr = media_mod.prepare(req)
+  if not mok then error("rig.model: " .. merr, 2) end
   local body, err = self._codec.encode(self._m, req)
   if not body then error("rig.model: " .. tostring(err), 2) end
   return assert(json.encode(body, opts))

@@ -103,8 +103,17 @@ end
 
 function Session:submit(input, opts)
   check_open(self, "submit")
-  local msg, err = user_message(input)
+  local msg, err, ecode = user_message(input)
+  if not msg and ecode then return nil, "submit: " .. err, ecode end -- media: expected
   if not msg then fail("submit", err, 2) end
+  -- images and documents go into the store once; the journal keeps references
+  for i, b in ipairs(msg.content) do
+    if b.data then
+      local sb, serr, scode = require("rig.media").store(self.rig.store, b)
+      if not sb then return nil, "submit: " .. serr, scode or "io" end
+      msg.content[i] = sb
+    end
+  end
   local target = self.active
   if opts ~= nil then
     if type(opts) ~= "table" then fail("submit", "options must be a table", 2) end

@@ -272,7 +272,7 @@ run_tool = function(S, inst, turn, call, tool, req, ctx)
   local run = ctx.resumed and rs().runner(S, inst, turn, call) or tool.run
   local rok, out, rmsg, rcode = run_bounded(tool, run, req, ctx, inst.limits.tool_timeout)
   if not rok and is_cancel(out) then error(out, 0) end
-  local text, is_error, details
+  local text, is_error, details, media_blocks
   if not rok then
     text, is_error = "error: " .. tostring(out), true
   elseif out == nil then
@@ -281,6 +281,16 @@ run_tool = function(S, inst, turn, call, tool, req, ctx)
     text = out
   elseif getmetatable(out) == "rig.tool.result" then
     text, is_error, details = out.text, out.is_error, out.details
+    if out.media then
+      -- images and documents: checked, stored once, referenced from the result
+      local blocks, merr = require("rig.media").take(S.rig.store, out.media,
+        "tool '" .. tool.name .. "' result media")
+      if blocks then
+        media_blocks = blocks
+      else
+        text, is_error = "error: " .. merr, true
+      end
+    end
   else
     local enc = json.encode(out)
     text = enc or tostring(out)
@@ -290,6 +300,11 @@ run_tool = function(S, inst, turn, call, tool, req, ctx)
     emit(S, "ToolCallCompleted", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
       tool = tool.name, call_id = call.id, is_error = is_error == true,
       code = not rok and rcode or nil, preview = text:sub(1, 200) })
+  end
+  if media_blocks and #media_blocks > 0 then
+    local content = { { type = "text", text = text } }
+    for _, b in ipairs(media_blocks) do content[#content + 1] = b end
+    return tool_result(call.id, json.array(content), is_error, details)
   end
   return tool_result(call.id, text, is_error, details)
 end
@@ -442,7 +457,8 @@ local function history_request(inst)
     inst.tool_specs = tools
     inst.req_cache = { messages = setmetatable({}, { __mode = "k" }) }
   end
-  local req = { system = inst.system, messages = inst.history, tools = inst.tool_specs or nil }
+  local req = { system = inst.system, messages = inst.history, tools = inst.tool_specs or nil,
+                blobs = inst.blobs }
   if inst.output then
     if inst.output_native then
       req.output_schema = output.request_schema(inst)
@@ -889,7 +905,9 @@ local function new_instance(S, def, id, meta)
   local inst = { id = id, def = def, name = def.name, model = def.model, system = def.system,
                  gate = def.gate, limits = def.limits, tool_list = list, tools = tools,
                  history = {}, queue = {}, busy = false, turn_index = 0, observations = {},
-                 depth = 0, children = {}, hooks = def.hooks, guardrails = def.guardrails }
+                 depth = 0, children = {}, hooks = def.hooks, guardrails = def.guardrails,
+                 -- a request's media references, read back from the store
+                 blobs = require("rig.media").resolver(S.rig.store) }
   if meta then
     inst.parent_id, inst.depth, inst.display_name = meta.parent_id, meta.depth, meta.display_name
     local parent = S.loops[meta.parent_id]
