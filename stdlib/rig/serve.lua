@@ -35,6 +35,7 @@
 --   POST /v1/sessions/{id}/interrupt       -> {interrupted}
 --   POST /v1/sessions/{id}/resume          {loop?} -> 202 {resumed: [loop ids]} (docs/resume.md)
 --   POST /v1/sessions/{id}/gates/{gate}    {action} -> 202 {}
+--   POST /v1/media                         {type, base64, media_type?, name?} -> 201 {blob, media_type, size}
 --   GET  /v1/sessions/{id}/status
 --   GET  /v1/sessions/{id}/journal?from&limit -> {events[{seq, kind, event}], next_seq, done}
 --   GET  /v1/sessions/{id}/events          SSE; Last-Event-ID or ?from=SEQ resumes after SEQ
@@ -447,6 +448,10 @@ function M.serve(opts)
       return nil, err("session_faulted", "session '" .. s.id .. "' is faulted (restore it)")
     end
     log("input to '%s' refused: %s (%s)", s.id, tostring(msg), tostring(code))
+    if code == "invalid_request" then
+      -- an image or document the session refused: the message says which and why
+      return nil, err("invalid_request", (tostring(msg):gsub("^submit: ", "")))
+    end
     return nil, err("invalid_request", "the session refused the input")
   end
 
@@ -582,6 +587,24 @@ function M.serve(opts)
     local cid, se = submit(s, body.message)
     if not cid then return se end
     return ok(200, { command_id = cid })
+  end
+
+  -- An image or document stored once (base64 in JSON): blocks refer to it by
+  -- { type, blob, media_type } from then on, in any session of this store.
+  local function upload(req)
+    local body, be = body_of(req, "media")
+    if not body then return be end
+    local media = require "rig.media"
+    local b, merr = media.check(body, "the upload")
+    if not b then return err("invalid_request", merr) end
+    if not b.data then return err("invalid_request", "the upload needs its bytes (base64)") end
+    local sb, serr = media.store(store, b)
+    if not sb then
+      log("media upload failed: %s", tostring(serr))
+      return err("storage", "the session store failed")
+    end
+    return ok(201, { type = sb.type, blob = sb.blob, media_type = sb.media_type, size = sb.size,
+                     name = sb.name })
   end
 
   local function interrupt(req)
@@ -913,6 +936,7 @@ function M.serve(opts)
     ["POST /v1/sessions/{id}/interrupt"] = interrupt,
     ["POST /v1/sessions/{id}/resume"] = resume,
     ["POST /v1/sessions/{id}/gates/{gate}"] = gate,
+    ["POST /v1/media"] = upload,
     ["GET /v1/sessions/{id}/status"] = status,
     ["GET /v1/sessions/{id}/journal"] = journal,
     ["GET /v1/sessions/{id}/events"] = events,

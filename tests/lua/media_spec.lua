@@ -238,3 +238,55 @@ describe("media in a session", function()
     s:shutdown()
   end)
 end)
+
+describe("media over rig.serve", function()
+  local function call(srv, method, path, body)
+    local resp = assert(rig.http.request{ url = srv.url .. path, method = method, body = body,
+      headers = { ["content-type"] = "application/json" }, timeout = 10 })
+    return json.decode(resp.body), resp
+  end
+
+  it("uploads once, refers by blob, takes base64 in a block and refuses a path", function()
+    local model = rig.model.script{ { text = "a png" }, { text = "again" } }
+    local store = rig.store.memory()
+    local r = rig.define{ loops = { rig.loop{ name = "assistant", model = model } },
+      primers = { "assistant" }, store = store }
+    local srv = assert(rig.serve{ rig = r, listen = "127.0.0.1:0" })
+    local b64 = rig.core.base64_encode(PNG)
+    local up, resp = call(srv, "POST", "/v1/media", json.encode{ type = "image", base64 = b64 })
+    expect(resp.status).to_be(201)
+    expect(up.blob).to_be(rig.core.sha256_hex(PNG))
+    expect(up.media_type).to_be("image/png")
+    expect(up.size).to_be(#PNG)
+    local v
+    v, resp = call(srv, "POST", "/v1/sessions", json.encode{ blocks = {
+      { type = "text", text = "what is it?" },
+      { type = "image", blob = up.blob, media_type = up.media_type } } })
+    expect(resp.status).to_be(201)
+    local id = v.session_id
+    local deadline = rig.now() + 10
+    local started
+    while rig.now() < deadline and not started do
+      local j = call(srv, "GET", "/v1/sessions/" .. id .. "/journal?limit=100")
+      for _, e in ipairs(j.events) do if e.event.type == "TurnDone" then started = true end end
+      if not started then rig.sleep(0.02) end
+    end
+    expect(started).to_be(true)
+    expect(model:calls()[1].messages[1].content[2].blob).to_be(up.blob)
+    -- base64 in the block itself
+    v, resp = call(srv, "POST", "/v1/sessions/" .. id .. "/input", json.encode{ blocks = {
+      { type = "image", base64 = b64 } } })
+    expect(resp.status).to_be(200)
+    -- a PDF said to be an image, and a path, are refused with what is wrong
+    v, resp = call(srv, "POST", "/v1/sessions/" .. id .. "/input", json.encode{ blocks = {
+      { type = "image", base64 = rig.core.base64_encode(PDF) } } })
+    expect(resp.status).to_be(400)
+    expect(v.error.code).to_be("invalid_request")
+    expect(v.error.message).to_match("input%[1%]: not an image this runtime takes")
+    v, resp = call(srv, "POST", "/v1/sessions/" .. id .. "/input", json.encode{ blocks = {
+      { type = "image", path = "/etc/hostname" } } })
+    expect(resp.status).to_be(400)
+    expect(v.error.message).to_match("unknown field 'path'")
+    srv:close()
+  end)
+end)
