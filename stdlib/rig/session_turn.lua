@@ -288,7 +288,8 @@ run_tool = function(S, inst, turn, call, tool, req, ctx)
       if blocks then
         media_blocks = blocks
       else
-        text, is_error = "error: " .. merr, true
+        -- the text stands; the model is told what it does not get
+        text = text .. "\n[media left out: " .. merr .. "]"
       end
     end
   else
