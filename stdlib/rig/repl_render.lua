@@ -310,11 +310,26 @@ end
 
 local RESULT_LINES = 6
 
+-- An image or document as one line: what it is, its size, where it lives.
+local function media_text(b)
+  local size = b.size and (b.size >= 1024 and string.format("%.1f KiB", b.size / 1024)
+    or (b.size .. " bytes"))
+  local where = b.url or (b.blob and ("blob " .. b.blob:sub(1, 12))) or nil
+  local bits = { b.media_type }
+  if size then bits[#bits + 1] = size end
+  if where then bits[#bits + 1] = where end
+  return "[" .. tostring(b.type) .. (b.name and (" " .. b.name) or "") .. ": "
+    .. table.concat(bits, ", ") .. "]"
+end
+
 local function result_text(c)
   if type(c) == "string" then return c end
   if type(c) == "table" then
     local parts = {}
-    for _, b in ipairs(c) do parts[#parts + 1] = tostring(b.text or "") end
+    for _, b in ipairs(c) do
+      parts[#parts + 1] = (b.type == "image" or b.type == "document") and media_text(b)
+        or tostring(b.text or "")
+    end
     return table.concat(parts, "\n")
   end
   return tostring(c)
@@ -350,7 +365,11 @@ function R:history_lines(messages)
           out[#out + 1] = self:dim("    … " .. (n - RESULT_LINES) .. " more lines")
         end
       else
-        out[#out + 1] = self:dim(clip("  (" .. tostring(t) .. " block)", w))
+        if t == "image" or t == "document" then
+          out[#out + 1] = self:cyan(clip("  " .. media_text(b), w))
+        else
+          out[#out + 1] = self:dim(clip("  (" .. tostring(t) .. " block)", w))
+        end
       end
     end
   end

@@ -7,7 +7,8 @@
 local luarig = os.getenv("LUARIG") or "build/luarig"
 local root = os.getenv("LUARIG_ROOT") or "."
 
-local DOCS = { "docs/hooks.md", "docs/handoffs.md", "docs/budgets.md", "docs/sessions.md" }
+local DOCS = { "docs/hooks.md", "docs/handoffs.md", "docs/budgets.md", "docs/sessions.md",
+               "docs/media.md" }
 
 -- { { code, expected = { lines }, line } } of one file.
 local function examples(path)

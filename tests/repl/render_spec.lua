@@ -259,3 +259,23 @@ describe("rig.repl_render hooks, guardrails and handoffs", function()
     })
   end)
 end)
+
+-- Issue 21 §1: images and documents in the history.
+describe("rig.repl_render media", function()
+  it("draws an image and a document as one line each, in messages and tool results", function()
+    local rd = render.new{ color = false, width = 70 }
+    local lines = rd:history_lines{
+      { role = "user", content = { { type = "text", text = "look" },
+        { type = "image", media_type = "image/png", blob = string.rep("a", 64), size = 2048, name = "shot.png" },
+        { type = "document", media_type = "application/pdf", url = "https://example.com/r.pdf" } } },
+      { role = "tool", content = { { type = "tool_result", tool_use_id = "c1", content = {
+        { type = "text", text = "the screen" },
+        { type = "image", media_type = "image/jpeg", blob = string.rep("b", 64), size = 99 } } } } },
+    }
+    expect(no_escapes(lines)).to_be(true)
+    expect(lines[3]).to_be("  [image shot.png: image/png, 2.0 KiB, blob aaaaaaaaaaaa]")
+    expect(lines[4]).to_be("  [document: application/pdf, https://example.com/r.pdf]")
+    local all_text = table.concat(lines, "\n")
+    expect(all_text).to_match("%[image: image/jpeg, 99 bytes, blob bbbbbbbbbbbb%]")
+  end)
+end)
