@@ -239,6 +239,56 @@ describe("media in a session", function()
   end)
 end)
 
+-- One short text reply per wire format.
+local function reply(provider)
+  if provider == "anthropic" then return text_reply("seen") end
+  if provider == "openai" then
+    return mock.sse({
+      { id = "c", object = "chat.completion.chunk", model = "g", choices = json.array {
+        { index = 0, delta = { content = "seen" }, finish_reason = "stop" } } },
+      { id = "c", object = "chat.completion.chunk", model = "g", choices = json.array {},
+        usage = { prompt_tokens = 50, completion_tokens = 2 } }, "[DONE]" })
+  elseif provider == "openai-responses" then
+    return mock.sse({
+      { type = "response.output_text.delta", output_index = 0, delta = "seen" },
+      { type = "response.completed", response = { model = "g", usage = { input_tokens = 50,
+        output_tokens = 2 } } } })
+  end
+  return mock.sse({ { candidates = json.array { { index = 0, finishReason = "STOP",
+    content = { role = "model", parts = json.array { { text = "seen" } } } } },
+    usageMetadata = { promptTokenCount = 50, candidatesTokenCount = 2 } } })
+end
+
+describe("media from a session to every provider over HTTP", function()
+  for _, p in ipairs { "anthropic", "openai", "openai-responses", "gemini" } do
+    it(p .. " gets the stored image's bytes; the journal keeps the reference", function()
+      local srv = mock.start()
+      srv:push{ body = reply(p) }
+      local m = rig.model{ provider = p, name = "test-model", base_url = srv.url .. "/v1",
+                           api_key_env = KEY_ENV, retry = { attempts = 1 } }
+      local r = rig.define{ loops = { rig.loop{ name = "assistant", model = m } },
+        primers = { "assistant" }, store = rig.store.memory() }
+      local s = assert(r:session())
+      assert(s:submit{ { type = "text", text = "see?" }, { type = "image", data = PNG },
+                       { type = "document", data = PDF, name = "r.pdf" } })
+      assert(s:wait_idle(10))
+      srv:close()
+      local body = srv.requests[1].body
+      for _, bytes in ipairs { PNG, PDF } do
+        local b64 = rig.core.base64_encode(bytes)
+        expect(body:find(b64, 1, true) ~= nil).to_be(true)
+        for rec in s:journal() do
+          expect(json.encode(rec):find(b64, 1, true)).to_be_nil()
+        end
+      end
+      local done
+      for rec in s:journal() do if rec.type == "TurnDone" then done = rec end end
+      expect(done.message.content[1].text).to_be("seen")
+      s:shutdown()
+    end)
+  end
+end)
+
 describe("media over rig.serve", function()
   local function call(srv, method, path, body)
     local resp = assert(rig.http.request{ url = srv.url .. path, method = method, body = body,
