@@ -57,6 +57,7 @@ suite docs sh tests/docs/run.sh
 [ -f tests/console/console_test.py ] && suite console python3 tests/console/console_test.py
 [ -f tests/console/delegation_test.py ] && suite console-delegation python3 tests/console/delegation_test.py
 [ -f tests/console/edges_test.py ] && suite console-edges python3 tests/console/edges_test.py
+[ -f tests/console/media_test.py ] && suite console-media python3 tests/console/media_test.py
 for r in "$BUILD"/tests/fuzz/*_replay; do
 	[ -x "$r" ] || continue
 	n=$(basename "$r" _fuzz_replay)
