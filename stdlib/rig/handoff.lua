@@ -30,9 +30,16 @@ local M = {}
 
 M.PREFIX = "transfer_to_"
 
+-- The session's shared parts, and the runner's { enqueue, new_instance }
+-- (rig.session_turn is above this module: looked up when first used).
+local base = require "rig.session_base"
 local RT
 local function rt()
-  RT = RT or require("rig.session")._rt
+  if not RT then
+    local runner = require("rig.session_turn").runner
+    RT = setmetatable({ enqueue = runner.enqueue, new_instance = runner.new_instance,
+                        command = base.emit_command_record }, { __index = base })
+  end
   return RT
 end
 

@@ -47,11 +47,8 @@ local json = require "rig.json"
 
 local M = {}
 
-local RT
-local function rt()
-  RT = RT or require("rig.session")._rt
-  return RT
-end
+local base = require "rig.session_base"
+local function rt() return base end
 
 local function emit(S, etype, f, wait) return rt().emit(S, etype, f, wait) end
 

@@ -1,8 +1,11 @@
 -- rig.session_base: what every part of the session runner shares — the
 -- session object's class, ids, events and command records, the catalog, the
--- fault message, usage sums and user messages. It requires only rig.core and
--- rig.json, so each part (rig.session_turn, _compact, _replay, _fork,
--- _resume) and rig.delegation can build on it.
+-- fault message, usage sums, user messages, closing a gate. It requires only
+-- rig.core and rig.json, so each part (rig.session_turn, _compact, _replay,
+-- _fork, _resume) and rig.delegation build on it without a cycle. The one
+-- thing that calls back up, starting a loop's work (a new instance, an
+-- enqueued input), is handed to rig.delegation and rig.session_resume as an
+-- argument: rig.session_turn's `runner`.
 
 local core = require "rig.core"
 local json = require "rig.json"
@@ -33,27 +36,6 @@ Session.__index = Session
 
 local function fail(where, msg, level)
   error("rig.session: " .. where .. ": " .. msg, (level or 1) + 1)
-end
-
--- Loaded on first use: rig.session_resume (resuming a turn a crash cut
--- short) and rig.delegation call back into the runner (rig.session._rt);
--- rig.workspace (placements, the snapshot policy).
-local resume_mod
-local function rs()
-  resume_mod = resume_mod or require "rig.session_resume"
-  return resume_mod
-end
-
-local deleg_mod
-local function dg()
-  deleg_mod = deleg_mod or require "rig.delegation"
-  return deleg_mod
-end
-
-local workspace_mod
-local function ws()
-  workspace_mod = workspace_mod or require "rig.workspace"
-  return workspace_mod
 end
 
 -- ---- ids and events ----
@@ -236,12 +218,34 @@ local function ws_hooks(S)
            catalog = function(t) catalog(S, t) end }
 end
 
-M.Session, M.fail, M.rs, M.dg, M.ws = Session, fail, rs, dg, ws
+-- ---- gates and turns ----
+
+-- Closes an open gate (GateResolved): answered in its call, after a
+-- restore by respond_gate, or cancelled by an interrupt or a resume.
+local function close_gate(S, g, action, source, code)
+  if g.resolved then return true end -- answered (and journaled) before a resume
+  S.open_gates[g.gate_id] = nil
+  for i, id in ipairs(S.gate_order) do
+    if id == g.gate_id then table.remove(S.gate_order, i) break end
+  end
+  return emit(S, "GateResolved", { loop_id = g.loop_id, turn_id = g.turn_id,
+    gate_id = g.gate_id, action = action, source = source or "user", code = code })
+end
+
+-- The failure of a turn that reached one of its limits.
+local function limit_failure(name, value, what)
+  return { code = "limit", limit = name,
+           message = string.format("the turn reached its %s limit (%s)", what or name,
+             tostring(value)) }
+end
+
+M.Session, M.fail = Session, fail
 M.next_id, M.emit, M.catalog, M.fault_message = next_id, emit, catalog, fault_message
 M.add_usage, M.new_usage, M.note_usage = add_usage, new_usage, note_usage
 M.user_message, M.title_of = user_message, title_of
 M.new_session, M.check_open = new_session, check_open
 M.emit_command_record, M.emit_command = emit_command_record, emit_command
 M.loop_revisions, M.ws_hooks = loop_revisions, ws_hooks
+M.close_gate, M.limit_failure = close_gate, limit_failure
 
 return M

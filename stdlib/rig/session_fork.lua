@@ -7,11 +7,12 @@ local json = require "rig.json"
 local base = require "rig.session_base"
 local turns = require "rig.session_turn"
 local replay = require "rig.session_replay"
+local delegation = require "rig.delegation"
+local workspace = require "rig.workspace"
 
 local fail, check_open, emit, catalog, note_usage =
   base.fail, base.check_open, base.emit, base.catalog, base.note_usage
 local new_session, loop_revisions, ws_hooks = base.new_session, base.loop_revisions, base.ws_hooks
-local dg, ws = base.dg, base.ws
 local TERMINAL = base.TERMINAL
 local new_instance = turns.new_instance
 local fold = replay.fold
@@ -157,11 +158,11 @@ function M.fork(self, opts)
   local S = new_session(r, csess)
   local ok
   if pv then
-    ok, msg, code = ws().create(S, r, ref, ws_hooks(S), "fork")
+    ok, msg, code = workspace.create(S, r, ref, ws_hooks(S), "fork")
     if not ok then csess:close() return failed(msg, code) end
   end
   local function undo(_, m, c)
-    ws().release(S.ws)
+    workspace.release(S.ws)
     csess:close()
     return failed(m, c)
   end
@@ -172,7 +173,7 @@ function M.fork(self, opts)
       loops = loop_revisions(r), primers = json.array({ table.unpack(r.primers) }),
       active_primer = r.active_primer, workspace = S.workspace })
   end
-  if ok and S.ws then ok, msg, code = ws().started(S) end
+  if ok and S.ws then ok, msg, code = workspace.started(S) end
   if not ok then return undo(nil, msg, code) end
   for i, lid in ipairs(st.order) do
     local f = st.loops[lid]
@@ -207,7 +208,7 @@ function M.fork(self, opts)
   end
   -- the delegation quota counts the children the fork inherited; requests
   -- still open at the cut are the origin's, not handed back here
-  dg().restored(S, dg().new_fold(), st.children)
+  delegation.restored(S, delegation.new_fold(), st.children)
   S.title = st.title
   S.forked_from = origin
   S.handover = handover

@@ -7,12 +7,14 @@ local json = require "rig.json"
 local base = require "rig.session_base"
 local compaction = require "rig.session_compact"
 local turns = require "rig.session_turn"
+local delegation = require "rig.delegation"
+local resuming = require "rig.session_resume"
+local workspace = require "rig.workspace"
 
 local fail, emit, catalog, note_usage = base.fail, base.emit, base.catalog, base.note_usage
 local new_session, new_usage, add_usage, title_of =
   base.new_session, base.new_usage, base.add_usage, base.title_of
 local loop_revisions, ws_hooks = base.loop_revisions, base.ws_hooks
-local rs, dg, ws = base.rs, base.dg, base.ws
 local TERMINAL = base.TERMINAL
 local context_of = compaction.context_of
 local new_instance = turns.new_instance
@@ -23,7 +25,7 @@ local M = {}
 local function fold(records)
   local st = { loops = {}, order = {}, gates = {}, gate_order = {}, started = nil,
                last_quiescence = nil, counter = 0, usage = new_usage(), title = nil,
-               children = 0, dg = dg().new_fold(), rs = rs().new_fold(),
+               children = 0, dg = delegation.new_fold(), rs = resuming.new_fold(),
                ho = require("rig.handoff").new_fold() }
   local function inst(id)
     local l = st.loops[id]
@@ -34,7 +36,7 @@ local function fold(records)
     end
     return l
   end
-  local dfold, rfold, hfold = dg().fold, rs().fold, require("rig.handoff").fold
+  local dfold, rfold, hfold = delegation.fold, resuming.fold, require("rig.handoff").fold
   for _, r in ipairs(records) do
     if r.kind == "command" then
       local c = json.decode(r.body)
@@ -180,7 +182,7 @@ local function restore(r, id, opts)
   end
   local ok
   if r.workspace then
-    ok, msg, code = ws().reopen(S, r, workspace_events(records), ws_hooks(S))
+    ok, msg, code = workspace.reopen(S, r, workspace_events(records), ws_hooks(S))
     if not ok then
       emit(S, "RestoreErrored", { reason = "workspace: " .. tostring(msg) })
       csess:close()
@@ -189,7 +191,7 @@ local function restore(r, id, opts)
   end
   ok, msg, code = emit(S, "RestoreStarted", { drift = json.array(changed),
     accepted = #changed > 0 or nil })
-  if not ok then ws().release(S.ws) csess:close() return nil, msg, code end
+  if not ok then workspace.release(S.ws) csess:close() return nil, msg, code end
   for _, lid in ipairs(st.order) do
     local f = st.loops[lid]
     local name = f.loop or lid:match("^[^#]+")
@@ -203,13 +205,13 @@ local function restore(r, id, opts)
         local ti = { loop_id = lid, turn_id = f.open_turn, reason = "restored",
           cause = f.open_cause }
         emit(S, "TurnInterrupted", ti, false)
-        dg().fold(st.dg, ti)
+        delegation.fold(st.dg, ti)
         emit(S, "LoopIdle", { loop_id = lid }, false)
       end
     end
   end
   -- the quota recounted; the hand-backs a crash left undelivered
-  local handbacks = dg().restored(S, st.dg, st.children)
+  local handbacks = delegation.restored(S, st.dg, st.children)
   for _, name in ipairs(r.primers) do
     if not S.loops[name] then
       new_instance(S, r:loop(name), name)
@@ -228,7 +230,7 @@ local function restore(r, id, opts)
   end
   if st.last_quiescence == "SessionActive" then emit(S, "SessionIdle", {}, false) end
   -- the turns a crash or a shutdown cut that s:resume() can continue
-  S.resumable_turns = rs().restored(S, st.rs)
+  S.resumable_turns = resuming.restored(S, st.rs)
   S.usage_sum = st.usage
   S.title = st.title
   if st.ho.active and S.loops[st.ho.active] then S.active = st.ho.active end
@@ -236,24 +238,24 @@ local function restore(r, id, opts)
   -- the workspace at its last checkpoint-or-restore ref, failing closed
   local wstate = "none"
   if S.ws then
-    wstate, msg, code = ws().materialize(S)
+    wstate, msg, code = workspace.materialize(S)
     if not wstate then
       emit(S, "RestoreErrored", { reason = "workspace: " .. tostring(msg) })
-      ws().release(S.ws)
+      workspace.release(S.ws)
       csess:close()
       return nil, msg, code
     end
   end
   ok, msg, code = emit(S, "RestoreDone", { loops = #S.loop_order,
     open_gates = #S.gate_order, workspace = wstate,
-    workspace_ref = S.ws and S.ws.current or nil, resumable = rs().loop_ids(S),
+    workspace_ref = S.ws and S.ws.current or nil, resumable = resuming.loop_ids(S),
     workspace_fault = S.ws and S.ws.fault or nil })
-  if not ok then ws().release(S.ws) csess:close() return nil, msg, code end
+  if not ok then workspace.release(S.ws) csess:close() return nil, msg, code end
   if S.ws and S.ws.current then catalog(S, { workspace_ref = S.ws.current }) end
   catalog(S, { state = #S.gate_order > 0 and "waiting_on_gate" or "idle", status = "active",
     loop_count = #S.loop_order, title = S.title })
   note_usage(S)
-  dg().redeliver(S, handbacks)
+  delegation.redeliver(S, handbacks, turns.runner)
   -- a handoff whose target turn a crash kept from starting starts now
   require("rig.handoff").redeliver(S, st.ho)
   return S

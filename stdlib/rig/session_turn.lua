@@ -7,13 +7,17 @@ local json = require "rig.json"
 local base = require "rig.session_base"
 local output = require "rig.session_output"
 local compaction = require "rig.session_compact"
+local delegation = require "rig.delegation"
+local resuming = require "rig.session_resume"
+local workspace = require "rig.workspace"
+local tool_mod = require "rig.tool"
 
 local M = {}
 
 local next_id, emit, catalog = base.next_id, base.emit, base.catalog
 local add_usage, new_usage, note_usage = base.add_usage, base.new_usage, base.note_usage
 local title_of, cap_result = base.title_of, base.cap_result
-local rs, dg, ws = base.rs, base.dg, base.ws
+local close_gate, limit_failure = base.close_gate, base.limit_failure
 local FINAL_TOOL, out_setup = output.FINAL_TOOL, output.out_setup
 local repair_text, user_message = output.repair_text, base.user_message
 local invalid_output, check_output, native_output =
@@ -28,6 +32,12 @@ local function handoff()
 end
 
 local mcp_mod, mcp_sync -- below: a loop's MCP servers
+
+-- What rig.delegation and rig.session_resume get to start a loop's work
+-- (they are below this module, so it is handed to them): { enqueue,
+-- new_instance }, filled in below.
+local runner = {}
+M.runner = runner
 
 local QUEUE_MAX = 64
 
@@ -48,7 +58,7 @@ end
 -- seconds when set: then the action is "timeout"). Returns the action.
 local function open_gate(S, inst, turn, call, tool, req, decision)
   -- a resumed step: an answer given before the resume stands (not asked twice)
-  local prior = turn.resume and rs().answer(S, turn, call, req, decision)
+  local prior = turn.resume and resuming.answer(S, turn, call, req, decision)
   if prior then return prior, { resolved = true } end
   local gid = next_id(S, "g")
   local g = { gate_id = gid, loop_id = inst.id, turn_id = turn.id, call_id = call.id,
@@ -86,16 +96,6 @@ local function open_gate(S, inst, turn, call, tool, req, decision)
     g.cond:wait(left)
   end
   return g.answer, g
-end
-
-local function close_gate(S, g, action, source, code)
-  if g.resolved then return true end -- answered (and journaled) before a resume
-  S.open_gates[g.gate_id] = nil
-  for i, id in ipairs(S.gate_order) do
-    if id == g.gate_id then table.remove(S.gate_order, i) break end
-  end
-  return emit(S, "GateResolved", { loop_id = g.loop_id, turn_id = g.turn_id,
-    gate_id = g.gate_id, action = action, source = source or "user", code = code })
 end
 
 -- A tool's run, bounded by limits.tool_timeout when set: in a task of its own,
@@ -147,11 +147,6 @@ local function request_input(S, inst, turn, call, spec)
     action = q.answer.action, content = q.answer.content, source = "user" })
   return q.answer
 end
-local tool_lib
-local function tool_mod()
-  tool_lib = tool_lib or require "rig.tool"
-  return tool_lib
-end
 
 -- One tool call: check, prepare, gate, run. Returns the tool_result block.
 local function run_call(S, inst, turn, call)
@@ -167,25 +162,16 @@ local function run_call(S, inst, turn, call)
   if not ok then
     return tool_result(call.id, "error: invalid arguments: " .. tostring(msg), true)
   end
-  if tool.prepare == nil then
-    return tool_result(call.id, "error: permission denied: tool has no call preparation", true)
-  end
-  local pok, req, perr = pcall(tool.prepare, call.input or {}, { session_id = S.id,
+  -- prepare (optional: a tool without it declares no access), then the request
+  -- checked, and a needs_approval requirement added; run gets the arguments
+  local args = call.input or {}
+  local pok, req, artifact = pcall(tool_mod.prepare_call, tool, args, { session_id = S.id,
     loop_id = inst.id, workspace = S.workspace })
   if not pok and is_cancel(req) then error(req, 0) end
   if not pok then
     return tool_result(call.id, "error: preparation failed: " .. tostring(req), true)
   end
-  if req == nil then
-    return tool_result(call.id, "error: preparation failed: " .. tostring(perr), true)
-  end
-  local artifact = perr -- prepare may return (request, artifact): handed to run as ctx.prepared
-  local nreq, rerr = tool:check_request(req)
-  if not nreq then
-    return tool_result(call.id, "error: preparation failed: invalid request: " .. tostring(rerr),
-      true)
-  end
-  req = nreq
+  if req == nil then return tool_result(call.id, "error: " .. tostring(artifact), true) end
   local approved, derr, dcode = decide(S, inst, turn, call, tool.name, req)
   if not approved then return tool_result(call.id, derr, true), dcode end
   if approved == true then approved = nil end
@@ -194,7 +180,7 @@ local function run_call(S, inst, turn, call)
       tool = tool.name, call_id = call.id, summary = req.summary })
   end
   local ctx = { session_id = S.id, loop_id = inst.id, turn_id = turn.id, call_id = call.id,
-                tool = tool.name, request = req, workspace = S.workspace,
+                tool = tool.name, request = req, args = args, workspace = S.workspace,
                 observations = inst.observations, approved = approved, prepared = artifact,
                 -- the same for this call in a resume after a crash (ctx.resumed)
                 idempotency_key = S.id .. "/" .. tostring(turn.step_id) .. "/" .. tostring(call.id),
@@ -202,14 +188,14 @@ local function run_call(S, inst, turn, call)
   -- for tools whose server asks back (rig.mcp): a gate decision within this call,
   -- and a question to the session's approver
   ctx.authorize = function(r)
-    local nr, e = tool_mod().check_request(r)
+    local nr, e = tool_mod.check_request(r)
     if not nr then return nil, e end
     local a, m = decide(S, inst, turn, call, tool.name, nr)
     if not a then return nil, (m:gsub("^error: ", "")) end
     return true
   end
   ctx.request_input = function(spec) return request_input(S, inst, turn, call, spec) end
-  return run_tool(S, inst, turn, call, tool, req, ctx)
+  return run_tool(S, inst, turn, call, tool, tool_mod.run_args(tool, args, req), ctx)
 end
 
 -- The gate's decision on one call's request: the approved requirements (or true),
@@ -269,7 +255,7 @@ end
 
 run_tool = function(S, inst, turn, call, tool, req, ctx)
   -- a delegation call a resume runs again waits for the request it made before
-  local run = ctx.resumed and rs().runner(S, inst, turn, call) or tool.run
+  local run = ctx.resumed and resuming.runner(S, inst, turn, call, runner) or tool.run
   local rok, out, rmsg, rcode = run_bounded(tool, run, req, ctx, inst.limits.tool_timeout)
   if not rok and is_cancel(out) then error(out, 0) end
   local text, is_error, details, media_blocks
@@ -341,7 +327,7 @@ end
 
 local function step_call(S, inst, turn, call)
   local res, kept
-  if turn.resume then res, kept = rs().call(S, inst, turn, call) end
+  if turn.resume then res, kept = resuming.call(S, inst, turn, call) end
   if not res then res = hooked_call(S, inst, turn, call) end
   if not kept then
     emit(S, "ToolResultRecorded", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
@@ -393,6 +379,7 @@ end
 
 -- ---- MCP servers (rig.mcp owns the clients; a loop's `mcp` lists them) ----
 
+-- rig.mcp loads when a loop has MCP servers (rig.loop loads it then too)
 local mcp_lib
 mcp_mod = function()
   mcp_lib = mcp_lib or require "rig.mcp"
@@ -427,7 +414,7 @@ end
 -- "idle"): false when a required capture failed (the workspace is faulted).
 local function snapshot_edge(S, trigger, fields)
   if not S.ws then return true end
-  return ws().edge(S, trigger, fields)
+  return workspace.edge(S, trigger, fields)
 end
 
 -- ---- turns ----
@@ -468,12 +455,6 @@ local function history_request(inst)
     end
   end
   return req
-end
-
-local function limit_failure(name, value, what)
-  return { code = "limit", limit = name,
-           message = string.format("the turn reached its %s limit (%s)", what or name,
-             tostring(value)) }
 end
 
 -- Folds queued input into the running turn (at a tool-result boundary).
@@ -542,7 +523,7 @@ local function run_turn(S, inst, item)
   local rsm = item.resume -- a turn a crash cut short, resumed (rig.session_resume)
   local ok, msg, code
   if rsm then
-    ok, msg, code = rs().begin(S, inst, turn, rsm)
+    ok, msg, code = resuming.begin(S, inst, turn, rsm)
     if ok and rsm.ended then return rsm.ended[1], rsm.ended[2] end
   else
     inst.history[#inst.history + 1] = item.message
@@ -561,7 +542,7 @@ local function run_turn(S, inst, item)
       return "TurnFailed", { error = limit_failure("iterations", limits.iterations) }
     end
     -- the step the crash cut after the model answered: that answer, once
-    local plan = rsm and rs().take(rsm)
+    local plan = rsm and resuming.take(rsm)
     local step_id = plan and plan.step_id or next_id(S, "s")
     turn.step_id = step_id
     local req = history_request(inst)
@@ -767,7 +748,7 @@ local function run_turn(S, inst, item)
         handoff = { to = turn.handoff.to, call_id = turn.handoff.call_id } }
     end
     if not snapshot_edge(S, "step_done", { loop_id = inst.id, turn_id = turn.id }) then
-      return "TurnFailed", { error = ws().failure(S) }
+      return "TurnFailed", { error = workspace.failure(S) }
     end
     -- the turn's and the session's budgets (none set: it only notes the step)
     local berr = budget.after_step(S, inst, turn, resp.usage)
@@ -785,7 +766,7 @@ local function cancel_queue(S, inst, reason)
     local item = table.remove(inst.queue, 1)
     emit(S, "InputCancelled", { loop_id = inst.id, cause = { command_id = item.command_id },
       reason = reason }, false)
-    if S.dg then dg().cancelled(S, item.command_id, reason) end
+    if S.dg then delegation.cancelled(S, item.command_id, reason, runner) end
   end
 end
 
@@ -845,6 +826,12 @@ local function drive(S, inst)
       if etype == "TurnFailed" then cancel_queue(S, inst, "turn_failed") end
     end
     inst.turn = nil
+    -- s:wait_idle reports the first turn of a top-level loop that did not end
+    -- done since its last call (a delegated child's ends as its parent's tool result)
+    if etype ~= "TurnDone" and not inst.parent_id and not S.turn_trouble then
+      S.turn_trouble = { type = etype, turn_id = turn.id, loop_id = inst.id,
+                         error = fields.error, reason = fields.reason }
+    end
     -- The terminal is not waited for unless a delegated request waits on
     -- this turn (rig.delegation hands its outcome on as journaled). Nothing
     -- else here acts on it: the emission queue keeps it ahead of whatever
@@ -853,14 +840,14 @@ local function drive(S, inst)
     -- waited, report it), and wait_idle returns after SessionIdle's append,
     -- which is behind it. A wide SSE fan-out then carries the terminal with
     -- LoopIdle and SessionIdle instead of alone.
-    local ok = emit(S, etype, fields, S.dg ~= nil and dg().pending(S, turn.command_id))
+    local ok = emit(S, etype, fields, S.dg ~= nil and delegation.pending(S, turn.command_id))
     if not ok then
       S.faulted_msg = S.core:faulted() or "the journal append failed"
       break
     end
     -- a delegated turn's answer goes to its waiter or back to the parent
     -- before this loop can go idle (no SessionIdle in between)
-    if S.dg then dg().turn_ended(S, inst, turn, etype, fields) end
+    if S.dg then delegation.turn_ended(S, inst, turn, etype, fields, runner) end
     -- a handoff: the target loop takes the conversation and a turn before
     -- this one can go idle
     if etype == "TurnDone" and fields.handoff and turn.handoff then
@@ -915,7 +902,7 @@ local function new_instance(S, def, id, meta)
     if parent then parent.children[#parent.children + 1] = id end
   end
   if #def.delegates > 0 then
-    for _, t in ipairs(dg().tools(S, inst)) do list[#list + 1] = t end
+    for _, t in ipairs(delegation.tools(S, inst, runner)) do list[#list + 1] = t end
   end
   if def.handoffs and not meta then
     -- only a top-level loop hands the conversation on (a child answers its parent)
@@ -941,7 +928,7 @@ local function enqueue(S, inst, item)
     if #inst.queue >= QUEUE_MAX and not item.hand_back then
       emit(S, "TurnRejected", { loop_id = inst.id, cause = { command_id = cid },
         reason = "queue_full" }, false)
-      if S.dg then dg().cancelled(S, cid, "queue_full") end
+      if S.dg then delegation.cancelled(S, cid, "queue_full", runner) end
       return false
     end
     inst.queue[#inst.queue + 1] = item
@@ -964,7 +951,8 @@ local function enqueue(S, inst, item)
   return true
 end
 
-M.close_gate, M.cancel_gates, M.limit_failure = close_gate, cancel_gates, limit_failure
+runner.enqueue, runner.new_instance = enqueue, new_instance
+M.cancel_gates = cancel_gates
 M.new_instance, M.enqueue, M.drive, M.cancel_queue = new_instance, enqueue, drive, cancel_queue
 
 return M
