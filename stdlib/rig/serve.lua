@@ -53,7 +53,7 @@ local M = {}
 
 M.PROTOCOL, M.VERSION = "luarig.serve", 1
 local FEATURES = { "journal", "live_sse", "ephemeral_sse", "gate_response", "sse_resume",
-                   "idempotency", "resume" }
+                   "idempotency", "resume", "media" }
 
 -- The stable error codes: status and whether a retry may succeed (docs/serve.md).
 -- The lower layers answer some themselves, in the same shape: rig.http.server

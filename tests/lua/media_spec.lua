@@ -312,6 +312,8 @@ describe("media over rig.serve", function()
     local r = rig.define{ loops = { rig.loop{ name = "assistant", model = model } },
       primers = { "assistant" }, store = store }
     local srv = assert(rig.serve{ rig = r, listen = "127.0.0.1:0" })
+    local caps = call(srv, "GET", "/v1/capabilities")
+    expect(table.concat(caps.features, ",")).to_match("media")
     local b64 = core.base64_encode(PNG)
     local up, resp = call(srv, "POST", "/v1/media", json.encode{ type = "image", base64 = b64 })
     expect(resp.status).to_be(201)
