@@ -30,6 +30,10 @@
 --     cache: a table the caller keeps across calls, { messages = setmetatable({},
 --     { __mode = "k" }) }: messages (and a tools list) passed before are not
 --     checked and copied again; the caller promises not to change them
+--     a user message (and a tool_result's content list) may hold image and document
+--     blocks { type = "image" | "document", media_type, data | blob | url, name? }
+--     (rig.model.media, docs/media.md); request.blobs = function(sha256) -> bytes
+--     reads the blob ones back (a session gives its store's)
 --   for chunk in st:chunks() do … end   -- { type = "text"|"thinking"|"tool_use"|"refusal", … }
 --   local resp = st:result()            -- nil, message, code, detail on failure
 --   resp = { message = { role = "assistant", content = { blocks } }, usage = { input_tokens,
