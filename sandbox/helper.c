@@ -37,7 +37,7 @@
  * then also refuses AF_INET/AF_INET6 sockets when the network is off),
  * rlimits, setsid and the capability drop.
  */
-#include "sandbox.h"
+#include "internal.h"
 
 #include <dirent.h>
 #include <sys/time.h>

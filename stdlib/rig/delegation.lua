@@ -21,8 +21,8 @@
 --   stop_agent{ agent_id } -> { agent_id, stopped = true | false }
 --     interrupts the child's current turn; the child persists.
 --
--- Every call goes through the parent's gate (a loop without a gate denies
--- it). A call that hands a delegate work requires { kind = "delegate", scope
+-- Every call goes through the parent's gate (rig.loop refuses delegates
+-- without a gate, and a gate whose access denies a delegate outright). A call that hands a delegate work requires { kind = "delegate", scope
 -- = match = the delegate loop's name }: start_agent the agent it starts,
 -- message_agent the agent the child was started as. The gate routes that
 -- requirement to its access source (a profile's `delegate`, an access

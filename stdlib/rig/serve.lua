@@ -35,6 +35,8 @@
 --   POST /v1/sessions/{id}/interrupt       -> {interrupted}
 --   POST /v1/sessions/{id}/resume          {loop?} -> 202 {resumed: [loop ids]} (docs/resume.md)
 --   POST /v1/sessions/{id}/gates/{gate}    {action} -> 202 {}
+--   POST /v1/sessions/{id}/inputs/{input}  {action, content?} -> 202 {}: an MCP server's
+--                                          question (UserInputRequested; docs/mcp.md)
 --   GET  /v1/sessions/{id}/status
 --   GET  /v1/sessions/{id}/journal?from&limit -> {events[{seq, kind, event}], next_seq, done}
 --   GET  /v1/sessions/{id}/events          SSE; Last-Event-ID or ?from=SEQ resumes after SEQ
@@ -68,6 +70,7 @@ local ERRORS = {
   method_not_allowed = { 405, false },
   session_not_found = { 404, false },
   gate_not_open = { 409, false },
+  input_not_open = { 409, false },
   session_not_live = { 409, false },
   session_held = { 409, true },
   session_faulted = { 409, false },
@@ -240,6 +243,12 @@ local function page_params(q, lo_name, lo_default)
   end
   return lo, limit
 end
+
+-- The browser checks and the token comparison, for the other HTTP servers of a rig
+-- (rig.mcp.server_http keeps the same rules).
+M._checks = { authority = authority, host_names = host_names, host_ok = host_ok,
+              origin_ok = origin_ok, media_type = media_type, token_equal = token_equal,
+              is_loopback = is_loopback, listen_host = listen_host }
 
 function M.serve(opts)
   if type(opts) ~= "table" then fail("expects an options table") end
@@ -636,6 +645,23 @@ function M.serve(opts)
     return err(code == "io" and "storage" or "internal", "the gate answer failed")
   end
 
+  -- an MCP server's question (UserInputRequested) answered: accept with content, or not
+  local function answer(req)
+    local s, e = find(req.params.id)
+    if not s then return e end
+    local body, be = body_of(req, "answer")
+    if not body then return be end
+    local iid = req.params.input
+    local done, msg, code = s:respond_input(iid, body.action, body.action == "accept"
+      and (body.content or {}) or nil)
+    if done then return ok(202, {}) end
+    if code == "input_not_open" then
+      return err("input_not_open", "question '" .. shown(iid) .. "' is not open")
+    end
+    log("answer '%s' of '%s' failed: %s (%s)", shown(iid), s.id, tostring(msg), tostring(code))
+    return err(code == "io" and "storage" or "internal", "the answer failed")
+  end
+
   local function status(req)
     local id = req.params.id
     forget(id)
@@ -661,6 +687,7 @@ function M.serve(opts)
       out.state = live_state(s)
       out.faulted = faulted and true or false
       out.open_gates = json.array(gates)
+      out.open_inputs = json.array(s:inputs())
       local cut = {}
       for _, c in ipairs(s:resumable()) do cut[#cut + 1] = c.loop_id end
       out.resumable = json.array(cut) -- POST …/resume continues these loops' cut turns
@@ -912,6 +939,7 @@ function M.serve(opts)
     ["POST /v1/sessions/{id}/interrupt"] = interrupt,
     ["POST /v1/sessions/{id}/resume"] = resume,
     ["POST /v1/sessions/{id}/gates/{gate}"] = gate,
+    ["POST /v1/sessions/{id}/inputs/{input}"] = answer,
     ["GET /v1/sessions/{id}/status"] = status,
     ["GET /v1/sessions/{id}/journal"] = journal,
     ["GET /v1/sessions/{id}/events"] = events,

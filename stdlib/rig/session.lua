@@ -3,7 +3,9 @@
 -- catalog) is C behind rig.core; this module decides what happens and
 -- emits the events.
 --
---   local s = r:session()            -- or r:restore(id [, { accept_drift = true }])
+--   local s = r:session([{ seed = REF, on_gate = f | "approve" | "deny" | "terminal" }])
+--                                    -- or r:restore(id [, { accept_drift = true }]);
+--                                    -- on_gate: the approver s:ask uses (rig.ask)
 --   s.id
 --   s:submit(text | blocks [, { loop = "name" }]) -> command id (never waits on the turn)
 --   local sub = s:subscribe{ loops = "all" | { names }, ephemeral = true, buffer = 1024 }
@@ -14,7 +16,9 @@
 --   s:inputs()                       -- open questions of a tool's server (MCP elicitation)
 --   s:respond_input(input_id, "accept" | "decline" | "cancel", content) -> true | nil, msg, code
 --   s:interrupt() -> true if a turn was cancelled
---   s:wait_idle([timeout]) -> true | nil, msg, code ("faulted", "timeout")
+--   s:wait_idle([timeout]) -> true | nil, msg, code ("faulted", "timeout", or "turn_failed" /
+--     "interrupted": the first turn of a primer loop that failed or was interrupted since
+--     the last wait_idle, reported once)
 --   for rec in s:journal{ from = 1 } do … end   -- rec.seq, rec.type, the event's fields
 --   s:history([loop]) -> the loop's conversation (the messages the model sees)
 --   s:compact([loop] [, { fallback = "truncate" }]) -> { replaced, retained, summary,
@@ -282,7 +286,19 @@ function Session:wait_idle(timeout)
   while true do
     local f = fault_message(self)
     if f then return nil, f, "faulted" end
-    if self.busy == 0 then return true end
+    if self.busy == 0 then
+      local t = self.turn_trouble
+      if not t then return true end
+      self.turn_trouble = nil
+      if t.type == "TurnInterrupted" then
+        return nil, "turn " .. t.turn_id .. " of " .. t.loop_id .. " was interrupted ("
+          .. tostring(t.reason) .. ")", "interrupted"
+      end
+      local e = t.error or {}
+      return nil, "turn " .. t.turn_id .. " of " .. t.loop_id .. " failed: "
+        .. tostring(e.message or "?") .. (e.code and (" (" .. tostring(e.code) .. ")") or ""),
+        "turn_failed"
+    end
     local left = deadline and (deadline - core.now())
     if left and left <= 0 then return nil, "timeout", "timeout" end
     self.idle_cond:wait(left)
@@ -478,15 +494,27 @@ end
 local function create(r, opts)
   local seed
   if opts ~= nil then
-    check_options("session", opts, "seed")
+    if type(opts) ~= "table" then fail("session", "options must be a table", 2) end
+    for k in pairs(opts) do
+      if k ~= "seed" and k ~= "on_gate" then
+        fail("session", "unknown option '" .. tostring(k) .. "' (seed, on_gate)", 2)
+      end
+    end
     seed = opts.seed
     if seed ~= nil and type(seed) ~= "string" then
       fail("session", "option 'seed' must be a snapshot ref string", 2)
+    end
+    local og = opts.on_gate
+    if og ~= nil and type(og) ~= "function" and og ~= "approve" and og ~= "deny"
+       and og ~= "terminal" then
+      fail("session", "option 'on_gate' must be a function or \"approve\", \"deny\" or "
+        .. "\"terminal\"", 2)
     end
   end
   local csess, msg, code = core.session_open(r.store, nil)
   if not csess then return nil, msg, code end
   local S = new_session(r, csess)
+  S.on_gate = opts and opts.on_gate -- the approver s:ask uses when its call names none
   local ok
   if r.workspace or seed ~= nil then
     ok, msg, code = workspace.create(S, r, seed, ws_hooks(S))
@@ -518,6 +546,12 @@ M.rig_methods = {
   restore = function(r, id, opts) return restore(r, id, opts) end,
   sessions = sessions,
 }
+-- s:ask(text [, opts]) -> answer, usage | nil, message, code (rig.ask)
+function Session:ask(input, opts)
+  check_open(self, "ask")
+  return require("rig.ask").ask(self, input, opts)
+end
+
 M.Session = Session
 
 return M

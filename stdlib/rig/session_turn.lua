@@ -154,25 +154,16 @@ local function run_call(S, inst, turn, call)
   if not ok then
     return tool_result(call.id, "error: invalid arguments: " .. tostring(msg), true)
   end
-  if tool.prepare == nil then
-    return tool_result(call.id, "error: permission denied: tool has no call preparation", true)
-  end
-  local pok, req, perr = pcall(tool.prepare, call.input or {}, { session_id = S.id,
+  -- prepare (optional: a tool without it declares no access), then the request
+  -- checked, and a needs_approval requirement added; run gets the arguments
+  local args = call.input or {}
+  local pok, req, artifact = pcall(tool_mod.prepare_call, tool, args, { session_id = S.id,
     loop_id = inst.id, workspace = S.workspace })
   if not pok and is_cancel(req) then error(req, 0) end
   if not pok then
     return tool_result(call.id, "error: preparation failed: " .. tostring(req), true)
   end
-  if req == nil then
-    return tool_result(call.id, "error: preparation failed: " .. tostring(perr), true)
-  end
-  local artifact = perr -- prepare may return (request, artifact): handed to run as ctx.prepared
-  local nreq, rerr = tool:check_request(req)
-  if not nreq then
-    return tool_result(call.id, "error: preparation failed: invalid request: " .. tostring(rerr),
-      true)
-  end
-  req = nreq
+  if req == nil then return tool_result(call.id, "error: " .. tostring(artifact), true) end
   local approved, derr, dcode = decide(S, inst, turn, call, tool.name, req)
   if not approved then return tool_result(call.id, derr, true), dcode end
   if approved == true then approved = nil end
@@ -181,7 +172,7 @@ local function run_call(S, inst, turn, call)
       tool = tool.name, call_id = call.id, summary = req.summary })
   end
   local ctx = { session_id = S.id, loop_id = inst.id, turn_id = turn.id, call_id = call.id,
-                tool = tool.name, request = req, workspace = S.workspace,
+                tool = tool.name, request = req, args = args, workspace = S.workspace,
                 observations = inst.observations, approved = approved, prepared = artifact,
                 -- the same for this call in a resume after a crash (ctx.resumed)
                 idempotency_key = S.id .. "/" .. tostring(turn.step_id) .. "/" .. tostring(call.id),
@@ -196,7 +187,7 @@ local function run_call(S, inst, turn, call)
     return true
   end
   ctx.request_input = function(spec) return request_input(S, inst, turn, call, spec) end
-  return run_tool(S, inst, turn, call, tool, req, ctx)
+  return run_tool(S, inst, turn, call, tool, tool_mod.run_args(tool, args, req), ctx)
 end
 
 -- The gate's decision on one call's request: the approved requirements (or true),
@@ -656,6 +647,12 @@ local function drive(S, inst)
       if etype == "TurnFailed" then cancel_queue(S, inst, "turn_failed") end
     end
     inst.turn = nil
+    -- s:wait_idle reports the first turn of a top-level loop that did not end
+    -- done since its last call (a delegated child's ends as its parent's tool result)
+    if etype ~= "TurnDone" and not inst.parent_id and not S.turn_trouble then
+      S.turn_trouble = { type = etype, turn_id = turn.id, loop_id = inst.id,
+                         error = fields.error, reason = fields.reason }
+    end
     -- The terminal is not waited for unless a delegated request waits on
     -- this turn (rig.delegation hands its outcome on as journaled). Nothing
     -- else here acts on it: the emission queue keeps it ahead of whatever
