@@ -3,7 +3,7 @@
 -- the HTTP rules (Host, Origin, token, sessions). The conformance suite's server
 -- scenarios are in tests/mcp/conformance.sh.
 local json = require "rig.json"
-local core = rig.core
+local core = require "rig.core"
 
 local ROOT = assert(core.fs_realpath(os.getenv("LUARIG_ROOT") or "."))
 local LUARIG = os.getenv("LUARIG") or (ROOT .. "/build/luarig")

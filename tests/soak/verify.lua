@@ -22,7 +22,7 @@ local checked, lost, corrupt, rfail = 0, 0, 0, 0
 local function bad(fmt, ...) C.say("BAD " .. fmt, ...) end
 
 local function check(id)
-  local recs, tip = rig.core.journal_read(store, id, 1, 0)
+  local recs, tip = require("rig.core").journal_read(store, id, 1, 0)
   if not recs then
     corrupt = corrupt + 1
     bad("%s unreadable: %s", id, tostring(tip))
