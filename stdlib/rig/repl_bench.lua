@@ -508,11 +508,8 @@ function M.loaded(path, ...)
   out(describe(v, path))
 end
 
-local function revisions(r)
-  local t = {}
-  for _, l in ipairs(r.loops) do t[l.name] = l:revision() end
-  return t
-end
+-- every loop's policy revision by name (what a restore checks for drift)
+local revisions = require("rig.session_base").loop_revisions
 
 local function reload()
   if not state.path then return out("nothing to reload: start with `luarig repl FILE.lua`") end
