@@ -10,7 +10,7 @@
  *
  * libarchive is opened lazily (util/lazy.c): `luarig -e ''` never loads it.
  */
-#include "host.h"
+#include "bundle.h"
 
 #include <archive.h>
 #include <archive_entry.h>

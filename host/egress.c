@@ -26,7 +26,7 @@
  * pipelined request) is relayed as is to the upstream already judged, so
  * it can never reach another target.
  */
-#include "internal.h"
+#include "egress.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -8,7 +8,8 @@
  * libcurl is dlopened on the first request. Nothing here runs Lua: a
  * request records results in its lr_http_resp and calls notify.
  */
-#include "internal.h"
+#include "http_client.h"
+#include "sse.h"
 
 #include <curl/curl.h>
 #include <errno.h>

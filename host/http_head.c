@@ -11,7 +11,7 @@
  * or none in HTTP/1.1 are all refused. Only origin-form targets ("/…")
  * are taken: this server is not a proxy.
  */
-#include "internal.h"
+#include "http_server.h"
 
 #include <errno.h>
 #include <string.h>

@@ -30,7 +30,7 @@
  * loop, never inside one of our calls), so an owner never sees on_close or
  * a new request while it is inside lr_httpd_req_*.
  */
-#include "internal.h"
+#include "http_server.h"
 
 #include <errno.h>
 #include <event2/buffer.h>

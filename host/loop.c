@@ -2,7 +2,7 @@
  * loop.c — the main-thread event loop: libevent plus reference counting,
  * timers, watches, deferred calls, signals and the worker pool.
  */
-#include "internal.h"
+#include "loop.h"
 
 #include <errno.h>
 #include <event2/event.h>

@@ -1,6 +1,6 @@
 /*
  * mcp_frame.c — newline-delimited JSON-RPC framing for the MCP stdio
- * transport (host.h says the rules).
+ * transport (mcp_frame.h says the rules).
  *
  * Speed matters a little (a tools/call round trip is benchmarked against
  * the official SDK): line ends are found with memchr, a line lying whole
@@ -9,7 +9,7 @@
  * its head and its tail are kept, so a server that writes 1 GiB on one
  * line costs 1 KiB of memory here.
  */
-#include "internal.h"
+#include "mcp_frame.h"
 
 #include <errno.h>
 #include <string.h>

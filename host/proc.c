@@ -21,7 +21,7 @@
  * ends exactly when the host process ends, however it ends, or when the
  * host closes it; a child that starts after that sees EOF at once.
  */
-#include "internal.h"
+#include "proc.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /*
  * session.c — a session's lease, journal, emission queue, fault latch,
- * subscriptions and catalog writer, on the loop thread (host.h).
+ * subscriptions and catalog writer, on the loop thread (session.h).
  *
  * The emission queue holds everything emitted and not yet handed on:
  * journaled records (enduring events, commands, gate_prepared) in flight
@@ -16,7 +16,7 @@
  * subscription's ring grows on demand up to its buffer size; the catalog
  * writer's state exists only while a write is pending.
  */
-#include "host.h"
+#include "session.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,6 +1,6 @@
 /*
  * session_pipe.c — forwards a hub subscription to a streamed HTTP response
- * as server-sent events, with no Lua per event (host.h, "session pipes").
+ * as server-sent events, with no Lua per event (session_pipe.h).
  *
  * Why: an SSE stream used to be a Lua task woken per event to format and
  * write the frame, ~12 us of CPU per frame and subscriber; a turn's frames
@@ -25,7 +25,7 @@
  * no more (client gone). done never runs inside lr_session_pipe_new or
  * lr_session_pipe_free; it may run inside lr_session_pipe_notify.
  */
-#include "host.h"
+#include "session_pipe.h"
 
 #include <errno.h>
 #include <inttypes.h>

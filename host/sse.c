@@ -8,7 +8,7 @@
  * only a line split across chunks is copied into p->line. Data bytes are
  * copied once, into the event being built.
  */
-#include "internal.h"
+#include "sse.h"
 
 #include <errno.h>
 #include <limits.h>

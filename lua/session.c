@@ -2,7 +2,7 @@
  * session.c — sessions for Lua (rig.core.session_open and the rig.session
  * handle), their subscriptions, and the journal and catalog readers. The
  * runner (stdlib/rig/session.lua) builds on these; the contract is
- * SESSIONS.md part A.
+ * docs/design/sessions.md.
  *
  * Waiting follows the coroutine bridge. Operations that run on the pool
  * live on the C heap: a cancelled task abandons them and their completion

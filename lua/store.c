@@ -380,7 +380,7 @@ static int store_tostring(lua_State *L)
 {
 	struct shared **p = luaL_checkudata(L, 1, STORE_MT);
 	if (*p)
-		lua_pushfstring(L, "rig.store (%s): %p", (*p)->s->ops->kind, (void *)*p);
+		lua_pushfstring(L, "rig.store (%s): %p", lr_store_kind((*p)->s), (void *)*p);
 	else
 		lua_pushliteral(L, "rig.store (closed)");
 	return 1;
@@ -399,7 +399,7 @@ static int store_root(lua_State *L)
 
 static int store_kind(lua_State *L)
 {
-	lua_pushstring(L, check_store(L)->s->ops->kind);
+	lua_pushstring(L, lr_store_kind(check_store(L)->s));
 	return 1;
 }
 
@@ -499,13 +499,14 @@ static int64_t opt_ms(lua_State *L, const char *api, const char *field)
 
 /*
  * rig.core.store_nats{ url = "nats://…" | embedded_dir = "/abs/dir", user, password,
- * token, creds_file, nkey, nkey_seed_file, namespace, lease_ttl, timeout (seconds) }
+ * token, creds_file, nkey, nkey_seed_file, namespace, lease_ttl, timeout (seconds),
+ * replicas (1..5) }
  */
 static int core_store_nats(lua_State *L)
 {
 	static const char *const known[] = { "url", "embedded_dir", "user", "password", "token",
 					     "creds_file", "nkey", "nkey_seed_file", "namespace",
-					     "lease_ttl", "timeout", NULL };
+					     "lease_ttl", "timeout", "replicas", NULL };
 	const char *api = "rig.store.nats";
 	luaL_checktype(L, 1, LUA_TTABLE);
 	lua_pushnil(L);
@@ -535,6 +536,15 @@ static int core_store_nats(lua_State *L)
 	o.ns = opt_string(L, api, "namespace");
 	o.lease_ttl_ms = opt_ms(L, api, "lease_ttl");
 	o.timeout_ms = opt_ms(L, api, "timeout");
+	lua_getfield(L, 1, "replicas");
+	if (!lua_isnil(L, -1)) {
+		int isint = 0;
+		lua_Integer r = lua_tointegerx(L, -1, &isint);
+		if (!isint || r < 1 || r > 5)
+			return luaL_error(L, "%s: option 'replicas' must be an integer from 1 to 5", api);
+		o.replicas = (int)r;
+	}
+	lua_pop(L, 1);
 	if (!o.nkey != !o.nkey_seed_file)
 		return luaL_error(L, "%s: options 'nkey' and 'nkey_seed_file' go together", api);
 	char cache[PATH_MAX];

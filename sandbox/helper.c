@@ -1,5 +1,5 @@
 /*
- * helper.c — the confinement helper, "luarig __sandbox-helper" (DESIGN §8).
+ * helper.c — the confinement helper, "luarig __sandbox-helper" (docs/sandbox.md).
  *
  * The host re-executes its own binary with this hidden subcommand, before
  * any Lua state, thread or event loop exists, and hands it a sealed spec on
@@ -37,7 +37,7 @@
  * then also refuses AF_INET/AF_INET6 sockets when the network is off),
  * rlimits, setsid and the capability drop.
  */
-#include "sandbox.h"
+#include "internal.h"
 
 #include <dirent.h>
 #include <sys/time.h>
@@ -1111,7 +1111,7 @@ static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter, int alive_
 		die(errno, "sethostname");
 	if (s->net == LR_SBX_NET_PROXY) {
 		/* the proxy's listeners, made here inside the new network namespace and
-		   handed to the host, which serves them on its loop (DESIGN §8) */
+		   handed to the host, which serves them on its loop (docs/sandbox.md) */
 		int rc = lr_sbx_make_listeners(s->proxy_port, s->dns_port, LR_SBX_FD_CONTROL);
 		if (rc)
 			die(-rc, "cannot make the proxy listeners on fd %d", LR_SBX_FD_CONTROL);

@@ -14,7 +14,7 @@
  * seccomp without user namespaces. Otherwise none: sandboxed profiles are
  * refused. The report claims only what the helper enforces on that tier.
  */
-#include "sandbox.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

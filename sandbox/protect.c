@@ -5,12 +5,12 @@
  * run that moves aside repositories that appeared inside repositories, and
  * the same answer for the host's own writers (the file tools). sandbox.h
  * says what each part promises; the mount view that applies a plan is
- * host/executor.c (spec) and sandbox/helper.c (binds).
+ * sandbox/build.c (spec) and sandbox/helper.c (binds).
  *
  * Everything here walks with directory fds and O_NOFOLLOW: a symbolic link
  * is never followed, only named (and refused where a protected entry is).
  */
-#include "sandbox.h"
+#include "internal.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -80,25 +80,12 @@ static int within(const char *path, const char *dir)
 	return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == '\0');
 }
 
-static int grow(void **arr, size_t *cap, size_t n, size_t size)
-{
-	if (n < *cap)
-		return 0;
-	size_t nc = *cap ? *cap * 2 : 16;
-	void *p = realloc(*arr, nc * size);
-	if (!p)
-		return -ENOMEM;
-	*arr = p;
-	*cap = nc;
-	return 0;
-}
-
 static int strs_add(char ***v, size_t *n, size_t *cap, const char *s)
 {
 	for (size_t i = 0; i < *n; i++)
 		if (strcmp((*v)[i], s) == 0)
 			return 0;
-	if (grow((void **)v, cap, *n + 1, sizeof **v) < 0)
+	if (lr_grow((void **)v, cap, *n + 1, sizeof **v) < 0)
 		return -ENOMEM;
 	char *d = strdup(s);
 	if (!d)
@@ -355,7 +342,7 @@ static int add_bind(struct scan *s, const char *path, int writable)
 				p->binds[i].writable = 0; /* read-only wins over a pin */
 			return 0;
 		}
-	if (grow((void **)&p->binds, &p->bcap, p->nbinds + 1, sizeof *p->binds) < 0)
+	if (lr_grow((void **)&p->binds, &p->bcap, p->nbinds + 1, sizeof *p->binds) < 0)
 		return -ENOMEM;
 	char *d = strdup(path);
 	if (!d)
@@ -389,7 +376,7 @@ static int add_item(struct scan *s, const char *path, enum lr_protect_kind kind,
 	for (size_t i = 0; i < p->nitems; i++)
 		if (strcmp(p->items[i].path, path) == 0)
 			return 0;
-	if (grow((void **)&p->items, &p->icap, p->nitems + 1, sizeof *p->items) < 0)
+	if (lr_grow((void **)&p->items, &p->icap, p->nitems + 1, sizeof *p->items) < 0)
 		return -ENOMEM;
 	char *d = strdup(path);
 	if (!d)
@@ -830,7 +817,7 @@ static int tree_add(struct lr_protect_tree *t, uint32_t parent, const char *name
 {
 	if (t->n >= NONE - 1 || len > UINT16_MAX || t->nlen + len + 1 > UINT32_MAX)
 		return -E2BIG;
-	if (grow((void **)&t->v, &t->cap, t->n + 1, sizeof *t->v) < 0)
+	if (lr_grow((void **)&t->v, &t->cap, t->n + 1, sizeof *t->v) < 0)
 		return -ENOMEM;
 	while (t->nlen + len + 1 > t->ncap) {
 		size_t nc = t->ncap ? t->ncap * 2 : 4096;

@@ -1,6 +1,6 @@
 /*
- * sandbox.h — confinement of the commands an agent runs (DESIGN §8,
- * SANDBOX.md): profiles, grants, the machine probe and guarantee report,
+ * sandbox.h — confinement of the commands an agent runs (docs/sandbox.md,
+ * docs/threat-model.md): profiles, grants, the machine probe and guarantee report,
  * the sealed spec the host hands to the confinement helper, and the helper
  * itself.
  *
@@ -107,7 +107,6 @@ int lr_profile_restrict(const struct lr_profile *base, const struct lr_profile *
 int lr_profile_copy(const struct lr_profile *src, struct lr_profile *out);
 void lr_profile_release(struct lr_profile *p);
 
-/* -- added by sbx-profile -- */
 /*
  * The defaults every face starts from: workspace_read allow, workspace_write
  * gated, host_read allow, host_write deny, network gated, command gated,
@@ -121,7 +120,6 @@ void lr_profile_init(struct lr_profile *p);
  * existing prefix (realpath -m). out gets PATH_MAX bytes. 0 or -errno.
  */
 int lr_profile_resolve(const struct lr_profile *p, const char *path, char *out, size_t outlen);
-/* -- end sbx-profile -- */
 
 /* ---- the machine (sandbox/probe.c) ---- */
 
@@ -137,7 +135,7 @@ struct lr_sbx_caps {
 	char cgroup_path[256];
 	enum lr_tier tier;
 	char why[LR_SBX_ERRLEN]; /* what is missing, for the report */
-	/* (sbx-profile) what the cgroup probe found, said plainly: the layout
+	/* What the cgroup probe found, said plainly: the layout
 	 * (v2, v1/v2 hybrid, v1 only), where the unified hierarchy is, and
 	 * whether memory and pids can be limited there. */
 	char cgroup_note[256];
@@ -155,7 +153,7 @@ const struct lr_sbx_caps *lr_sbx_probe(void);
    Only before the first lr_sbx_probe of the process. */
 const struct lr_sbx_caps *lr_sbx_probe_fresh(void);
 
-/* The guarantees of DESIGN §8, in report order. */
+/* The guarantees (docs/sandbox.md), in report order. */
 enum lr_guarantee {
 	LR_G_READ_BOUNDARY, LR_G_WRITE_BOUNDARY, LR_G_NETWORK_BOUNDARY, LR_G_TARGET_NETWORK,
 	LR_G_PROCESS_BOUNDARY, LR_G_RESOURCE_LIMITS, LR_G_ENV_SCRUB, LR_G_PROTECTED_FILES, LR_G_COUNT
@@ -217,7 +215,7 @@ struct lr_sbx_limits {
 };
 
 /*
- * The limits every run gets (host/executor.c): file size 1 GiB, 512
+ * The limits every run gets (sandbox/build.c): file size 1 GiB, 512
  * processes, 1024 open files, memory 2 GiB (cgroup), no address-space or
  * cpu limit, and the tmpfs sizes derived from them.
  */
@@ -288,14 +286,8 @@ enum { LR_SBX_FD_SPEC = 3, LR_SBX_FD_LIFELINE = 4, LR_SBX_FD_CONTROL = 5 };
  * (a message on stderr starting "luarig sandbox: ").
  */
 int lr_sbx_helper_main(int argc, char **argv);
-/*
- * (folder-internal, helper.c) As root: a detached read-only clone of /etc,
- * idmapped so that every owner is one the target is not. A mount fd, or
- * -errno. The probe tries it; the helper attaches it for spec etc_idmap.
- */
-int lr__sbx_etc_idmapped(void);
 
-/* ---- sbx-helper: the spec's caps and the proxy listeners (sandbox/spec.c, helper.c) ---- */
+/* ---- the spec's caps (sandbox/spec.c) ---- */
 
 /* Caps the decoder enforces; a spec above any of them is refused. */
 #define LR_SBX_SPEC_MAX (1 << 20)  /* bytes of JSON */
@@ -433,8 +425,6 @@ int lr_protect_after(struct lr_protect_plan *p, const struct lr_protect_opts *o,
 struct lr_protect_tree;
 struct lr_protect_tree *lr_protect_plan_take_tree(struct lr_protect_plan *p);
 void lr_protect_tree_free(struct lr_protect_tree *t);
-/* (folder-internal) how recent a change must be not to be trusted, ns (tests set 0) */
-extern int64_t lr__protect_recent_ns;
 
 /*
  * For the host's own writers (the file tools): 1 when writing rel (a
@@ -525,8 +515,92 @@ int lr_sbx_make_listeners(uint16_t proxy_port, uint16_t dns_port, int control_fd
  * (SOCK_DGRAM), both AF_INET bound to a loopback address; anything else is
  * refused with -EPROTO and every received descriptor is closed. On success
  * *tcp and *udp are set O_CLOEXEC|O_NONBLOCK and owned by the caller (hand
- * them to lr_egress_open in host/host.h).
+ * them to lr_egress_open in host/egress.h).
  */
 int lr_sbx_recv_listeners(int control_fd, int *tcp, int *udp);
+
+/* ---- the spec of one run (sandbox/build.c) ---- */
+
+/*
+ * What the executor (host/executor.c) asks of one run, and what it knows of
+ * the executor running it, become one lr_sbx_spec here: a pure mapping of
+ * profile, caps, request and context, unit-tested without a loop.
+ */
+/* A grant token with what it is for (its class and target). */
+struct lr_exec_grant {
+	const char *token;
+	int cls;            /* enum lr_grant_class */
+	const char *target; /* a path or "host:port" */
+};
+
+/* What one run asks for. Everything is borrowed for the call. */
+struct lr_exec_request {
+	char *const *argv;       /* NULL-terminated; or NULL with command */
+	const char *command;     /* run as /bin/sh -c command */
+	const char *cwd;         /* NULL: the workspace root (or HOME without a workspace) */
+	char *const *env;        /* "NAME=value" passed explicitly (kept even if secret-looking);
+				    "NAME" alone removes NAME; NULL-terminated or NULL */
+	const struct lr_exec_grant *grants;
+	size_t ngrants;
+	char *const *network;    /* "host:port" targets wanted; NULL-terminated or NULL */
+	double timeout;          /* seconds; 0: none */
+	size_t output_limit;     /* per stream, head + tail (0: 1 MiB) */
+	const void *stdin_data;  /* piped to the command, then closed; NULL: /dev/null */
+	size_t stdin_len;
+	int inherit_stdio;       /* 1: fds 0, 1, 2 are the host's (the CLI); nothing captured */
+};
+
+/*
+ * The dirs of one executor and the grants it redeemed, as the spec builder
+ * sees them. granted_* lists are what redeemed grants opened (absolute
+ * paths; "host:port"), command_granted says a gated command was approved.
+ */
+struct lr_exec_ctx {
+	uint64_t exec_id;
+	const char *home, *tmpdir;   /* absolute, existing */
+	char *const *host_env;       /* the host's environment (environ) */
+	const char *const *granted_read;
+	size_t ngranted_read;
+	const char *const *granted_write;
+	size_t ngranted_write;
+	const char *const *granted_net;
+	size_t ngranted_net;
+	int command_granted;
+	uint16_t proxy_port, dns_port; /* non-zero: network targets go through the proxy */
+	/* out, or NULL: the scan of the writable roots (sandbox/protect.c) that
+	   the spec's protected binds came from, for the launch's placeholders
+	   and the check after the run; zeroed by the caller, released by it
+	   (build_spec releases it when it fails) */
+	struct lr_protect_plan *plan;
+	/* an earlier walk of the same roots (lr_protect_opts.cache), or NULL */
+	const struct lr_protect_tree *protect_cache;
+};
+
+/*
+ * Builds the spec for one run into out (owned by the caller: release with
+ * lr_sbx_spec_release). The mount view: /usr /bin /sbin /lib /lib32 /lib64
+ * /etc /opt /srv read-only when present and host_read is allow; the
+ * workspace read-write when workspace_write is allow (or gated and
+ * granted), else read-only when workspace_read is allow (or gated and
+ * granted); extra roots by their states; granted paths; HOME and TMPDIR
+ * read-write at their own paths; the real home only with home=real.
+ * Landlock rules match the mounts (read + execute on read-only roots, every
+ * write right incl. REFER on writable ones, plus /dev, /proc and /tmp of the
+ * view). Inside the writable roots (the workspace, extra roots, granted
+ * paths), what the host interprets later stays as it is: the plan of
+ * lr_protect_scan (sandbox.h) becomes pins and read-only directories among
+ * the mounts and read-only paths (the git files of every repository at any
+ * depth, the protected names), or the run is refused (LR_EREFUSED: a tier
+ * without a mount view, a symbolic link where a protected entry is, a tree
+ * beyond the walk's cap, more binds than the spec holds). The environment is scrubbed (see build.c); argv[0]
+ * is resolved on the view's PATH. Errors: LR_EREFUSED (command or network
+ * not allowed, cwd outside the view), LR_ENOTFOUND (no such command),
+ * -errno; err says which.
+ */
+int lr_sbx_build_spec(const struct lr_profile *p, const struct lr_sbx_caps *caps,
+			   const struct lr_exec_request *r, const struct lr_exec_ctx *ctx,
+			   struct lr_sbx_spec *out, char err[LR_SBX_ERRLEN]);
+/* The command line a grant of class command binds to: command, or argv joined by spaces. */
+int lr_sbx_command_line(const struct lr_exec_request *r, struct lr_buf *out);
 
 #endif

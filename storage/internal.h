@@ -6,6 +6,12 @@
 
 #include "storage.h"
 
+/* The common head of every backend's handle (backends calloc it: zero is the default). */
+struct lr_store {
+	const struct lr_store_ops *ops;
+	long inject_append; /* atomic; tests only: see lr_store_inject_failure */
+};
+
 /* Backends embed this at the start of their handle. */
 #define LR_STORE_HEAD struct lr_store base
 
@@ -26,5 +32,8 @@ void lr__lease_hook(struct lr_lease *l, void (*fn)(struct lr_lease *, void *), v
 /* The lock itself, for an owner that must check its own state before unhooking. */
 void lr__lease_lost_lock(void);
 void lr__lease_lost_unlock(void);
+
+/* journal.c: CRC32C through slice-by-8 tables only (lr_crc32c uses SSE4.2 when the CPU has it). */
+uint32_t lr__crc32c_sw(uint32_t crc, const void *p, size_t n);
 
 #endif

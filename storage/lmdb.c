@@ -1,5 +1,5 @@
 /*
- * lmdb.c — the LMDB backend, the embedded default (DESIGN §6).
+ * lmdb.c — the LMDB backend, the embedded default (docs/storage.md, docs/decisions/0003-lmdb-group-commit.md).
  *
  * One environment under the state root (root/data.mdb, root/lock.mdb),
  * opened MDB_NOTLS | MDB_WRITEMAP, with five named databases:

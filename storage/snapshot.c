@@ -1,5 +1,5 @@
 /*
- * snapshot.c — content-addressed workspace snapshots (DESIGN §7): capture
+ * snapshot.c — content-addressed workspace snapshots (docs/storage.md): capture
  * with a stat cache and worker threads, restore, rewind in place, diff,
  * garbage collection and the ref index. The format is documented in
  * storage.h; tar import and export live in tar.c.

@@ -9,7 +9,7 @@
  * lr_store_append_async, whose completion arrives on a backend thread and
  * which the Lua layer forwards to the loop.
  *
- * Four primitives (DESIGN §6), all named with one grammar:
+ * Four primitives (docs/storage.md), all named with one grammar:
  *
  *   ledger  many named append-only logs; sequences 1, 2, 3 … with no gaps;
  *           append commits at expected_tip + 1 or reports LR_ECONFLICT;
@@ -146,11 +146,10 @@ struct lr_store_ops {
 	void (*close)(struct lr_store *s);
 };
 
-/* The common head of every backend's handle (backends calloc it: zero is the default). */
-struct lr_store {
-	const struct lr_store_ops *ops;
-	long inject_append; /* atomic; tests only: see lr_store_inject_failure */
-};
+/* A store handle: opaque, its head is in storage/internal.h. */
+struct lr_store;
+/* The backend's name ("memory", "lmdb", "nats"); static. */
+const char *lr_store_kind(const struct lr_store *s);
 
 /*
  * A held lease. epoch is fixed at grant. lost becomes non-zero (atomically)
@@ -183,7 +182,11 @@ int lr_store_lmdb_open(const struct lr_lmdb_opts *o, struct lr_store **out, stru
  * Embedded mode starts and owns `nats-server -js` on a private loopback
  * port with its store in embedded_dir (absolute; a second owner of the
  * directory gets -EBUSY) and stops it on close. Credentials are passed to
- * the client and never appear in messages. Leases live lease_ttl_ms
+ * the client and never appear in messages. On a cluster, streams this
+ * creates have `replicas` copies; when a stream has more than one (made
+ * here or by hand), every read goes to its leader (the message-get API)
+ * rather than to any replica (direct get), so a read never misses an
+ * acknowledged record. Leases live lease_ttl_ms
  * without a renewal (a heartbeat thread renews them every third of it); a
  * holder that cannot renew in time marks its lease lost.
  */
@@ -197,6 +200,7 @@ struct lr_nats_opts {
 	int64_t lease_ttl_ms;       /* 0: 10 s */
 	int64_t timeout_ms;         /* connect and request timeout; 0: 5 s */
 	const char *server_bin;     /* embedded: the server to run; NULL: "nats-server" on PATH */
+	int replicas;               /* the streams' replicas when this creates them; 0: 1 */
 };
 int lr_store_nats_open(const struct lr_nats_opts *o, struct lr_store **out, struct lr_err *e);
 
@@ -340,8 +344,6 @@ int lr_journal_id_check(const char *sid, struct lr_err *e);
 
 /* CRC32C (Castagnoli, reflected, as in iSCSI/ext4). */
 uint32_t lr_crc32c(uint32_t crc, const void *p, size_t n);
-/* The same through slice-by-8 tables only (lr_crc32c uses SSE4.2 when the CPU has it). */
-uint32_t lr__crc32c_sw(uint32_t crc, const void *p, size_t n);
 
 /*
  * Frames one record into out (reset first; the caller owns it). kind is
@@ -546,7 +548,7 @@ int lr_catalog_delete(struct lr_store *store, const char *sid, struct lr_err *e)
 /* ---- workspace snapshots (storage/snapshot.c) ---- */
 
 /*
- * Content-addressed snapshots of a directory tree (DESIGN §7), stored in
+ * Content-addressed snapshots of a directory tree (docs/storage.md), stored in
  * any backend:
  *
  *   workspaces/blobs/<hex>  a regular file's bytes; hex = SHA-256 of them

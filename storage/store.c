@@ -81,6 +81,11 @@ bad:
 			return rc_;                             \
 	} while (0)
 
+const char *lr_store_kind(const struct lr_store *s)
+{
+	return s->ops->kind;
+}
+
 void lr_store_inject_failure(struct lr_store *s, long after)
 {
 	__atomic_store_n(&s->inject_append, after < 0 ? 0 : after + 1, __ATOMIC_SEQ_CST);

@@ -2,7 +2,7 @@
  * sha256.c — SHA-256 through libcrypto's EVP interface, opened lazily.
  */
 #include <string.h>
-#include "util.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <openssl/evp.h>

@@ -72,6 +72,28 @@ void lr_buf_consume(struct lr_buf *b, size_t n);
 char *lr_buf_take(struct lr_buf *b, size_t *len);
 
 /*
+ * Arrays that grow by doubling: makes room for index n (so n + 1 entries)
+ * in *arr of *cap entries of size bytes, reallocating when n >= *cap. 0 or
+ * -ENOMEM (*arr unchanged).
+ */
+int lr_grow(void **arr, size_t *cap, size_t n, size_t size);
+/*
+ * A NULL-terminated vector of owned strings (argv, envp). Zero it to
+ * init. add takes owned (free()d on failure; NULL counts as -ENOMEM, so
+ * lr_strv_add(sv, strdup(s)) needs no check of its own); v stays
+ * NULL-terminated once it has an entry. release frees every entry and
+ * zeroes sv.
+ */
+struct lr_strv {
+	char **v;
+	size_t n, cap;
+};
+int lr_strv_add(struct lr_strv *sv, char *owned);
+void lr_strv_release(struct lr_strv *sv);
+/* vasprintf into a fresh string (free() it), or NULL when out of memory. */
+char *lr_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
  * Lazily opened libraries. lr_lazy_open dlopens the first soname that loads
  * and resolves every name in names (NULL-terminated) into slots[i]. The
  * result is cached: later calls return the first outcome. On failure err
@@ -102,8 +124,6 @@ int lr_sha256_end(struct lr_sha256 *h, unsigned char out[LR_SHA256_LEN]);
 void lr_sha256_abort(struct lr_sha256 *h);
 int lr_sha256(const void *p, size_t n, unsigned char out[LR_SHA256_LEN]);
 int lr_sha256_hex(const void *p, size_t n, char out[2 * LR_SHA256_LEN + 1]);
-/* The built-in SHA-256 lr_sha256 uses for inputs up to 4 KiB (no libcrypto). */
-void lr__sha256_small(const void *p, size_t n, unsigned char out[LR_SHA256_LEN]);
 /*
  * The same built-in SHA-256 for any length, never opening libcrypto: for
  * callers that hash definitions (a rig's revision) at start-up, where

@@ -1,7 +1,8 @@
--- rig.define: a Rig, the immutable assembly a session runs (DESIGN §1, §4).
+-- rig.define: a Rig, the immutable assembly a session runs (docs/architecture.md).
 --
 --   local r = rig.define{
---     loops = { l1, l2 },                 -- rig.loop objects, names unique; at least one
+--     loops = { l1, l2 },                 -- rig.loop objects, names unique; at least one (a
+--                                         -- delegate given as a loop object joins by itself)
 --     primers = { "assistant" },          -- the loops every session starts with
 --     active_primer = "assistant",        -- required when there is more than one primer
 --     store = store,                      -- a rig.store (memory or lmdb); required
@@ -76,6 +77,21 @@ local function check_rig(def)
     if p.by_name[l.name] then bad("field 'loops[" .. i .. "]': duplicate loop name '" .. l.name .. "'") end
     p.loops[i] = l
     p.by_name[l.name] = l
+  end
+  -- delegates given as loop objects join the rig when not listed (transitively)
+  local head = 1
+  while p.loops[head] do
+    for _, d in ipairs(loop_mod._delegate_loops(p.loops[head])) do
+      local known = p.by_name[d.name]
+      if known == nil then
+        p.loops[#p.loops + 1] = d
+        p.by_name[d.name] = d
+      elseif known ~= d then
+        bad("loop '" .. p.loops[head].name .. "' delegates to a loop named '" .. d.name
+          .. "' that is not the rig's loop of that name")
+      end
+    end
+    head = head + 1
   end
 
   if def.primers == nil then bad("field 'primers' is required (the loops a session starts with)") end

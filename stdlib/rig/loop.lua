@@ -1,16 +1,18 @@
--- rig.loop: a Loop definition, validated and frozen (DESIGN §1, §4).
+-- rig.loop: a Loop definition, validated and frozen (docs/architecture.md).
 --
 --   local l = rig.loop{
 --     name = "assistant",          -- a letter, then up to 63 letters, digits, '_', '.', '-'
 --     model = m,                   -- a rig.model (rig.model.script too); required
 --     system = "…",                -- the system prompt (default "")
 --     tools = { t, … },            -- rig.tool objects, names unique (default none)
---     gate = g,                    -- a rig.gate; without one every tool call is denied
+--     gate = g,                    -- a rig.gate; required with tools, delegates or mcp
+--                                  -- (rig.gate.default() for tools of one's own)
 --     policy_revision = "v1",      -- required with a gate: names the gate's policy, which
 --                                  -- the loop cannot hash itself (1 to 128 bytes)
 --     limits = { iterations = 25, calls = 100, parallel = 8, result_bytes = 32768,
 --                max_tokens = nil, max_cost = nil, tool_timeout = nil, gate_timeout = nil },
---     delegates = { "researcher" },-- loop names this loop may start (resolved by rig.define)
+--     delegates = { "researcher" },-- loops this loop may start: names (resolved by rig.define)
+--                                  -- or rig.loop objects (rig.define adds them to the rig)
 --     mcp = { client, … },         -- rig.mcp clients: their tools join this loop's
 --                                  -- ("SERVER__TOOL"), listed when a session's loop starts
 --                                  -- and again after notifications/tools/list_changed
@@ -161,7 +163,8 @@ local function check_loop(def)
     bad("field 'policy_revision' must be a string of 1 to 128 printable bytes")
   end
   if p.gate and rev == nil then
-    bad("field 'policy_revision' is required with a gate (it names the gate's policy in the revision)")
+    bad("field 'policy_revision' is required with a gate (it names the gate's policy in the "
+      .. "revision): add policy_revision = \"v1\" and change it when the gate's policy changes")
   end
   p.policy_revision = rev
 
@@ -198,8 +201,14 @@ local function check_loop(def)
     local seen = {}
     for i = 1, n do
       local d = def.delegates[i]
+      if M.is_loop(d) then
+        -- a loop object: rig.define adds it to the rig when it is not listed there
+        p.delegate_loops = p.delegate_loops or {}
+        p.delegate_loops[#p.delegate_loops + 1] = d
+        d = d.name
+      end
       if type(d) ~= "string" or #d > 64 or not d:match(NAME) then
-        bad("field 'delegates[" .. i .. "]' must be a loop name")
+        bad("field 'delegates[" .. i .. "]' must be a loop name or a rig.loop")
       end
       if seen[d] then bad("field 'delegates' lists '" .. d .. "' twice") end
       seen[d] = true
@@ -218,6 +227,25 @@ local function check_loop(def)
       if seen[c.name] then bad("field 'mcp' lists two servers named '" .. c.name .. "'") end
       seen[c.name] = true
       p.mcp[i] = c
+    end
+  end
+
+  -- every call goes through the gate: without one each would be denied mid-turn
+  if not p.gate and (#p.tools > 0 or #p.delegates > 0 or p.mcp) then
+    local what = #p.tools > 0 and "tools" or #p.delegates > 0 and "delegates" or "mcp servers"
+    bad("a loop with " .. what .. " needs a gate (without one every call is denied): add "
+      .. "gate = rig.gate.default(), policy_revision = \"v1\"")
+  end
+  -- a delegate the gate's access denies outright could never be started
+  if p.gate then
+    for i, d in ipairs(p.delegates) do
+      local dec = p.gate:evaluate{ summary = "start " .. d,
+        requirements = { { kind = "delegate", scope = d, match = d } } }
+      if dec.verdict == "deny" and dec.source == "access" and dec.code ~= "approval_required" then
+        bad("field 'delegates[" .. i .. "]': the gate can never allow delegate '" .. d .. "' ("
+          .. tostring(dec.reason):gsub("^permission denied: ", "") .. "): give the gate's "
+          .. "access delegate = \"allow\" (or \"gated\" with an interactive approver)")
+      end
     end
   end
 
@@ -391,7 +419,9 @@ local loop_mt = {
       for a, b in pairs(p[k]) do out[a] = b end
       return out
     end
-    if k == "by_name" or k == "revision" or k == "canonical" then return nil end
+    if k == "by_name" or k == "revision" or k == "canonical" or k == "delegate_loops" then
+      return nil
+    end
     if k == "output_schema" or k == "compaction" then
       local v = p[k]
       if v == nil then return nil end
@@ -408,6 +438,13 @@ local loop_mt = {
   __tostring = function(t) return "rig.loop(" .. private[t].name .. ")" end,
   __metatable = "rig.loop",
 }
+
+-- For rig.define: the delegate loops given as objects (a new list).
+function M._delegate_loops(l)
+  local out = {}
+  for i, d in ipairs(private[l].delegate_loops or {}) do out[i] = d end
+  return out
+end
 
 function M.is_loop(v)
   return type(v) == "table" and getmetatable(v) == "rig.loop" and private[v] ~= nil

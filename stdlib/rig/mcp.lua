@@ -274,6 +274,13 @@ function M.http(o)
   return remember(cl)
 end
 
+-- rig.mcp.server{ … }: an MCP server in Lua (rig.mcp.server, docs/mcp.md "Serving").
+function M.server(o)
+  local ok, srv = pcall(require("rig.mcp.server").new, o)
+  if not ok then error(srv, 2) end
+  return srv
+end
+
 function M.clients()
   local out = {}
   for c in pairs(registry) do out[#out + 1] = c end

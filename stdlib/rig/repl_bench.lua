@@ -101,8 +101,18 @@ ask_next = function()
   if state.asking then return end
   while #state.queue > 0 do
     local item = table.remove(state.queue, 1)
-    local S, g = item.S, item.g
-    if not S.closed and S.open_gates[g.gate_id] and not S.open_gates[g.gate_id].answer then
+    local S, g, q = item.S, item.g, item.q
+    if q and not S.closed and S.open_inputs and S.open_inputs[q.input_id]
+       and not S.open_inputs[q.input_id].answer then
+      state.asking = item
+      if not key_mode(true) then
+        out("  (no terminal: answer with :answer " .. q.input_id .. " accept FIELD=VALUE …)")
+        state.asking = nil
+        state.queue = {}
+      end
+      return
+    end
+    if g and not S.closed and S.open_gates[g.gate_id] and not S.open_gates[g.gate_id].answer then
       state.asking = item
       if item.announce then
         local rd = state.follow and state.follow.rd or new_renderer()
@@ -128,6 +138,27 @@ function M.on_key(k)
   if not item then key_mode(false) return true end
   local S, g = item.S, item.g
   k = k:lower()
+  if item.q then
+    -- an MCP server's question: y accepts (the schema's defaults fill the fields),
+    -- n declines, c cancels; :answer fills fields (the key mode is left for it)
+    local q = item.q
+    local act = ({ y = "accept", n = "decline", c = "cancel" })[k]
+    if not act then
+      if k:match("^[%g ]$") and not item.hinted then
+        item.hinted = true
+        out("  y, n or c (answering " .. q.input_id .. "); :answer " .. q.input_id .. " accept FIELD=VALUE …")
+        state.asking = nil
+        key_mode(false)
+      end
+      return true
+    end
+    state.asking = nil
+    key_mode(false)
+    local ok, msg = S:respond_input(q.input_id, act, act == "accept" and {} or nil)
+    if not ok then out("  could not answer " .. q.input_id .. ": " .. tostring(msg)) end
+    ask_next()
+    return true
+  end
   if k == "?" then
     local rd = state.follow and state.follow.rd or new_renderer()
     out(rd:gate_lines(g, { details = true }))
@@ -152,13 +183,17 @@ function M.on_key(k)
   return true
 end
 
-local function gate_resolved(gate_id)
-  if state.asking and state.asking.g.gate_id == gate_id then
+local function gate_resolved(gate_id, input_id)
+  local function is(item)
+    if gate_id then return item.g and item.g.gate_id == gate_id end
+    return item.q and item.q.input_id == input_id
+  end
+  if state.asking and is(state.asking) then
     state.asking = nil
     key_mode(false)
   end
   for i = #state.queue, 1, -1 do
-    if state.queue[i].g.gate_id == gate_id then table.remove(state.queue, i) end
+    if is(state.queue[i]) then table.remove(state.queue, i) end
   end
   ask_next()
 end
@@ -177,9 +212,15 @@ local function follower(S, sub, rd)
         unmet = req.unmet, candidates = req.candidates } }
       out(lines)
       ask_next()
+    elseif ev.type == "UserInputRequested" then
+      state.queue[#state.queue + 1] = { S = S, q = { input_id = ev.input_id, server = ev.server,
+        message = ev.message, schema = ev.schema } }
+      out(lines)
+      ask_next()
     else
       out(lines)
       if ev.type == "GateResolved" then gate_resolved(ev.gate_id) end
+      if ev.type == "UserInputResolved" then gate_resolved(nil, ev.input_id) end
     end
     if ev.type == "TurnStarted" or ev.type == "TurnResumed" or ev.ends_turn
       or ev.type == "SessionIdle" or ev.type == "SessionActive" then
@@ -664,6 +705,7 @@ local HELP = {
   ":usage             the attached session's tokens and cost",
   "                   (s:history(), s:usage(), s:snapshots(), s:journal{...} typed alone print the same)",
   ":mcp [NAME]        the MCP servers (or one server's tools); :mcp restart NAME",
+  ":answer ID ACTION [FIELD=VALUE …]  answer an MCP server's question (accept, decline, cancel)",
   "pager: space = next page, Enter = next line, q = stop",
   ":reload            run the rig file again (new sessions use it)",
   ":resume [LOOP]     continue the turns a crash or a shutdown cut (after :attach / r:restore)",
@@ -743,6 +785,26 @@ local COMMANDS = {
     M.page(lines)
   end,
   resume = resume_cmd,
+  -- :answer ID accept|decline|cancel [FIELD=VALUE …]: an MCP server's question
+  -- (numbers, true and false are typed; anything else is a string)
+  answer = function(arg)
+    local S = need_session()
+    local id, action, rest = arg:match("^(%S+)%s+(%a+)%s*(.-)%s*$")
+    if not id then error("usage: :answer ID accept|decline|cancel [FIELD=VALUE …]", 0) end
+    if action ~= "accept" and action ~= "decline" and action ~= "cancel" then
+      error("answer: the action must be accept, decline or cancel", 0)
+    end
+    local content = {}
+    for k, v in rest:gmatch("([%w_%-]+)=(%S+)") do
+      if v == "true" then content[k] = true
+      elseif v == "false" then content[k] = false
+      elseif math.tointeger(tonumber(v)) then content[k] = math.tointeger(tonumber(v))
+      elseif tonumber(v) then content[k] = tonumber(v)
+      else content[k] = (v:gsub("^\"(.*)\"$", "%1")) end
+    end
+    local ok, msg = S:respond_input(id, action, action == "accept" and content or nil)
+    if not ok then error("answer: " .. tostring(msg), 0) end
+  end,
 }
 
 -- ---- chat mode, and leaving ----
@@ -770,8 +832,9 @@ local function chat_send(text)
   local t = core.spawn_detached(function() return S:submit(text) end)
   local cid, msg = t:wait()
   if not cid then error("submit: " .. tostring(msg), 0) end
-  local ok, werr = S:wait_idle()
-  if not ok then error(tostring(werr), 0) end
+  local ok, werr, wcode = S:wait_idle()
+  -- a failed or interrupted turn was drawn with its events already
+  if not ok and wcode ~= "turn_failed" and wcode ~= "interrupted" then error(tostring(werr), 0) end
 end
 M.chat_send = chat_send
 

@@ -169,6 +169,39 @@ function R:gate_lines(g, opts)
   return out
 end
 
+-- The question an MCP server asks through a tool call (UserInputRequested, or an
+-- entry of s:inputs()): its message, the fields of its schema with their defaults,
+-- and the keys.
+function R:input_lines(q)
+  local w = self:width()
+  local out = {}
+  out[#out + 1] = self:yellow(clip("? " .. tostring(q.server or "a server") .. " asks: "
+    .. tostring(q.message or ""), w))
+  local props = type(q.schema) == "table" and q.schema.properties
+  if type(props) == "table" then
+    local names = {}
+    for k in pairs(props) do names[#names + 1] = k end
+    table.sort(names)
+    for _, k in ipairs(names) do
+      local p = props[k]
+      local d = type(p) == "table" and p.default
+      local kind = type(p) == "table" and tostring(p.type or "any") or "any"
+      local line = "  " .. k .. " (" .. kind .. ")"
+      if d ~= nil and d ~= require("rig.json").null then
+        line = line .. " = " .. (type(d) == "string" and string.format("%q", d) or tostring(d))
+      end
+      if type(p) == "table" and type(p.description) == "string" then line = line .. ": " .. p.description end
+      out[#out + 1] = clip(line, w)
+    end
+  end
+  wrap("[y] accept (the defaults) · [n] decline · [c] cancel · or :answer "
+    .. tostring(q.input_id) .. " accept FIELD=VALUE …", "  ", "    ", w, out)
+  return out
+end
+
+local INPUT_RESOLVED = { accept = { "green", "✓ answered" }, decline = { "red", "✗ declined" },
+                         cancel = { "red", "✗ cancelled" } }
+
 local RESOLVED = { approve = { "green", "✓ approved" }, approve_always = { "green", "✓ approved always" },
                    deny = { "red", "✗ denied" }, cancelled = { "red", "✗ cancelled" } }
 
@@ -214,6 +247,12 @@ function R:event(ev)
     if n == 0 then out[#out + 1] = self:dim("    │ (no output)") end
   elseif t == "GateOpened" then
     for _, l in ipairs(self:gate_lines(ev)) do out[#out + 1] = l end
+  elseif t == "UserInputRequested" then
+    for _, l in ipairs(self:input_lines(ev)) do out[#out + 1] = l end
+  elseif t == "UserInputResolved" then
+    local r = INPUT_RESOLVED[ev.action] or { "dim", tostring(ev.action) }
+    local extra = ev.source and ev.source ~= "user" and (" (" .. ev.source .. ")") or ""
+    out[#out + 1] = "  " .. self[r[1]](self, r[2] .. extra)
   elseif t == "GateResolved" then
     local r = RESOLVED[ev.action] or { "dim", tostring(ev.action) }
     local extra = ev.source and ev.source ~= "user" and (" (" .. ev.source .. ")") or ""

@@ -1,5 +1,5 @@
 -- rig.sandbox: confinement profiles and what this machine can enforce
--- (lua/sandbox.c over sandbox/; DESIGN §8).
+-- (lua/sandbox.c over sandbox/; docs/sandbox.md).
 --
 --   local p = rig.sandbox.profile{
 --     workspace_root = ".",          -- required; canonicalized (realpath)

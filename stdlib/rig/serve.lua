@@ -1,5 +1,5 @@
 -- rig.serve: a rig's sessions over HTTP — JSON routes and server-sent
--- events (DESIGN §11; NOTES "Serve").
+-- events (docs/serve.md, docs/design/serve.md).
 --
 --   local srv = rig.serve{
 --     rig = r,                          -- a rig (rig.define{…})
@@ -35,6 +35,8 @@
 --   POST /v1/sessions/{id}/interrupt       -> {interrupted}
 --   POST /v1/sessions/{id}/resume          {loop?} -> 202 {resumed: [loop ids]} (docs/resume.md)
 --   POST /v1/sessions/{id}/gates/{gate}    {action} -> 202 {}
+--   POST /v1/sessions/{id}/inputs/{input}  {action, content?} -> 202 {}: an MCP server's
+--                                          question (UserInputRequested; docs/mcp.md)
 --   GET  /v1/sessions/{id}/status
 --   GET  /v1/sessions/{id}/journal?from&limit -> {events[{seq, kind, event}], next_seq, done}
 --   GET  /v1/sessions/{id}/events          SSE; Last-Event-ID or ?from=SEQ resumes after SEQ
@@ -68,6 +70,7 @@ local ERRORS = {
   method_not_allowed = { 405, false },
   session_not_found = { 404, false },
   gate_not_open = { 409, false },
+  input_not_open = { 409, false },
   session_not_live = { 409, false },
   session_held = { 409, true },
   session_faulted = { 409, false },
@@ -109,8 +112,8 @@ end
 
 local function err(code, message)
   local e = ERRORS[code]
-  local body = json.encode({ error = { code = code, message = message, retryable = e[2] } })
-  return { status = e[1], headers = JSON_HEADERS, body = body }
+  return { status = e[1], headers = JSON_HEADERS,
+           json = { error = { code = code, message = message, retryable = e[2] } } }
 end
 
 -- A name from the request, fit to quote in a message: printable ASCII, at most 64 bytes.
@@ -119,7 +122,7 @@ local function shown(s)
 end
 
 local function ok(status, value)
-  return { status = status, headers = JSON_HEADERS, body = json.encode(value) }
+  return { status = status, headers = JSON_HEADERS, json = value }
 end
 
 -- "127.0.0.1", "127.x.y.z", "::1", "localhost": nothing else is loopback.
@@ -240,6 +243,12 @@ local function page_params(q, lo_name, lo_default)
   end
   return lo, limit
 end
+
+-- The browser checks and the token comparison, for the other HTTP servers of a rig
+-- (rig.mcp.server_http keeps the same rules).
+M._checks = { authority = authority, host_names = host_names, host_ok = host_ok,
+              origin_ok = origin_ok, media_type = media_type, token_equal = token_equal,
+              is_loopback = is_loopback, listen_host = listen_host }
 
 function M.serve(opts)
   if type(opts) ~= "table" then fail("expects an options table") end
@@ -636,6 +645,23 @@ function M.serve(opts)
     return err(code == "io" and "storage" or "internal", "the gate answer failed")
   end
 
+  -- an MCP server's question (UserInputRequested) answered: accept with content, or not
+  local function answer(req)
+    local s, e = find(req.params.id)
+    if not s then return e end
+    local body, be = body_of(req, "answer")
+    if not body then return be end
+    local iid = req.params.input
+    local done, msg, code = s:respond_input(iid, body.action, body.action == "accept"
+      and (body.content or {}) or nil)
+    if done then return ok(202, {}) end
+    if code == "input_not_open" then
+      return err("input_not_open", "question '" .. shown(iid) .. "' is not open")
+    end
+    log("answer '%s' of '%s' failed: %s (%s)", shown(iid), s.id, tostring(msg), tostring(code))
+    return err(code == "io" and "storage" or "internal", "the answer failed")
+  end
+
   local function status(req)
     local id = req.params.id
     forget(id)
@@ -661,6 +687,7 @@ function M.serve(opts)
       out.state = live_state(s)
       out.faulted = faulted and true or false
       out.open_gates = json.array(gates)
+      out.open_inputs = json.array(s:inputs())
       local cut = {}
       for _, c in ipairs(s:resumable()) do cut[#cut + 1] = c.loop_id end
       out.resumable = json.array(cut) -- POST …/resume continues these loops' cut turns
@@ -847,7 +874,7 @@ function M.serve(opts)
     return { status = 200, headers = METRICS_HEADERS, body = table.concat(out, "\n") .. "\n" }
   end
 
-  -- ---- the web console (stdlib/rig/console/, embedded; NOTES "Serve") ----
+  -- ---- the web console (stdlib/rig/console/, embedded; docs/design/serve.md) ----
 
   -- The page and its two files load without the token (they hold no data);
   -- the page asks for the token and sends it on every API call.
@@ -912,6 +939,7 @@ function M.serve(opts)
     ["POST /v1/sessions/{id}/interrupt"] = interrupt,
     ["POST /v1/sessions/{id}/resume"] = resume,
     ["POST /v1/sessions/{id}/gates/{gate}"] = gate,
+    ["POST /v1/sessions/{id}/inputs/{input}"] = answer,
     ["GET /v1/sessions/{id}/status"] = status,
     ["GET /v1/sessions/{id}/journal"] = journal,
     ["GET /v1/sessions/{id}/events"] = events,

@@ -4,7 +4,8 @@
 --
 --   req.body(kind, bytes) -> value | nil, code, message
 --     kind: "create" ({ blocks? | text? }, an empty body is {}), "input"
---     ({ blocks } or { text }, one of them), "gate" ({ action, values? }).
+--     ({ blocks } or { text }, one of them), "gate" ({ action, values? }),
+--     "answer" ({ action = accept|decline|cancel, content? }: an MCP server's question).
 --     The value: { message = string | blocks } for create/input (message
 --     nil when create had none), { action = … } for gate. code is
 --     "invalid_json" (the decoder's message, naming the byte) or
@@ -71,7 +72,9 @@ local FIELDS = {
   create = { blocks = true, text = true },
   input = { blocks = true, text = true },
   gate = { action = true, values = true },
+  answer = { action = true, content = true },
 }
+local ANSWERS = { accept = true, decline = true, cancel = true }
 
 function M.body(kind, bytes)
   local allowed = FIELDS[kind]
@@ -97,6 +100,15 @@ function M.body(kind, bytes)
       return bad("field 'values' must be an object")
     end
     return { action = v.action }
+  end
+  if kind == "answer" then
+    if not ANSWERS[v.action] then
+      return bad("field 'action' must be \"accept\", \"decline\" or \"cancel\"")
+    end
+    if v.content ~= nil and (type(v.content) ~= "table" or (json.is_array(v.content) and next(v.content))) then
+      return bad("field 'content' must be an object")
+    end
+    return { action = v.action, content = v.content }
   end
   return message_of(v, kind == "input")
 end

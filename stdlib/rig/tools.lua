@@ -1,4 +1,4 @@
--- rig.tools: the standard tools (DESIGN §9). Each constructor takes its caps
+-- rig.tools: the standard tools (docs/design/tools.md). Each constructor takes its caps
 -- and returns a rig.tool; an unknown option raises, naming it.
 --
 --   tools = { rig.tools.read_file(), rig.tools.write_file(), rig.tools.edit_file(),

@@ -1,5 +1,5 @@
 -- rig.workspace: where a session's workspace lives (its placement) and when
--- it is snapshotted (the policy) — DESIGN §7.
+-- it is snapshotted (the policy) — docs/sessions.md, docs/storage.md.
 --
 --   rig.workspace.exclusive{ root = "/abs/dir" }    -- one canonical root, fenced by the store
 --                                                   -- lease "workspace-roots/<sha256(root)>"

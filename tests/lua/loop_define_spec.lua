@@ -11,9 +11,15 @@ end
 local model = rig.model.script{ { text = "hi" } }
 local gate = rig.gate{ access = { network = "gated" }, approver = "headless" }
 
+local base_gate = rig.gate{ access = { network = "gated", delegate = "allow" }, approver = "headless" }
+local NONE = {} -- an override that removes the field
 local function loop(over)
-  local def = { name = "assistant", model = model, system = "be brief", tools = { tool() } }
-  for k, v in pairs(over or {}) do def[k] = v end
+  local def = { name = "assistant", model = model, system = "be brief", tools = { tool() },
+                gate = base_gate, policy_revision = "p0" }
+  for k, v in pairs(over or {}) do
+    if v == NONE then v = nil end
+    def[k] = v
+  end
   return rig.loop(def)
 end
 
@@ -35,8 +41,31 @@ describe("rig.loop", function()
     expect(l.limits).to_equal({ iterations = 25, calls = 100, parallel = 8, result_bytes = 32768 })
     expect(l.limits.max_tokens).to_be_nil()
     expect(#l.delegates).to_be(0)
-    expect(l.gate).to_be_nil()
-    expect(l.policy_revision).to_be_nil()
+    expect(l.gate).to_be(base_gate)
+    expect(l.policy_revision).to_be("p0")
+    local bare = loop{ tools = NONE, gate = NONE, policy_revision = NONE }
+    expect(bare.gate).to_be_nil()
+    expect(bare.policy_revision).to_be_nil()
+  end)
+
+  it("refuses at definition what would deny every call mid-turn, with the fix", function()
+    expect(raises(loop, { gate = NONE, policy_revision = NONE }))
+      .to_match('a loop with tools needs a gate %(without one every call is denied%): add gate = '
+        .. 'rig%.gate%.default%(%), policy_revision = "v1"')
+    expect(raises(loop, { tools = NONE, gate = NONE, delegates = { "b" } }))
+      .to_match("a loop with delegates needs a gate")
+    expect(raises(loop, { policy_revision = NONE }))
+      .to_match('policy_revision.*: add policy_revision = "v1"')
+    -- an access table that leaves delegate out denies every start_agent: refused
+    local no_deleg = rig.gate{ access = { network = "gated" }, approver = "interactive" }
+    expect(raises(loop, { gate = no_deleg, delegates = { "b" } }))
+      .to_match("field 'delegates%[1%]': the gate can never allow delegate 'b'.*delegate = \"allow\"")
+    -- gated (a person decides) and a headless gate with saved rules are ways to decide
+    loop{ gate = rig.gate{ access = { delegate = "gated" }, approver = "interactive" }, delegates = { "b" } }
+    loop{ gate = rig.gate{ access = { delegate = "gated" }, approver = "headless" }, delegates = { "b" } }
+    -- the newcomer's gate: one expression, and delegation runs through it
+    local l = loop{ gate = rig.gate.default(), delegates = { "b" } }
+    expect(l.gate:evaluate{ summary = "x", requirements = {} }.verdict).to_be("allow")
   end)
 
   it("raises at the caller's line naming the field", function()
@@ -49,7 +78,7 @@ describe("rig.loop", function()
     expect(raises(loop, { tools = { 1 } })).to_match("field 'tools%[1%]' must be a rig.tool")
     expect(raises(loop, { tools = { tool(), tool() } })).to_match("duplicate tool name 'lookup'")
     expect(raises(loop, { gate = {} })).to_match("field 'gate' must be a rig.gate")
-    expect(raises(loop, { gate = gate })).to_match("field 'policy_revision' is required with a gate")
+    expect(raises(loop, { gate = gate, policy_revision = NONE })).to_match("field 'policy_revision' is required with a gate")
     expect(raises(loop, { limits = { iteration = 3 } })).to_match("unknown field 'limits.iteration'")
     expect(raises(loop, { limits = { calls = 0 } })).to_match("field 'limits.calls' must be at least 1")
     expect(raises(loop, { limits = { parallel = 1.5 } })).to_match("field 'limits.parallel' must be an integer")
@@ -162,6 +191,21 @@ describe("rig.define", function()
     expect(raises(define, { workspaces = {} })).to_match("unknown field 'workspaces'")
     expect(raises(define, { delegation_limits = { depth = 0 } })).to_match("delegation_limits.depth' must be a positive integer")
     expect(raises(define, { delegation_limits = { deep = 1 } })).to_match("unknown field 'delegation_limits.deep'")
+  end)
+
+  it("adds delegates given as loop objects, transitively, and refuses a name clash", function()
+    local helper = loop{ name = "helper", tools = NONE, gate = NONE, policy_revision = NONE }
+    local researcher = loop{ name = "researcher", delegates = { helper } }
+    local planner = loop{ name = "planner", delegates = { researcher, "helper" } }
+    expect(planner.delegates).to_equal({ "researcher", "helper" })
+    expect(planner:revision()).to_be(loop{ name = "planner", delegates = { "researcher", "helper" } }:revision())
+    local r = define{ loops = { planner }, primers = { "planner" } }
+    expect(#r.loops).to_be(3)
+    expect(r:loop("researcher")).to_be(researcher)
+    expect(r:loop("helper")).to_be(helper)
+    local other = loop{ name = "helper", tools = NONE, gate = NONE, policy_revision = NONE }
+    expect(raises(define, { loops = { planner, other }, primers = { "planner" } }))
+      .to_match("delegates to a loop named 'helper' that is not the rig's loop of that name")
   end)
 
   it("takes an explicit active primer among several", function()

@@ -3,7 +3,7 @@
 -- scripted model driving a loop through their tools, gated and journaled.
 local json = require "rig.json"
 local jsonrpc = require "rig.mcp.jsonrpc"
-local core = rig.core
+local core = require "rig.core"
 
 local ROOT = assert(core.fs_realpath(os.getenv("LUARIG_ROOT") or "."))
 local NM = ROOT .. "/build/npm/node_modules"
@@ -278,6 +278,29 @@ describe("rig.mcp stdio servers", function()
 end)
 
 describe("rig.mcp confined", function()
+  it("a confined server's own network is none: a direct connection fails where unconfined it works", function()
+    -- a listener on the host's loopback (the sandbox has a loopback of its own)
+    local port
+    local srv = assert(rig.http.server{ listen = "127.0.0.1:0",
+      routes = { ["GET /"] = function() return { body = "hello" } end } })
+    port = srv.port
+    local NET = ROOT .. "/tests/mcp/net_server.js"
+    local open = assert(rig.mcp.stdio{ name = "net_open", command = "node", args = { NET }, unconfined = true })
+    local r = assert(open:call("connect", { host = "127.0.0.1", port = port }))
+    open:close()
+    expect(r.content[1].text).to_be("connected: HTTP/1.1 200 OK") -- positive control: it answers
+    local ws = tmpdir("netws")
+    dirs[#dirs + 1] = ws
+    local p = rig.sandbox.profile{ workspace_root = ws, workspace_write = "allow", network = "deny",
+      roots = { { path = ROOT .. "/tests/mcp", read = "allow" } } }
+    local boxed = assert(rig.mcp.stdio{ name = "net_boxed", command = "node", args = { NET }, profile = p })
+    r = assert(boxed:call("connect", { host = "127.0.0.1", port = port }))
+    expect(r.isError).to_be(true)
+    expect(r.content[1].text).to_match("^error: E") -- ECONNREFUSED: its loopback is its own
+    boxed:close()
+    srv:close()
+  end, { timeout = 60 })
+
   it("server-filesystem sees only the workspace: a path outside is refused by the sandbox, not the server", function()
     need_npm()
     local ws = tmpdir("ws")

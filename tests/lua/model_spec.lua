@@ -158,6 +158,17 @@ describe("rig.model.script", function()
     raises(function() rig.model.script{ { chunk = 0, text = "x" } } end, "chunk")
   end)
 
+  it("rejects a tool call's unknown keys instead of calling with {}", function()
+    raises(function() rig.model.script{ { tool_calls = { { name = "t", args = { q = 1 } } } } } end,
+      "steps%[1%]%.tool_calls%[1%]: unknown field 'args'")
+    raises(function() rig.model.script{ { tool_calls = { { name = "t", arguments = {} } } } } end,
+      "unknown field 'arguments'")
+    raises(function() rig.model.script{ { tool_calls = { { name = "t", input = {}, input_json = "{}" } } } } end,
+      "both input and input_json")
+    local m = rig.model.script{ { tool_calls = { { name = "t", id = "c1", input = { q = 1 } } } } }
+    expect(assert(m:invoke(user("x"))).message.content[1].input.q).to_be(1)
+  end)
+
   it("waits for a delayed step without blocking other tasks", function()
     local m = rig.model.script{ { text = "late", delay = 0.2 } }
     local ticks = 0

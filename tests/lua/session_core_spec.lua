@@ -1,4 +1,4 @@
--- rig.core sessions (SESSIONS.md part A): emit and subscribe, the fault
+-- rig.core sessions (docs/design/sessions.md): emit and subscribe, the fault
 -- latch, overflow, conditions, journal_read, the catalog, held leases, close.
 local core = require "rig.core"
 

@@ -1,9 +1,9 @@
 #!/bin/sh
-# tests/sandbox/run.sh — SANDBOX.md's cases against `luarig sandbox run`.
+# tests/sandbox/run.sh — the threat model's cases (docs/threat-model.md) against `luarig sandbox run`.
 #
 # Every case runs the same probe twice: once directly on the host (the
 # positive control: it must succeed, or the case proves nothing) and once
-# confined (it must fail the way SANDBOX.md says). Cases about user
+# confined (it must fail the way docs/threat-model.md says). Cases about user
 # authority run again as an unprivileged user the suite creates when it runs
 # as root. Cases 22-25 (grants, a corrupt spec, a missing guarantee) are unit
 # tests of their parts: tests/unit/sandbox_grant_test.c,

@@ -116,7 +116,7 @@ static char *argv_true[] = { "true", NULL };
 static int build(const struct lr_profile *p, const struct lr_exec_request *r,
 		 const struct lr_exec_ctx *c, struct lr_sbx_spec *s, char *err)
 {
-	int rc = lr_executor_build_spec(p, &caps, r, c, s, err);
+	int rc = lr_sbx_build_spec(p, &caps, r, c, s, err);
 	if (rc)
 		fprintf(stderr, "# build: %s\n", err);
 	return rc;
@@ -202,7 +202,7 @@ TEST(view_readonly_workspace_and_no_host)
 	profile_init(&p);
 	p.host_read = LR_CAP_DENY;
 	struct lr_exec_request r2 = { .argv = argv_true };
-	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r2, &c, &s, err), LR_ENOTFOUND);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r2, &c, &s, err), LR_ENOTFOUND);
 	CHECK(strstr(err, "'true' not found") != NULL);
 	CHECK(s.argv == NULL && s.nmounts == 0);
 }
@@ -240,7 +240,7 @@ TEST(protected_paths_at_depth)
 	char err[LR_EXEC_ERRLEN];
 	profile_init(&p);
 	ctx_init(&c);
-	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
 	CHECK(strstr(err, ".claude") && strstr(err, "symbolic link"));
 	snprintf(p1, sizeof p1, "%s/.claude", ws);
 	unlink(p1);
@@ -310,10 +310,10 @@ TEST(protected_paths_at_depth)
 
 	/* Without a mount view (tier B) a writable workspace is refused; a read-only one runs. */
 	struct lr_sbx_caps b = { .tier = LR_TIER_B };
-	CHECK_EQ_INT(lr_executor_build_spec(&p, &b, &r, &c, &s, err), LR_EREFUSED);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &b, &r, &c, &s, err), LR_EREFUSED);
 	CHECK(strstr(err, "protected_files") != NULL);
 	p.workspace_write = LR_CAP_DENY;
-	CHECK_EQ_INT(lr_executor_build_spec(&p, &b, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &b, &r, &c, &s, err), 0);
 	lr_sbx_spec_release(&s);
 
 	/* A read-only workspace has nothing to protect. */
@@ -376,11 +376,11 @@ TEST(network_and_proxy)
 	c.proxy_port = 3128;
 	c.dns_port = 5353;
 	/* deny: refused, naming the target */
-	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
 	CHECK(strstr(err, "'example.com:443'") && strstr(err, "denied"));
 	/* gated without a grant: refused; with one: the proxy */
 	p.network = LR_CAP_GATED;
-	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
 	CHECK(strstr(err, "gated") != NULL);
 	const char *gn[] = { "example.com:443" };
 	c.granted_net = gn;
@@ -414,7 +414,7 @@ TEST(network_and_proxy)
 	/* without a proxy the network cannot be given: said, not faked */
 	c.proxy_port = 0;
 	r2.network = NULL;
-	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r2, &c, &s, err), LR_EUNAVAILABLE);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r2, &c, &s, err), LR_EUNAVAILABLE);
 	CHECK(strstr(err, "egress proxy") != NULL);
 }
 
@@ -438,15 +438,15 @@ TEST(commands_and_cwd)
 	lr_buf_init(&line, 1024);
 	char *argv[] = { "git", "commit", "-m", "x", NULL };
 	struct lr_exec_request r2 = { .argv = argv };
-	CHECK_EQ_INT(lr_executor_command_line(&r2, &line), 0);
+	CHECK_EQ_INT(lr_sbx_command_line(&r2, &line), 0);
 	CHECK_EQ_STR(line.data, "git commit -m x");
 	lr_buf_release(&line);
 
 	p.command = LR_CAP_DENY;
-	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
 	CHECK(strstr(err, "denied") != NULL);
 	p.command = LR_CAP_GATED;
-	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
 	CHECK(strstr(err, "gated") != NULL);
 	c.command_granted = 1;
 	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
@@ -463,10 +463,10 @@ TEST(commands_and_cwd)
 	CHECK_EQ_STR(s.cwd, sub);
 	lr_sbx_spec_release(&s);
 	r.cwd = root; /* the parent of the workspace: not in the view */
-	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
 	CHECK(strstr(err, "outside the sandbox's view") != NULL);
 	r.cwd = "nosuch";
-	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r, &c, &s, err), LR_ENOTFOUND);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_ENOTFOUND);
 	/* a relative argv[0] is taken from cwd */
 	char *rel[] = { "./run.sh", NULL };
 	struct lr_exec_request r3 = { .argv = rel, .cwd = "a" };
@@ -475,7 +475,7 @@ TEST(commands_and_cwd)
 	CHECK_EQ_STR(s.argv[0], sub);
 	lr_sbx_spec_release(&s);
 	struct lr_exec_request r4 = { 0 };
-	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r4, &c, &s, err), -EINVAL);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r4, &c, &s, err), -EINVAL);
 }
 
 TEST(grants_roots_home_unconfined)
@@ -565,7 +565,7 @@ TEST(grants_roots_home_unconfined)
 	profile_init(&p);
 	struct lr_sbx_caps cg = { .tier = LR_TIER_A, .cgroup = 1 };
 	snprintf(cg.cgroup_path, sizeof cg.cgroup_path, "/sys/fs/cgroup/x");
-	CHECK_EQ_INT(lr_executor_build_spec(&p, &cg, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &cg, &r, &c, &s, err), 0);
 	CHECK(s.cgroup && strncmp(s.cgroup, "/sys/fs/cgroup/x/luarig-", 24) == 0);
 	lr_sbx_spec_release(&s);
 }
@@ -585,12 +585,12 @@ TEST(walk_is_bounded)
 	char err[LR_EXEC_ERRLEN];
 	profile_init(&p);
 	ctx_init(&c);
-	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
 	CHECK(strstr(err, "directories deep") != NULL);
 	snprintf(p1, sizeof p1, "rm -rf '%s/deep'", ws);
 	CHECK_EQ_INT(system(p1), 0);
 	p.protect_max_entries = 3;
-	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
 	CHECK(strstr(err, "more than 3 entries") != NULL);
 	p.protect_max_entries = 0;
 	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
@@ -604,7 +604,7 @@ TEST(walk_is_bounded)
 		snprintf(p1, sizeof p1, "%s/many/r%03d/.git/HEAD", ws, i);
 		touch(p1);
 	}
-	CHECK_EQ_INT(lr_executor_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
 	CHECK(strstr(err, "too many repositories") != NULL);
 	snprintf(p1, sizeof p1, "rm -rf '%s/many'", ws);
 	CHECK_EQ_INT(system(p1), 0);

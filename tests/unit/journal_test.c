@@ -3,7 +3,7 @@
  * round trip and strictness, fences, idempotency, blob offload, stale
  * writers, corrupted records, replay from any sequence, concurrency.
  */
-#include "../../storage/storage.h"
+#include "../../storage/internal.h"
 #include "test.h"
 
 #include <errno.h>

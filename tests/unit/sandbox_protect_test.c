@@ -6,7 +6,7 @@
  * the check after a run (moved aside inside repositories only), the answer
  * for the file tools, and the .git file parser.
  */
-#include "../../sandbox/sandbox.h"
+#include "../../sandbox/internal.h"
 #include "test.h"
 
 #include <errno.h>

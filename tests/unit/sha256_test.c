@@ -5,7 +5,7 @@
  */
 #include "test.h"
 
-#include "../../util/util.h"
+#include "../../util/internal.h"
 
 #include <stdlib.h>
 #include <string.h>

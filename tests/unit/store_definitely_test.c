@@ -5,7 +5,7 @@
  */
 #include "test.h"
 
-#include "../../storage/storage.h"
+#include "../../storage/internal.h"
 
 /* Script letters: 'L' store it and say LR_EAMBIGUOUS (the ack was lost), 'A' ambiguous and
  * not stored, 'T' LR_ETIMEOUT before sending, '.' (or the end) the real append. */

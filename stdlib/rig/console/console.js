@@ -166,7 +166,9 @@
       this.steps = new Map();  // step_id -> { el, blocks: Map(index -> block) }
       this.calls = new Map();  // call_id -> tool card
       this.gates = new Map();  // gate_id -> card
+      this.inputs = new Map(); // input_id -> card (an MCP server's question)
       this.gateOfCall = new Map(); // call_id -> gate card: drawn in that call's card
+      this.inputsOfCall = new Map(); // call_id -> question cards: drawn in that call's card
       this.requests = new Map(); // gate_id -> PermissionRequested
       this.resumable = new Set(); // loops with a turn a crash or a shutdown cut (RestoreDone)
       this.log = $('log');
@@ -366,6 +368,8 @@
       // the gate that asked about this call: under the call, above its result
       const gate = id && this.gateOfCall.get(id);
       if (gate) card.appendChild(gate);
+      // and the questions its server asked meanwhile (MCP elicitation)
+      for (const q of (id && this.inputsOfCall.get(id)) || []) card.appendChild(q);
       return card;
     }
 
@@ -464,6 +468,93 @@
       this.setState('waiting_on_gate');
     }
 
+    // An MCP server's question (elicitation) within a tool call: one field per
+    // property of its schema, filled with the defaults; Accept sends them.
+    inputRequested(ev) {
+      const card = el('div', 'gate question');
+      card.dataset.input = ev.input_id;
+      card.appendChild(el('div', 'what', (ev.server || 'A server') + ' asks: ' + (ev.message || '')));
+      const props = (ev.schema && typeof ev.schema.properties === 'object') ? ev.schema.properties : {};
+      const fields = {};
+      for (const name of Object.keys(props).sort()) {
+        const p = props[name] || {};
+        const row = card.appendChild(el('label', 'field'));
+        row.appendChild(el('span', 'name', (p.title || name) + (p.description ? ' — ' + p.description : '')));
+        let input;
+        if (Array.isArray(p.enum)) {
+          input = document.createElement('select');
+          for (const v of p.enum) {
+            const o = input.appendChild(document.createElement('option'));
+            o.value = String(v); o.textContent = String(v);
+          }
+        } else {
+          input = document.createElement('input');
+          input.type = p.type === 'boolean' ? 'checkbox' : (p.type === 'number' || p.type === 'integer') ? 'number' : 'text';
+        }
+        input.name = name;
+        if (p.default !== undefined) {
+          if (input.type === 'checkbox') input.checked = !!p.default; else input.value = String(p.default);
+        }
+        row.appendChild(input);
+        fields[name] = { input, type: p.type };
+      }
+      const actions = card.appendChild(el('div', 'actions'));
+      for (const [action, label, cls] of [['accept', 'Accept', 'approve'], ['decline', 'Decline', 'deny'], ['cancel', 'Cancel', 'cancel']]) {
+        const b = actions.appendChild(el('button', cls, label));
+        b.type = 'button';
+        b.dataset.action = action;
+        b.addEventListener('click', () => {
+          const content = {};
+          if (action === 'accept') {
+            for (const [name, f] of Object.entries(fields)) {
+              if (f.input.type === 'checkbox') content[name] = f.input.checked;
+              else if (f.type === 'integer') content[name] = parseInt(f.input.value, 10);
+              else if (f.type === 'number') content[name] = Number(f.input.value);
+              else content[name] = f.input.value;
+            }
+          }
+          this.respond(ev.input_id, action, content, card);
+        });
+      }
+      const call = ev.call_id && this.calls.get(ev.call_id);
+      if (ev.call_id) {
+        const list = this.inputsOfCall.get(ev.call_id) || [];
+        list.push(card);
+        this.inputsOfCall.set(ev.call_id, list);
+      }
+      if (call && call.isConnected) call.insertBefore(card, call.querySelector('.result'));
+      else if (ev.step_id) this.step(ev).box.appendChild(card);
+      else this.turn(ev.turn_id).el.appendChild(card);
+      this.inputs.set(ev.input_id, card);
+    }
+
+    async respond(inputId, action, content, card) {
+      for (const b of card.querySelectorAll('button')) b.disabled = true;
+      try {
+        await api('POST', '/v1/sessions/' + encodeURIComponent(this.id) + '/inputs/' +
+          encodeURIComponent(inputId), action === 'accept' ? { action, content } : { action });
+      } catch (e) {
+        if (e instanceof AuthError) return;
+        if (e.code !== 'input_not_open') {
+          for (const b of card.querySelectorAll('button')) b.disabled = false;
+        }
+        flash('question ' + inputId + ': ' + e.message);
+      }
+    }
+
+    inputResolved(ev) {
+      const card = this.inputs.get(ev.input_id);
+      if (!card) return;
+      card.classList.add('resolved');
+      const actions = card.querySelector('.actions');
+      if (actions) actions.remove();
+      for (const i of card.querySelectorAll('input, select')) i.disabled = true;
+      const words = { accept: 'answered', decline: 'declined', cancel: 'cancelled' };
+      card.appendChild(el('div', 'outcome', (words[ev.action] || ev.action) +
+        (ev.source && ev.source !== 'user' ? ' (' + ev.source + ')' : '')));
+      this.inputs.delete(ev.input_id);
+    }
+
     async answer(gateId, action, card) {
       for (const b of card.querySelectorAll('button')) b.disabled = true;
       try {
@@ -543,6 +634,8 @@
         break;
       case 'GateOpened': this.gateOpened(ev); break;
       case 'GateResolved': this.gateResolved(ev); break;
+      case 'UserInputRequested': this.inputRequested(ev); break;
+      case 'UserInputResolved': this.inputResolved(ev); break;
       case 'TurnDone':
         this.turnEnd(ev, 'turn-end', 'turn done · ' + this.usage(ev.usage));
         break;

@@ -14,7 +14,7 @@
 -- or id (a synthetic "call_<index>"), reasoning in `reasoning_content` or
 -- `reasoning`, arguments sent as an object instead of a string.
 --
--- Chunk shapes: see rig.model.accum. Interface: HELPERS-MODELS.md.
+-- Chunk shapes: see rig.model.accum. Interface: docs/models.md, docs/design/models.md.
 
 local json = require "rig.json"
 local cache = require "rig.model.cache"

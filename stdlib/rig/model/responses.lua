@@ -12,7 +12,7 @@
 -- response.completed and response.incomplete; response.failed and error are
 -- typed errors (the error may sit at the top level or under `error`).
 --
--- Chunk shapes: see rig.model.accum. Interface: HELPERS-MODELS.md.
+-- Chunk shapes: see rig.model.accum. Interface: docs/models.md, docs/design/models.md.
 
 local json = require "rig.json"
 local shared = require("rig.model.openai").shared

@@ -94,6 +94,15 @@ local function check_step(step, path, level)
       if type(c) ~= "table" or type(c.name) ~= "string" then
         fail(p, "must be { name = …, input = { … } }", level + 1)
       end
+      for k in pairs(c) do
+        if k ~= "name" and k ~= "input" and k ~= "input_json" and k ~= "id" then
+          fail(p, "unknown field '" .. tostring(k) .. "' (a call takes name, input or input_json, "
+            .. "id)", level + 1)
+        end
+      end
+      if c.input ~= nil and c.input_json ~= nil then
+        fail(p, "gives both input and input_json", level + 1)
+      end
       if c.input ~= nil and type(c.input) ~= "table" then fail(p .. ".input", "must be a table", level + 1) end
       if c.input_json ~= nil and type(c.input_json) ~= "string" then
         fail(p .. ".input_json", "must be a string", level + 1)

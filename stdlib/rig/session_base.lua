@@ -1,0 +1,235 @@
+-- rig.session_base: what every part of the session runner shares — the
+-- session object's class, ids, events and command records, the catalog, the
+-- fault message, usage sums, user messages, closing a gate. It requires only
+-- rig.core and rig.json, so each part (rig.session_turn, _compact, _replay,
+-- _fork, _resume) and rig.delegation build on it without a cycle. The one
+-- thing that calls back up, starting a loop's work (a new instance, an
+-- enqueued input), is handed to rig.delegation and rig.session_resume as an
+-- argument: rig.session_turn's `runner`.
+
+local core = require "rig.core"
+local json = require "rig.json"
+
+local M = {}
+
+local ENDURING = {
+  SessionStarted = true, SessionForked = true, SessionActive = true, SessionIdle = true,
+  SessionStopped = true,
+  RestoreStarted = true, RestoreDone = true, RestoreErrored = true,
+  LoopStarted = true, LoopIdle = true,
+  TurnStarted = true, TurnRejected = true, TurnFoldedInto = true, InputCancelled = true,
+  TurnResumed = true, ToolCallsPlanned = true, ToolResultRecorded = true,
+  StepDone = true, TurnDone = true, TurnFailed = true, TurnInterrupted = true,
+  PermissionRequested = true, PermissionDecided = true, GateOpened = true, GateResolved = true,
+  UserInputRequested = true, UserInputResolved = true, WorkspaceCheckpointed = true, WorkspaceRestored = true,
+  WorkspaceFaulted = true, WorkspaceFaultCleared = true,
+  ActiveLoopChanged = true, CompactionCommitted = true, ContextMeasured = true,
+}
+local EPHEMERAL = { TokenDelta = true, ToolCallStarted = true, ToolCallCompleted = true,
+                    InputQueued = true }
+local TERMINAL = { TurnDone = true, TurnFailed = true, TurnInterrupted = true }
+M.ENDURING, M.EPHEMERAL, M.TERMINAL = ENDURING, EPHEMERAL, TERMINAL
+
+local Session = {}
+Session.__index = Session
+
+local function fail(where, msg, level)
+  error("rig.session: " .. where .. ": " .. msg, (level or 1) + 1)
+end
+
+-- ---- ids and events ----
+
+local function next_id(S, prefix)
+  local n = S.counter + 1
+  S.counter = n
+  return prefix .. S.epoch .. "." .. n
+end
+
+-- Queues one event (and waits for it when it is enduring and wait is not
+-- false). Returns the seq (enduring), true (ephemeral or not waited), or
+-- nil, message, code. fields may hold loop_id, turn_id, step_id, cause.
+local function emit(S, etype, fields, wait)
+  local enduring = ENDURING[etype]
+  if not enduring and not EPHEMERAL[etype] then
+    error("rig.session: internal: unknown event type '" .. tostring(etype) .. "'", 2)
+  end
+  local ev = fields or {}
+  ev.v = 1
+  ev.type = etype
+  ev.session_id = S.id
+  ev.event_id = next_id(S, "e")
+  ev.created_at = core.time()
+  if TERMINAL[etype] then ev.ends_turn = true end
+  local text, err = json.encode(ev)
+  if not text then
+    error("rig.session: internal: cannot encode " .. etype .. ": " .. tostring(err), 2)
+  end
+  return S.core:emit(text, { type = etype, loop_id = ev.loop_id, enduring = enduring == true,
+    ends_turn = TERMINAL[etype] == true, id = enduring and ev.event_id or nil,
+    wait = enduring and wait ~= false })
+end
+
+local function catalog(S, t)
+  if S.closed then return end
+  S.core:catalog(t)
+end
+
+-- Why a faulted session refuses work, said once: the C latch's message
+-- already reads "session ID is faulted: cause"; a cause of our own gets that
+-- prefix here. nil when the session is not faulted.
+local function fault_message(S)
+  local f = S.faulted_msg or S.core:faulted()
+  if not f then return nil end
+  f = tostring(f)
+  local head = "session " .. S.id .. " is faulted: "
+  if f:sub(1, #head) == head then return f end
+  return head .. f
+end
+
+local USAGE_KEYS = { "input_tokens", "output_tokens", "cache_read_tokens",
+                     "cache_creation_tokens", "reasoning_tokens" }
+
+local function add_usage(sum, u)
+  if not u then return end
+  for i = 1, #USAGE_KEYS do
+    local k = USAGE_KEYS[i]
+    local v = u[k]
+    if v then sum[k] = (sum[k] or 0) + v end
+  end
+  if u.cost then sum.cost = (sum.cost or 0) + u.cost end
+end
+
+local function new_usage()
+  return { input_tokens = 0, output_tokens = 0, cache_read_tokens = 0,
+           cache_creation_tokens = 0, reasoning_tokens = 0 }
+end
+
+local function note_usage(S)
+  local u = S.usage_sum
+  catalog(S, { input_tokens = u.input_tokens, output_tokens = u.output_tokens,
+               cache_read_tokens = u.cache_read_tokens, cost = u.cost or 0 })
+end
+
+-- ---- messages ----
+
+local function user_message(input)
+  if type(input) == "string" then
+    return { role = "user", content = json.array({ { type = "text", text = input } }) }
+  end
+  local blocks = {}
+  for i, b in ipairs(input) do
+    if type(b) ~= "table" or b.type ~= "text" or type(b.text) ~= "string" then
+      return nil, "input[" .. i .. "] must be a { type = \"text\", text = … } block"
+    end
+    blocks[i] = { type = "text", text = b.text }
+  end
+  if #blocks == 0 then return nil, "input must hold at least one block" end
+  return { role = "user", content = json.array(blocks) }
+end
+
+local function title_of(msg)
+  for _, b in ipairs(msg.content) do
+    if b.type == "text" then
+      local line = b.text:match("^%s*([^\n]*)") or ""
+      -- at most 80 code points
+      local n, cut = 0, #line
+      for p in utf8.codes(line, true) do
+        n = n + 1
+        if n > 80 then cut = p - 1 break end
+      end
+      return line:sub(1, cut)
+    end
+  end
+  return ""
+end
+
+-- Head + tail of an over-long result, with a marker saying what was left out.
+local function cap_result(text, cap)
+  if not cap or cap == 0 or #text <= cap then return text end
+  local marker = "\n[tool output truncated: omitted %d of %d bytes]\n"
+  local room = cap - #marker - 20
+  if room < 64 then room = 64 end
+  local head = room // 2
+  local tail = room - head
+  -- do not cut inside a UTF-8 sequence
+  while head > 0 and (text:byte(head + 1) or 0) & 0xC0 == 0x80 do head = head - 1 end
+  local ts = #text - tail + 1
+  while ts <= #text and (text:byte(ts) or 0) & 0xC0 == 0x80 do ts = ts + 1 end
+  local omitted = ts - head - 1
+  return text:sub(1, head) .. string.format(marker, omitted, #text) .. text:sub(ts)
+end
+M.cap_result = cap_result
+
+local function new_session(r, csess)
+  local S = setmetatable({
+    id = csess.id, rig = r, core = csess, epoch = csess:epoch(), counter = 0,
+    loops = {}, loop_order = {}, busy = 0, open_gates = {}, gate_order = {}, open_inputs = {},
+    idle_cond = core.cond(), usage_sum = new_usage(), want_ephemeral = 0,
+    subs = setmetatable({}, { __mode = "k" }), closed = false,
+  }, Session)
+  return S
+end
+
+local function check_open(S, where)
+  if S.closed then fail(where, "the session is shut down", 3) end
+end
+
+-- The intent log: every submit is journaled as a command record (audit only:
+-- queued input that never started a turn is not replayed).
+-- A command record (UserInput, and delegation's SubagentResult and
+-- DelegateBackgrounded): t has type, command_id, loop_id and the payload.
+local function emit_command_record(S, t, wait)
+  t.v = 1
+  t.created_at = core.time()
+  local body = json.encode(t)
+  return S.core:emit(body, { type = t.type, loop_id = t.loop_id, kind = "command",
+    id = t.command_id, wait = wait == true })
+end
+
+local function emit_command(S, cid, loop_id, msg)
+  emit_command_record(S, { type = "UserInput", command_id = cid, loop_id = loop_id,
+    message = msg })
+end
+
+local function loop_revisions(r)
+  local revs = {}
+  for _, l in ipairs(r.loops) do revs[l.name] = l:revision() end
+  return revs
+end
+
+local function ws_hooks(S)
+  return { emit = function(etype, fields, wait) return emit(S, etype, fields, wait) end,
+           catalog = function(t) catalog(S, t) end }
+end
+
+-- ---- gates and turns ----
+
+-- Closes an open gate (GateResolved): answered in its call, after a
+-- restore by respond_gate, or cancelled by an interrupt or a resume.
+local function close_gate(S, g, action, source, code)
+  if g.resolved then return true end -- answered (and journaled) before a resume
+  S.open_gates[g.gate_id] = nil
+  for i, id in ipairs(S.gate_order) do
+    if id == g.gate_id then table.remove(S.gate_order, i) break end
+  end
+  return emit(S, "GateResolved", { loop_id = g.loop_id, turn_id = g.turn_id,
+    gate_id = g.gate_id, action = action, source = source or "user", code = code })
+end
+
+-- The failure of a turn that reached one of its limits.
+local function limit_failure(name, value, what)
+  return { code = "limit", limit = name,
+           message = string.format("the turn reached its %s limit (%s)", what or name,
+             tostring(value)) }
+end
+
+M.Session, M.fail = Session, fail
+M.next_id, M.emit, M.catalog, M.fault_message = next_id, emit, catalog, fault_message
+M.add_usage, M.new_usage, M.note_usage = add_usage, new_usage, note_usage
+M.user_message, M.title_of = user_message, title_of
+M.new_session, M.check_open = new_session, check_open
+M.emit_command_record, M.emit_command = emit_command_record, emit_command
+M.loop_revisions, M.ws_hooks = loop_revisions, ws_hooks
+M.close_gate, M.limit_failure = close_gate, limit_failure
+
+return M
