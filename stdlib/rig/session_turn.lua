@@ -157,7 +157,7 @@ local function run_call(S, inst, turn, call)
   -- prepare (optional: a tool without it declares no access), then the request
   -- checked, and a needs_approval requirement added; run gets the arguments
   local args = call.input or {}
-  local pok, req, artifact = pcall(tool_mod().prepare_call, tool, args, { session_id = S.id,
+  local pok, req, artifact = pcall(tool_mod.prepare_call, tool, args, { session_id = S.id,
     loop_id = inst.id, workspace = S.workspace })
   if not pok and is_cancel(req) then error(req, 0) end
   if not pok then
@@ -187,7 +187,7 @@ local function run_call(S, inst, turn, call)
     return true
   end
   ctx.request_input = function(spec) return request_input(S, inst, turn, call, spec) end
-  return run_tool(S, inst, turn, call, tool, tool_mod().run_args(tool, args, req), ctx)
+  return run_tool(S, inst, turn, call, tool, tool_mod.run_args(tool, args, req), ctx)
 end
 
 -- The gate's decision on one call's request: the approved requirements (or true),
