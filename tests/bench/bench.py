@@ -130,11 +130,11 @@ def loadavg():
 
 def main():
     t0, load0 = time.time(), loadavg()
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "?"
     try:
         run_all()
     finally:
-        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True).stdout.strip() or "?"
         benchlib.record("meta", date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
                         commit=commit, load_start=load0, load_end=loadavg(),
                         wall_min=round((time.time() - t0) / 60, 1))
