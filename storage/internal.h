@@ -24,9 +24,11 @@ void lr__nats_redact(const char *url, char *out, size_t cap);
  * subject is NUL-terminated there, data and hdrs base64-decoded there (all
  * pointers into body, NULL when absent). Returns 0 (a message), 1 (no
  * message found), 2 (another error: err/err_len, maybe NULL, its
- * description) or LR_ECORRUPT (a reply this cannot read).
+ * description; busy set for a 503, which passes: no leader this moment)
+ * or LR_ECORRUPT (a reply this cannot read).
  */
 struct lr__msgget {
+	int busy;
 	char *subject;
 	uint64_t seq;
 	char *data, *hdrs;

@@ -340,6 +340,7 @@ int lr__nats_msgget_parse(char *body, struct lr__msgget *out)
 		if (json_u64(body, "err_code", &code) == 0 && code == 10037)
 			return 1; /* no message found */
 		out->err = json_str(body, "description", &out->err_len);
+		out->busy = json_u64(body, "code", &code) == 0 && code == 503;
 		return 2;
 	}
 	char *subj = json_str(body, "subject", &sl);
@@ -410,34 +411,45 @@ static int leader_get(struct nstore *n, const char *stream, const char *last_sub
 				      seq, next_subj);
 	natsMsg *reply = NULL;
 	natsStatus s;
+	char *body = NULL;
+	struct lr__msgget g;
+	int rc;
+	/* No responders, or a 503 (JetStream temporarily unavailable): the stream has
+	 * no leader this moment (see publish); asked again until the wait is over. */
 	int64_t deadline = now_ms(CLOCK_MONOTONIC) + n->wait_ms;
 	for (int64_t pause = 50;; pause = pause < 400 ? pause * 2 : 500) {
 		s = N.request(&reply, n->nc, api, req, rl, n->wait_ms);
-		if (s != NATS_NO_RESPONDERS || now_ms(CLOCK_MONOTONIC) + pause >= deadline)
-			break;
-		usleep((useconds_t)pause * 1000); /* no leader this moment: see publish */
-	}
-	if (s != NATS_OK)
-		return nfail(e, s, what);
-	int len = N.msg_len(reply);
-	char *body = malloc((size_t)len + 1);
-	if (!body) {
+		int again = now_ms(CLOCK_MONOTONIC) + pause < deadline;
+		if (s == NATS_NO_RESPONDERS && again) {
+			usleep((useconds_t)pause * 1000);
+			continue;
+		}
+		if (s != NATS_OK)
+			return nfail(e, s, what);
+		int len = N.msg_len(reply);
+		body = malloc((size_t)len + 1);
+		if (!body) {
+			N.msg_destroy(reply);
+			lr_err_set(e, "storage: %s: out of memory", what);
+			return -ENOMEM;
+		}
+		memcpy(body, N.msg_data(reply), (size_t)len);
+		body[len] = 0;
 		N.msg_destroy(reply);
-		lr_err_set(e, "storage: %s: out of memory", what);
-		return -ENOMEM;
+		rc = lr__nats_msgget_parse(body, &g);
+		if (rc != 2 || !g.busy || !again)
+			break;
+		free(body);
+		body = NULL;
+		usleep((useconds_t)pause * 1000);
 	}
-	memcpy(body, N.msg_data(reply), (size_t)len);
-	body[len] = 0;
-	N.msg_destroy(reply);
-	struct lr__msgget g;
-	int rc = lr__nats_msgget_parse(body, &g);
 	natsMsg *m = NULL;
 	if (rc == 1) {
 		rc = LR_ENOTFOUND;
 	} else if (rc == 2) {
 		lr_err_set(e, "storage: %s: %.*s", what, g.err ? (int)(g.err_len > 200 ? 200 : g.err_len) : 5,
 			   g.err ? g.err : "error");
-		rc = -EIO;
+		rc = g.busy ? LR_ENETWORK : -EIO;
 	} else if (rc) {
 		lr_err_set(e, "storage: %s: a message-get reply this cannot read", what);
 	} else if ((s = N.msg_create(&m, g.subject, NULL, g.data_len ? g.data : NULL,
@@ -542,8 +554,11 @@ static int publish(struct nstore *n, const char *subj, uint64_t expect, const ch
 	 * taking its subjects for a moment): definite, so sent again until the wait is over */
 	int64_t deadline = now_ms(CLOCK_MONOTONIC) + n->wait_ms;
 	for (int64_t pause = 50;; pause = pause < 400 ? pause * 2 : 500) {
+		jerr = 0;
 		s = N.publish(&pa, n->js, m, &po, &jerr);
-		if (s != NATS_NO_RESPONDERS || now_ms(CLOCK_MONOTONIC) + pause >= deadline)
+		/* "JetStream system temporarily unavailable" is a refusal too: not stored */
+		if ((s != NATS_NO_RESPONDERS && jerr != JSClusterNotAvailErr) ||
+		    now_ms(CLOCK_MONOTONIC) + pause >= deadline)
 			break;
 		usleep((useconds_t)pause * 1000);
 	}
