@@ -81,6 +81,7 @@ struct cat {
 	uint64_t tip;
 	int inflight, again;
 	int final; /* the write of a closing session: the close goes on after it */
+	struct lr_session_open *open; /* the write of a new session: its open completes after it */
 	int rc;
 	struct lr_err err;
 };
@@ -100,6 +101,7 @@ struct lr_session {
 	int cat_logged;
 	int no_catalog;
 	int close_cat; /* close_work writes the catalog itself (no memory for a cat) */
+	int note_open; /* created: its first catalog write is due before the open completes */
 	int closing, closed, freeing;
 	void (*close_done)(void *arg);
 	void *close_arg;
@@ -160,12 +162,9 @@ static void open_work(struct lr_work *w)
 	s->tip = lr_journal_tip(j);
 	s->epoch = lease->epoch;
 	s->no_catalog = o->no_catalog;
-	if (created && !s->no_catalog) {
-		/* Best effort: the catalog lists the session from its start. */
-		struct lr_err ce;
-		if (lr_catalog_note_append(o->store, o->sid, s->tip, &ce) != 0)
-			fprintf(stderr, "luarig: catalog of session %s: %s\n", o->sid, ce.msg);
-	}
+	/* Best effort: the catalog lists the session from its start. The write
+	 * goes through the catq (open_done) with every other session's. */
+	s->note_open = created && !s->no_catalog;
 	o->session = s;
 	o->rc = 0;
 	return;
@@ -179,9 +178,25 @@ fail:
 	snprintf(o->err, sizeof o->err, "%s", e.msg[0] ? e.msg : lr_strerror(rc));
 }
 
+static struct cat *cat_get(struct lr_session *s);
+static void cat_start(struct cat *c);
+
 static void open_done(struct lr_work *w)
 {
 	struct lr_session_open *o = (struct lr_session_open *)w;
+	struct lr_session *s = o->rc == 0 ? o->session : NULL;
+	if (s && s->note_open) {
+		s->note_open = 0;
+		struct cat *c = cat_get(s);
+		if (c) {
+			c->open = o; /* cat_finish completes the open */
+			cat_start(c);
+			return;
+		}
+		struct lr_err ce; /* no memory for a cat: write here */
+		if (lr_catalog_note_append(s->store, s->id, s->tip, &ce) != 0)
+			fprintf(stderr, "luarig: catalog of session %s: %s\n", s->id, ce.msg);
+	}
 	o->done(o);
 }
 
@@ -881,6 +896,19 @@ static void cat_finish(struct cat *c)
 		s->cat_logged = 1;
 		fprintf(stderr, "luarig: catalog of session %s: %s\n", s->id,
 			c->err.msg[0] ? c->err.msg : lr_strerror(c->rc));
+	}
+	if (c->open) {
+		/* A new session's first catalog write landed: the open completes. */
+		struct lr_session_open *o = c->open;
+		c->open = NULL;
+		if (c->again) { /* values set meanwhile: written next, in the background */
+			cat_start(c);
+		} else {
+			s->cat = NULL;
+			free(c);
+		}
+		o->done(o);
+		return;
 	}
 	if (c->final) {
 		/* The close's catalog write landed: the journal and the lease next. */

@@ -63,6 +63,7 @@ suite docs-examples "$LUARIG" tests/docs/examples.lua docs/api.md docs/examples/
 [ -f tests/console/edges_test.py ] && suite console-edges python3 tests/console/edges_test.py
 [ -f tests/console/flow_test.py ] && suite console-flow python3 tests/console/flow_test.py
 [ -f tests/console/elicit_test.py ] && suite console-elicit python3 tests/console/elicit_test.py
+[ -f tests/console/media_test.py ] && suite console-media python3 tests/console/media_test.py
 for r in "$BUILD"/tests/fuzz/*_replay; do
 	[ -x "$r" ] || continue
 	n=$(basename "$r" _fuzz_replay)

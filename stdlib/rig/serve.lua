@@ -37,6 +37,7 @@
 --   POST /v1/sessions/{id}/gates/{gate}    {action} -> 202 {}
 --   POST /v1/sessions/{id}/inputs/{input}  {action, content?} -> 202 {}: an MCP server's
 --                                          question (UserInputRequested; docs/mcp.md)
+--   POST /v1/media                         {type, base64, media_type?, name?} -> 201 {blob, media_type, size}
 --   GET  /v1/sessions/{id}/status
 --   GET  /v1/sessions/{id}/journal?from&limit -> {events[{seq, kind, event}], next_seq, done}
 --   GET  /v1/sessions/{id}/events          SSE; Last-Event-ID or ?from=SEQ resumes after SEQ
@@ -55,7 +56,7 @@ local M = {}
 
 M.PROTOCOL, M.VERSION = "luarig.serve", 1
 local FEATURES = { "journal", "live_sse", "ephemeral_sse", "gate_response", "sse_resume",
-                   "idempotency", "resume" }
+                   "idempotency", "resume", "media" }
 
 -- The stable error codes: status and whether a retry may succeed (docs/serve.md).
 -- The lower layers answer some themselves, in the same shape: rig.http.server
@@ -463,6 +464,10 @@ function M.serve(opts)
       return nil, err("session_faulted", "session '" .. s.id .. "' is faulted (restore it)")
     end
     log("input to '%s' refused: %s (%s)", s.id, tostring(msg), tostring(code))
+    if code == "invalid_request" then
+      -- an image or document the session refused: the message says which and why
+      return nil, err("invalid_request", (tostring(msg):gsub("^submit: ", "")))
+    end
     return nil, err("invalid_request", "the session refused the input")
   end
 
@@ -600,6 +605,24 @@ function M.serve(opts)
     return ok(200, { command_id = cid })
   end
 
+  -- An image or document stored once (base64 in JSON): blocks refer to it by
+  -- { type, blob, media_type } from then on, in any session of this store.
+  local function upload(req)
+    local body, be = body_of(req, "media")
+    if not body then return be end
+    local media = require "rig.media"
+    local b, merr = media.check(body, "the upload")
+    if not b then return err("invalid_request", merr) end
+    if not b.data then return err("invalid_request", "the upload needs its bytes (base64)") end
+    local sb, serr = media.store(store, b)
+    if not sb then
+      log("media upload failed: %s", tostring(serr))
+      return err("storage", "the session store failed")
+    end
+    return ok(201, { type = sb.type, blob = sb.blob, media_type = sb.media_type, size = sb.size,
+                     name = sb.name })
+  end
+
   local function interrupt(req)
     local s, e = find(req.params.id)
     if not s then return e end
@@ -699,6 +722,7 @@ function M.serve(opts)
       for _, c in ipairs(s:resumable()) do cut[#cut + 1] = c.loop_id end
       out.resumable = json.array(cut) -- POST …/resume continues these loops' cut turns
       out.usage = s:usage()
+      out.active_loop = s.active -- where input goes (a handoff moves it)
       out.last_seq = s.core:tip()
     end
     return ok(200, out)
@@ -947,6 +971,7 @@ function M.serve(opts)
     ["POST /v1/sessions/{id}/resume"] = resume,
     ["POST /v1/sessions/{id}/gates/{gate}"] = gate,
     ["POST /v1/sessions/{id}/inputs/{input}"] = answer,
+    ["POST /v1/media"] = upload,
     ["GET /v1/sessions/{id}/status"] = status,
     ["GET /v1/sessions/{id}/journal"] = journal,
     ["GET /v1/sessions/{id}/events"] = events,

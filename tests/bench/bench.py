@@ -120,7 +120,27 @@ def nats_bench():
         shutil.rmtree(d, ignore_errors=True)
 
 
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
 def main():
+    t0, load0 = time.time(), loadavg()
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "?"
+    try:
+        run_all()
+    finally:
+        benchlib.record("meta", date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
+                        commit=commit, load_start=load0, load_end=loadavg(),
+                        wall_min=round((time.time() - t0) / 60, 1))
+
+
+def run_all():
     which = set(sys.argv[1:]) or {"startup", "rss", "sse", "json", "model", "cache", "store",
                                   "journal", "snapshot", "sandbox", "session", "serve", "nats",
                                   "mcp", "flow"}

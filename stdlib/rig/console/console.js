@@ -601,7 +601,8 @@
       case 'TurnStarted': {
         const t = this.turn(ev.turn_id);
         const blocks = (ev.message && ev.message.content) || [];
-        const text = blocks.map((b) => (b.type === 'text' ? b.text : '[' + b.type + ']')).join('\n');
+        const text = blocks.map((b) => (b.type === 'text' ? b.text
+          : '[' + b.type + (b.name ? ' ' + b.name : '') + (b.media_type ? ', ' + b.media_type : '') + ']')).join('\n');
         t.el.insertBefore(el('div', 'user', text), t.el.firstChild);
         this.setState('running');
         if (!this.title) {
@@ -690,12 +691,12 @@
   // empty and its title is that input. It is created, its stream opened,
   // then the input sent: text streams only to a subscriber that was there
   // when the step began (POST /v1/sessions {text} would start the turn first).
-  async function newSession(text) {
+  async function newSession(text, body) {
     const r = await api('POST', '/v1/sessions', {});
     select(r.session_id, titleOf(text));
     const v = view;
     await v.whenLive(3000);
-    await api('POST', '/v1/sessions/' + encodeURIComponent(r.session_id) + '/input', { text });
+    await api('POST', '/v1/sessions/' + encodeURIComponent(r.session_id) + '/input', body);
     await refreshList();
     return r;
   }
@@ -720,18 +721,54 @@
     $('input').focus();
   });
 
+  // Attached files go as image or document blocks, their bytes in base64
+  // (the server checks their type by the bytes and stores each once).
+  function base64Of(buf) {
+    const bytes = new Uint8Array(buf);
+    let s = '';
+    for (let i = 0; i < bytes.length; i += 0x8000) {
+      s += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+    }
+    return btoa(s);
+  }
+
+  async function mediaBlocks(files) {
+    const out = [];
+    for (const f of files) {
+      const block = { type: f.type.startsWith('image/') ? 'image' : 'document',
+                      base64: base64Of(await f.arrayBuffer()), name: f.name };
+      if (f.type) block.media_type = f.type;
+      out.push(block);
+    }
+    return out;
+  }
+
+  $('attach').addEventListener('change', () => {
+    const names = [...$('attach').files].map((f) => f.name);
+    $('attached').textContent = names.join(', ');
+    $('attached').title = names.join('\n');
+  });
+
   $('composer').addEventListener('submit', async (e) => {
     e.preventDefault();
     const text = $('input').value;
-    if (!text.trim()) return;
+    const files = [...$('attach').files];
+    if (!text.trim() && !files.length) return;
     $('send').disabled = true;
     try {
+      let body = { text };
+      if (files.length) {
+        const blocks = text.trim() ? [{ type: 'text', text }] : [];
+        body = { blocks: blocks.concat(await mediaBlocks(files)) };
+      }
       if (!view) {
-        await newSession(text);
+        await newSession(text || files[0].name, body);
       } else {
-        await api('POST', '/v1/sessions/' + encodeURIComponent(view.id) + '/input', { text });
+        await api('POST', '/v1/sessions/' + encodeURIComponent(view.id) + '/input', body);
       }
       $('input').value = '';
+      $('attach').value = '';
+      $('attached').textContent = '';
     } catch (err) {
       if (!(err instanceof AuthError)) flash(err.message);
     } finally {
