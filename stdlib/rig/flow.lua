@@ -421,7 +421,8 @@ local function now() return core.time() end
 local function emit(R, etype, fields, enduring)
   fields.v = 1
   fields.type = etype
-  fields.run_id = R.id
+  -- the journal is the run's own: only FlowStarted names it (bytes per step count)
+  if etype == "FlowStarted" then fields.run_id = R.id end
   fields.created_at = fields.created_at or now()
   local text, err = json.encode(fields)
   if not text then return nil, "cannot encode " .. etype .. ": " .. tostring(err), "encode" end
