@@ -7,8 +7,12 @@ pairs: luarig's memory store against MemorySaver. Each run is a fresh process
 (ours, peer, ours, peer, ...); CPU is the process's CPU time over the run (graph
 built before, not counted), per superstep; bytes are what the run checkpointed
 (luarig: its journal's record bodies; LangGraph: checkpoint, metadata and write
-blobs), per superstep; peak RSS is the process's VmHWM. LangGraph.js comes from
-build/npm/flow (make deps): without it there is no line.
+blobs), per superstep; peak RSS is the process's VmHWM. One run per process means
+V8 has not warmed LangGraph's code (that weighs most on the three-superstep fan-out;
+the 1,000-superstep loop amortizes it). Resume after kill: the loop killed with
+SIGKILL after superstep 300, then a new process's time from opening the store to the
+first superstep it finishes. LangGraph.js comes from build/npm/flow (make deps):
+without it there is no line.
 """
 import json
 import os
