@@ -572,12 +572,24 @@ local function run_turn(S, inst, item)
     end
     local deltas = S.want_ephemeral > 0
     local early = false
+    -- while input guardrails run, the step's deltas wait: a trip drops them
+    -- with the step, so no subscriber sees what it would not have been shown
+    local held = guard_in and deltas and {} or nil
+    local function delta(chunk)
+      emit(S, "TokenDelta", { loop_id = inst.id, turn_id = turn.id, step_id = step_id,
+        delta = chunk })
+    end
     for chunk in st:chunks() do
-      if deltas then
-        emit(S, "TokenDelta", { loop_id = inst.id, turn_id = turn.id, step_id = step_id,
-          delta = chunk })
-      end
       if guard_in and hooks.tripped_early(guard_in) then early = true break end
+      if held then
+        held[#held + 1] = chunk
+        if hooks.passed(guard_in) then
+          for _, c in ipairs(held) do delta(c) end
+          held = nil
+        end
+      elseif deltas then
+        delta(chunk)
+      end
     end
     local resp, rerr, rcode
     if not early then resp, rerr, rcode = st:result() end
@@ -595,6 +607,9 @@ local function run_turn(S, inst, item)
         if not gerr then return nil, gmsg, gcode end
         return "TurnFailed", { error = gerr }
       end
+      -- passed: the deltas held back go out now, in order
+      for _, c in ipairs(held or {}) do delta(c) end
+      held = nil
       if gu.input_tokens > 0 and resp then
         -- the guard models' part: the step's own usage is committed with it
         local only = new_usage()

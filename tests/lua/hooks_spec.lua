@@ -320,9 +320,31 @@ describe("guardrails", function()
       if ev.ends_turn then term = ev break end
     end
     expect(term.error.code).to_be("guardrail_tripped")
-    -- 40 chunks at 50 ms would take 2 s; the trip comes before the fifth
-    expect(deltas < 40).to_be(true)
+    -- the step's deltas were held while the guardrail ran, and dropped with the step
+    expect(deltas).to_be(0)
     expect(#model:calls()).to_be(1)
+    s:shutdown()
+  end)
+
+  it("deltas held while input guardrails run all go out, in order, once they pass", function()
+    local gate = rig.cond()
+    local released = false
+    local r = define({ { text = { "one ", "two ", "three" }, chunk_delay = 0.01 } }, { loop = {
+      guardrails = { input = { function()
+        while not released do gate:wait(5) end
+        return false
+      end } } } })
+    local s = assert(r:session())
+    local sub = s:subscribe{}
+    s:submit("hi")
+    local seen, term = {}, nil
+    rig.spawn(function() rig.sleep(0.2) released = true gate:signal() end)
+    for ev in sub:events(10) do
+      if ev.type == "TokenDelta" then seen[#seen + 1] = ev.delta.text end
+      if ev.ends_turn then term = ev break end
+    end
+    expect(term.type).to_be("TurnDone")
+    expect(table.concat(seen)).to_be("one two three")
     s:shutdown()
   end)
 end)
