@@ -237,6 +237,10 @@ local function watcher(S, sub)
       out(string.format("── gate %s open in session %s: %s %s (:attach %s to answer)",
         tostring(ev.gate_id), S.id, tostring(ev.tool), tostring(ev.summary or ""), S.id))
     end
+    if ev.type == "UserInputRequested" and state.attached ~= S then
+      out(string.format("── %s asks in session %s: %s (:attach %s to answer)",
+        tostring(ev.server), S.id, tostring(ev.message or ""), S.id))
+    end
   end
 end
 
@@ -504,11 +508,8 @@ function M.loaded(path, ...)
   out(describe(v, path))
 end
 
-local function revisions(r)
-  local t = {}
-  for _, l in ipairs(r.loops) do t[l.name] = l:revision() end
-  return t
-end
+-- every loop's policy revision by name (what a restore checks for drift)
+local revisions = require("rig.session_base").loop_revisions
 
 local function reload()
   if not state.path then return out("nothing to reload: start with `luarig repl FILE.lua`") end
@@ -806,6 +807,13 @@ local COMMANDS = {
     if not ok then error("answer: " .. tostring(msg), 0) end
   end,
 }
+
+-- :flows and :flow (rig.flow's runs: stdlib/rig/flow/repl.lua)
+do
+  local cmds, help = require("rig.flow.repl").install(out, function(lines) M.page(lines) end)
+  for k, f in pairs(cmds) do COMMANDS[k] = f end
+  for _, l in ipairs(help) do HELP[#HELP + 1] = l end
+end
 
 -- ---- chat mode, and leaving ----
 --

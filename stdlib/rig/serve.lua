@@ -41,6 +41,9 @@
 --   GET  /v1/sessions/{id}/status
 --   GET  /v1/sessions/{id}/journal?from&limit -> {events[{seq, kind, event}], next_seq, done}
 --   GET  /v1/sessions/{id}/events          SSE; Last-Event-ID or ?from=SEQ resumes after SEQ
+--   GET  /v1/flows…                        the flows given (flows = { f, … }): runs, their
+--                                          status, journal, events, interrupts and forks
+--                                          (stdlib/rig/flow/serve.lua, docs/flow.md)
 --   GET  /metrics                          Prometheus text format 0.0.4 (counted from the
 --                                          enduring events of the sessions this server holds)
 --   GET  /, /console.js, /console.css      the web console (no token needed to load it)
@@ -79,6 +82,10 @@ local ERRORS = {
   nothing_to_resume = { 409, false },
   session_busy = { 409, true },
   idempotency_conflict = { 409, false },
+  flow_not_found = { 404, false },
+  run_not_found = { 404, false },
+  interrupt_not_open = { 409, false },
+  run_held = { 409, true },
   body_too_large = { 413, false },
   unsupported_media_type = { 415, false },
   expectation_failed = { 417, false },
@@ -93,7 +100,7 @@ M.ERRORS = ERRORS
 
 local KNOWN = { rig = true, listen = true, auth = true, insecure_public_bind = true,
                 max_body = true, max_headers = true, max_connections = true, heartbeat = true,
-                drain_timeout = true, sse_buffer = true, allowed_hosts = true }
+                drain_timeout = true, sse_buffer = true, allowed_hosts = true, flows = true }
 
 local IDEM_TTL, IDEM_MAX = 24 * 3600, 10000
 local METRICS_BUFFER = 4096
@@ -970,6 +977,14 @@ function M.serve(opts)
     ["GET /v1/sessions/{id}/events"] = events,
     ["GET /metrics"] = metrics,
   }
+  local flow_runs = {} -- the flow runs this server holds: their leases go at close
+  if opts.flows ~= nil then
+    if type(opts.flows) ~= "table" then fail("option 'flows' must be a list of rig.flow") end
+    local fr
+    fr, flow_runs = require("rig.flow.serve").routes(opts.flows, { err = err, ok = ok, log = log,
+      shown = shown, store = store, heartbeat = heartbeat, page_params = page_params })
+    for k, f in pairs(fr) do routes[k] = f end
+  end
   for _, m in ipairs({ "GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS" }) do
     routes[m .. " /*"] = not_found
   end
@@ -1031,12 +1046,14 @@ function M.serve(opts)
       if not okc then log("shutdown of session '%s' failed: %s", id, tostring(e2)) end
       live[id] = nil
     end
+    for _, R in pairs(flow_runs) do R:close() end
     obj.closed = true
     srv:close()
     return true
   end
 
   function obj.close()
+    for _, R in pairs(flow_runs) do R:close() end
     obj.closed = true
     unwatch_all()
     srv:close()
@@ -1112,7 +1129,7 @@ function M.cli(...)
   if not chunk then error(lerr, 0) end
   -- called through xpcall, not as the caller of a tail call: a definition
   -- error in `return rig.define{…}` names no line rather than this one
-  local okc, r = xpcall(chunk, function(m)
+  local okc, r, flows = xpcall(chunk, function(m)
     return type(m) == "string" and debug.traceback(m, 2) or m
   end)
   if not okc then error(r, 0) end
@@ -1120,6 +1137,7 @@ function M.cli(...)
     error("serve: '" .. path .. "' must return a rig (rig.define{…})", 0)
   end
   local srv, msg, code = M.serve{ rig = r, listen = listen or "127.0.0.1:8080", auth = auth,
+                                  flows = flows, -- a second return value: a list of rig.flow
                                   insecure_public_bind = insecure or nil,
                                   allowed_hosts = #hosts > 0 and hosts or nil }
   if not srv and code == "refused" then

@@ -190,6 +190,21 @@ local function check_open(S, where)
   if S.closed then fail(where, "the session is shut down", 3) end
 end
 
+-- A method's options: nil, or a table whose keys are among the names given.
+-- Raises at the method's caller otherwise (where names the method). Returns opts.
+local function check_options(where, opts, ...)
+  if opts == nil then return nil end
+  if type(opts) ~= "table" then fail(where, "options must be a table", 3) end
+  for k in pairs(opts) do
+    local known = false
+    for i = 1, select("#", ...) do
+      if k == select(i, ...) then known = true break end
+    end
+    if not known then fail(where, "unknown option '" .. tostring(k) .. "'", 3) end
+  end
+  return opts
+end
+
 -- The intent log: every submit is journaled as a command record (audit only:
 -- queued input that never started a turn is not replayed).
 -- A command record (UserInput, and delegation's SubagentResult and
@@ -243,9 +258,16 @@ M.Session, M.fail = Session, fail
 M.next_id, M.emit, M.catalog, M.fault_message = next_id, emit, catalog, fault_message
 M.add_usage, M.new_usage, M.note_usage = add_usage, new_usage, note_usage
 M.user_message, M.title_of = user_message, title_of
-M.new_session, M.check_open = new_session, check_open
+M.new_session, M.check_open, M.check_options = new_session, check_open, check_options
 M.emit_command_record, M.emit_command = emit_command_record, emit_command
-M.loop_revisions, M.ws_hooks = loop_revisions, ws_hooks
+-- SessionStarted, the record a new session (created or forked) starts with.
+local function emit_started(S, r)
+  return emit(S, "SessionStarted", { fingerprint = r:fingerprint(),
+    loops = loop_revisions(r), primers = json.array({ table.unpack(r.primers) }),
+    active_primer = r.active_primer, workspace = S.workspace })
+end
+
+M.loop_revisions, M.ws_hooks, M.emit_started = loop_revisions, ws_hooks, emit_started
 M.close_gate, M.limit_failure = close_gate, limit_failure
 
 return M

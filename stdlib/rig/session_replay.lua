@@ -12,12 +12,13 @@ local resuming = require "rig.session_resume"
 local workspace = require "rig.workspace"
 
 local fail, emit, catalog, note_usage = base.fail, base.emit, base.catalog, base.note_usage
+local check_options = base.check_options
 local new_session, new_usage, add_usage, title_of =
   base.new_session, base.new_usage, base.add_usage, base.title_of
 local loop_revisions, ws_hooks = base.loop_revisions, base.ws_hooks
 local TERMINAL = base.TERMINAL
 local context_of = compaction.context_of
-local new_instance = turns.new_instance
+local new_instance, start_primer = turns.new_instance, turns.start_primer
 
 local M = {}
 
@@ -142,15 +143,32 @@ local function workspace_events(records)
   return out
 end
 
+-- A loop instance of the folded journal (f = st.loops[lid]) with its history:
+-- the instance, its loop's name and definition, or nil when the rig no
+-- longer defines that loop.
+local function rebuild(S, r, f, lid)
+  local name = f.loop or lid:match("^[^#]+")
+  local def = r:loop(name)
+  if not def then return nil end
+  local inst = new_instance(S, def, lid, f.parent and { parent_id = f.parent,
+    depth = f.depth or 1, display_name = f.display } or nil)
+  inst.history = f.history
+  inst.context_tokens = f.context_tokens
+  return inst, name, def
+end
+
 local function restore(r, id, opts)
   if type(id) ~= "string" then fail("restore", "session id must be a string", 2) end
   local accept_drift = false
   if opts ~= nil then
-    if type(opts) ~= "table" then fail("restore", "options must be a table", 2) end
-    for k in pairs(opts) do
-      if k ~= "accept_drift" then fail("restore", "unknown option '" .. tostring(k) .. "'", 2) end
-    end
+    check_options("restore", opts, "accept_drift", "on_gate")
     accept_drift = opts.accept_drift == true
+    local og = opts.on_gate
+    if og ~= nil and type(og) ~= "function" and og ~= "approve" and og ~= "deny"
+       and og ~= "terminal" then
+      fail("restore", "option 'on_gate' must be a function or \"approve\", \"deny\" or "
+        .. "\"terminal\"", 2)
+    end
   end
   local csess, msg, code = core.session_open(r.store, id)
   if not csess then return nil, msg, code end
@@ -158,6 +176,7 @@ local function restore(r, id, opts)
   if not records then csess:close() return nil, rerr, rcode end
   local st = fold(records)
   local S = new_session(r, csess)
+  S.on_gate = opts and opts.on_gate -- the approver s:ask uses (rig.ask)
   if not st.started then
     emit(S, "RestoreErrored", { reason = "the journal has no SessionStarted" })
     csess:close()
@@ -194,30 +213,18 @@ local function restore(r, id, opts)
   if not ok then workspace.release(S.ws) csess:close() return nil, msg, code end
   for _, lid in ipairs(st.order) do
     local f = st.loops[lid]
-    local name = f.loop or lid:match("^[^#]+")
-    local def = r:loop(name)
-    if def then
-      local inst = new_instance(S, def, lid, f.parent and { parent_id = f.parent,
-        depth = f.depth or 1, display_name = f.display } or nil)
-      inst.history = f.history
-      inst.context_tokens = f.context_tokens
-      if f.open_turn then
-        local ti = { loop_id = lid, turn_id = f.open_turn, reason = "restored",
-          cause = f.open_cause }
-        emit(S, "TurnInterrupted", ti, false)
-        delegation.fold(st.dg, ti)
-        emit(S, "LoopIdle", { loop_id = lid }, false)
-      end
+    if rebuild(S, r, f, lid) and f.open_turn then
+      local ti = { loop_id = lid, turn_id = f.open_turn, reason = "restored",
+        cause = f.open_cause }
+      emit(S, "TurnInterrupted", ti, false)
+      delegation.fold(st.dg, ti)
+      emit(S, "LoopIdle", { loop_id = lid }, false)
     end
   end
   -- the quota recounted; the hand-backs a crash left undelivered
   local handbacks = delegation.restored(S, st.dg, st.children)
   for _, name in ipairs(r.primers) do
-    if not S.loops[name] then
-      new_instance(S, r:loop(name), name)
-      emit(S, "LoopStarted", { loop_id = name, loop = name,
-        revision = r:loop(name):revision() }, false)
-    end
+    if not S.loops[name] then start_primer(S, r, name, false) end
   end
   for _, gid in ipairs(st.gate_order) do
     local g = st.gates[gid]
@@ -261,6 +268,6 @@ local function restore(r, id, opts)
   return S
 end
 
-M.fold, M.restore = fold, restore
+M.fold, M.rebuild, M.restore = fold, rebuild, restore
 
 return M

@@ -966,7 +966,16 @@ local function enqueue(S, inst, item)
   return true
 end
 
+-- A primer the session has no instance of yet: its instance, and LoopStarted
+-- (waited unless wait is false). Returns emit's result.
+local function start_primer(S, r, name, wait)
+  local def = r:loop(name)
+  new_instance(S, def, name)
+  return emit(S, "LoopStarted", { loop_id = name, loop = name, revision = def:revision() }, wait)
+end
+
 runner.enqueue, runner.new_instance = enqueue, new_instance
+M.start_primer = start_primer
 M.cancel_gates = cancel_gates
 M.new_instance, M.enqueue, M.drive, M.cancel_queue = new_instance, enqueue, drive, cancel_queue
 

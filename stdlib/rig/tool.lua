@@ -19,7 +19,7 @@
 --   }
 --   A tool without prepare declares no access: its request is { summary = "NAME {args}",
 --   requirements = {} } (plus the approval requirement when needs_approval says so), so
---   any gate allows it (rig.gate.auto() is the shortest).
+--   any gate allows it (rig.gate.default() is the shortest).
 --   t.name, t.description, t.schema (a copy), t.sequential, t.prepare, t.run,
 --   t.needs_approval: read-only
 --   t:check_args(args) -> true | nil, "$.q: expected string, got number"

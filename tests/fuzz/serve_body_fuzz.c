@@ -7,8 +7,9 @@
  * "invalid_request", and a message; an accepted input is a string or a
  * non-empty list of text blocks and image/document blocks that name no
  * path and carry no raw data; an accepted upload is an image or document
- * with base64; an accepted gate answer is one of the
- * three actions; an accepted integer is in range and spelled as given.
+ * with base64; an accepted gate answer is one of the three actions, an
+ * accepted answer to a question (an MCP server's) one of its three with a
+ * table or no content; an accepted integer is in range and spelled as given.
  */
 #include "../../lua/internal.h"
 
@@ -22,7 +23,7 @@ static lua_State *L;
 
 static const char check[] =
 	"local req, bytes = ...\n"
-	"for _, kind in ipairs({ 'create', 'input', 'gate', 'media' }) do\n"
+	"for _, kind in ipairs({ 'create', 'input', 'gate', 'answer', 'media' }) do\n"
 	"  local v, code, msg = req.body(kind, bytes)\n"
 	"  if v == nil then\n"
 	"    assert(code == 'invalid_json' or code == 'invalid_request', 'bad code')\n"
@@ -31,6 +32,9 @@ static const char check[] =
 	"    assert((v.type == 'image' or v.type == 'document') and type(v.base64) == 'string')\n"
 	"  elseif kind == 'gate' then\n"
 	"    assert(v.action == 'approve' or v.action == 'approve_always' or v.action == 'deny')\n"
+	"  elseif kind == 'answer' then\n"
+	"    assert(v.action == 'accept' or v.action == 'decline' or v.action == 'cancel')\n"
+	"    assert(v.content == nil or type(v.content) == 'table')\n"
 	"  else\n"
 	"    local m = v.message\n"
 	"    assert(m ~= nil or kind == 'create', 'input without a message')\n"

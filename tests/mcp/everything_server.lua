@@ -47,9 +47,9 @@ local srv = rig.mcp.server{
       input_schema = none,
       run = function(_, ctx)
         ctx.log("info", "Tool execution started")
-        rig.core.sleep(0.05)
+        rig.sleep(0.05)
         ctx.log("info", "Tool processing data")
-        rig.core.sleep(0.05)
+        rig.sleep(0.05)
         ctx.log("info", "Tool execution completed")
         return "Logging test completed"
       end },
@@ -59,9 +59,9 @@ local srv = rig.mcp.server{
       input_schema = none,
       run = function(_, ctx)
         ctx.progress(0, 100)
-        rig.core.sleep(0.05)
+        rig.sleep(0.05)
         ctx.progress(50, 100)
-        rig.core.sleep(0.05)
+        rig.sleep(0.05)
         ctx.progress(100, 100)
         return "Progress test completed"
       end },
@@ -131,9 +131,9 @@ local srv = rig.mcp.server{
     { name = "test_reconnection", description = "Ends its SSE stream mid-call; the answer comes on resumption",
       input_schema = none,
       run = function(_, ctx)
-        rig.core.sleep(0.05)
+        rig.sleep(0.05)
         ctx.close_stream()
-        rig.core.sleep(0.2)
+        rig.sleep(0.2)
         return "Reconnection test completed successfully"
       end },
   },
@@ -191,5 +191,5 @@ if portfile then
   os.rename(portfile .. ".tmp", portfile)
 end
 io.stderr:write("everything server on ", h.url, "\n")
-rig.core.await_shutdown_signal()
+rig.await_shutdown_signal()
 h:close()

@@ -41,18 +41,7 @@ local function array(t) return json.array(t or {}) end
 
 -- A tool call's input: the raw argument text when it is a JSON object (kept
 -- byte for byte), else the decoded table; never an array, so {} not [].
-local function tool_input(b)
-  local raw = b.input_json
-  if type(raw) == "string" and raw:match("^%s*{") then
-    local ok, v = pcall(json.raw, raw)
-    if ok and v ~= nil then return v end
-  end
-  local input = b.input
-  if type(input) ~= "table" or next(input) == nil or json.is_array(input) or input[1] ~= nil then
-    return {}
-  end
-  return input
-end
+local tool_input = require("rig.model.request").tool_input
 
 local function text_block(text)
   if type(text) ~= "string" or text == "" then return nil end  -- the API rejects empty text

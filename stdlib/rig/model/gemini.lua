@@ -89,18 +89,7 @@ end
 
 -- A call's arguments: the raw object text the model sent (kept byte for
 -- byte), else the decoded table; always an object.
-local function tool_args(b)
-  local raw = b.input_json
-  if type(raw) == "string" and raw:match("^%s*{") then
-    local ok, v = pcall(json.raw, raw)
-    if ok and v ~= nil then return v end
-  end
-  local input = b.input
-  if type(input) ~= "table" or next(input) == nil or json.is_array(input) or input[1] ~= nil then
-    return {}
-  end
-  return input
-end
+local tool_args = require("rig.model.request").tool_input
 
 -- Gemini-issued thinking: whether it can be sent back, and how.
 local function own_thinking(b)

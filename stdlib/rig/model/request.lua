@@ -367,4 +367,21 @@ function R.normalize(request, model, level, cache)
   return out
 end
 
+-- For a codec's request body: a tool_use block's input as one JSON object —
+-- the raw argument text the model sent when it is an object (kept byte for
+-- byte, through json.raw), else the decoded table; never an array, so {}
+-- and not [] for no arguments.
+function R.tool_input(b)
+  local raw = b.input_json
+  if type(raw) == "string" and raw:match("^%s*{") then
+    local ok, v = pcall(json.raw, raw)
+    if ok and v ~= nil then return v end
+  end
+  local input = b.input
+  if type(input) ~= "table" or next(input) == nil or json.is_array(input) or input[1] ~= nil then
+    return {}
+  end
+  return input
+end
+
 return R
