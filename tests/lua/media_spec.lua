@@ -95,6 +95,9 @@ describe("rig.media checks", function()
     refused({ type = "image", data = PNG, colour = 1 }, "unknown field 'colour'")
     refused({ type = "image", data = PNG .. string.rep("x", media.LIMITS.image) },
       "the image is 5%.0 MiB, over the limit of 5%.0 MiB")
+    local big = tmpfile(PNG .. string.rep("x", 6 * 1024 * 1024), ".png")
+    refused({ type = "image", path = big }, "the image is 6%.0 MiB, over the limit of 5%.0 MiB")
+    os.remove(big)
   end)
 end)
 
