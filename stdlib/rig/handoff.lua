@@ -21,7 +21,8 @@
 -- history) and starts the target's turn when a crash came between the handoff
 -- and it; a fork keeps the active loop of its cut. Only top-level loops hand
 -- off (a delegated child answers its parent instead); a target busy with a
--- turn of its own refuses the call.
+-- turn of its own refuses the call (one that became busy after the call keeps
+-- its history: ActiveLoopChanged{ busy = true } without one, the input queued).
 
 local json = require "rig.json"
 local tool_mod = require "rig.tool"
@@ -151,15 +152,21 @@ function M.perform(S, inst, turn, h)
       turn_id = turn.id, call_id = h.call_id, error = ferr }, false)
     return
   end
+  -- a target that started a turn of its own since the call keeps its history
+  -- (its turn reads it); the handoff's input queues behind that turn
+  local busy = target.busy or nil
   ok, msg, code = R.emit(S, "ActiveLoopChanged", { from = inst.id, to = h.to, reason = "handoff",
-    turn_id = turn.id, call_id = h.call_id, history = json.array(history) })
+    turn_id = turn.id, call_id = h.call_id, history = not busy and json.array(history) or nil,
+    busy = busy })
   if not ok then
     S.faulted_msg = S.faulted_msg or S.core:faulted() or tostring(msg)
     return
   end
   S.active = h.to
-  target.history = history
-  target.context_tokens = nil
+  if not busy then
+    target.history = history
+    target.context_tokens = nil
+  end
   local text = "[conversation handed over from loop '" .. inst.id .. "']"
   if h.message and h.message:find("%S") then text = text .. "\n\n" .. h.message end
   local um = R.user_message(text)
