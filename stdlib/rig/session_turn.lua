@@ -866,7 +866,7 @@ local function drive(S, inst)
     -- a handoff: the target loop takes the conversation and a turn before
     -- this one can go idle
     if etype == "TurnDone" and fields.handoff and turn.handoff then
-      handoff().perform(S, inst, turn, turn.handoff)
+      handoff().perform(S, inst, turn, turn.handoff, runner)
     end
     note_usage(S)
     catalog(S, { state = state })
