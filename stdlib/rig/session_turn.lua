@@ -595,13 +595,19 @@ local function run_turn(S, inst, item)
     if not early then resp, rerr, rcode = st:result() end
     st:close()
     if guard_in then
-      -- nothing of the step is committed when an input guardrail trips
-      local gu = new_usage()
-      add_usage(gu, resp and resp.usage)
-      local trip = hooks.finish(S, inst, turn, guard_in, gu, add_usage)
+      -- nothing of the step is committed when an input guardrail trips;
+      -- guard: what the guard models cost (GuardrailChecked carries it)
+      local guard = new_usage()
+      local trip = hooks.finish(S, inst, turn, guard_in, guard, add_usage)
+      add_usage(sum, guard)
+      add_usage(S.usage_sum, guard)
       if trip then
-        add_usage(sum, gu)
-        add_usage(S.usage_sum, gu)
+        -- the dropped step's cost goes with the trip
+        add_usage(sum, resp and resp.usage)
+        add_usage(S.usage_sum, resp and resp.usage)
+        local gu = new_usage()
+        add_usage(gu, guard)
+        add_usage(gu, resp and resp.usage)
         if inst.history[#inst.history] == item.message then inst.history[#inst.history] = nil end
         local gerr, gmsg, gcode = hooks.tripped(S, inst, turn, "input", trip, gu, #inst.history)
         if not gerr then return nil, gmsg, gcode end
@@ -610,13 +616,6 @@ local function run_turn(S, inst, item)
       -- passed: the deltas held back go out now, in order
       for _, c in ipairs(held or {}) do delta(c) end
       held = nil
-      if gu.input_tokens > 0 and resp then
-        -- the guard models' part: the step's own usage is committed with it
-        local only = new_usage()
-        for k, v in pairs(gu) do only[k] = v - ((resp.usage or {})[k] or 0) end
-        add_usage(sum, only)
-        add_usage(S.usage_sum, only)
-      end
     end
     if not resp then
       return "TurnFailed", { error = { code = rcode or "model", message = tostring(rerr) } }

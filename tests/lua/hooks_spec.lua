@@ -348,3 +348,25 @@ describe("guardrails", function()
     s:shutdown()
   end)
 end)
+
+describe("guardrail usage", function()
+  it("a guard model that passes is counted once, live and after a restore", function()
+    local guard = rig.model.script{ { text = '{"tripped": false}', usage = { input_tokens = 7, output_tokens = 2 } },
+      { text = '{"tripped": false}', usage = { input_tokens = 7, output_tokens = 2 } } }
+    local r = define({ { text = "fine", usage = { input_tokens = 10, output_tokens = 1 } } }, { loop = {
+      guardrails = { input = { { name = "topic", model = guard, instructions = "judge" } },
+                     output = { { name = "judge", model = guard, instructions = "judge" } } } } })
+    local s, evs, term = turn(r)
+    expect(term.type).to_be("TurnDone")
+    local checked = of_type(evs, "GuardrailChecked")
+    expect(#checked).to_be(2)
+    expect(checked[1].usage.input_tokens).to_be(7)
+    expect(s:usage().input_tokens).to_be(24)
+    expect(term.usage.input_tokens).to_be(24)
+    local id = s.id
+    s:shutdown()
+    local s2 = assert(r:restore(id))
+    expect(s2:usage().input_tokens).to_be(24)
+    s2:shutdown()
+  end)
+end)
