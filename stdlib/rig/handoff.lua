@@ -21,7 +21,8 @@
 -- history) and starts the target's turn when a crash came between the handoff
 -- and it; a fork keeps the active loop of its cut. Only top-level loops hand
 -- off (a delegated child answers its parent instead); a target busy with a
--- turn of its own refuses the call.
+-- turn of its own refuses the call (one that became busy after the call keeps
+-- its history: ActiveLoopChanged{ busy = true } without one, the input queued).
 
 local json = require "rig.json"
 local tool_mod = require "rig.tool"
@@ -30,9 +31,9 @@ local M = {}
 
 M.PREFIX = "transfer_to_"
 
--- The session's shared parts, and the runner's { enqueue, new_instance }:
--- rig.session_turn is above this module and hands its runner in (as it does
--- to rig.delegation), so there is no require cycle.
+-- The session's shared parts. The runner (rig.session_turn, above this
+-- module) hands its { enqueue, new_instance } to perform and redeliver, as it
+-- does to rig.delegation.
 local base = require "rig.session_base"
 local function rt(runner)
   return setmetatable({ enqueue = runner.enqueue, new_instance = runner.new_instance,
@@ -147,15 +148,21 @@ function M.perform(S, inst, turn, h, runner)
       turn_id = turn.id, call_id = h.call_id, error = ferr }, false)
     return
   end
+  -- a target that started a turn of its own since the call keeps its history
+  -- (its turn reads it); the handoff's input queues behind that turn
+  local busy = target.busy or nil
   ok, msg, code = R.emit(S, "ActiveLoopChanged", { from = inst.id, to = h.to, reason = "handoff",
-    turn_id = turn.id, call_id = h.call_id, history = json.array(history) })
+    turn_id = turn.id, call_id = h.call_id, history = not busy and json.array(history) or nil,
+    busy = busy })
   if not ok then
     S.faulted_msg = S.faulted_msg or S.core:faulted() or tostring(msg)
     return
   end
   S.active = h.to
-  target.history = history
-  target.context_tokens = nil
+  if not busy then
+    target.history = history
+    target.context_tokens = nil
+  end
   local text = "[conversation handed over from loop '" .. inst.id .. "']"
   if h.message and h.message:find("%S") then text = text .. "\n\n" .. h.message end
   local um = R.user_message(text)

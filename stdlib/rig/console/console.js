@@ -660,6 +660,22 @@
         break;
       case 'RestoreErrored': this.log.appendChild(el('div', 'error', 'restore failed: ' + (ev.reason || ''))); break;
       case 'CompactionCommitted': this.log.appendChild(el('div', 'note', 'context compacted')); break;
+      case 'GuardrailTripped':
+        this.log.appendChild(el('div', 'note error-text', 'guardrail ' + ev.guardrail + ' tripped on the ' +
+          ev.stage + (ev.reason ? ': ' + ev.reason : '')));
+        break;
+      case 'ActiveLoopChanged':
+        if (ev.from !== ev.to) {
+          this.log.appendChild(el('div', 'note', ev.from + ' hands the conversation to ' + ev.to +
+            (ev.reason && ev.reason !== 'handoff' ? ' (' + ev.reason + ')' : '')));
+        }
+        break;
+      case 'HookDecided':
+        if (ev.action === 'deny' || ev.action === 'rewrite' || ev.action === 'error') {
+          this.log.appendChild(el('div', 'note', 'hook ' + ev.hook + ': ' + ev.action +
+            (ev.tool ? ' ' + ev.tool : '') + (ev.message ? ' — ' + ev.message : '')));
+        }
+        break;
       default: break;
       }
       // Resume: a cut turn is waiting (a new or resumed turn on its loop ends that)
