@@ -209,6 +209,29 @@ local function child_of(S, inst, id)
   return c
 end
 
+-- Waits for a foreground request's outcome (req.cond set), at most timeout
+-- seconds: then the request goes on in the background (DelegateBackgrounded;
+-- its answer comes back to the parent as new input) and the result is nil.
+-- A cancelled wait leaves nobody to take the answer and raises on.
+local function await(S, req, parent_id, timeout)
+  local deadline = timeout and (core.now() + timeout)
+  while not req.outcome do
+    local left = deadline and (deadline - core.now())
+    if left and left <= 0 then
+      req.cond, req.background = nil, true
+      command(S, { type = "DelegateBackgrounded", command_id = next_id(S, "c"),
+        loop_id = parent_id, target_command_id = req.cid })
+      return nil
+    end
+    local ok, err = pcall(req.cond.wait, req.cond, left)
+    if not ok then
+      req.cond = nil -- the call was cancelled: nobody takes this answer
+      error(err, 0)
+    end
+  end
+  return req.outcome
+end
+
 -- Gives the child one input and, when asked, waits for its outcome.
 local function request(S, parent, child, text, wait, timeout, ctx, runner)
   local d = state(S)
@@ -222,24 +245,12 @@ local function request(S, parent, child, text, wait, timeout, ctx, runner)
                  wait = wait } })
   runner.enqueue(S, child, { command_id = cid, message = msg, no_fold = true })
   if not wait then return { agent_id = child.id, status = "running" } end
-  local deadline = timeout and (core.now() + timeout)
-  while not req.outcome do
-    local left = deadline and (deadline - core.now())
-    if left and left <= 0 then
-      -- the answer will come back as new input, as for wait = false
-      req.cond, req.background = nil, true
-      command(S, { type = "DelegateBackgrounded", command_id = next_id(S, "c"),
-        loop_id = parent.id, target_command_id = cid })
-      return { agent_id = child.id, status = "running", message = "no answer after "
-        .. timeout .. " s; the agent goes on and its final answer will arrive as a new message" }
-    end
-    local ok, err = pcall(req.cond.wait, req.cond, left)
-    if not ok then
-      req.cond = nil -- the call was cancelled: nobody takes this answer
-      error(err, 0)
-    end
+  local o = await(S, req, parent.id, timeout)
+  if not o then
+    -- the answer will come back as new input, as for wait = false
+    return { agent_id = child.id, status = "running", message = "no answer after "
+      .. timeout .. " s; the agent goes on and its final answer will arrive as a new message" }
   end
-  local o = req.outcome
   if o.status == "answered" then return o.text end
   return nil, "agent " .. child.id .. " " .. (HEADS[o.status] or o.status) .. ": " .. o.text
 end
@@ -491,6 +502,6 @@ function M.redeliver(S, plan, runner)
   end
 end
 
-M.state = state
+M.state, M.await = state, await
 M.outcome_of, M.HEADS = outcome_of, HEADS -- rig.session_resume hands a child's outcome back too
 return M

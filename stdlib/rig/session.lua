@@ -4,7 +4,7 @@
 -- emits the events.
 --
 --   local s = r:session([{ seed = REF, on_gate = f | "approve" | "deny" | "terminal" }])
---                                    -- or r:restore(id [, { accept_drift = true }]);
+--                                    -- or r:restore(id [, { accept_drift = true, on_gate }]);
 --                                    -- on_gate: the approver s:ask uses (rig.ask)
 --   s.id
 --   s:submit(text | blocks [, { loop = "name" }]) -> command id (never waits on the turn)
@@ -90,13 +90,13 @@ local M = {}
 
 local Session = base.Session
 local fail, check_open, emit, catalog = base.fail, base.check_open, base.emit, base.catalog
+local check_options = base.check_options
 local next_id, fault_message, note_usage = base.next_id, base.fault_message, base.note_usage
 local user_message, emit_command, new_session = base.user_message, base.emit_command, base.new_session
-local loop_revisions, ws_hooks = base.loop_revisions, base.ws_hooks
+local ws_hooks = base.ws_hooks
 local compact = compaction.compact
 local close_gate = base.close_gate
-local enqueue, drive, cancel_queue, new_instance =
-  turns.enqueue, turns.drive, turns.cancel_queue, turns.new_instance
+local enqueue, drive, cancel_queue = turns.enqueue, turns.drive, turns.cancel_queue
 local restore = replay.restore
 
 M.ENDURING, M.EPHEMERAL, M.TERMINAL = base.ENDURING, base.EPHEMERAL, base.TERMINAL
@@ -113,14 +113,20 @@ end
 
 function Session:submit(input, opts)
   check_open(self, "submit")
-  local msg, err = user_message(input)
+  local msg, err, ecode = user_message(input)
+  if not msg and ecode then return nil, "submit: " .. err, ecode end -- media: expected
   if not msg then fail("submit", err, 2) end
-  local target = self.rig.active_primer or self.rig.primers[1]
-  if opts ~= nil then
-    if type(opts) ~= "table" then fail("submit", "options must be a table", 2) end
-    for k in pairs(opts) do
-      if k ~= "loop" then fail("submit", "unknown option '" .. tostring(k) .. "'", 2) end
+  -- images and documents go into the store once; the journal keeps references
+  for i, b in ipairs(msg.content) do
+    if b.data then
+      local sb, serr, scode = require("rig.media").store(self.rig.store, b)
+      if not sb then return nil, "submit: " .. serr, scode or "io" end
+      msg.content[i] = sb
     end
+  end
+  local target = self.active
+  if opts ~= nil then
+    check_options("submit", opts, "loop")
     if opts.loop ~= nil then target = opts.loop end
   end
   local inst = self.loops[target]
@@ -146,14 +152,13 @@ function Session:compact(loop, opts)
   if loop ~= nil and type(loop) ~= "string" then fail("compact", "loop must be a loop id", 2) end
   local fallback = false
   if opts ~= nil then
-    if type(opts) ~= "table" then fail("compact", "options must be a table", 2) end
-    for k, v in pairs(opts) do
-      if k ~= "fallback" then fail("compact", "unknown option '" .. tostring(k) .. "'", 2) end
-      if v ~= "truncate" then fail("compact", "option 'fallback' must be \"truncate\"", 2) end
+    check_options("compact", opts, "fallback")
+    if opts.fallback ~= nil and opts.fallback ~= "truncate" then
+      fail("compact", "option 'fallback' must be \"truncate\"", 2)
     end
     fallback = opts.fallback == "truncate"
   end
-  local inst = self.loops[loop or self.rig.active_primer or self.rig.primers[1]]
+  local inst = self.loops[loop or self.active]
   if not inst then fail("compact", "no loop '" .. tostring(loop) .. "' in this session", 2) end
   local f = fault_message(self)
   if f then return nil, f, "faulted" end
@@ -320,10 +325,7 @@ end
 function Session:shutdown(opts)
   local ref
   if opts ~= nil then
-    if type(opts) ~= "table" then fail("shutdown", "options must be a table", 2) end
-    for k in pairs(opts) do
-      if k ~= "hand_over" then fail("shutdown", "unknown option '" .. tostring(k) .. "'", 2) end
-    end
+    check_options("shutdown", opts, "hand_over")
     if opts.hand_over and not self.closed and self.ws then
       local msg, code
       ref, msg, code = workspace.hand_over(self)
@@ -358,10 +360,7 @@ function Session:checkpoint(opts)
   check_open(self, "checkpoint")
   local timeout
   if opts ~= nil then
-    if type(opts) ~= "table" then fail("checkpoint", "options must be a table", 2) end
-    for k in pairs(opts) do
-      if k ~= "timeout" then fail("checkpoint", "unknown option '" .. tostring(k) .. "'", 2) end
-    end
+    check_options("checkpoint", opts, "timeout")
     timeout = opts.timeout
     if type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0 or timeout > 86400 then
       fail("checkpoint", "option 'timeout' must be a number of seconds above 0, at most 86400", 2)
@@ -389,7 +388,7 @@ function Session:snapshots()
 end
 
 function Session:history(loop)
-  local inst = self.loops[loop or self.rig.active_primer or self.rig.primers[1]]
+  local inst = self.loops[loop or self.active]
   if not inst then fail("history", "no loop '" .. tostring(loop) .. "'", 2) end
   return inst.history
 end
@@ -415,13 +414,7 @@ end
 
 function Session:subscribe(opts)
   check_open(self, "subscribe")
-  opts = opts or {}
-  if type(opts) ~= "table" then fail("subscribe", "options must be a table", 2) end
-  for k in pairs(opts) do
-    if k ~= "loops" and k ~= "ephemeral" and k ~= "buffer" then
-      fail("subscribe", "unknown option '" .. tostring(k) .. "'", 2)
-    end
-  end
+  opts = check_options("subscribe", opts or {}, "loops", "ephemeral", "buffer")
   local loops = opts.loops
   if loops == nil then loops = "all" end
   if loops ~= "all" and type(loops) ~= "table" then
@@ -499,10 +492,7 @@ end
 function Session:journal(opts)
   local from = 1
   if opts ~= nil then
-    if type(opts) ~= "table" then fail("journal", "options must be a table", 2) end
-    for k in pairs(opts) do
-      if k ~= "from" then fail("journal", "unknown option '" .. tostring(k) .. "'", 2) end
-    end
+    check_options("journal", opts, "from")
     from = opts.from or 1
   end
   return journal_iter(self.rig.store, self.id, from)
@@ -539,16 +529,12 @@ local function create(r, opts)
     ok, msg, code = workspace.create(S, r, seed, ws_hooks(S))
     if not ok then csess:close() return nil, msg, code end
   end
-  ok, msg, code = emit(S, "SessionStarted", { fingerprint = r:fingerprint(),
-    loops = loop_revisions(r), primers = json.array({ table.unpack(r.primers) }),
-    active_primer = r.active_primer, workspace = S.workspace })
+  ok, msg, code = base.emit_started(S, r)
   if ok and S.ws then ok, msg, code = workspace.started(S) end
   if not ok then workspace.release(S.ws) csess:close() return nil, msg, code end
   for i, name in ipairs(r.primers) do
-    new_instance(S, r:loop(name), name)
     -- the last one waits: the session is fully started when it is returned
-    ok, msg, code = emit(S, "LoopStarted", { loop_id = name, loop = name,
-      revision = r:loop(name):revision() }, i == #r.primers)
+    ok, msg, code = turns.start_primer(S, r, name, i == #r.primers)
     if not ok then workspace.release(S.ws) csess:close() return nil, msg, code end
   end
   catalog(S, { state = "idle", status = "active", loop_count = #r.primers })

@@ -39,7 +39,7 @@ local delegation = require "rig.delegation"
 
 local M = {}
 
-local emit, next_id, command = base.emit, base.next_id, base.emit_command_record
+local emit = base.emit
 local new_usage, add_usage = base.new_usage, base.add_usage
 local close_gate, limit_failure = base.close_gate, base.limit_failure
 
@@ -313,7 +313,7 @@ function M.begin(S, inst, turn, R)
   if not R.plan then
     R.ended = ended_by(inst, R)
     local lim, u = inst.limits, R.usage
-    if not R.ended and lim.max_tokens and u.input_tokens + u.output_tokens >= lim.max_tokens then
+    if not R.ended and lim.max_tokens and require("rig.budget").tokens_of(u) >= lim.max_tokens then
       R.ended = { "TurnFailed", { error = limit_failure("max_tokens", lim.max_tokens, "token") } }
     elseif not R.ended and lim.max_cost and (u.cost or 0) >= lim.max_cost then
       R.ended = { "TurnFailed", { error = limit_failure("max_cost", lim.max_cost, "cost") } }
@@ -365,22 +365,7 @@ local function wait_child(S, inst, child, c, f, call, runner)
   start(S, child, c, f, runner)
   local input = call.input or {}
   local timeout = type(input.timeout) == "number" and input.timeout or nil
-  local deadline = timeout and (core.now() + timeout)
-  while not w.outcome do
-    local left = deadline and (deadline - core.now())
-    if left and left <= 0 then
-      w.cond, w.background = nil, true
-      command(S, { type = "DelegateBackgrounded", command_id = next_id(S, "c"),
-        loop_id = inst.id, target_command_id = c.cause })
-      return nil
-    end
-    local ok, err = pcall(w.cond.wait, w.cond, left)
-    if not ok then
-      w.cond = nil
-      error(err, 0)
-    end
-  end
-  return w.outcome
+  return delegation.await(S, w, inst.id, timeout)
 end
 
 -- A start_agent/message_agent call run again by a resume (past its gate, as

@@ -2,7 +2,10 @@
 -- rig.delegation and rig.workspace require one way (no cycle, not even
 -- through a require deferred into a function) and reach no other module's
 -- internals through a back door (the runner's `_rt` table that
--- rig.delegation and rig.session_resume used is gone).
+-- rig.delegation and rig.session_resume used is gone). An edge is a
+-- `require "x"` anywhere in a file; `pcall(require, "x")`, an optional module
+-- looked up by name (rig.define finds r:session() in rig.session that way, and
+-- works without it), is not one.
 
 local root = assert(os.getenv("LUARIG_ROOT"), "LUARIG_ROOT must name the source tree")
 
