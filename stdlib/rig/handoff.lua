@@ -30,17 +30,13 @@ local M = {}
 
 M.PREFIX = "transfer_to_"
 
--- The session's shared parts, and the runner's { enqueue, new_instance }
--- (rig.session_turn is above this module: looked up when first used).
+-- The session's shared parts, and the runner's { enqueue, new_instance }:
+-- rig.session_turn is above this module and hands its runner in (as it does
+-- to rig.delegation), so there is no require cycle.
 local base = require "rig.session_base"
-local RT
-local function rt()
-  if not RT then
-    local runner = require("rig.session_turn").runner
-    RT = setmetatable({ enqueue = runner.enqueue, new_instance = runner.new_instance,
+local function rt(runner)
+  return setmetatable({ enqueue = runner.enqueue, new_instance = runner.new_instance,
                         command = base.emit_command_record }, { __index = base })
-  end
-  return RT
 end
 
 local MAX_TEXT = 64 * 1024
@@ -133,8 +129,8 @@ end
 
 -- After the caller's TurnDone{ handoff } is queued: the target gets the
 -- conversation and a turn. cid: a command id already journaled (a restore).
-function M.perform(S, inst, turn, h)
-  local R = rt()
+function M.perform(S, inst, turn, h, runner)
+  local R = rt(runner)
   if S.stopping or S.closed or S.faulted_msg then return end
   local target = S.loops[h.to]
   local ok, msg, code
@@ -193,12 +189,12 @@ function M.fold(f, ev)
 end
 
 -- After a restore committed: the handoff turns a crash kept from starting.
-function M.redeliver(S, f)
+function M.redeliver(S, f, runner)
   for _, cid in ipairs(f.order) do
     local ev = f.inputs[cid]
     local target = S.loops[ev.loop_id]
     if not f.consumed[cid] and target then
-      rt().enqueue(S, target, { command_id = cid, message = ev.message, hand_back = true })
+      runner.enqueue(S, target, { command_id = cid, message = ev.message, hand_back = true })
     end
   end
 end
