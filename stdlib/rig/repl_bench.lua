@@ -787,7 +787,8 @@ local COMMANDS = {
   end,
   resume = resume_cmd,
   -- :answer ID accept|decline|cancel [FIELD=VALUE …]: an MCP server's question
-  -- (numbers, true and false are typed; anything else is a string)
+  -- (typed as the schema says: a string field takes the text, an array field
+  -- VALUE,VALUE; otherwise numbers, true and false are typed, anything else a string)
   answer = function(arg)
     local S = need_session()
     local id, action, rest = arg:match("^(%S+)%s+(%a+)%s*(.-)%s*$")
@@ -796,8 +797,18 @@ local COMMANDS = {
       error("answer: the action must be accept, decline or cancel", 0)
     end
     local content = {}
+    local q = S.open_inputs and S.open_inputs[id]
+    local props = q and type(q.schema) == "table" and type(q.schema.properties) == "table"
+      and q.schema.properties or {}
     for k, v in rest:gmatch("([%w_%-]+)=(%S+)") do
-      if v == "true" then content[k] = true
+      local p = props[k]
+      if type(p) == "table" and p.type == "array" then
+        -- a multiple choice: VALUE,VALUE
+        local list = {}
+        for item in v:gmatch("[^,]+") do list[#list + 1] = item end
+        content[k] = require("rig.json").array(list)
+      elseif type(p) == "table" and p.type == "string" then content[k] = v
+      elseif v == "true" then content[k] = true
       elseif v == "false" then content[k] = false
       elseif math.tointeger(tonumber(v)) then content[k] = math.tointeger(tonumber(v))
       elseif tonumber(v) then content[k] = tonumber(v)
