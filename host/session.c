@@ -81,6 +81,7 @@ struct cat {
 	uint64_t tip;
 	int inflight, again;
 	int final; /* the write of a closing session: the close goes on after it */
+	struct lr_session_open *open; /* the write of a new session: its open completes after it */
 	int rc;
 	struct lr_err err;
 };
@@ -98,7 +99,9 @@ struct lr_session {
 	struct cat *cat;
 	struct catq *catq;
 	int cat_logged;
+	int no_catalog;
 	int close_cat; /* close_work writes the catalog itself (no memory for a cat) */
+	int note_open; /* created: its first catalog write is due before the open completes */
 	int closing, closed, freeing;
 	void (*close_done)(void *arg);
 	void *close_arg;
@@ -158,12 +161,10 @@ static void open_work(struct lr_work *w)
 	memcpy(s->id, o->sid, sizeof s->id);
 	s->tip = lr_journal_tip(j);
 	s->epoch = lease->epoch;
-	if (created) {
-		/* Best effort: the catalog lists the session from its start. */
-		struct lr_err ce;
-		if (lr_catalog_note_append(o->store, o->sid, s->tip, &ce) != 0)
-			fprintf(stderr, "luarig: catalog of session %s: %s\n", o->sid, ce.msg);
-	}
+	s->no_catalog = o->no_catalog;
+	/* Best effort: the catalog lists the session from its start. The write
+	 * goes through the catq (open_done) with every other session's. */
+	s->note_open = created && !s->no_catalog;
 	o->session = s;
 	o->rc = 0;
 	return;
@@ -177,9 +178,25 @@ fail:
 	snprintf(o->err, sizeof o->err, "%s", e.msg[0] ? e.msg : lr_strerror(rc));
 }
 
+static struct cat *cat_get(struct lr_session *s);
+static void cat_start(struct cat *c);
+
 static void open_done(struct lr_work *w)
 {
 	struct lr_session_open *o = (struct lr_session_open *)w;
+	struct lr_session *s = o->rc == 0 ? o->session : NULL;
+	if (s && s->note_open) {
+		s->note_open = 0;
+		struct cat *c = cat_get(s);
+		if (c) {
+			c->open = o; /* cat_finish completes the open */
+			cat_start(c);
+			return;
+		}
+		struct lr_err ce; /* no memory for a cat: write here */
+		if (lr_catalog_note_append(s->store, s->id, s->tip, &ce) != 0)
+			fprintf(stderr, "luarig: catalog of session %s: %s\n", s->id, ce.msg);
+	}
 	o->done(o);
 }
 
@@ -880,6 +897,19 @@ static void cat_finish(struct cat *c)
 		fprintf(stderr, "luarig: catalog of session %s: %s\n", s->id,
 			c->err.msg[0] ? c->err.msg : lr_strerror(c->rc));
 	}
+	if (c->open) {
+		/* A new session's first catalog write landed: the open completes. */
+		struct lr_session_open *o = c->open;
+		c->open = NULL;
+		if (c->again) { /* values set meanwhile: written next, in the background */
+			cat_start(c);
+		} else {
+			s->cat = NULL;
+			free(c);
+		}
+		o->done(o);
+		return;
+	}
 	if (c->final) {
 		/* The close's catalog write landed: the journal and the lease next. */
 		s->cat = NULL;
@@ -940,6 +970,8 @@ int lr_session_catalog(struct lr_session *s, const struct lr_session_catalog *v)
 {
 	if (s->closed || s->freeing)
 		return LR_ECLOSED;
+	if (s->no_catalog)
+		return -EINVAL;
 	if ((v->mask & LR_SCAT_WORKSPACE_REF) && v->workspace_ref &&
 	    strlen(v->workspace_ref) > LR_CATALOG_REF_MAX)
 		return -EINVAL;
@@ -984,7 +1016,7 @@ static void close_work(struct lr_work *w)
 	struct lr_session *s = (struct lr_session *)((char *)w -
 		offsetof(struct lr_session, close_work));
 	struct lr_err e;
-	if (s->close_cat) { /* there was no memory for the batched write */
+	if (s->close_cat && !s->no_catalog) { /* there was no memory for the batched write */
 		struct catvals none;
 		memset(&none, 0, sizeof none);
 		struct apply_ctx a = { s->cat ? &s->cat->pending : &none, s->tip };
@@ -1060,13 +1092,13 @@ static void try_finish(struct lr_session *s)
 	s->closed = 2; /* in progress: close_done sets 1 */
 	/* The final catalog write (last_seq, the values still pending) rides
 	 * the catq with everyone else's; cat_finish then calls close_submit. */
-	struct cat *c = cat_get(s);
+	struct cat *c = s->no_catalog ? NULL : cat_get(s);
 	if (c) {
 		c->final = 1;
 		cat_start(c);
 		return;
 	}
-	s->close_cat = 1;
+	s->close_cat = !s->no_catalog;
 	close_submit(s);
 }
 

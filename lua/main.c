@@ -41,6 +41,9 @@ static void usage(FILE *f)
 	      "       luarig show [--state DIR] ID         one session's catalog entry and tip\n"
 	      "       luarig log [--state DIR] ID [--from N] [--follow]\n"
 	      "                                            a session's journal, one JSON per line\n"
+	      "       luarig flow runs|show ID|log ID [--state DIR] [--json]\n"
+	      "                                            workflow runs (rig.flow); flow dot|mermaid\n"
+	      "                                            FLOW.lua renders a graph\n"
 	      "       luarig sandbox run [--profile readonly|trusted|unconfined] [--workspace DIR]\n"
 	      "                [--allow-net HOST:PORT]... [--timeout S] [--protect NAME]... [--git-readonly]\n"
 	      "                [--ack-unconfined] -- CMD ARGS...\n"
@@ -381,6 +384,10 @@ int main(int argc, char **argv)
 	} else if (cmd && strcmp(cmd, "serve") == 0) {
 		/* rig.serve parses its own arguments (usage errors exit 2) */
 		chunk = "return require('rig.serve').cli(...)";
+		i++;
+	} else if (cmd && strcmp(cmd, "flow") == 0) {
+		/* rig.flow.cli parses its own arguments (usage errors exit 2) */
+		chunk = "return require('rig.flow.cli').cli(...)";
 		i++;
 	} else if (cmd && strcmp(cmd, "mcp") == 0) {
 		/* rig.mcp.serve parses its own arguments (usage errors exit 2) */

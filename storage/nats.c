@@ -346,7 +346,14 @@ static int leader_get(struct nstore *n, const char *stream, const char *last_sub
 			   : snprintf(req, sizeof req, "{\"seq\":%" PRIu64 ",\"next_by_subj\":\"%s\"}",
 				      seq, next_subj);
 	natsMsg *reply = NULL;
-	natsStatus s = N.request(&reply, n->nc, api, req, rl, n->wait_ms);
+	natsStatus s;
+	int64_t deadline = now_ms(CLOCK_MONOTONIC) + n->wait_ms;
+	for (int64_t pause = 50;; pause = pause < 400 ? pause * 2 : 500) {
+		s = N.request(&reply, n->nc, api, req, rl, n->wait_ms);
+		if (s != NATS_NO_RESPONDERS || now_ms(CLOCK_MONOTONIC) + pause >= deadline)
+			break;
+		usleep((useconds_t)pause * 1000); /* no leader this moment: see publish */
+	}
 	if (s != NATS_OK)
 		return nfail(e, s, what);
 	int len = N.msg_len(reply);
@@ -502,7 +509,15 @@ static int publish(struct nstore *n, const char *subj, uint64_t expect, const ch
 	po.MaxWait = n->wait_ms;
 	jsPubAck *pa = NULL;
 	jsErrCode jerr = 0;
-	s = N.publish(&pa, n->js, m, &po, &jerr);
+	/* No responders: nothing stored it (a clustered stream electing a leader has no one
+	 * taking its subjects for a moment): definite, so sent again until the wait is over */
+	int64_t deadline = now_ms(CLOCK_MONOTONIC) + n->wait_ms;
+	for (int64_t pause = 50;; pause = pause < 400 ? pause * 2 : 500) {
+		s = N.publish(&pa, n->js, m, &po, &jerr);
+		if (s != NATS_NO_RESPONDERS || now_ms(CLOCK_MONOTONIC) + pause >= deadline)
+			break;
+		usleep((useconds_t)pause * 1000);
+	}
 	N.msg_destroy(m);
 	if (s == NATS_OK) {
 		if (sseq)

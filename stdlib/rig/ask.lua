@@ -1,5 +1,5 @@
--- rig.ask: one call that returns an agent's answer (the session methods
--- s:ask and rig.run live here; rig.session forwards to them).
+-- rig.ask: one call that returns an agent's answer (s:ask lives here; rig.session
+-- forwards to it; rig.run, stdlib/rig/run.lua, is the same on a throwaway session).
 --
 --   s:ask(text | blocks [, opts]) -> answer, usage | nil, message, code, event
 --     Submits the input, waits for the turn it starts (or folds into) to end and
@@ -41,7 +41,6 @@
 --     p:dim(s), p:bold(s), p:cyan(s), p:green(s), p:yellow(s), p:red(s) paint when colored.
 
 local core = require "rig.core"
-local json = require "rig.json"
 
 local M = {}
 
@@ -324,7 +323,9 @@ local function ask(S, input, opts)
     do
     local t = ev.type
     local mine = type(ev.cause) == "table" and ev.cause.command_id == cid
-    if ended and ev.loop_id == loop_id and t == "LoopIdle" or t == "SessionIdle" then
+    -- the loop went idle, or on to the next input: no capture of this turn is coming later
+    if ended and ev.loop_id == loop_id and (t == "LoopIdle" or t == "TurnStarted")
+       or t == "SessionIdle" then
       seen_idle = true
     end
     if ended then
@@ -382,33 +383,8 @@ function M.ask(S, input, opts)
   return ask(S, input, opts)
 end
 
-function M.run(target, input, opts)
-  opts = check_opts(opts, "rig.run")
-  local loop_mod = require "rig.loop"
-  local define_mod = require "rig.define"
-  local r
-  if loop_mod.is_loop(target) then
-    r = define_mod{ loops = { target }, primers = { target.name },
-                    store = require("rig.store").memory() }
-  elseif define_mod.is_rig(target) then
-    local p = define_mod._private(target)
-    local loops = {}
-    for i, l in ipairs(p.loops) do loops[i] = l end
-    r = define_mod{ loops = loops, primers = p.primers, active_primer = p.active_primer,
-                    store = require("rig.store").memory(), delegation_limits = p.delegation_limits,
-                    workspace = p.workspace, snapshots = p.workspace and p.snapshots or nil }
-  else
-    error("rig.run: expects a rig.loop or a rig (rig.define), got " .. type(target), 2)
-  end
-  local s, msg, code = r:session()
-  if not s then return nil, msg, code end
-  local copy = {}
-  for k, v in pairs(opts) do copy[k] = v end
-  if copy.on_gate == nil then copy.on_gate = core.isatty(0) and "terminal" or "deny" end
-  local res = table.pack(pcall(ask, s, input, copy))
-  s:shutdown()
-  if not res[1] then error(res[2], 0) end
-  return table.unpack(res, 2, res.n)
-end
+-- For rig.run (stdlib/rig/run.lua): the checked options and the ask itself.
+M._check_opts = check_opts
+M._ask = ask
 
 return M

@@ -73,18 +73,16 @@ local areas = {
   permissions = "rig.permissions",
   schema = "rig.schema",
   mcp = "rig.mcp",
+  flow = "rig.flow",     -- rig.flow{ … }: durable workflow graphs (docs/flow.md)
   ask = "rig.ask",
   serve = function(opts) return require("rig.serve").serve(opts) end, -- rig.serve{…}
+  -- rig.run(loop | rig, text [, opts]): a throwaway in-memory session (rig.run); a tail
+  -- call, so its errors name the caller's line
+  run = function(...) return require("rig.run")(...) end,
 }
 
 return setmetatable(rig, {
   __index = function(t, k)
-    if k == "run" then
-      -- rig.run(loop | rig, text [, opts]): a throwaway in-memory session (rig.ask)
-      local f = require("rig.ask").run
-      rawset(t, k, f)
-      return f
-    end
     local name = areas[k]
     if not name then return nil end
     local m = type(name) == "function" and name or require(name)

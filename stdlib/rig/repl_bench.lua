@@ -237,6 +237,10 @@ local function watcher(S, sub)
       out(string.format("── gate %s open in session %s: %s %s (:attach %s to answer)",
         tostring(ev.gate_id), S.id, tostring(ev.tool), tostring(ev.summary or ""), S.id))
     end
+    if ev.type == "UserInputRequested" and state.attached ~= S then
+      out(string.format("── %s asks in session %s: %s (:attach %s to answer)",
+        tostring(ev.server), S.id, tostring(ev.message or ""), S.id))
+    end
   end
 end
 
@@ -804,6 +808,13 @@ local COMMANDS = {
   end,
 }
 
+-- :flows and :flow (rig.flow's runs: stdlib/rig/flow/repl.lua)
+do
+  local cmds, help = require("rig.flow.repl").install(out, function(lines) M.page(lines) end)
+  for k, f in pairs(cmds) do COMMANDS[k] = f end
+  for _, l in ipairs(help) do HELP[#HELP + 1] = l end
+end
+
 -- ---- chat mode, and leaving ----
 --
 -- :chat enters chat mode: each line typed (one that does not start with
@@ -826,7 +837,14 @@ local function chat_send(text)
   end
   -- submitted from a task of its own: the turn it starts is not a child of
   -- this chunk, so cancelling the wait (Ctrl-C twice) leaves the turn alone
-  local t = core.spawn_detached(function() return S:submit(text) end)
+  -- files given with :file go with this line as image or document blocks
+  local input = text
+  if state.pending_media and #state.pending_media > 0 then
+    input = { { type = "text", text = text } }
+    for _, spec in ipairs(state.pending_media) do input[#input + 1] = spec end
+    state.pending_media = nil
+  end
+  local t = core.spawn_detached(function() return S:submit(input) end)
   local cid, msg = t:wait()
   if not cid then error("submit: " .. tostring(msg), 0) end
   local ok, werr, wcode = S:wait_idle()
@@ -860,6 +878,33 @@ COMMANDS.chat = function(arg)
   out("── chat with " .. (state.attached and ("session " .. state.attached.id:sub(1, 8))
     or "a new session") .. ": each line is its input (:chat again for Lua)")
 end
+-- :file PATH [PATH …]: images (PNG, JPEG, WebP, GIF) or documents (PDF,
+-- .txt) for the next chat line; checked now (type and size, rig.media).
+COMMANDS.file = function(arg)
+  if arg == "" then
+    local n = state.pending_media and #state.pending_media or 0
+    return out(n == 0 and "no files for the next line (:file PATH …)"
+      or (n .. " file(s) go with the next line"))
+  end
+  local media = require "rig.media"
+  for path in arg:gmatch("%S+") do
+    local spec
+    for _, t in ipairs { "image", "document" } do
+      local b = media.check({ type = t, path = path })
+      if b then spec = { type = t, path = path, name = b.name } out(string.format(
+        "── %s %s (%s, %d bytes) goes with the next chat line", t, b.name, b.media_type, b.size))
+        break
+      end
+    end
+    if not spec then
+      local _, why = media.check({ type = "image", path = path }, path)
+      local _, dwhy = media.check({ type = "document", path = path }, path)
+      error("file: " .. ((why or ""):find("cannot read", 1, true) and why or dwhy), 0)
+    end
+    state.pending_media = state.pending_media or {}
+    state.pending_media[#state.pending_media + 1] = spec
+  end
+end
 COMMANDS.lua = function()
   if state.chat then set_chat(false) end
   out("── Lua")
@@ -872,6 +917,7 @@ end
 for _, line in ipairs {
   ":chat [TEXT]       chat mode: each line is input to the attached session (TEXT: one line);",
   "                   :chat again or :lua goes back to Lua",
+  ":file PATH …       images or documents (PNG, JPEG, WebP, GIF, PDF, .txt) for the next chat line",
   ":quit              leave the REPL (Ctrl-D on an empty line does the same)",
 } do HELP[#HELP + 1] = line end
 

@@ -303,6 +303,22 @@ function R:event(ev)
   elseif t == "LoopStarted" and ev.parent_loop_id then
     out[#out + 1] = self:dim(clip("── agent " .. tostring(ev.loop_id) .. " started by "
       .. tostring(ev.parent_loop_id), w))
+  elseif t == "HookDecided" and ev.action ~= "continue" and ev.action ~= "allow"
+         and ev.action ~= "stop" then
+    local what = "  ⚑ hook " .. tostring(ev.hook) .. ": " .. tostring(ev.action)
+    if ev.tool then what = what .. " " .. tostring(ev.tool) end
+    if ev.message then what = what .. " — " .. tostring(ev.message) end
+    local l = clip(what, w)
+    out[#out + 1] = (ev.action == "deny" or ev.action == "error") and self:red(l) or self:yellow(l)
+  elseif t == "GuardrailTripped" then
+    local lines = wrap("guardrail " .. tostring(ev.guardrail) .. " tripped on the "
+      .. tostring(ev.stage) .. (ev.reason and (": " .. tostring(ev.reason)) or ""), "── ", "   ",
+      w, {})
+    for _, l in ipairs(lines) do out[#out + 1] = self:red(l) end
+  elseif t == "ActiveLoopChanged" then
+    out[#out + 1] = self:cyan(clip("── " .. tostring(ev.from) .. " hands the conversation to "
+      .. tostring(ev.to) .. (ev.reason and ev.reason ~= "handoff" and (" (" .. tostring(ev.reason)
+      .. ")") or ""), w))
   elseif t == "SessionStopped" then
     out[#out + 1] = self:dim("── session stopped")
   end
@@ -333,11 +349,26 @@ end
 
 local RESULT_LINES = 6
 
+-- An image or document as one line: what it is, its size, where it lives.
+local function media_text(b)
+  local size = b.size and (b.size >= 1024 and string.format("%.1f KiB", b.size / 1024)
+    or (b.size .. " bytes"))
+  local where = b.url or (b.blob and ("blob " .. b.blob:sub(1, 12))) or nil
+  local bits = { b.media_type }
+  if size then bits[#bits + 1] = size end
+  if where then bits[#bits + 1] = where end
+  return "[" .. tostring(b.type) .. (b.name and (" " .. b.name) or "") .. ": "
+    .. table.concat(bits, ", ") .. "]"
+end
+
 local function result_text(c)
   if type(c) == "string" then return c end
   if type(c) == "table" then
     local parts = {}
-    for _, b in ipairs(c) do parts[#parts + 1] = tostring(b.text or "") end
+    for _, b in ipairs(c) do
+      parts[#parts + 1] = (b.type == "image" or b.type == "document") and media_text(b)
+        or tostring(b.text or "")
+    end
     return table.concat(parts, "\n")
   end
   return tostring(c)
@@ -373,7 +404,11 @@ function R:history_lines(messages)
           out[#out + 1] = self:dim("    … " .. (n - RESULT_LINES) .. " more lines")
         end
       else
-        out[#out + 1] = self:dim(clip("  (" .. tostring(t) .. " block)", w))
+        if t == "image" or t == "document" then
+          out[#out + 1] = self:cyan(clip("  " .. media_text(b), w))
+        else
+          out[#out + 1] = self:dim(clip("  (" .. tostring(t) .. " block)", w))
+        end
       end
     end
   end

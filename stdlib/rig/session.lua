@@ -4,7 +4,7 @@
 -- emits the events.
 --
 --   local s = r:session([{ seed = REF, on_gate = f | "approve" | "deny" | "terminal" }])
---                                    -- or r:restore(id [, { accept_drift = true }]);
+--                                    -- or r:restore(id [, { accept_drift = true, on_gate }]);
 --                                    -- on_gate: the approver s:ask uses (rig.ask)
 --   s.id
 --   s:submit(text | blocks [, { loop = "name" }]) -> command id (never waits on the turn)
@@ -113,9 +113,18 @@ end
 
 function Session:submit(input, opts)
   check_open(self, "submit")
-  local msg, err = user_message(input)
+  local msg, err, ecode = user_message(input)
+  if not msg and ecode then return nil, "submit: " .. err, ecode end -- media: expected
   if not msg then fail("submit", err, 2) end
-  local target = self.rig.active_primer or self.rig.primers[1]
+  -- images and documents go into the store once; the journal keeps references
+  for i, b in ipairs(msg.content) do
+    if b.data then
+      local sb, serr, scode = require("rig.media").store(self.rig.store, b)
+      if not sb then return nil, "submit: " .. serr, scode or "io" end
+      msg.content[i] = sb
+    end
+  end
+  local target = self.active
   if opts ~= nil then
     check_options("submit", opts, "loop")
     if opts.loop ~= nil then target = opts.loop end
@@ -149,7 +158,7 @@ function Session:compact(loop, opts)
     end
     fallback = opts.fallback == "truncate"
   end
-  local inst = self.loops[loop or self.rig.active_primer or self.rig.primers[1]]
+  local inst = self.loops[loop or self.active]
   if not inst then fail("compact", "no loop '" .. tostring(loop) .. "' in this session", 2) end
   local f = fault_message(self)
   if f then return nil, f, "faulted" end
@@ -379,7 +388,7 @@ function Session:snapshots()
 end
 
 function Session:history(loop)
-  local inst = self.loops[loop or self.rig.active_primer or self.rig.primers[1]]
+  local inst = self.loops[loop or self.active]
   if not inst then fail("history", "no loop '" .. tostring(loop) .. "'", 2) end
   return inst.history
 end

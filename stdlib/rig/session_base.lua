@@ -24,6 +24,7 @@ local ENDURING = {
   UserInputRequested = true, UserInputResolved = true, WorkspaceCheckpointed = true, WorkspaceRestored = true,
   WorkspaceFaulted = true, WorkspaceFaultCleared = true,
   ActiveLoopChanged = true, CompactionCommitted = true, ContextMeasured = true,
+  HookDecided = true, GuardrailChecked = true, GuardrailTripped = true,
 }
 local EPHEMERAL = { TokenDelta = true, ToolCallStarted = true, ToolCallCompleted = true,
                     InputQueued = true }
@@ -117,13 +118,26 @@ local function user_message(input)
     return { role = "user", content = json.array({ { type = "text", text = input } }) }
   end
   local blocks = {}
+  local media = 0
   for i, b in ipairs(input) do
-    if type(b) ~= "table" or b.type ~= "text" or type(b.text) ~= "string" then
-      return nil, "input[" .. i .. "] must be a { type = \"text\", text = … } block"
+    if type(b) == "table" and (b.type == "image" or b.type == "document") then
+      -- checked here (type, size, magic); rig.session stores the bytes (rig.media)
+      local mb, err = require("rig.media").check(b, "input[" .. i .. "]")
+      if not mb then return nil, err, "invalid_request" end
+      blocks[i] = mb
+      media = media + 1
+    elseif type(b) ~= "table" or b.type ~= "text" or type(b.text) ~= "string" then
+      return nil, "input[" .. i .. "] must be a { type = \"text\", text = … }, image or "
+        .. "document block"
+    else
+      blocks[i] = { type = "text", text = b.text }
     end
-    blocks[i] = { type = "text", text = b.text }
   end
   if #blocks == 0 then return nil, "input must hold at least one block" end
+  if media > require("rig.media").PER_MESSAGE then
+    return nil, "input holds more than " .. require("rig.media").PER_MESSAGE
+      .. " images and documents", "invalid_request"
+  end
   return { role = "user", content = json.array(blocks) }
 end
 
@@ -166,6 +180,8 @@ local function new_session(r, csess)
     loops = {}, loop_order = {}, busy = 0, open_gates = {}, gate_order = {}, open_inputs = {},
     idle_cond = core.cond(), usage_sum = new_usage(), want_ephemeral = 0,
     subs = setmetatable({}, { __mode = "k" }), closed = false,
+    -- where input without { loop = … } goes: a handoff moves it (rig.handoff)
+    active = r.active_primer or r.primers[1],
   }, Session)
   return S
 end

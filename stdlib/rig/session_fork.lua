@@ -186,6 +186,13 @@ function M.fork(self, opts)
       if not ok then return undo(nil, msg, code) end
     end
   end
+  -- the loop a handoff made active at the cut stays active here
+  local active = st.ho and st.ho.active
+  if active and active ~= S.active and S.loops[active] then
+    ok, msg, code = emit(S, "ActiveLoopChanged", { from = S.active, to = active, reason = "fork" })
+    if not ok then return undo(nil, msg, code) end
+    S.active = active
+  end
   -- the delegation quota counts the children the fork inherited; requests
   -- still open at the cut are the origin's, not handed back here
   delegation.restored(S, delegation.new_fold(), st.children)

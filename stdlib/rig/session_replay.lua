@@ -26,7 +26,8 @@ local M = {}
 local function fold(records)
   local st = { loops = {}, order = {}, gates = {}, gate_order = {}, started = nil,
                last_quiescence = nil, counter = 0, usage = new_usage(), title = nil,
-               children = 0, dg = delegation.new_fold(), rs = resuming.new_fold() }
+               children = 0, dg = delegation.new_fold(), rs = resuming.new_fold(),
+               ho = require("rig.handoff").new_fold() }
   local function inst(id)
     local l = st.loops[id]
     if not l then
@@ -36,17 +37,19 @@ local function fold(records)
     end
     return l
   end
-  local dfold, rfold = delegation.fold, resuming.fold
+  local dfold, rfold, hfold = delegation.fold, resuming.fold, require("rig.handoff").fold
   for _, r in ipairs(records) do
     if r.kind == "command" then
       local c = json.decode(r.body)
       dfold(st.dg, c, r.seq)
       rfold(st.rs, c, r.seq)
+      hfold(st.ho, c)
     elseif r.kind == "event" then
       local ev = json.decode(r.body)
       local t = ev.type
       dfold(st.dg, ev, r.seq)
       rfold(st.rs, ev, r.seq)
+      hfold(st.ho, ev)
       if t == "SessionStarted" then
         st.started = st.started or ev
       elseif t == "SessionForked" then
@@ -101,6 +104,23 @@ local function fold(records)
         st.gates[ev.gate_id] = nil
       elseif t == "SessionActive" or t == "SessionIdle" then
         st.last_quiescence = t
+      elseif t == "GuardrailTripped" then
+        -- nothing of the tripped step was committed; an input trip took the
+        -- turn's input back out of the history
+        local l = inst(ev.loop_id)
+        if ev.history_len and ev.history_len < #l.history then
+          for i = #l.history, ev.history_len + 1, -1 do l.history[i] = nil end
+        end
+        add_usage(st.usage, ev.usage)
+      elseif t == "GuardrailChecked" then
+        add_usage(st.usage, ev.usage)
+      elseif t == "ActiveLoopChanged" then
+        -- a handoff: the target's conversation (where input goes: rig.handoff's fold)
+        if ev.history then
+          local l = inst(ev.to)
+          l.history = ev.history
+          l.context_tokens = nil
+        end
       end
     end
   end
@@ -141,8 +161,14 @@ local function restore(r, id, opts)
   if type(id) ~= "string" then fail("restore", "session id must be a string", 2) end
   local accept_drift = false
   if opts ~= nil then
-    check_options("restore", opts, "accept_drift")
+    check_options("restore", opts, "accept_drift", "on_gate")
     accept_drift = opts.accept_drift == true
+    local og = opts.on_gate
+    if og ~= nil and type(og) ~= "function" and og ~= "approve" and og ~= "deny"
+       and og ~= "terminal" then
+      fail("restore", "option 'on_gate' must be a function or \"approve\", \"deny\" or "
+        .. "\"terminal\"", 2)
+    end
   end
   local csess, msg, code = core.session_open(r.store, id)
   if not csess then return nil, msg, code end
@@ -150,6 +176,7 @@ local function restore(r, id, opts)
   if not records then csess:close() return nil, rerr, rcode end
   local st = fold(records)
   local S = new_session(r, csess)
+  S.on_gate = opts and opts.on_gate -- the approver s:ask uses (rig.ask)
   if not st.started then
     emit(S, "RestoreErrored", { reason = "the journal has no SessionStarted" })
     csess:close()
@@ -213,6 +240,7 @@ local function restore(r, id, opts)
   S.resumable_turns = resuming.restored(S, st.rs)
   S.usage_sum = st.usage
   S.title = st.title
+  if st.ho.active and S.loops[st.ho.active] then S.active = st.ho.active end
   S.forked_from = st.forked_from
   -- the workspace at its last checkpoint-or-restore ref, failing closed
   local wstate = "none"
@@ -235,6 +263,8 @@ local function restore(r, id, opts)
     loop_count = #S.loop_order, title = S.title })
   note_usage(S)
   delegation.redeliver(S, handbacks, turns.runner)
+  -- a handoff whose target turn a crash kept from starting starts now
+  require("rig.handoff").redeliver(S, st.ho)
   return S
 end
 

@@ -313,7 +313,7 @@ function M.begin(S, inst, turn, R)
   if not R.plan then
     R.ended = ended_by(inst, R)
     local lim, u = inst.limits, R.usage
-    if not R.ended and lim.max_tokens and u.input_tokens + u.output_tokens >= lim.max_tokens then
+    if not R.ended and lim.max_tokens and require("rig.budget").tokens_of(u) >= lim.max_tokens then
       R.ended = { "TurnFailed", { error = limit_failure("max_tokens", lim.max_tokens, "token") } }
     elseif not R.ended and lim.max_cost and (u.cost or 0) >= lim.max_cost then
       R.ended = { "TurnFailed", { error = limit_failure("max_cost", lim.max_cost, "cost") } }

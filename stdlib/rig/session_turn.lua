@@ -19,9 +19,17 @@ local add_usage, new_usage, note_usage = base.add_usage, base.new_usage, base.no
 local title_of, cap_result = base.title_of, base.cap_result
 local close_gate, limit_failure = base.close_gate, base.limit_failure
 local FINAL_TOOL, out_setup = output.FINAL_TOOL, output.out_setup
+local repair_text, user_message = output.repair_text, base.user_message
 local invalid_output, check_output, native_output =
   output.invalid_output, output.check_output, output.native_output
 local context_of, auto_compact = compaction.context_of, compaction.auto_compact
+local hooks = require "rig.hooks"
+local budget = require "rig.budget"
+local handoff_lib
+local function handoff()
+  handoff_lib = handoff_lib or require "rig.handoff"
+  return handoff_lib
+end
 
 local mcp_mod, mcp_sync -- below: a loop's MCP servers
 
@@ -250,7 +258,7 @@ run_tool = function(S, inst, turn, call, tool, req, ctx)
   local run = ctx.resumed and resuming.runner(S, inst, turn, call, runner) or tool.run
   local rok, out, rmsg, rcode = run_bounded(tool, run, req, ctx, inst.limits.tool_timeout)
   if not rok and is_cancel(out) then error(out, 0) end
-  local text, is_error, details
+  local text, is_error, details, media_blocks
   if not rok then
     text, is_error = "error: " .. tostring(out), true
   elseif out == nil then
@@ -259,6 +267,17 @@ run_tool = function(S, inst, turn, call, tool, req, ctx)
     text = out
   elseif getmetatable(out) == "rig.tool.result" then
     text, is_error, details = out.text, out.is_error, out.details
+    if out.media then
+      -- images and documents: checked, stored once, referenced from the result
+      local blocks, merr = require("rig.media").take(S.rig.store, out.media,
+        "tool '" .. tool.name .. "' result media")
+      if blocks then
+        media_blocks = blocks
+      else
+        -- the text stands; the model is told what it does not get
+        text = text .. "\n[media left out: " .. merr .. "]"
+      end
+    end
   else
     local enc = json.encode(out)
     text = enc or tostring(out)
@@ -269,16 +288,47 @@ run_tool = function(S, inst, turn, call, tool, req, ctx)
       tool = tool.name, call_id = call.id, is_error = is_error == true,
       code = not rok and rcode or nil, preview = text:sub(1, 200) })
   end
+  if media_blocks and #media_blocks > 0 then
+    local content = { { type = "text", text = text } }
+    for _, b in ipairs(media_blocks) do content[#content + 1] = b end
+    return tool_result(call.id, json.array(content), is_error, details)
+  end
   return tool_result(call.id, text, is_error, details)
 end
 
 -- One call of a step, its result journaled (ToolResultRecorded, not waited)
 -- before the step commits: a resume after a crash takes a recorded result
 -- instead of running the call again.
+local function hooked_call(S, inst, turn, call)
+  local c = call
+  if inst.hooks and inst.hooks.before_tool and inst.tools[call.name] and not call.error then
+    local action, v = hooks.before_tool(S, inst, turn, call)
+    if action == "deny" then return tool_result(call.id, "error: " .. v, true) end
+    if action == "error" then
+      turn.hook_failure = turn.hook_failure or v
+      return tool_result(call.id, "error: " .. v.message, true)
+    end
+    if v ~= call.input then
+      c = {}
+      for k, x in pairs(call) do c[k] = x end
+      c.input = v
+    end
+  end
+  local res = run_call(S, inst, turn, c)
+  if inst.hooks and inst.hooks.after_tool then
+    res = hooks.after_tool(S, inst, turn, c, res)
+    if res.hook_failure then
+      turn.hook_failure = turn.hook_failure or res.hook_failure
+      res.hook_failure = nil
+    end
+  end
+  return res
+end
+
 local function step_call(S, inst, turn, call)
   local res, kept
   if turn.resume then res, kept = resuming.call(S, inst, turn, call) end
-  if not res then res = run_call(S, inst, turn, call) end
+  if not res then res = hooked_call(S, inst, turn, call) end
   if not kept then
     emit(S, "ToolResultRecorded", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
       call_id = call.id, tool = call.name, result = res }, false)
@@ -395,10 +445,11 @@ local function history_request(inst)
     inst.tool_specs = tools
     inst.req_cache = { messages = setmetatable({}, { __mode = "k" }) }
   end
-  local req = { system = inst.system, messages = inst.history, tools = inst.tool_specs or nil }
+  local req = { system = inst.system, messages = inst.history, tools = inst.tool_specs or nil,
+                blobs = inst.blobs }
   if inst.output then
     if inst.output_native then
-      req.output_schema = inst.output
+      req.output_schema = output.request_schema(inst)
     else
       req.tool_choice = "required"
     end
@@ -421,6 +472,50 @@ end
 
 -- The body of one turn, in its own task (interrupt cancels it). Returns the
 -- terminal event's type and fields.
+-- A failed structured answer: the repair to ask for ({ attempt, of, error }),
+-- or nil when none is left (or the model refused).
+local function repairable(inst, turn, oerr)
+  local n = inst.output and inst.output.repair or 0
+  if oerr.refused or (turn.repairs or 0) >= n then return nil end
+  turn.repairs = (turn.repairs or 0) + 1
+  return { attempt = turn.repairs, of = n, error = oerr.message }
+end
+
+-- Output guardrails on the step that would end the turn, before it commits.
+-- Returns nil (passed), the failure (tripped: journaled), or nil, msg, code.
+local function output_guard(S, inst, turn, message, out, usage, sum)
+  if not (inst.guardrails and inst.guardrails.output) then return nil end
+  local set = hooks.start(S, inst, turn, "output", { text = hooks.text_of(message),
+    message = message, output = out })
+  local gu = new_usage()
+  local trip = hooks.finish(S, inst, turn, set, gu, add_usage)
+  add_usage(sum, gu)
+  add_usage(S.usage_sum, gu)
+  if not trip then return nil end
+  -- the step itself is not committed: its usage goes with the trip
+  add_usage(S.usage_sum, usage)
+  local tu = new_usage()
+  add_usage(tu, gu)
+  add_usage(tu, usage)
+  local gerr, gmsg, gcode = hooks.tripped(S, inst, turn, "output", trip, tu, #inst.history)
+  if not gerr then return nil, gmsg, gcode end
+  return gerr
+end
+
+-- The turn_end hook on a turn about to be done: true (it goes on, the hook's
+-- message folded in), nil (done) or nil, failure.
+local function turn_end(S, inst, turn, done, iterations)
+  if not (inst.hooks and inst.hooks.turn_end) then return nil end
+  local m, herr = hooks.turn_end(S, inst, turn, done, iterations)
+  if m == false then return nil, herr end
+  if not m then return nil end
+  inst.history[#inst.history + 1] = m
+  local ok, msg = emit(S, "TurnFoldedInto", { loop_id = inst.id, turn_id = turn.id, message = m,
+    hook = "turn_end", cause = { command_id = turn.command_id } })
+  if not ok then error(msg, 0) end
+  return true
+end
+
 local function run_turn(S, inst, item)
   local def = inst.def
   local limits = inst.limits
@@ -455,24 +550,69 @@ local function run_turn(S, inst, item)
     if not cok then return nil, cerr, ccode end
     req.messages = inst.history
     req.cache_key = S.id .. "/" .. inst.id -- one prompt cache per loop of a session
+    -- budgets: this step's estimate against what the turn and the session spent
+    local budgeted = not plan and budget.active(S, inst)
+    if budgeted then
+      local berr = budget.before_step(S, inst, turn, req)
+      if berr then return "TurnFailed", { error = berr } end
+    end
+    if not plan and inst.hooks and inst.hooks.before_model then
+      local nreq, herr = hooks.before_model(S, inst, turn, req, iterations)
+      if not nreq then return "TurnFailed", { error = herr } end
+      req = nreq
+    end
+    -- input guardrails: beside the first model call of a turn
+    local guard_in = not plan and not rsm and iterations == 1 and inst.guardrails
+      and hooks.start(S, inst, turn, "input", { text = hooks.text_of(item.message),
+        message = item.message }) or nil
     local st, serr, scode = (plan or inst.model):stream(req, { cache = inst.req_cache })
     if not st then
+      hooks.cancel(guard_in)
       return "TurnFailed", { error = { code = scode or "model", message = tostring(serr) } }
     end
     local deltas = S.want_ephemeral > 0
+    local early = false
     for chunk in st:chunks() do
       if deltas then
         emit(S, "TokenDelta", { loop_id = inst.id, turn_id = turn.id, step_id = step_id,
           delta = chunk })
       end
+      if guard_in and hooks.tripped_early(guard_in) then early = true break end
     end
-    local resp, rerr, rcode = st:result()
+    local resp, rerr, rcode
+    if not early then resp, rerr, rcode = st:result() end
     st:close()
+    if guard_in then
+      -- nothing of the step is committed when an input guardrail trips
+      local gu = new_usage()
+      add_usage(gu, resp and resp.usage)
+      local trip = hooks.finish(S, inst, turn, guard_in, gu, add_usage)
+      if trip then
+        add_usage(sum, gu)
+        add_usage(S.usage_sum, gu)
+        if inst.history[#inst.history] == item.message then inst.history[#inst.history] = nil end
+        local gerr, gmsg, gcode = hooks.tripped(S, inst, turn, "input", trip, gu, #inst.history)
+        if not gerr then return nil, gmsg, gcode end
+        return "TurnFailed", { error = gerr }
+      end
+      if gu.input_tokens > 0 and resp then
+        -- the guard models' part: the step's own usage is committed with it
+        local only = new_usage()
+        for k, v in pairs(gu) do only[k] = v - ((resp.usage or {})[k] or 0) end
+        add_usage(sum, only)
+        add_usage(S.usage_sum, only)
+      end
+    end
     if not resp then
       return "TurnFailed", { error = { code = rcode or "model", message = tostring(rerr) } }
     end
     add_usage(sum, resp.usage)
     inst.context_tokens = context_of(resp.usage)
+    if not plan and inst.hooks and inst.hooks.after_model then
+      local nresp, herr = hooks.after_model(S, inst, turn, resp, iterations)
+      if not nresp then return "TurnFailed", { error = herr } end
+      resp = nresp
+    end
     local message = resp.message
     local calls = {}
     local final
@@ -496,16 +636,37 @@ local function run_turn(S, inst, item)
           oerr = invalid_output(inst, "the model answered without calling " .. FINAL_TOOL)
         end
       end
+      if not oerr then
+        local gerr, gmsg, gcode = output_guard(S, inst, turn, message, output, resp.usage, sum)
+        if gerr then return "TurnFailed", { error = gerr } end
+        if gmsg then return nil, gmsg, gcode end
+      end
+      local repair = oerr and repairable(inst, turn, oerr)
       inst.history[#inst.history + 1] = message
       add_usage(S.usage_sum, resp.usage)
       -- the turn's last step: nothing acts on it before the terminal, which
-      -- is queued behind it (not waited: see drive)
+      -- is queued behind it (not waited: see drive); a repair acts on it
       ok, msg, code = emit(S, "StepDone", { loop_id = inst.id, turn_id = turn.id,
         step_id = step_id, message = message, usage = resp.usage,
-        finish_reason = resp.finish_reason }, false)
+        finish_reason = resp.finish_reason, estimate = budgeted and turn.estimate or nil,
+        repair = repair or nil }, repair ~= nil and repair ~= false)
       if not ok then return nil, msg, code end
+      if repair then
+        -- the validation message goes back to the model as new input
+        local m = user_message(repair_text(inst, oerr, repair.attempt))
+        inst.history[#inst.history + 1] = m
+        ok, msg, code = emit(S, "TurnFoldedInto", { loop_id = inst.id, turn_id = turn.id,
+          message = m, repair = repair, cause = { command_id = turn.command_id } })
+        if not ok then return nil, msg, code end
+        goto next_step
+      end
       if oerr then return "TurnFailed", { error = oerr } end
-      return "TurnDone", { message = message, usage = sum, output = output }
+      local over = budgeted and budget.after_step(S, inst, turn, resp.usage) or nil
+      local done = { message = message, usage = sum, output = output, budget = over }
+      local more, herr = turn_end(S, inst, turn, done, iterations)
+      if herr then return "TurnFailed", { error = herr } end
+      if not more then return "TurnDone", done end
+      goto next_step
     end
     calls_total = calls_total + #calls
     if calls_total > limits.calls then
@@ -526,6 +687,11 @@ local function run_turn(S, inst, item)
         oerr = invalid_output(inst, "invalid JSON arguments: " .. tostring(final.error))
       else
         output, oerr = check_output(inst, final.input or {})
+      end
+      if not oerr then
+        local gerr, gmsg, gcode = output_guard(S, inst, turn, message, output, resp.usage, sum)
+        if gerr then return "TurnFailed", { error = gerr } end
+        if gmsg then return nil, gmsg, gcode end
       end
       results = { tool_result(final.id, oerr and ("error: " .. oerr.message)
         or "the final answer was accepted", oerr ~= nil) }
@@ -551,32 +717,45 @@ local function run_turn(S, inst, item)
       results = run_calls(S, inst, turn, calls)
     end
     if turn.interrupt_reason then error("cancelled", 0) end
+    if turn.hook_failure then return "TurnFailed", { error = turn.hook_failure } end
     local tool_msg = { role = "tool", content = json.array(results) }
     inst.history[#inst.history + 1] = message
     inst.history[#inst.history + 1] = tool_msg
     add_usage(S.usage_sum, resp.usage)
+    -- a final answer that failed goes back to the model (its error result) when
+    -- repairs are left
+    local repair = final and #calls == 1 and oerr and repairable(inst, turn, oerr) or nil
     -- waited unless the final tool ends the turn here: the next model call
     -- acts on this step
     ok, msg, code = emit(S, "StepDone", { loop_id = inst.id, turn_id = turn.id,
       step_id = step_id, message = message, results = tool_msg, usage = resp.usage,
-      finish_reason = resp.finish_reason }, not (final and #calls == 1))
+      finish_reason = resp.finish_reason, estimate = budgeted and turn.estimate or nil,
+      repair = repair }, not (final and #calls == 1) or repair ~= nil)
     if not ok then return nil, msg, code end
+    if repair then goto next_step end
     if final and #calls == 1 then
       if oerr then return "TurnFailed", { error = oerr } end
-      return "TurnDone", { message = message, usage = sum, output = output }
+      local over = budgeted and budget.after_step(S, inst, turn, resp.usage) or nil
+      local done = { message = message, usage = sum, output = output, budget = over }
+      local more, herr = turn_end(S, inst, turn, done, iterations)
+      if herr then return "TurnFailed", { error = herr } end
+      if not more then return "TurnDone", done end
+      goto next_step
+    end
+    if turn.handoff then
+      -- the conversation moves (drive hands it over once this terminal is queued)
+      return "TurnDone", { message = message, usage = sum,
+        handoff = { to = turn.handoff.to, call_id = turn.handoff.call_id } }
     end
     if not snapshot_edge(S, "step_done", { loop_id = inst.id, turn_id = turn.id }) then
       return "TurnFailed", { error = workspace.failure(S) }
     end
-    local tokens = sum.input_tokens + sum.output_tokens
-    if limits.max_tokens and tokens >= limits.max_tokens then
-      return "TurnFailed", { error = limit_failure("max_tokens", limits.max_tokens, "token") }
-    end
-    if limits.max_cost and (sum.cost or 0) >= limits.max_cost then
-      return "TurnFailed", { error = limit_failure("max_cost", limits.max_cost, "cost") }
-    end
+    -- the turn's and the session's budgets (none set: it only notes the step)
+    local berr = budget.after_step(S, inst, turn, resp.usage)
+    if berr then return "TurnFailed", { error = berr } end
     ok, msg, code = fold_queue(S, inst, turn)
     if not ok then return nil, msg, code end
+    ::next_step::
   end
 end
 
@@ -669,6 +848,11 @@ local function drive(S, inst)
     -- a delegated turn's answer goes to its waiter or back to the parent
     -- before this loop can go idle (no SessionIdle in between)
     if S.dg then delegation.turn_ended(S, inst, turn, etype, fields, runner) end
+    -- a handoff: the target loop takes the conversation and a turn before
+    -- this one can go idle
+    if etype == "TurnDone" and fields.handoff and turn.handoff then
+      handoff().perform(S, inst, turn, turn.handoff)
+    end
     note_usage(S)
     catalog(S, { state = state })
     if not snapshot_edge(S, "turn_done", { loop_id = inst.id, turn_id = turn.id }) then
@@ -709,7 +893,9 @@ local function new_instance(S, def, id, meta)
   local inst = { id = id, def = def, name = def.name, model = def.model, system = def.system,
                  gate = def.gate, limits = def.limits, tool_list = list, tools = tools,
                  history = {}, queue = {}, busy = false, turn_index = 0, observations = {},
-                 depth = 0, children = {} }
+                 depth = 0, children = {}, hooks = def.hooks, guardrails = def.guardrails,
+                 -- a request's media references, read back from the store
+                 blobs = require("rig.media").resolver(S.rig.store) }
   if meta then
     inst.parent_id, inst.depth, inst.display_name = meta.parent_id, meta.depth, meta.display_name
     local parent = S.loops[meta.parent_id]
@@ -717,6 +903,10 @@ local function new_instance(S, def, id, meta)
   end
   if #def.delegates > 0 then
     for _, t in ipairs(delegation.tools(S, inst, runner)) do list[#list + 1] = t end
+  end
+  if def.handoffs and not meta then
+    -- only a top-level loop hands the conversation on (a child answers its parent)
+    for _, t in ipairs(handoff().tools(S, inst)) do list[#list + 1] = t end
   end
   for _, t in ipairs(list) do tools[t.name] = t end
   local mcp = def.mcp

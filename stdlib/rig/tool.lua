@@ -19,7 +19,7 @@
 --   }
 --   A tool without prepare declares no access: its request is { summary = "NAME {args}",
 --   requirements = {} } (plus the approval requirement when needs_approval says so), so
---   any gate allows it (rig.gate.auto() is the shortest).
+--   any gate allows it (rig.gate.default() is the shortest).
 --   t.name, t.description, t.schema (a copy), t.sequential, t.prepare, t.run,
 --   t.needs_approval: read-only
 --   t:check_args(args) -> true | nil, "$.q: expected string, got number"
@@ -38,7 +38,9 @@
 --   rig.tool.result{ text = "…", is_error = false, details = { … } } -> a result a run
 --     may return instead of a string: text is what the model reads, is_error marks it a
 --     tool error, details (a JSON-encodable table) is kept with the tool_result block in
---     the journal but never sent to the model (rig.mcp keeps the MCP content there)
+--     the journal but never sent to the model (rig.mcp keeps the MCP content there);
+--     media = { { type = "image" | "document", path | data | base64 | url, … } } go to the
+--     model with the text, stored once (rig.media, docs/media.md)
 --   t:spec() -> { name =, description =, schema = } (the tool as a model request lists it)
 --
 -- run's ctx (from rig.session): session_id, loop_id, turn_id, call_id, tool, request
@@ -326,7 +328,7 @@ local RESULT_MT = { __metatable = "rig.tool.result" }
 function M.result(t)
   if type(t) ~= "table" then error("rig.tool.result: expects a table { text, is_error, details }", 2) end
   for k in pairs(t) do
-    if k ~= "text" and k ~= "is_error" and k ~= "details" then
+    if k ~= "text" and k ~= "is_error" and k ~= "details" and k ~= "media" then
       error("rig.tool.result: unknown field '" .. tostring(k) .. "'", 2)
     end
   end
@@ -337,8 +339,11 @@ function M.result(t)
   if t.details ~= nil and type(t.details) ~= "table" then
     error("rig.tool.result: field 'details' must be a table", 2)
   end
-  return setmetatable({ text = t.text, is_error = t.is_error == true, details = t.details },
-    RESULT_MT)
+  if t.media ~= nil and type(t.media) ~= "table" then
+    error("rig.tool.result: field 'media' must be a list of image and document specs", 2)
+  end
+  return setmetatable({ text = t.text, is_error = t.is_error == true, details = t.details,
+    media = t.media }, RESULT_MT)
 end
 
 function M.is_result(v)

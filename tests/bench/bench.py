@@ -120,10 +120,30 @@ def nats_bench():
         shutil.rmtree(d, ignore_errors=True)
 
 
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
 def main():
+    t0, load0 = time.time(), loadavg()
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "?"
+    try:
+        run_all()
+    finally:
+        benchlib.record("meta", date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
+                        commit=commit, load_start=load0, load_end=loadavg(),
+                        wall_min=round((time.time() - t0) / 60, 1))
+
+
+def run_all():
     which = set(sys.argv[1:]) or {"startup", "rss", "sse", "json", "model", "cache", "store",
                                   "journal", "snapshot", "sandbox", "session", "serve", "nats",
-                                  "mcp"}
+                                  "mcp", "flow"}
     lua = shutil.which("lua5.4")
     node = shutil.which("node")
     if "startup" in which:
@@ -182,6 +202,11 @@ def main():
         # rig.mcp over stdio: a tools/call round trip and listing 1,000 tools, against the
         # official TypeScript SDK client calling the same server.
         subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "mcp_bench.py")],
+                       env=dict(os.environ, LUARIG=LUARIG), check=False)
+    if "flow" in which:
+        # rig.flow against LangGraph.js (build/npm/flow): the same three graphs, CPU and
+        # bytes checkpointed per superstep, peak RSS; LMDB against its SQLite saver.
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "flow_bench.py")],
                        env=dict(os.environ, LUARIG=LUARIG), check=False)
     if "store" in which:
         store_bench()

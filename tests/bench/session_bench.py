@@ -39,7 +39,8 @@ of RUNS rounds with min-max (tests/bench/benchlib.py, tests/bench/README.md).
    to the hard limit; with a hard limit too low the count is lowered and
    said so.
 
-Environment: SESSION_BENCH_NS (default "1,10,100,1000"), SESSION_BENCH_STORES
+Environment: SESSION_BENCH_NS (default "1,10,100,1000"), SESSION_BENCH_PEER_MAX_N
+(the largest N the peer runs at; default: every N), SESSION_BENCH_STORES
 ("memory,lmdb"; memory must be in it), SESSION_BENCH_TURNS (10),
 SESSION_BENCH_IDLE (10000), SESSION_BENCH_RUNS (BENCH_RUNS, 5).
 """
@@ -61,6 +62,9 @@ LUARIG = os.environ.get("LUARIG", os.path.join(BUILD, "luarig"))
 NPM_DIR = os.path.join(ROOT, "build", "bench", "npm")
 AGENTS_VERSION = "0.20.0"
 NS = [int(x) for x in os.environ.get("SESSION_BENCH_NS", "1,10,100,1000").split(",") if x]
+# The peer runs at every N up to this one (default: all of them); above it
+# only luarig runs, its lines against the goals and against itself at N=100.
+PEER_MAX_N = int(os.environ.get("SESSION_BENCH_PEER_MAX_N", "0")) or None
 STORES = [x for x in os.environ.get("SESSION_BENCH_STORES", "memory,lmdb").split(",") if x]
 TURNS = int(os.environ.get("SESSION_BENCH_TURNS", "10"))
 IDLE = int(os.environ.get("SESSION_BENCH_IDLE", "10000"))
@@ -207,13 +211,19 @@ def workload(mock, version):
         turns = n * TURNS
         got = {"peer": [], "memory": [], "lmdb": []}
         msgs = {}
+        with_peer = PEER_MAX_N is None or n <= PEER_MAX_N
+        if not with_peer:
+            say(f"N={n}: @openai/agents not run (SESSION_BENCH_PEER_MAX_N={PEER_MAX_N})")
         for _ in range(RUNS):
-            p = run(["node", agents_js, "mock", mock.base, str(n), str(TURNS)], env=node_env())
-            t = last_json(p, f"@openai/agents at N={n}")
-            tstats = mock.stats()
-            if not (t and conversation_ok("@openai/agents", t, tstats, n)):
-                break
-            msgs["peer"] = tstats["messages"]
+            t = None
+            if with_peer:
+                p = run(["node", agents_js, "mock", mock.base, str(n), str(TURNS)],
+                        env=node_env())
+                t = last_json(p, f"@openai/agents at N={n}")
+                tstats = mock.stats()
+                if not (t and conversation_ok("@openai/agents", t, tstats, n)):
+                    break
+                msgs["peer"] = tstats["messages"]
             for kind in STORES:
                 o, ostats = run_ours(mock, n, kind)
                 if not o:
@@ -221,29 +231,33 @@ def workload(mock, version):
                 msgs[kind] = ostats["messages"]
                 got[kind].append(o)
             else:
-                got["peer"].append(t)
+                if t:
+                    got["peer"].append(t)
                 continue
             break
-        k = min(len(got["peer"]), *(len(got[x]) for x in STORES))
+        k = min(len(got[x]) for x in STORES + (["peer"] if with_peer else []))
         if k == 0:
             say(f"N={n}: figures skipped (a client failed, above)")
             continue
         for key in got:
             got[key] = got[key][:k]
         res[n] = got
-        if msgs.get("memory") != msgs.get("peer"):
+        if with_peer and msgs.get("memory") != msgs.get("peer"):
             # Not fatal: the two may frame the history differently (a system
             # message, an empty assistant text); say it next to the figures.
             say(f"N={n}: luarig sent {msgs.get('memory')} messages in all, "
                 f"@openai/agents {msgs.get('peer')}")
         cpu = {x: [r["cpu_s"] * 1e3 / turns for r in got[x]] for x in got}
         rss = {x: [r["maxrss_kib"] / turns for r in got[x]] for x in got}
-        bench_line(f"session_turn_cpu_n{n}", cpu["memory"], "ms/session-turn", peer, cpu["peer"])
-        bench_line(f"session_turn_rss_n{n}", rss["memory"], "KiB/session-turn", peer,
-                   rss["peer"])
-        if "lmdb" in STORES:
+        if with_peer:
+            bench_line(f"session_turn_cpu_n{n}", cpu["memory"], "ms/session-turn", peer,
+                       cpu["peer"])
+            bench_line(f"session_turn_rss_n{n}", rss["memory"], "KiB/session-turn", peer,
+                       rss["peer"])
+        if "lmdb" in STORES and with_peer:
             bench_line(f"session_turn_cpu_lmdb_n{n}", cpu["lmdb"], "ms/session-turn", peer,
                        cpu["peer"])
+        if "lmdb" in STORES:
             bench_line(f"session_turn_cpu_lmdb_vs_memory_n{n}", cpu["lmdb"], "ms/session-turn",
                        "luarig-memory-store", cpu["memory"])
         for x in got:
@@ -255,8 +269,9 @@ def workload(mock, version):
               + (f"luarig (lmdb) {median([r['cpu_s'] for r in got['lmdb']]):.3f} s CPU, "
                  f"{median([r['maxrss_kib'] for r in got['lmdb']]) / 1024:.1f} MiB peak; "
                  if "lmdb" in STORES else "")
-              + f"@openai/agents {median([r['cpu_s'] for r in got['peer']]):.3f} s CPU, "
-              f"{median([r['maxrss_kib'] for r in got['peer']]) / 1024:.1f} MiB peak",
+              + (f"@openai/agents {median([r['cpu_s'] for r in got['peer']]):.3f} s CPU, "
+                 f"{median([r['maxrss_kib'] for r in got['peer']]) / 1024:.1f} MiB peak"
+                 if got["peer"] else "@openai/agents not run"),
               flush=True)
         # Memory per live session: the peak RSS over the RSS before any session, per session.
         live = [(r["maxrss_kib"] - r["base_rss_kib"]) / n for r in got["memory"]]
@@ -274,7 +289,7 @@ def workload(mock, version):
     if 100 in res and max(NS) > 100:
         big = max(NS)
         for x, label in (("memory", "memory"), ("lmdb", "lmdb"), ("peer", "peer")):
-            if x not in res[big]:
+            if not res[big].get(x) or not res[100].get(x):
                 continue
             a = [r["cpu_s"] * 1e3 / (big * TURNS) for r in res[big][x]]
             b = [r["cpu_s"] * 1e3 / (100 * TURNS) for r in res[100][x]]

@@ -56,12 +56,18 @@ if mode == "mock" then
                      retry = { attempts = 1 } }
 else
   -- The mock server's rule: a tool call after the user, a text after a tool result.
+  -- Each step gives its usage, as the SDK's ScriptedModel responses do (zero):
+  -- without it rig.model.script estimates tokens by JSON-encoding the whole
+  -- request every step (a quarter of the step's CPU, the test double's and
+  -- not the runtime's).
   local k = 0
+  local usage = { input_tokens = 10, output_tokens = 5 }
   local function step(req)
     local last = req.messages[#req.messages]
-    if last.role == "tool" then return { text = "The answer is 42." } end
+    if last.role == "tool" then return { text = "The answer is 42.", usage = usage } end
     k = k + 1
-    return { tool_calls = { { name = "lookup", input = { q = "question" }, id = "call_" .. k } } }
+    return { tool_calls = { { name = "lookup", input = { q = "question" }, id = "call_" .. k } },
+             usage = usage }
   end
   local steps = {}
   for i = 1, n * turns * 2 do steps[i] = step end

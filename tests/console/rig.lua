@@ -9,6 +9,12 @@ local function reply(req)
              usage = { input_tokens = 210, output_tokens = 9, cost = 0.0021 } }
   end
   local text = last.content[1].text or ""
+  for _, b in ipairs(last.content) do
+    if b.type == "image" or b.type == "document" then
+      return { text = "you sent " .. b.type .. " " .. tostring(b.name) .. " (" .. b.media_type .. ", "
+        .. tostring(b.size) .. " bytes)" }
+    end
+  end
   if text == "stream" then
     return { text = "Streaming, two bytes at a time, from the scripted model.", chunk = 2,
              chunk_delay = 0.04, usage = { input_tokens = 120, output_tokens = 14, cost = 0.0013 } }

@@ -72,10 +72,48 @@ local function examples(text, all)
 end
 
 local base = sh("mktemp -d")
+local run_one -- below
 -- `luarig` in an example is the build under test
 local bindir = LUARIG:match("^(.*)/[^/]*$") or "."
 if bindir:sub(1, 1) ~= "/" then bindir = sh("pwd") .. "/" .. bindir end
+-- run_one(ex, n) -> nil (it ran and printed what it says) | why not
+function run_one(ex, n)
+  local dir = base .. "/" .. n
+  sh("mkdir -p '" .. dir .. "'")
+  local path = dir .. "/example.lua"
+  local f = assert(io.open(path, "w"))
+  f:write(ex.code)
+  f:close()
+  local r = assert(rig.process.run{ argv = { LUARIG, path }, cwd = dir, timeout = 120,
+    env = { LUARIG_ROOT = ROOT, NO_COLOR = "1", PATH = bindir .. ":" .. (os.getenv("PATH") or ""),
+            ANTHROPIC_API_KEY = false, OPENAI_API_KEY = false, OPENAI_BASE_URL = false,
+            GEMINI_API_KEY = false, GOOGLE_API_KEY = false } })
+  if r.code ~= 0 or r.timed_out then
+    return "exited " .. tostring(r.code) .. (r.timed_out and " (timed out)" or "") .. ": "
+      .. (r.stderr ~= "" and r.stderr or r.stdout)
+  elseif ex.output and r.stdout ~= ex.output then
+    return "printed\n" .. r.stdout .. "-- instead of\n" .. ex.output
+  end
+end
+
 local failed, total = 0, 0
+-- the runner itself: a planted wrong output, a failing example and a README block
+-- without the mark must not pass
+do
+  local planted = examples(table.concat({ "# t", "```lua", 'print("a")', "```", "", "```output",
+    "b", "```", "```lua", "error('x')", "```", "```lua", 'print("ok")', "```" }, "\n"), true)
+  local unmarked = examples("```lua\nprint(1)\n```\n<!-- example -->\n```lua\nprint(2)\n```\n", false)
+  local caught = #planted == 3 and planted[1].output == "b\n" and run_one(planted[1], 0) ~= nil
+    and run_one(planted[2], 0) ~= nil and run_one(planted[3], 0) == nil
+    and #unmarked == 1 and unmarked[1].code == "print(2)\n"
+  total = total + 1
+  if caught then
+    print("ok - the runner catches a wrong output and a failing example, and runs only marked README blocks")
+  else
+    failed = failed + 1
+    print("not ok - the runner's planted cases")
+  end
+end
 for _, file in ipairs(arg) do
   local all = file:match("docs/api") or file:match("docs/examples/")
   local list
@@ -96,24 +134,7 @@ for _, file in ipairs(arg) do
   for _, ex in ipairs(list) do
     total = total + 1
     local name = file .. ":" .. ex.line .. "  (" .. ex.heading .. ")"
-    local dir = base .. "/" .. total
-    sh("mkdir -p '" .. dir .. "'")
-    local path = dir .. "/example.lua"
-    local f = assert(io.open(path, "w"))
-    f:write(ex.code)
-    f:close()
-    local r = assert(rig.process.run{ argv = { LUARIG, path }, cwd = dir, timeout = 120,
-      env = { LUARIG_ROOT = ROOT, NO_COLOR = "1", PATH = bindir .. ":" .. (os.getenv("PATH") or ""),
-              ANTHROPIC_API_KEY = false,
-              OPENAI_API_KEY = false, OPENAI_BASE_URL = false, GEMINI_API_KEY = false,
-              GOOGLE_API_KEY = false } })
-    local why
-    if r.code ~= 0 or r.timed_out then
-      why = "exited " .. tostring(r.code) .. (r.timed_out and " (timed out)" or "") .. ": "
-        .. (r.stderr ~= "" and r.stderr or r.stdout)
-    elseif ex.output and r.stdout ~= ex.output then
-      why = "printed\n" .. r.stdout .. "-- instead of\n" .. ex.output
-    end
+    local why = run_one(ex, total)
     if why then
       failed = failed + 1
       print("not ok - " .. name)

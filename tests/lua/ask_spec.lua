@@ -219,6 +219,18 @@ describe("s:ask and rig.run", function()
     expect(results(m, 2)[1].content).to_be("definition of a")
     s:shutdown()
     expect(function() rig_of(loop_of(m, { t })):session{ on_gate = 1 } end).to_fail("option 'on_gate'")
+    -- a restored session takes one too
+    local store = rig.store.memory()
+    local m2 = rig.model.script{ call("lookup", { q = "b" }), { text = "again" } }
+    local r2 = rig.define{ loops = { loop_of(m2, { t }) }, primers = { "assistant" }, store = store }
+    local s2 = assert(r2:session())
+    local id = s2.id
+    s2:shutdown()
+    local s3 = assert(r2:restore(id, { on_gate = "approve" }))
+    expect(s3:ask("go")).to_be("again")
+    expect(results(m2, 2)[1].content).to_be("definition of b")
+    s3:shutdown()
+    expect(function() r2:restore(id, { on_gate = 1 }) end).to_fail("option 'on_gate'")
   end)
 
   it("print shows a note on_gate gives, a denial, and a gate answered elsewhere", function()

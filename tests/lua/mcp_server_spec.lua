@@ -129,6 +129,66 @@ describe("rig.mcp.server over Streamable HTTP", function()
     h:close()
   end, { timeout = 60 })
 
+  it("takes rig tools as they are: no prepare runs, needs_approval asks through the default gate", function()
+    local ran = {}
+    local srv = rig.mcp.server{ name = "plain", tools = {
+      rig.tool{ name = "hello", description = "says hello",
+        schema = { type = "object", properties = { who = { type = "string" } }, required = { "who" } },
+        run = function(args) ran[#ran + 1] = args.who return "hello " .. args.who end },
+      rig.tool{ name = "careful", description = "needs a person", needs_approval = true,
+        run = function() ran[#ran + 1] = "careful" return "done carefully" end },
+    } }
+    local h = assert(srv:serve_http{ listen = "127.0.0.1:0" })
+    local answers = { true, false }
+    local c = assert(rig.mcp.http{ name = "plain", url = h.url, legacy = false,
+      elicitation = function() return { action = "accept", content = { approve = table.remove(answers, 1) } } end })
+    expect(c:call("hello", { who = "Ada" }).content[1].text).to_be("hello Ada")
+    local r = assert(c:call("hello", {}))
+    expect(r.isError).to_be(true)
+    expect(r.content[1].text).to_match("^invalid arguments")
+    expect(c:call("careful", {}).content[1].text).to_be("done carefully")
+    r = assert(c:call("careful", {}))
+    expect(r.isError).to_be(true)
+    expect(table.concat(ran, " ")).to_be("Ada careful")
+    c:close()
+    h:close()
+  end, { timeout = 60 })
+
+  it("answers malformed input with a clear refusal and goes on", function()
+    local srv = notes_server()
+    local h = assert(srv:serve_http{ listen = "127.0.0.1:0" })
+    local hd = { ["content-type"] = "application/json", accept = "application/json, text/event-stream" }
+    local function post(body)
+      return core.http_request{ url = h.url, method = "POST", headers = hd, body = body, timeout = 10 }
+    end
+    local r = post("{not json")
+    expect(r.status).to_be(400)
+    expect(json.decode(r.body).error.code).to_be(-32700)
+    r = post('[{"jsonrpc":"2.0","id":1,"method":"ping"}]')
+    expect(r.status).to_be(400)
+    expect(json.decode(r.body).error.message).to_match("batches")
+    -- and the server still serves
+    local c = assert(rig.mcp.http{ name = "notes", url = h.url, legacy = false })
+    expect(c:call("add", { a = 1, b = 1 }).content[1].text).to_be("2")
+    c:close()
+    h:close()
+    -- over stdio: a line that is not JSON-RPC is answered or dropped, the next request served
+    local p = assert(core.process_spawn{ argv = { LUARIG, EVERYTHING, "stdio" }, stdin = "pipe", stdout = "pipe",
+                                         stderr = "pipe" })
+    p:write('garbage\n{"jsonrpc":"1.0","id":7,"method":"ping"}\n{"jsonrpc":"2.0","id":8,"method":"ping"}\n')
+    local got = ""
+    while not got:find('"id":8', 1, true) do
+      local chunk = p:read("stdout")
+      if not chunk then break end
+      got = got .. chunk
+    end
+    expect(got).to_match('"id":7')       -- answered -32600
+    expect(got).to_match('%-32600')
+    expect(got).to_match('{"id":8,"jsonrpc":"2.0","result":{}}')
+    p:close_stdin()
+    expect(p:wait(10).code).to_be(0)
+  end, { timeout = 60 })
+
   it("sends resources/updated to subscribers only, and ends sessions on DELETE", function()
     local srv = notes_server()
     local h = assert(srv:serve_http{ listen = "127.0.0.1:0" })
@@ -275,6 +335,75 @@ describe("luarig mcp serve", function()
     local st = p:wait(10)
     expect(st.code).to_be(143) -- 128 + SIGTERM, as luarig serve: a graceful shutdown by signal
   end, { timeout = 90 })
+
+  it("relays a question of the rig's own MCP server to the client; a cancelled call interrupts the turn", function()
+    local state = tmpdir("mcpserve2")
+    dirs[#dirs + 1] = state
+    local asked = {}
+    -- the rig of tests/repl/elicit.sh: its loop calls a tool whose server asks the person
+    local c = assert(rig.mcp.stdio{ name = "rig", command = LUARIG,
+      args = { "mcp", "serve", ROOT .. "/tests/repl/fixtures/elicit_rig.lua" }, unconfined = true,
+      env = { LUARIG = LUARIG, LUARIG_ROOT = ROOT, ELICIT_STATE = state },
+      elicitation = function(req)
+        asked[#asked + 1] = req.message
+        return { action = "accept", content = { name = "Grace" } }
+      end })
+    local r = assert(c:call("assistant", { message = "go" }))
+    expect(asked[1]).to_be("[ev] Please review and update the form fields with defaults")
+    expect(r.content[1].text).to_match('action=accept, content={"age":30,"name":"Grace"')
+    c:close()
+    -- cancelling: the client gives up on a slow turn (notifications/cancelled)
+    local state2 = tmpdir("mcpserve3")
+    dirs[#dirs + 1] = state2
+    local c2 = assert(rig.mcp.stdio{ name = "rig2", command = LUARIG, args = { "mcp", "serve", SERVE_RIG },
+      unconfined = true, env = { MCP_SERVE_STATE = state2 } })
+    local started = core.now()
+    local _, msg, code = c2:call("assistant", { message = "slow please" }, { timeout = 1 })
+    expect(code).to_be("timeout")
+    local sid
+    local deadline = core.now() + 20
+    local doc
+    while core.now() < deadline do
+      local list = c2:resources()
+      if list and list[1] then
+        doc = json.decode(assert(c2:read_text(list[1].uri)))
+        if doc.session.state ~= "running" then break end
+      end
+      core.sleep(0.05)
+    end
+    expect(doc.session.state ~= "running").to_be(true)
+    expect(core.now() - started < 20).to_be(true) -- not the model's 30 s
+    sid = doc.session.id
+    c2:close()
+    local out = assert(core.process_run{ argv = { LUARIG, "log", "--state", state2, sid }, timeout = 30 })
+    expect(out.stdout).to_match('"type":"TurnInterrupted"')
+  end, { timeout = 90 })
+
+  it("over HTTP with --auth-token-file: no token, no session", function()
+    local dir = tmpdir("mcptoken")
+    dirs[#dirs + 1] = dir
+    local token = "mcp-serve-test-token-0123456789"
+    local f = assert(io.open(dir .. "/token", "w")) f:write(token, "\n") f:close()
+    local p = assert(core.process_spawn{ argv = { LUARIG, "mcp", "serve", SERVE_RIG, "--http", "127.0.0.1:0",
+      "--auth-token-file", dir .. "/token" }, stdout = "pipe", stderr = "pipe" })
+    local url, buf = nil, ""
+    while not url do
+      local chunk = p:read("stderr")
+      if not chunk then break end
+      buf = buf .. chunk
+      url = buf:match("mcp serving on (http://%S+) %(bearer token required%)")
+    end
+    expect(url).to_be_truthy()
+    local none, msg = rig.mcp.http{ name = "anon", url = url, legacy = false }
+    expect(none).to_be_nil()
+    expect(msg).to_match("401")
+    local c = assert(rig.mcp.http{ name = "rig", url = url, legacy = false,
+                                   headers = { Authorization = "Bearer " .. token } })
+    expect(c:call("assistant", { message = "hi" }).content[1].text).to_be("echo: hi")
+    c:close()
+    p:kill("TERM")
+    p:wait(10)
+  end, { timeout = 60 })
 
   it("refuses misuse with a usage error", function()
     local out = core.process_run{ argv = { LUARIG, "mcp", "serve" }, timeout = 10 }

@@ -70,8 +70,16 @@ describe("rig.model{}", function()
     raises(function() m:invoke{ messages = {} } end, "request.messages")
     raises(function() m:invoke{ messages = { { role = "robot", content = "x" } } } end,
       "request.messages%[1%].role")
+    raises(function() m:invoke{ messages = { { role = "user", content = { { type = "video" } } } } } end,
+      "request.messages%[1%].content%[1%].type: unknown block type 'video'")
     raises(function() m:invoke{ messages = { { role = "user", content = { { type = "image" } } } } } end,
-      "request.messages%[1%].content%[1%].type: unknown block type 'image'")
+      "request.messages%[1%].content%[1%].media_type: an image block needs media_type image/png")
+    raises(function() m:invoke{ messages = { { role = "user", content = { { type = "image",
+      media_type = "image/png", data = "x", url = "https://a/b.png" } } } } } end,
+      "content%[1%]: needs exactly one of data, blob and url")
+    raises(function() m:invoke{ messages = { { role = "assistant", content = { { type = "image",
+      media_type = "image/png", data = "x" } } } } } end,
+      "an assistant message cannot hold a 'image' block")
     raises(function() m:invoke{ messages = { { role = "user", content = "x" } }, tool_choice = "required" } end,
       "'required' needs at least one tool")
     raises(function() m:invoke{ messages = { { role = "user", content = "x" } },

@@ -1,6 +1,7 @@
 -- A rig for `luarig mcp serve` tests (tests/lua/mcp_server_spec.lua): a scripted model
 -- that echoes, or for "note: TEXT" calls the gated tool `note` (command.execute
--- "note", gated: a person approves through the client's elicitation) and reports.
+-- "note", gated: a person approves through the client's elicitation) and reports, or
+-- for "slow…" answers after 30 s (a call to cancel).
 -- The store: LMDB under $MCP_SERVE_STATE when set (the journal is read afterwards).
 local json = rig.json
 local function step(req)
@@ -10,6 +11,7 @@ local function step(req)
     return { text = "noted: " .. tostring(b.content) }
   end
   local text = b.text or ""
+  if text:match("^slow") then return { text = "finally", delay = 30 } end
   local note = text:match("^note: (.*)$")
   if note then return { text = "saving", tool_calls = { { name = "note", input = { text = note } } } } end
   return { text = "echo: " .. text }

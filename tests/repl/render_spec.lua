@@ -231,3 +231,51 @@ describe("rig.repl_render faults", function()
     expect(lines[4]).to_be("── compacted: the summary failed; 6 older messages dropped,…")
   end)
 end)
+
+-- Issue 21 §3 and §4: hook decisions, guardrail trips, handoffs.
+describe("rig.repl_render hooks, guardrails and handoffs", function()
+  it("draws a hook's deny and rewrite, a trip and a handoff; continue and allow stay quiet", function()
+    local rd = render.new{ color = false, width = 60 }
+    local lines = all(rd, {
+      { type = "HookDecided", hook = "before_tool", action = "allow", tool = "echo" },
+      { type = "HookDecided", hook = "before_tool", action = "deny", tool = "bash",
+        message = "no deleting" },
+      { type = "HookDecided", hook = "after_tool", action = "rewrite", tool = "echo" },
+      { type = "HookDecided", hook = "before_model", action = "continue" },
+      { type = "GuardrailTripped", stage = "input", guardrail = "no_homework",
+        reason = "asks for homework answers" },
+      { type = "ActiveLoopChanged", from = "triage", to = "billing", reason = "handoff" },
+      { type = "ActiveLoopChanged", from = "triage", to = "billing", reason = "fork" },
+    })
+    expect(no_escapes(lines)).to_be(true)
+    expect(fits(lines, 60)).to_be(true)
+    expect(lines).to_equal({
+      "  ⚑ hook before_tool: deny bash — no deleting",
+      "  ⚑ hook after_tool: rewrite echo",
+      "── guardrail no_homework tripped on the input: asks for",
+      "   homework answers",
+      "── triage hands the conversation to billing",
+      "── triage hands the conversation to billing (fork)",
+    })
+  end)
+end)
+
+-- Issue 21 §1: images and documents in the history.
+describe("rig.repl_render media", function()
+  it("draws an image and a document as one line each, in messages and tool results", function()
+    local rd = render.new{ color = false, width = 70 }
+    local lines = rd:history_lines{
+      { role = "user", content = { { type = "text", text = "look" },
+        { type = "image", media_type = "image/png", blob = string.rep("a", 64), size = 2048, name = "shot.png" },
+        { type = "document", media_type = "application/pdf", url = "https://example.com/r.pdf" } } },
+      { role = "tool", content = { { type = "tool_result", tool_use_id = "c1", content = {
+        { type = "text", text = "the screen" },
+        { type = "image", media_type = "image/jpeg", blob = string.rep("b", 64), size = 99 } } } } },
+    }
+    expect(no_escapes(lines)).to_be(true)
+    expect(lines[3]).to_be("  [image shot.png: image/png, 2.0 KiB, blob aaaaaaaaaaaa]")
+    expect(lines[4]).to_be("  [document: application/pdf, https://example.com/r.pdf]")
+    local all_text = table.concat(lines, "\n")
+    expect(all_text).to_match("%[image: image/jpeg, 99 bytes, blob bbbbbbbbbbbb%]")
+  end)
+end)

@@ -2,18 +2,17 @@
 -- string, the rig every process defines (the same loops and policy, so one
 -- restores what another wrote), and the lines they print.
 --
--- A spec is "lmdb:<dir>" or "nats:<url>|<namespace>|<lease ttl>|<timeout>"
+-- A spec is "lmdb:<dir>" or "nats:<url>|<namespace>|<lease ttl>|<timeout>[|<replicas>]"
 -- (the url may list several servers, comma-separated: a cluster).
 local C = {}
 
 function C.open(spec)
   local kind, rest = spec:match("^(%w+):(.*)$")
   if kind == "lmdb" then return assert(rig.store.lmdb{ root = rest }) end
-  local url, ns, ttl, timeout = rest:match("^([^|]*)|([^|]*)|([^|]*)|([^|]*)$")
+  local url, ns, ttl, timeout, replicas = rest:match("^([^|]*)|([^|]*)|([^|]*)|([^|]*)|?(%d*)$")
   assert(kind == "nats" and url, "bad store spec " .. spec)
-  local opts = { url = url, namespace = ns, lease_ttl = tonumber(ttl), timeout = tonumber(timeout) }
-  local replicas = os.getenv("SOAK_REPLICAS")
-  if replicas then opts.replicas = tonumber(replicas) end
+  local opts = { url = url, namespace = ns, lease_ttl = tonumber(ttl), timeout = tonumber(timeout),
+                 replicas = tonumber(replicas) }
   local s, msg, code
   for _ = 1, 100 do -- a server just restarted may refuse for a moment
     s, msg, code = rig.store.nats(opts)

@@ -22,6 +22,18 @@ local function note(fmt, ...)
 end
 local function progress(fmt, ...) io.stderr:write(("[%s] " .. fmt .. "\n"):format(storm, ...)) end
 
+-- SOAK_DEADLINE (unix seconds): no new round starts after it; the summary
+-- then says how many of the count ran
+local deadline = tonumber(os.getenv("SOAK_DEADLINE") or "")
+local stopped_at
+local function more(k)
+  if deadline and rig.time() > deadline then
+    stopped_at = stopped_at or (k - 1)
+    return false
+  end
+  return true
+end
+
 -- ---- the tally ----
 local acked, nacked = {}, 0      -- acked[sid][seq] = "type event_id"
 local T = { kills = 0, checked = 0, lost = 0, corrupt = 0, rfail = 0, restores = 0,
@@ -124,9 +136,11 @@ local function verify(spec, ids, restore)
   f:close()
   local argv = { luarig, here .. "verify.lua", spec, file, restore and "1" or "0" }
   for _, id in ipairs(ids) do argv[#argv + 1] = id end
-  local res
+  local res, tips = nil, {}
   local h = start(argv, function(line)
     if line:match("^BAD ") then note("%s", line) end
+    local tid, tn = line:match("^TIP (%S+) (%d+)$")
+    if tid then tips[tid] = tonumber(tn) end
     local a, b, c, d = line:match("^RESULT (%d+) (%d+) (%d+) (%d+)$")
     if a then res = { tonumber(a), tonumber(b), tonumber(c), tonumber(d) } end
   end)
@@ -134,7 +148,7 @@ local function verify(spec, ids, restore)
   if not res then
     note("verifier ended %s without a result: %s", tostring(r and (r.signal or r.code)), h.stderr or "")
     T.rfail = T.rfail + #ids
-    return
+    return tips
   end
   T.checked = T.checked + res[1]
   T.lost = T.lost + res[2]
@@ -147,66 +161,16 @@ local function verify(spec, ids, restore)
     if count_of(id) < RETIRE then keep[#keep + 1] = id end
   end
   current = keep
+  return tips
 end
 
 -- ---- nats-server, one or a cluster, on loopback ports of its own ----
-local function free_port()
-  -- a port the kernel just handed out and gave back (bound by nothing now)
-  local r = rig.process.run{ argv = { "python3", "-c",
-    "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])" } }
-  return tonumber(r.stdout:match("%d+"))
-end
-
-local Server = {}
-Server.__index = Server
--- n nodes (1: a single server) storing under dir
+local cluster = dofile(here .. "../lua/session/nats_cluster.lua")
+local netns = dofile(here .. "../lua/session/netns.lua")
 local function servers(dir, n, host)
-  local S = setmetatable({ dir = dir, nodes = {}, host = host or "127.0.0.1" }, Server)
-  for i = 1, n do
-    S.nodes[i] = { name = "n" .. i, port = free_port(), cport = n > 1 and free_port() or nil }
-  end
-  for i = 1, n do S:up(i) end
-  local urls = {}
-  for i = 1, n do urls[i] = "nats://" .. S.host .. ":" .. S.nodes[i].port end
-  S.url = table.concat(urls, ",")
+  local S = cluster.start(dir, n, { host = host })
+  S.up_node, S.kill_node = S.up, S.kill
   return S
-end
-function Server:up(i)
-  local node = self.nodes[i]
-  local d = self.dir .. "/" .. node.name
-  os.execute("mkdir -p '" .. d .. "'")
-  local conf = d .. "/server.conf"
-  local f = assert(io.open(conf, "w"))
-  f:write(('server_name: %s\nlisten: "%s:%d"\nmax_payload: 8MB\n'):format(node.name, self.host, node.port))
-  f:write(('jetstream { store_dir: "%s/js" }\n'):format(d))
-  if node.cport then
-    local routes = {}
-    for _, o in ipairs(self.nodes) do
-      if o ~= node then routes[#routes + 1] = ('"nats-route://127.0.0.1:%d"'):format(o.cport) end
-    end
-    f:write(('cluster { name: soak, listen: "127.0.0.1:%d", routes: [%s] }\n')
-      :format(node.cport, table.concat(routes, ", ")))
-  end
-  f:close()
-  node.p = assert(rig.process.spawn{ argv = { "nats-server", "-c", conf, "-l", d .. "/server.log" },
-    stdout = "null", stderr = "null" })
-  -- up when its client port answers
-  assert(upto(function()
-    local r = rig.process.run{ argv = { "python3", "-c",
-      ("import socket;socket.create_connection(('%s',%d),0.5).close()"):format(self.host, node.port) } }
-    return r.code == 0
-  end, 30), "nats-server " .. node.name .. " did not start")
-end
-function Server:kill(i, sig)
-  local node = self.nodes[i]
-  if not node.p then return end
-  node.p:kill(sig or "SIGKILL")
-  node.p:wait(10)
-  node.p:close()
-  node.p = nil
-end
-function Server:stop()
-  for i = 1, #self.nodes do self:kill(i, "SIGTERM") end
 end
 
 local function final_check(spec)
@@ -222,6 +186,7 @@ local storms = {}
 -- SIGKILL of a writer at a random moment, a fresh verifier after each.
 local function writer_storm(spec, ttl_wait)
   for k = 1, count do
+    if not more(k) then break end
     local w = writer(spec)
     if math.random() < 0.15 then
       rig.sleep(math.random() * 0.4)            -- during start-up and restore
@@ -263,6 +228,7 @@ function storms.server()
   local spec = "nats:" .. S.url .. "|soak|3|2"
   local ok, err = pcall(function()
     for k = 1, count do
+      if not more(k) then break end
       local w = writer(spec)
       upto(function() return w.ready or w.h.done end, 60)
       rig.sleep(math.random() * 1.0)
@@ -338,6 +304,114 @@ function storms.long()
 end
 
 
+-- kill -9 of one node of a 3-node cluster mid-turn (the ledger stream's
+-- leader every other time, else any node), restarted once the writer
+-- carried on or faulted; then the writer stops and a fresh process verifies.
+function storms.cluster()
+  local S = servers(work .. "/cluster", 3)
+  local ns = "soak"
+  -- requests wait 10 s (a new leader is elected within that), leases live 30 s
+  local spec = "nats:" .. S.url .. "|" .. ns .. "|30|10|3"
+  local ok, err = pcall(function()
+    C.open(spec):close()
+    for k = 1, count do
+      if not more(k) then break end
+      local w = writer(spec)
+      upto(function() return w.ready or w.h.done end, 60)
+      rig.sleep(math.random() * 1.0)
+      local victim = math.random(1, 3)
+      if k % 2 == 1 then victim = S:leader("LR_" .. ns .. "_LEDGERS") or victim end
+      S:kill(victim)
+      T.kills = T.kills + 1
+      local before = w.h.lines
+      if upto(function() return w.h.lines > before + 8 or w.faults >= NSESS or w.h.done end, 30)
+        and w.faults < NSESS then T.carried = T.carried + 1 end
+      S:up(victim)
+      w.h.p:kill("SIGTERM")
+      finish(w.h, 30)
+      T.faults = T.faults + w.faults
+      adopt(w)
+      verify(spec, current, true)
+      if k % 10 == 0 then
+        progress("%d node kills, %d acknowledged, %d lost, %d corrupt, %d restore failures, %d carried on",
+          T.kills, nacked, T.lost, T.corrupt, T.rfail, T.carried)
+      end
+    end
+    final_check(spec)
+  end)
+  S:stop()
+  assert(ok, err)
+end
+
+-- A writer in a network namespace of its own, its link cut past its lease
+-- TTL: its sessions fault; a fresh process takes them over (restore and a
+-- turn each); the link comes back and what the writer still had to send
+-- drains; then its journals must not have moved ("stale writes").
+function storms.partition()
+  local n, why = netns.new()
+  if not n then
+    print(("soak partition: skipped: %s"):format(why))
+    os.exit(0)
+  end
+  local S = servers(work .. "/cluster", 3, "0.0.0.0")
+  local ns = "part"
+  local spec = "nats:" .. S.url .. "|" .. ns .. "|2|1|3"
+  local inside = "nats:" .. S:url_via(n.host) .. "|" .. ns .. "|2|1|3"
+  T.stale = 0
+  local ok, err = pcall(function()
+    C.open(spec):close()
+    for k = 1, count do
+      if not more(k) then break end
+      local argv = {}
+      for _, a in ipairs(n.prefix) do argv[#argv + 1] = a end
+      local w = { ready = false, faults = 0, new = {} }
+      for _, a in ipairs{ luarig, here .. "writer.lua", inside, tostring(NSESS) } do argv[#argv + 1] = a end
+      for _, id in ipairs(current) do argv[#argv + 1] = id end
+      w.h = start(argv, function(line)
+        local id = line:match("^SESSION (%S+)")
+        if id then w.new[#w.new + 1] = id end
+        if line == "READY" then w.ready = true end
+        if line:match("^FAULT ") then w.faults = w.faults + 1 end
+        if line:match("^RESTOREFAIL ") then note("%s", line) end
+      end)
+      upto(function() return w.ready or w.h.done end, 60)
+      rig.sleep(math.random() * 1.0)
+      n:cut()
+      T.kills = T.kills + 1
+      -- every session faults on its own (its lease cannot be renewed)
+      if not upto(function() return w.faults >= NSESS or w.h.done end, 30) then
+        note("partition %d: %d of %d sessions faulted within 30 s", k, w.faults, NSESS)
+      end
+      T.faults = T.faults + w.faults
+      adopt(w)
+      -- another process takes them over while the link is still cut
+      local ids = { table.unpack(current) }
+      local taken = verify(spec, ids, true)
+      n:heal()
+      upto(function() return n:unsent() == 0 end, 30)
+      w.h.p:kill("SIGKILL")
+      finish(w.h)
+      upto(function() return n:sockets() == 0 end, 30)
+      -- nothing more from the cut-off writer: every journal where the takeover left it
+      local after = verify(spec, ids, false)
+      for id, tip in pairs(taken) do
+        if after[id] ~= tip then
+          T.stale = T.stale + 1
+          note("BAD %s moved from %d to %s after the takeover", id, tip, tostring(after[id]))
+        end
+      end
+      if k % 10 == 0 then
+        progress("%d partitions, %d acknowledged, %d lost, %d corrupt, %d restore failures, %d stale writes",
+          T.kills, nacked, T.lost, T.corrupt, T.rfail, T.stale)
+      end
+    end
+    final_check(spec)
+  end)
+  S:stop()
+  n:close()
+  assert(ok, err)
+end
+
 local t0 = rig.now()
 local fn = storms[storm] or error("unknown storm '" .. tostring(storm) .. "'")
 progress("seed %d, count %d, work in %s", seed, count, work)
@@ -345,19 +419,38 @@ fn()
 if storm == "lmdb" or storm == "long" then final_check("lmdb:" .. work .. "/store") end
 local extra = ""
 if storm == "long" then
+  -- the lowest sample of each half after warm-up (the heap saws up and down
+  -- with the collector: a leak raises the troughs), the highest overall
   local function stats(t)
-    local mx = 0
-    for _, v in ipairs(t) do mx = math.max(mx, v) end
-    return t[1] or 0, t[#t] or 0, mx
+    local h = math.max(1, #t // 2)
+    local lo1, lo2, mx = math.huge, math.huge, 0
+    for i, v in ipairs(t) do
+      if i <= h then lo1 = math.min(lo1, v) else lo2 = math.min(lo2, v) end
+      mx = math.max(mx, v)
+    end
+    if lo2 == math.huge then lo2 = lo1 end
+    return lo1 == math.huge and 0 or lo1, lo2 == math.huge and 0 or lo2, mx
   end
   local r1, r2, rm = stats(long.rss)
   local f1, f2, fm = stats(long.fds)
-  extra = (", turns %d, rss KiB %d -> %d (max %d), fds %d -> %d (max %d)")
+  extra = (", turns %d, rss KiB low %d -> %d (max %d), fds %d -> %d (max %d)")
     :format(long.turns, r1, r2, rm, f1, f2, fm)
-  -- a leak: fds that keep growing, or a heap that more than doubles after warm-up
-  if f2 > f1 + 4 or r2 > 2 * r1 then T.rfail = T.rfail + 1 note("growth: %s", extra) end
+  -- a leak: fds that grow, or troughs that rise by half again (and 8 MiB) after warm-up
+  if f2 > f1 + 4 or r2 > r1 * 3 // 2 + 8192 then
+    T.rfail = T.rfail + 1
+    note("growth: %s", extra)
+  end
 end
-if storm == "server" then extra = (", carried on %d, faulted sessions %d"):format(T.carried, T.faults) end
+if storm == "server" or storm == "cluster" then
+  extra = (", carried on %d, faulted sessions %d"):format(T.carried, T.faults)
+end
+if storm == "partition" then
+  extra = (", sessions faulted %d, stale writes %d"):format(T.faults, T.stale)
+  T.lost = T.lost + T.stale
+end
+if stopped_at then
+  extra = extra .. (", stopped at SOAK_DEADLINE after %d of %d"):format(stopped_at, count)
+end
 print(("soak %s: kills %d, acknowledged %d, checked %d, lost %d, corrupt %d, restore failures %d, restores %d%s (%.0f s, seed %d)")
   :format(storm, T.kills, nacked, T.checked, T.lost, T.corrupt, T.rfail, T.restores, extra,
     rig.now() - t0, seed))

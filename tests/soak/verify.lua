@@ -85,9 +85,13 @@ if do_restore then
         bad("%s the turn after restore ended %s", id, last and last.type or "without an event")
       end
       s:shutdown()
-      rig.sleep(0) -- let the watcher print the last events
+      rig.sleep(0.05) -- let the watcher print the last events
       sub:close()
     end
   end
+end
+for _, id in ipairs(ids) do
+  local _, tip = require("rig.core").journal_read(store, id, 1, 0)
+  C.say("TIP %s %s", id, tostring(tip))
 end
 C.say("RESULT %d %d %d %d", checked, lost, corrupt, rfail)

@@ -601,7 +601,8 @@
       case 'TurnStarted': {
         const t = this.turn(ev.turn_id);
         const blocks = (ev.message && ev.message.content) || [];
-        const text = blocks.map((b) => (b.type === 'text' ? b.text : '[' + b.type + ']')).join('\n');
+        const text = blocks.map((b) => (b.type === 'text' ? b.text
+          : '[' + b.type + (b.name ? ' ' + b.name : '') + (b.media_type ? ', ' + b.media_type : '') + ']')).join('\n');
         t.el.insertBefore(el('div', 'user', text), t.el.firstChild);
         this.setState('running');
         if (!this.title) {
@@ -671,6 +672,7 @@
 
   function select(id, title) {
     if (view && view.id === id) return;
+    closeFlowView();
     if (view) view.close();
     $('restore').hidden = true;
     $('resume').hidden = true;
@@ -689,18 +691,19 @@
   // empty and its title is that input. It is created, its stream opened,
   // then the input sent: text streams only to a subscriber that was there
   // when the step began (POST /v1/sessions {text} would start the turn first).
-  async function newSession(text) {
+  async function newSession(text, body) {
     const r = await api('POST', '/v1/sessions', {});
     select(r.session_id, titleOf(text));
     const v = view;
     await v.whenLive(3000);
-    await api('POST', '/v1/sessions/' + encodeURIComponent(r.session_id) + '/input', { text });
+    await api('POST', '/v1/sessions/' + encodeURIComponent(r.session_id) + '/input', body);
     await refreshList();
     return r;
   }
 
   // "New session" creates nothing: it clears the view for a first message.
   $('new-session').addEventListener('click', () => {
+    closeFlowView();
     if (view) view.close();
     view = null;
     $('restore').hidden = true;
@@ -718,18 +721,54 @@
     $('input').focus();
   });
 
+  // Attached files go as image or document blocks, their bytes in base64
+  // (the server checks their type by the bytes and stores each once).
+  function base64Of(buf) {
+    const bytes = new Uint8Array(buf);
+    let s = '';
+    for (let i = 0; i < bytes.length; i += 0x8000) {
+      s += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+    }
+    return btoa(s);
+  }
+
+  async function mediaBlocks(files) {
+    const out = [];
+    for (const f of files) {
+      const block = { type: f.type.startsWith('image/') ? 'image' : 'document',
+                      base64: base64Of(await f.arrayBuffer()), name: f.name };
+      if (f.type) block.media_type = f.type;
+      out.push(block);
+    }
+    return out;
+  }
+
+  $('attach').addEventListener('change', () => {
+    const names = [...$('attach').files].map((f) => f.name);
+    $('attached').textContent = names.join(', ');
+    $('attached').title = names.join('\n');
+  });
+
   $('composer').addEventListener('submit', async (e) => {
     e.preventDefault();
     const text = $('input').value;
-    if (!text.trim()) return;
+    const files = [...$('attach').files];
+    if (!text.trim() && !files.length) return;
     $('send').disabled = true;
     try {
+      let body = { text };
+      if (files.length) {
+        const blocks = text.trim() ? [{ type: 'text', text }] : [];
+        body = { blocks: blocks.concat(await mediaBlocks(files)) };
+      }
       if (!view) {
-        await newSession(text);
+        await newSession(text || files[0].name, body);
       } else {
-        await api('POST', '/v1/sessions/' + encodeURIComponent(view.id) + '/input', { text });
+        await api('POST', '/v1/sessions/' + encodeURIComponent(view.id) + '/input', body);
       }
       $('input').value = '';
+      $('attach').value = '';
+      $('attached').textContent = '';
     } catch (err) {
       if (!(err instanceof AuthError)) flash(err.message);
     } finally {
@@ -775,6 +814,7 @@
   async function start() {
     if (!(await refreshList())) return;
     scheduleList();
+    refreshFlows().then(scheduleFlows);
     const id = decodeURIComponent(location.hash.slice(1));
     // (after a new token, a view whose stream was refused starts again)
     if (view && view.conn !== 'live' && view.mode === 'stream') {
@@ -784,9 +824,202 @@
     if (id && (!view || view.id !== id)) select(id);
   }
 
+  // ---- flow runs (rig.flow; the server's /v1/flows routes, when it serves flows) ----
+
+  let flowView = null; // { flow, id, timer }
+  let flowTimer = null;
+  const SVGNS = 'http://www.w3.org/2000/svg';
+
+  function svg(tag, attrs) {
+    const e = document.createElementNS(SVGNS, tag);
+    for (const k of Object.keys(attrs || {})) e.setAttribute(k, attrs[k]);
+    return e;
+  }
+
+  async function refreshFlows() {
+    let flows;
+    try {
+      flows = (await api('GET', '/v1/flows')).flows || [];
+    } catch (e) {
+      return; // no flows served (404), or the server is away: the session list says so
+    }
+    const ul = $('flows');
+    const rows = [];
+    for (const f of flows) {
+      try {
+        for (const r of (await api('GET', '/v1/flows/' + encodeURIComponent(f.name) + '/runs')).runs || []) {
+          rows.push(Object.assign({ flowName: f.name }, r));
+        }
+      } catch (e) { /* the next poll tries again */ }
+    }
+    $('flows-head').hidden = flows.length === 0;
+    ul.hidden = flows.length === 0;
+    ul.textContent = '';
+    for (const r of rows) {
+      const li = el('li');
+      li.dataset.id = r.id;
+      if (flowView && flowView.id === r.id) li.classList.add('current');
+      li.appendChild(el('span', 'title', r.flowName));
+      li.appendChild(el('span', 'badge ' + (r.status || ''), r.status || '?'));
+      li.appendChild(el('span', 'id', r.id.slice(0, 8)));
+      li.addEventListener('click', () => openFlowRun(r.flowName, r.id));
+      ul.appendChild(li);
+    }
+  }
+
+  function scheduleFlows() {
+    clearTimeout(flowTimer);
+    flowTimer = setTimeout(async () => { await refreshFlows(); scheduleFlows(); }, 3000);
+  }
+
+  function closeFlowView() {
+    if (flowView) clearTimeout(flowView.timer);
+    flowView = null;
+    for (const li of $('flows').children) li.classList.remove('current');
+  }
+
+  // Layers by distance from start (edges back to an earlier layer stay drawn).
+  function drawGraph(g) {
+    const layer = new Map([['start', 0]]);
+    const queue = ['start'];
+    while (queue.length) {
+      const v = queue.shift();
+      for (const e of g.edges) {
+        if (e.from === v && !layer.has(e.to)) { layer.set(e.to, layer.get(v) + 1); queue.push(e.to); }
+      }
+    }
+    let deepest = 0;
+    for (const v of g.vertices) { if (!layer.has(v)) layer.set(v, 1); deepest = Math.max(deepest, layer.get(v)); }
+    layer.set('end', Math.max(deepest + 1, layer.get('end') || 0));
+    const rows = new Map();
+    for (const [v, l] of layer) { if (!rows.has(l)) rows.set(l, []); rows.get(l).push(v); }
+    const W = 120, H = 30, GX = 30, GY = 50;
+    let cols = 1;
+    for (const r of rows.values()) cols = Math.max(cols, r.length);
+    const pos = new Map();
+    for (const [l, vs] of rows) {
+      vs.forEach((v, i) => pos.set(v, { x: 10 + i * (W + GX) + (cols - vs.length) * (W + GX) / 2, y: 10 + l * (H + GY) }));
+    }
+    const width = 80 + cols * (W + GX), height = 20 + (layer.get('end') + 1) * (H + GY);
+    const root = svg('svg', { width, height, viewBox: '0 0 ' + width + ' ' + height, role: 'img' });
+    const defs = svg('defs');
+    const m = svg('marker', { id: 'arrow', markerWidth: 8, markerHeight: 8, refX: 7, refY: 4, orient: 'auto' });
+    m.appendChild(svg('path', { d: 'M0,0 L8,4 L0,8 z', fill: '#52606d' }));
+    defs.appendChild(m);
+    root.appendChild(defs);
+    for (const e of g.edges) {
+      const a = pos.get(e.from), b = pos.get(e.to);
+      if (!a || !b) continue;
+      const cls = e.conditional ? 'conditional' : '';
+      if (layer.get(e.to) > layer.get(e.from)) {
+        root.appendChild(svg('line', { x1: a.x + W / 2, y1: a.y + H, x2: b.x + W / 2, y2: b.y,
+          class: cls, 'marker-end': 'url(#arrow)' }));
+      } else {
+        // back to an earlier layer (or a vertex to itself): a curve on the right
+        const bend = 45 + 12 * (layer.get(e.from) - layer.get(e.to));
+        root.appendChild(svg('path', { d: 'M' + (a.x + W) + ',' + (a.y + H / 2) + ' C' + (a.x + W + bend) + ',' +
+          (a.y + H / 2) + ' ' + (b.x + W + bend) + ',' + (b.y + H / 2) + ' ' + (b.x + W) + ',' + (b.y + H / 2),
+          class: 'back ' + cls, fill: 'none', 'marker-end': 'url(#arrow)' }));
+      }
+    }
+    const pending = new Set(g.pending || []);
+    for (const [v, p] of pos) {
+      const node = svg('g', { class: 'vertex' + (pending.has(v) ? ' current' : '') +
+        (v === 'start' || v === 'end' ? ' terminal' : ''), 'data-vertex': v });
+      node.appendChild(svg('rect', { x: p.x, y: p.y, width: W, height: H, rx: 6 }));
+      const t = svg('text', { x: p.x + W / 2, y: p.y + H / 2 + 4, 'text-anchor': 'middle' });
+      t.textContent = v;
+      node.appendChild(t);
+      root.appendChild(node);
+    }
+    return root;
+  }
+
+  async function showFlowRun(fv) {
+    const base = '/v1/flows/' + encodeURIComponent(fv.flow) + '/runs/' + encodeURIComponent(fv.id);
+    let st, g;
+    try {
+      st = await api('GET', base + '/status');
+      g = await api('GET', '/v1/flows/' + encodeURIComponent(fv.flow) + '/graph?format=json&run=' +
+        encodeURIComponent(fv.id));
+    } catch (e) {
+      if (!(e instanceof AuthError)) flash(e.message);
+      return;
+    }
+    if (flowView !== fv) return;
+    const b = $('view-state');
+    b.className = 'badge ' + st.status;
+    b.textContent = st.status;
+    for (const li of $('flows').children) {
+      const lb = li.dataset.id === fv.id && li.querySelector('.badge');
+      if (lb) { lb.className = 'badge ' + st.status; lb.textContent = st.status; }
+    }
+    const log = $('log');
+    const key = JSON.stringify([st.status, st.step, g.pending, st.interrupts.map((i) => i.key)]);
+    if (fv.drawn === key) return;
+    fv.drawn = key;
+    log.textContent = '';
+    log.appendChild(el('div', 'note', 'flow ' + fv.flow + ' · run ' + fv.id + ' · step ' + st.step +
+      (st.forked_from ? ' · forked from ' + st.forked_from.run.slice(0, 8) + ' at step ' + st.forked_from.step : '')));
+    const box = el('div', 'flow-graph');
+    box.appendChild(drawGraph(g));
+    log.appendChild(box);
+    for (const it of st.interrupts || []) {
+      const card = el('div', 'gate question');
+      card.appendChild(el('div', 'what', 'interrupt at ' + it.vertex + ': ' + summarize(it.value, 400)));
+      const input = el('input');
+      input.type = 'text';
+      input.className = 'answer';
+      input.placeholder = 'answer (JSON, or text)';
+      const send = el('button', 'approve', 'Answer');
+      send.type = 'button';
+      send.addEventListener('click', async () => {
+        let v = input.value;
+        try { v = JSON.parse(v); } catch (e) { /* text */ }
+        send.disabled = true;
+        try {
+          await api('POST', base + '/resume', { value: v, key: it.key });
+          card.classList.add('resolved');
+        } catch (e) { if (!(e instanceof AuthError)) flash(e.message); send.disabled = false; }
+        fv.drawn = null;
+      });
+      const actions = el('div', 'actions');
+      actions.appendChild(input);
+      actions.appendChild(send);
+      card.appendChild(actions);
+      log.appendChild(card);
+    }
+    if (st.status === 'done') log.appendChild(el('div', 'turn-end', 'output ' + summarize(st.output, 600)));
+    if (st.status === 'failed') log.appendChild(el('div', 'error', 'failed: ' + (st.error || '')));
+    const vals = el('div', 'flow-values', 'values ' + summarize(st.values, 2000));
+    log.appendChild(vals);
+  }
+
+  function openFlowRun(flow, id) {
+    if (view) view.close();
+    view = null;
+    for (const li of $('sessions').children) li.classList.remove('current');
+    closeFlowView();
+    const fv = { flow, id };
+    flowView = fv;
+    for (const li of $('flows').children) li.classList.toggle('current', li.dataset.id === id);
+    $('view-title').textContent = 'flow run ' + id.slice(0, 8) + ' (' + flow + ')';
+    $('view-title').title = id;
+    $('interrupt').disabled = true;
+    $('restore').hidden = true;
+    $('resume').hidden = true;
+    $('log').textContent = '';
+    const tick = async () => {
+      await showFlowRun(fv);
+      if (flowView === fv) fv.timer = setTimeout(tick, 1000);
+    };
+    tick();
+  }
+
   // for tests and the curious: the open view, and a way to cut its stream
   window.luarigConsole = {
     get view() { return view; },
+    get flowView() { return flowView; },
     dropStream() { if (view) view.drop(); },
   };
 

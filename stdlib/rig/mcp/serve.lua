@@ -68,14 +68,29 @@ end
 function M.server(r, opts)
   opts = opts or {}
   local live = {}
+  -- f(...) in a task of its own, waited for: a session opened, or a turn submitted,
+  -- from the task of an MCP request would be that task's child, and die with it when
+  -- the client cancels the request (the session must outlive it; the turn is then
+  -- interrupted on purpose, and journaled so)
+  local function detached(f, ...)
+    local args = table.pack(...)
+    local out, done = nil, core.cond()
+    core.spawn_detached(function()
+      out = table.pack(pcall(f, table.unpack(args, 1, args.n)))
+      done:signal()
+    end)
+    while not out do done:wait() end
+    if not out[1] then error(out[2], 0) end
+    return table.unpack(out, 2, out.n)
+  end
   local function session(id)
     if id == nil then
-      local s = r:session()
+      local s = detached(r.session, r)
       live[s.id] = s
       return s
     end
     if live[id] then return live[id] end
-    local s, err = r:restore(id)
+    local s, err = detached(r.restore, r, id)
     if not s then return nil, err end
     live[id] = s
     return s
@@ -108,7 +123,7 @@ function M.server(r, opts)
         local s, serr = session(args.session_id)
         if not s then return nil, "cannot open session '" .. tostring(args.session_id) .. "': " .. tostring(serr) end
         local sub = s:subscribe{ loops = "all", ephemeral = false }
-        local cid, cerr = s:submit(args.message, { loop = name })
+        local cid, cerr = detached(s.submit, s, args.message, { loop = name })
         if not cid then
           sub:close()
           return nil, "the session refused the input: " .. tostring(cerr)
@@ -146,12 +161,15 @@ function M.server(r, opts)
           end
         end)
         sub:close()
-        if not ok then
-          -- the call was cancelled (or the connection went): the turn stops too
-          pcall(s.interrupt, s)
-          error(err, 0)
+        if not ok or not result then
+          -- the call was cancelled (or the connection went): the turn stops too, from a
+          -- task of its own (a cancelled task's every wait raises at once)
+          core.spawn_detached(function() pcall(s.interrupt, s) end)
+          if not ok then error(err, 0) end
+          if ctx.cancelled() then error("cancelled", 0) end
+          return nil, "the session ended before the turn did"
         end
-        return result or nil, "the session ended before the turn did"
+        return result
       end,
     }
   end

@@ -5,7 +5,8 @@
 --
 --   local srv = rig.mcp.server{
 --     name = "notes", version = "1.0.0", title = "Notes", instructions = "…",
---     tools = { rig.tool{…},                     -- a rig tool: prepare → the gate → run
+--     tools = { rig.tool{…},                     -- a rig tool: its request (prepare,
+--                                                -- needs_approval) → the gate → run(args, ctx)
 --               { name = "add", description = "…", input_schema = { … },
 --                 output_schema = { … }?, annotations = { … }?, title = "…"?,
 --                 run = function(args, ctx) return "text" | MCP result | nil, msg end } },
@@ -42,8 +43,9 @@
 --
 -- The gate: each tools/call is a gate request — a rig tool's own (its prepare), a
 -- plain handler's { kind = "mcp", scope = "SERVER/TOOL" }. Without `gate` the server
--- allows its own handlers' mcp requirement and nothing else (a rig tool that needs
--- the filesystem, a command or the network is refused until a gate says so). A
+-- allows its own handlers' mcp requirement, asks for a rig tool's approval (kind
+-- "tool") and refuses the rest (a rig tool that needs the filesystem, a command or
+-- the network is refused until a gate says so). A
 -- "gated" verdict asks the person on the other side through elicitation when the
 -- client offers it (accept with approve = true runs the call), else it is refused.
 
@@ -157,7 +159,10 @@ function M.new(o)
   end
   if o.gate ~= nil and getmetatable(o.gate) ~= "rig.gate" then bad("field 'gate' must be a rig.gate") end
   if o.on_call ~= nil and type(o.on_call) ~= "function" then bad("field 'on_call' must be a function") end
-  self.gate = o.gate or require("rig.gate"){ access = { mcp = "allow" }, approver = "headless" }
+  -- the default: the handlers' own mcp requirement, and a person (asked through the
+  -- client's elicitation) for a rig tool that needs approval; nothing else
+  self.gate = o.gate or require("rig.gate"){ access = { mcp = "allow", tool = "gated" },
+                                            approver = "interactive" }
   for i, t in ipairs(list(o.tools, "tools")) do
     local nt = norm_tool(t, i)
     if self.tool_by_name[nt.name] then bad("tools[" .. i .. "]: duplicate tool '" .. nt.name .. "'") end
@@ -408,17 +413,13 @@ function Server:_call_tool(c, params, rctx)
   if t.rig then
     local ok, msg = t.rig:check_args(args)
     if not ok then return done(error_result("invalid arguments: " .. tostring(msg)), "invalid") end
-    if t.rig.prepare == nil then
-      return done(error_result("permission denied: tool has no call preparation"), "deny")
-    end
-    local pok, r, a = pcall(t.rig.prepare, args, { session_id = c.id })
+    -- the tool's own request (its prepare, or none: no access declared; plus the
+    -- approval requirement when needs_approval says so), checked as the runner does
+    local pok, r, a = pcall(tool_mod.prepare_call, t.rig, args, { session_id = c.id })
     if not pok and jsonrpc.is_cancel(r) then error(r, 0) end
-    if not pok or r == nil then
-      return done(error_result("preparation failed: " .. tostring(pok and a or r)), "invalid")
-    end
-    local nr, rerr = t.rig:check_request(r)
-    if not nr then return done(error_result("preparation failed: " .. tostring(rerr)), "invalid") end
-    req, artifact = nr, a
+    if not pok then return done(error_result("preparation failed: " .. tostring(r)), "invalid") end
+    if r == nil then return done(error_result(tostring(a)), "invalid") end
+    req, artifact = r, a
   else
     local scope = self.name .. "/" .. t.name
     req = { summary = "mcp serve " .. scope,
@@ -436,9 +437,9 @@ function Server:_call_tool(c, params, rctx)
   end
   local ok, v, err
   if t.rig then
-    ctx.prepared, ctx.request, ctx.approved = artifact, req, d.approved
+    ctx.prepared, ctx.request, ctx.approved, ctx.args = artifact, req, d.approved, args
     ctx.session_id, ctx.tool = c.id, t.name
-    ok, v, err = pcall(t.rig.run, req, ctx)
+    ok, v, err = pcall(t.rig.run, tool_mod.run_args(t.rig, args, req), ctx)
   else
     ok, v, err = pcall(t.run, args, ctx)
   end
