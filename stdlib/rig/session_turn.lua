@@ -25,11 +25,7 @@ local invalid_output, check_output, native_output =
 local context_of, auto_compact = compaction.context_of, compaction.auto_compact
 local hooks = require "rig.hooks"
 local budget = require "rig.budget"
-local handoff_lib
-local function handoff()
-  handoff_lib = handoff_lib or require "rig.handoff"
-  return handoff_lib
-end
+local handoff = require "rig.handoff"
 
 local mcp_mod, mcp_sync -- below: a loop's MCP servers
 
@@ -851,7 +847,7 @@ local function drive(S, inst)
     -- a handoff: the target loop takes the conversation and a turn before
     -- this one can go idle
     if etype == "TurnDone" and fields.handoff and turn.handoff then
-      handoff().perform(S, inst, turn, turn.handoff)
+      handoff.perform(S, inst, turn, turn.handoff, runner)
     end
     note_usage(S)
     catalog(S, { state = state })
@@ -906,7 +902,7 @@ local function new_instance(S, def, id, meta)
   end
   if def.handoffs and not meta then
     -- only a top-level loop hands the conversation on (a child answers its parent)
-    for _, t in ipairs(handoff().tools(S, inst)) do list[#list + 1] = t end
+    for _, t in ipairs(handoff.tools(S, inst)) do list[#list + 1] = t end
   end
   for _, t in ipairs(list) do tools[t.name] = t end
   local mcp = def.mcp
