@@ -421,7 +421,8 @@ local function now() return core.time() end
 local function emit(R, etype, fields, enduring)
   fields.v = 1
   fields.type = etype
-  fields.run_id = R.id
+  -- the journal is the run's own: only FlowStarted names it (bytes per step count)
+  if etype == "FlowStarted" then fields.run_id = R.id end
   fields.created_at = fields.created_at or now()
   local text, err = json.encode(fields)
   if not text then return nil, "cannot encode " .. etype .. ": " .. tostring(err), "encode" end
@@ -806,7 +807,7 @@ end
 
 -- Folds a run's records: values and pending as of the last checkpoint (or
 -- of step `upto`), the checkpoints, interrupts, answers and effects.
-local function fold(p, recs, upto)
+local function fold_raw(p, recs, upto)
   local st = { values = initial_values(p), pending = {}, step = -1, checkpoints = {},
                interrupts = {}, answers = {}, effects = {} }
   for _, ev in ipairs(recs) do
@@ -842,6 +843,16 @@ local function fold(p, recs, upto)
     elseif t == "FlowResumed" and ev.fingerprint then
       st.accepted = ev.fingerprint
     end
+  end
+  return st
+end
+
+-- The journal is read back as untrusted bytes: a record of the wrong shape
+-- is an error naming the run, never a raise from deep inside.
+local function fold(p, recs, upto, id)
+  local ok, st = pcall(fold_raw, p, recs, upto)
+  if not ok then
+    return nil, "flow run " .. tostring(id) .. ": a record is malformed (" .. tostring(st) .. ")", "corrupt"
   end
   return st
 end
@@ -898,7 +909,9 @@ function Flow:attach(id, opts)
   recs, msg, code = read_records(store, id)
   if not recs then sess:close() return nil, msg, code end
   local p = self._p
-  local st = fold(p, recs)
+  local st
+  st, msg, code = fold(p, recs, nil, id)
+  if not st then sess:close() return nil, msg, code end
   if not st.started then
     sess:close()
     return nil, "flow run " .. id .. " has no FlowStarted (not a flow run)", "not_found"
@@ -1102,7 +1115,9 @@ local function fork_from(F, store, id, opts, fn)
   local recs, msg, code = read_records(store, id)
   if not recs then return nil, msg, code end
   local p = F._p
-  local all = fold(p, recs)
+  local all
+  all, msg, code = fold(p, recs, nil, id)
+  if not all then return nil, msg, code end
   if not all.started then return nil, "flow run " .. id .. " not found", "not_found" end
   local at = opts.at
   if at == nil then at = all.step end
@@ -1112,7 +1127,7 @@ local function fork_from(F, store, id, opts, fn)
   if not found then
     return nil, "flow run " .. id .. " has no checkpoint at step " .. at, "not_found"
   end
-  local st = fold(p, recs, at)
+  local st = assert(fold(p, recs, at, id))
   local vals = st.values
   if opts.values ~= nil then
     if type(opts.values) ~= "table" then fail(fn, "option 'values' must be a table", 3) end
@@ -1189,7 +1204,7 @@ function M.log(store, id)
 end
 
 -- A summary of a run read from its journal (no lease, no graph needed).
-function M.show(store, id)
+local function show_raw(store, id)
   local recs, msg, code = read_records(store, id)
   if not recs then return nil, msg, code end
   local s = { id = id, checkpoints = {}, interrupts = {}, status = "running", values = {} }
@@ -1228,6 +1243,14 @@ function M.show(store, id)
   table.sort(s.interrupts, function(a, b) return a.key < b.key end)
   if s.status == "running" and #s.interrupts > 0 then s.status = "interrupted" end
   return s
+end
+
+function M.show(store, id)
+  local ok, s, msg, code = pcall(show_raw, store, id)
+  if not ok then
+    return nil, "flow run " .. tostring(id) .. ": a record is malformed (" .. tostring(s) .. ")", "corrupt"
+  end
+  return s, msg, code
 end
 
 return setmetatable(M, { __call = function(_, def) return M.new(def) end })

@@ -551,3 +551,30 @@ describe("rig.flow on NATS JetStream", function()
     expect(#steps[4].add.log).to_be(1)
   end)
 end)
+
+describe("rig.flow reading a journal back", function()
+  it("refuses a malformed record with one clear error, never a raise", function()
+    local store = rig.store.memory()
+    local f = rig.flow(chain())
+    local sess = assert(core.session_open(store, nil, { catalog = false }))
+    assert(sess:emit(json.encode{ v = 1, type = "FlowStarted", run_id = sess.id, flow = "chain",
+      fingerprint = f:fingerprint(), input = {}, created_at = 1 },
+      { type = "FlowStarted", enduring = true, wait = true }))
+    assert(sess:emit(json.encode{ v = 1, type = "FlowStep", run_id = sess.id, step = 0,
+      pending = "not a list", set = 7, created_at = 2 }, { type = "FlowStep", enduring = true, wait = true }))
+    local id = sess.id
+    sess:close()
+    local run, msg, code = f:attach(id, { store = store })
+    expect(run).to_be_nil()
+    expect(code).to_be("corrupt")
+    expect(msg).to_match("^flow run " .. id:gsub("%-", "%%-") .. ": a record is malformed")
+    local s2, m2, c2 = rig.flow.show(store, id)
+    expect(s2).to_be_nil()
+    expect(c2).to_be("corrupt")
+    expect(m2).to_match("malformed")
+    -- and the run can be attached by nobody else meanwhile: the lease was let go
+    local again, _, c3 = f:attach(id, { store = store })
+    expect(again).to_be_nil()
+    expect(c3).to_be("corrupt")
+  end)
+end)
