@@ -21,7 +21,8 @@
 -- history) and starts the target's turn when a crash came between the handoff
 -- and it; a fork keeps the active loop of its cut. Only top-level loops hand
 -- off (a delegated child answers its parent instead); a target busy with a
--- turn of its own refuses the call.
+-- turn of its own refuses the call (one that became busy after the call keeps
+-- its history: ActiveLoopChanged{ busy = true } without one, the input queued).
 
 local json = require "rig.json"
 local tool_mod = require "rig.tool"
@@ -30,17 +31,13 @@ local M = {}
 
 M.PREFIX = "transfer_to_"
 
--- The session's shared parts, and the runner's { enqueue, new_instance }
--- (rig.session_turn is above this module: looked up when first used).
+-- The session's shared parts. The runner (rig.session_turn, above this
+-- module) hands its { enqueue, new_instance } to perform and redeliver, as it
+-- does to rig.delegation.
 local base = require "rig.session_base"
-local RT
-local function rt()
-  if not RT then
-    local runner = require("rig.session_turn").runner
-    RT = setmetatable({ enqueue = runner.enqueue, new_instance = runner.new_instance,
+local function rt(runner)
+  return setmetatable({ enqueue = runner.enqueue, new_instance = runner.new_instance,
                         command = base.emit_command_record }, { __index = base })
-  end
-  return RT
 end
 
 local MAX_TEXT = 64 * 1024
@@ -133,8 +130,8 @@ end
 
 -- After the caller's TurnDone{ handoff } is queued: the target gets the
 -- conversation and a turn. cid: a command id already journaled (a restore).
-function M.perform(S, inst, turn, h)
-  local R = rt()
+function M.perform(S, inst, turn, h, runner)
+  local R = rt(runner)
   if S.stopping or S.closed or S.faulted_msg then return end
   local target = S.loops[h.to]
   local ok, msg, code
@@ -151,15 +148,21 @@ function M.perform(S, inst, turn, h)
       turn_id = turn.id, call_id = h.call_id, error = ferr }, false)
     return
   end
+  -- a target that started a turn of its own since the call keeps its history
+  -- (its turn reads it); the handoff's input queues behind that turn
+  local busy = target.busy or nil
   ok, msg, code = R.emit(S, "ActiveLoopChanged", { from = inst.id, to = h.to, reason = "handoff",
-    turn_id = turn.id, call_id = h.call_id, history = json.array(history) })
+    turn_id = turn.id, call_id = h.call_id, history = not busy and json.array(history) or nil,
+    busy = busy })
   if not ok then
     S.faulted_msg = S.faulted_msg or S.core:faulted() or tostring(msg)
     return
   end
   S.active = h.to
-  target.history = history
-  target.context_tokens = nil
+  if not busy then
+    target.history = history
+    target.context_tokens = nil
+  end
   local text = "[conversation handed over from loop '" .. inst.id .. "']"
   if h.message and h.message:find("%S") then text = text .. "\n\n" .. h.message end
   local um = R.user_message(text)
@@ -193,12 +196,12 @@ function M.fold(f, ev)
 end
 
 -- After a restore committed: the handoff turns a crash kept from starting.
-function M.redeliver(S, f)
+function M.redeliver(S, f, runner)
   for _, cid in ipairs(f.order) do
     local ev = f.inputs[cid]
     local target = S.loops[ev.loop_id]
     if not f.consumed[cid] and target then
-      rt().enqueue(S, target, { command_id = cid, message = ev.message, hand_back = true })
+      runner.enqueue(S, target, { command_id = cid, message = ev.message, hand_back = true })
     end
   end
 end

@@ -264,7 +264,7 @@ local function restore(r, id, opts)
   note_usage(S)
   delegation.redeliver(S, handbacks, turns.runner)
   -- a handoff whose target turn a crash kept from starting starts now
-  require("rig.handoff").redeliver(S, st.ho)
+  require("rig.handoff").redeliver(S, st.ho, turns.runner)
   return S
 end
 
