@@ -606,8 +606,8 @@ local function finish(R, st, fields)
   if not ok then R.error, R.code = msg, "faulted" end
   local sess = R.sess
   R.sess = nil
-  R.st = st
-  index_put(R)
+  index_put(R, { status = st })
+  R.st = st -- after the index: a waiter that sees it may close the store
   if sess then sess:close() end
   wake(R)
 end
