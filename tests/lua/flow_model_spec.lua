@@ -347,6 +347,33 @@ describe("rig.flow interrupts", function()
     expect(out.got).to_equal({ "a=1", "b=2" })
   end)
 
+  it("asks a vertex's questions one after the other, each answer kept for the re-runs", function()
+    local runs = 0
+    local f = rig.flow{
+      name = "twoq",
+      channels = { name = "last", colour = "last" },
+      vertices = {
+        ask = function(_, ctx)
+          runs = runs + 1
+          local n = ctx:interrupt("name?")
+          local c = ctx:interrupt("colour of " .. n .. "?")
+          return { name = n, colour = c }
+        end,
+      },
+      edges = { { from = "start", to = "ask" } },
+    }
+    local run = assert(f:start())
+    expect(select(3, run:wait())).to_be("interrupted")
+    expect(run:interrupts()[1].value).to_be("name?")
+    assert(run:resume("ada"))
+    expect(select(3, run:wait())).to_be("interrupted")
+    expect(run:interrupts()[1].value).to_be("colour of ada?")
+    assert(run:resume("teal"))
+    local out = assert(run:wait())
+    expect(out).to_equal({ name = "ada", colour = "teal" })
+    expect(runs).to_be(3) -- asked, asked again with the first answer, then done
+  end)
+
   it("is answered by another process's attach after the first one let go (LMDB)", function()
     local dir = tmpdir()
     local id
