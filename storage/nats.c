@@ -51,7 +51,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1684,28 +1683,26 @@ static int server_start(struct nstore *n, const char *dir, const char *bin, char
 		   "jetstream {\n  store_dir: \"%s\"\n}\n", jsdir);
 	fclose(f);
 	/* the ports file is named after the server's pid: remove stale ones first */
-	pid_t pid = fork();
-	if (pid < 0) {
-		rc = -errno;
-		lr_err_set(e, "storage: nats: fork: %s", strerror(errno));
-		return rc;
-	}
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		/* start-up errors (a bad configuration) go to stderr, before -l takes over */
-		int null = open("/dev/null", O_RDWR);
-		int lf = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-		if (null >= 0) {
-			dup2(null, 0);
-			dup2(null, 1);
-		}
-		if (lf >= 0)
-			dup2(lf, 2);
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		execlp(bin, bin, "-c", conf, "-js", "-l", log, "--ports_file_dir", dir, (char *)NULL);
-		_exit(127);
+	/* start-up errors (a bad configuration) go to stderr, before -l takes over */
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	int lf = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	char *argv[] = { (char *)bin, "-c", conf, "-js", "-l", log, "--ports_file_dir", (char *)dir,
+			 NULL };
+	struct lr_spawn_opts so = {
+		.file = bin,
+		.argv = argv,
+		.fd = { null, null, lf },
+		.pdeathsig = SIGTERM, /* the server ends with its owner, however the owner ends */
+	};
+	pid_t pid = 0;
+	rc = null < 0 || lf < 0 ? -errno : lr_spawn(&so, &pid);
+	if (null >= 0)
+		close(null);
+	if (lf >= 0)
+		close(lf);
+	if (rc) {
+		lr_err_set(e, "storage: nats: cannot start '%s': %s", bin, strerror(-rc));
+		return rc == -ENOENT || rc == -EACCES ? LR_EUNAVAILABLE : rc;
 	}
 	n->server = pid;
 	snprintf(n->ports_file, sizeof n->ports_file, "%s/%s_%d.ports", dir,

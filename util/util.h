@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /*
  * Status codes. Functions return 0 on success, a negative errno value
@@ -131,6 +132,27 @@ int lr_sha256_hex(const void *p, size_t n, char out[2 * LR_SHA256_LEN + 1]);
  */
 void lr_sha256_builtin(const void *p, size_t n, unsigned char out[LR_SHA256_LEN]);
 void lr_hex(const unsigned char *in, size_t n, char *out);
+
+/*
+ * Starts a program from a multi-threaded process without fork() (spawn.c
+ * says why), for the folders below host/ (host/ uses lr_proc_spawn). file
+ * is searched on PATH unless it holds a '/'; envp NULL is the host's
+ * environment. fd[i] (-1: the host's own) becomes fd i of the child; give
+ * descriptors above 2 (close-on-exec is fine) or i itself. pdeathsig,
+ * when not 0, is sent to the child when the thread that spawned it ends
+ * (so spawn from a thread that lives as long as the child should: the main
+ * thread). The child starts with an empty signal mask and default
+ * dispositions. 0 and *pid (the caller reaps it), or -errno: -ENOENT when
+ * there is no such program, the exec's errno when it failed.
+ */
+struct lr_spawn_opts {
+	const char *file;
+	char *const *argv;
+	char *const *envp;
+	int fd[3];
+	int pdeathsig;
+};
+int lr_spawn(const struct lr_spawn_opts *o, pid_t *pid);
 
 /* Monotonic and wall clocks. */
 uint64_t lr_now_ns(void);     /* CLOCK_MONOTONIC */
