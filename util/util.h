@@ -11,6 +11,7 @@
 #ifndef LR_UTIL_H
 #define LR_UTIL_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -48,6 +49,23 @@ enum {
  */
 const char *lr_strerror(int rc);
 const char *lr_errcode(int rc);
+
+/*
+ * The message that goes with a failure, in every layer: the caller owns
+ * the struct (on its stack, or in a result), a function that fails fills
+ * it and returns the status code; fixed size, never allocated, always
+ * NUL-terminated once set. The message says what failed first and quotes
+ * the subject ("profile: field 'workspace_write' must be deny, gated or
+ * allow"). A NULL e is accepted and ignored; lr_err_clear empties it.
+ */
+#define LR_ERR_LEN 384
+struct lr_err {
+	char msg[LR_ERR_LEN];
+};
+void lr_err_set(struct lr_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void lr_err_vset(struct lr_err *e, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
+void lr_err_clear(struct lr_err *e);
 
 /*
  * A growable byte buffer with a hard cap given at init (curl's dynbuf).
