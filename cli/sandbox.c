@@ -33,7 +33,8 @@ static const struct lr_cli sandbox_cli = { NULL, "luarig: try 'luarig sandbox he
 
 static int cmd_check(void)
 {
-	char cwd[PATH_MAX], err[LR_SBX_ERRLEN] = "";
+	char cwd[PATH_MAX];
+	struct lr_err err = { "" };
 	if (!getcwd(cwd, sizeof cwd)) {
 		return lr_cli_fail(&sandbox_cli, "no current directory: %s", strerror(errno));
 	}
@@ -42,7 +43,7 @@ static int cmd_check(void)
 	p.workspace_root = cwd;
 	const struct lr_sbx_caps *c = lr_sbx_probe_fresh();
 	struct lr_sbx_report r;
-	int rc = lr_sbx_report(&p, c, &r, err);
+	int rc = lr_sbx_report(&p, c, &r, &err);
 	printf("tier: %s\n", c->tier == LR_TIER_A ? "A" : c->tier == LR_TIER_B ? "B" : "none");
 	for (int g = 0; g < LR_G_COUNT; g++)
 		printf("%-17s %-9s %s\n", lr_guarantee_name((enum lr_guarantee)g),
@@ -54,7 +55,7 @@ static int cmd_check(void)
 	if (c->why[0])
 		printf("why: %s\n", c->why);
 	if (rc)
-		printf("refused: %s\n", err);
+		printf("refused: %s\n", err.msg);
 	if (fflush(stdout) != 0) {
 		return lr_cli_fail(&sandbox_cli, "cannot write to standard output");
 	}

@@ -201,7 +201,7 @@ int lr_sandbox_run_cli(int argc, char **argv)
 			free(net);
 			free(prot);
 			return lr_cli_fail(&run_cli, "the unconfined profile runs the command with no confinement at "
-				    "all; say so with --ack-unconfined");
+					   "all; say so with --ack-unconfined");
 		}
 		p.workspace_write = p.host_write = p.network = LR_CAP_ALLOW;
 		p.home = LR_HOME_REAL;
@@ -216,20 +216,20 @@ int lr_sandbox_run_cli(int argc, char **argv)
 	struct cli c = { 0 };
 	struct lr_executor_set *set = NULL;
 	struct lr_executor *e;
-	char err[LR_EXEC_ERRLEN] = "";
+	struct lr_err err = { "" };
 	int code = EXIT_FAILED, rc;
 	if ((rc = lr_loop_new(&c.loop)) != 0) {
 		free(net);
 		free(prot);
 		return lr_cli_fail(&run_cli, "cannot make the loop: %s", lr_strerror(rc));
 	}
-	if ((rc = lr_executor_set_new(c.loop, &p, NULL, 1, &set, err)) != 0) {
-		lr_cli_fail(&run_cli, "%s", err[0] ? err : lr_strerror(rc));
+	if ((rc = lr_executor_set_new(c.loop, &p, NULL, 1, &set, &err)) != 0) {
+		lr_cli_fail(&run_cli, "%s", err.msg[0] ? err.msg : lr_strerror(rc));
 		code = rc == LR_EREFUSED ? EXIT_SETUP : EXIT_FAILED;
 		goto out;
 	}
-	if ((rc = lr_executor_get(set, "cli", &e, err)) != 0) {
-		lr_cli_fail(&run_cli, "%s", err[0] ? err : lr_strerror(rc));
+	if ((rc = lr_executor_get(set, "cli", &e, &err)) != 0) {
+		lr_cli_fail(&run_cli, "%s", err.msg[0] ? err.msg : lr_strerror(rc));
 		goto out;
 	}
 	struct lr_exec_request r = {
@@ -238,8 +238,8 @@ int lr_sandbox_run_cli(int argc, char **argv)
 		.inherit_stdio = 1,
 		.network = nnet ? net : NULL,
 	};
-	if ((rc = lr_executor_run(e, &r, on_done, &c, &c.x, err)) != 0) {
-		lr_cli_fail(&run_cli, "%s", err[0] ? err : lr_strerror(rc));
+	if ((rc = lr_executor_run(e, &r, on_done, &c, &c.x, &err)) != 0) {
+		lr_cli_fail(&run_cli, "%s", err.msg[0] ? err.msg : lr_strerror(rc));
 		code = exit_for(rc);
 		goto out;
 	}
@@ -255,7 +255,7 @@ int lr_sandbox_run_cli(int argc, char **argv)
 		const struct lr_exec_result *res = lr_exec_result(c.x);
 		if (res->timed_out) {
 			lr_cli_fail(&run_cli, "timed out after %g s; the command was killed",
-				timeout);
+				    timeout);
 			code = EXIT_TIMEOUT;
 		} else if (res->signo) {
 			code = 128 + res->signo;

@@ -396,7 +396,7 @@ static int run_k(lua_State *L, int status, lua_KContext ctx)
 	const struct lr_exec_result *r = lr_exec_result(x);
 	if (r->setup_failed || r->aborted) {
 		int rc = r->aborted ? LR_ECLOSED : LR_EREFUSED;
-		lua_pushstring(L, r->err);
+		lua_pushstring(L, r->err.msg);
 		op->x = NULL;
 		lr_exec_free(x);
 		return lr_pushfail(L, rc, "%s", lua_tostring(L, -1));
@@ -452,18 +452,18 @@ static int exec_run(lua_State *L)
 	struct runop *op = lua_newuserdatauv(L, sizeof *op, 0);
 	memset(op, 0, sizeof *op);
 	luaL_setmetatable(L, RUNOP_MT);
-	char err[LR_EXEC_ERRLEN];
-	int rc = lr_executor_run(u->e, &q.r, run_done, op, &op->x, err);
+	struct lr_err err = { "" };
+	int rc = lr_executor_run(u->e, &q.r, run_done, op, &op->x, &err);
 	if (rc)
-		return lr_pushfail(L, rc, "%s", err);
+		return lr_pushfail(L, rc, "%s", err.msg);
 	op->wait.cancel = run_cancel;
 	return lr_sched_await(L, &op->wait, (lua_KContext)op, run_k);
 }
 
 static void spawn_after(void *arg)
 {
-	char err[LR_EXEC_ERRLEN];
-	lr_exec_after_finish(arg, NULL, err);
+	struct lr_err err = { "" };
+	lr_exec_after_finish(arg, NULL, &err);
 }
 
 /* executor:spawn{...} -> rig.process handle | nil, message, code */
@@ -473,10 +473,10 @@ static int exec_spawn(lua_State *L)
 	struct req q;
 	parse_req(L, 0, &q);
 	struct lr_exec_launch l;
-	char err[LR_EXEC_ERRLEN];
-	int rc = lr_executor_launch_init(u->e, &q.r, &l, err);
+	struct lr_err err = { "" };
+	int rc = lr_executor_launch_init(u->e, &q.r, &l, &err);
 	if (rc)
-		return lr_pushfail(L, rc, "%s", err);
+		return lr_pushfail(L, rc, "%s", err.msg);
 	if (l.ctl_fd >= 0) {
 		/* the egress proxy lives as long as a run; a spawned handle has no owner for it yet */
 		lr_executor_launch_release(&l);
@@ -562,10 +562,11 @@ static int exec_grant(lua_State *L)
 		if (!(r.ttl > 0))
 			luaL_error(L, "%s: 'ttl' must be a positive number of seconds", fname);
 	}
-	char token[33], err[LR_SBX_ERRLEN];
-	int rc = lr_grant_mint(lr_executor_set_grants(u->set->s), &r, token, err);
+	char token[33];
+	struct lr_err err = { "" };
+	int rc = lr_grant_mint(lr_executor_set_grants(u->set->s), &r, token, &err);
 	if (rc)
-		return lr_pushfail(L, rc, "%s", err);
+		return lr_pushfail(L, rc, "%s", err.msg);
 	lua_pushstring(L, token);
 	return 1;
 }
@@ -640,12 +641,12 @@ static int set_get(lua_State *L)
 	}
 	lua_pop(L, 1);
 	struct lr_executor *e;
-	char err[LR_EXEC_ERRLEN];
-	int rc = lr_executor_get(su->s, key, &e, err);
+	struct lr_err err = { "" };
+	int rc = lr_executor_get(su->s, key, &e, &err);
 	if (rc == -EINVAL)
-		return luaL_error(L, "rig.sandbox: %s", err);
+		return luaL_error(L, "rig.sandbox: %s", err.msg);
 	if (rc)
-		return lr_pushfail(L, rc, "%s", err);
+		return lr_pushfail(L, rc, "%s", err.msg);
 	struct execud *u = lua_newuserdatauv(L, sizeof *u, 2);
 	u->e = e;
 	u->set = su;
@@ -742,10 +743,10 @@ static int sandbox_executors(lua_State *L)
 	luaL_setmetatable(L, SET_MT);
 	lua_newtable(L);
 	lua_setiuservalue(L, -2, 1);
-	char err[LR_EXEC_ERRLEN];
-	int rc = lr_executor_set_new(lr_state_of(L)->loop, p, root, max, &su->s, err);
+	struct lr_err err = { "" };
+	int rc = lr_executor_set_new(lr_state_of(L)->loop, p, root, max, &su->s, &err);
 	if (rc)
-		return lr_pushfail(L, rc, "%s", err);
+		return lr_pushfail(L, rc, "%s", err.msg);
 	return 1;
 }
 

@@ -1210,9 +1210,9 @@ int lr_sbx_helper_main(int argc, char **argv)
 	char *buf = read_spec(&len);
 	check_lifeline();
 	struct lr_sbx_spec s;
-	char err[LR_SBX_ERRLEN];
-	if (lr_sbx_spec_decode(buf, len, &s, err))
-		die(0, "%s", err);
+	struct lr_err err = { "" };
+	if (lr_sbx_spec_decode(buf, len, &s, &err))
+		die(0, "%s", err.msg);
 	free(buf);
 	if (!s.unconfined && s.net == LR_SBX_NET_HOST)
 		die(0, "host networking needs an unconfined spec");

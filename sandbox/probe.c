@@ -723,7 +723,7 @@ static void enforce_b(const struct lr_sbx_caps *c, struct lr_sbx_report *r)
 }
 
 int lr_sbx_report(const struct lr_profile *p, const struct lr_sbx_caps *c,
-		  struct lr_sbx_report *r, char err[LR_SBX_ERRLEN])
+		  struct lr_sbx_report *r, struct lr_err *err)
 {
 	memset(r, 0, sizeof *r);
 	r->tier = c->tier;
@@ -813,9 +813,8 @@ int lr_sbx_report(const struct lr_profile *p, const struct lr_sbx_caps *c,
 	}
 	for (int g = 0; g < LR_G_COUNT; g++)
 		if (r->required[g] && !r->enforced[g]) {
-			snprintf(err, LR_SBX_ERRLEN,
-				 "sandbox: the profile needs '%s', which this machine cannot enforce: %.200s",
-				 g_names[g], r->missing[g]);
+			lr_err_set(err, "sandbox: the profile needs '%s', which this machine cannot enforce: %.200s",
+				   g_names[g], r->missing[g]);
 			return LR_EREFUSED;
 		}
 	return 0;
