@@ -46,23 +46,6 @@ int lr_cli_fail(const struct lr_cli *c, const char *fmt, ...)
 	return c->fail_status;
 }
 
-/* mkdir -p with mode 0700 for what it creates. */
-static int mkdirs(char *path)
-{
-	for (char *p = path + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = 0;
-		int rc = mkdir(path, 0700);
-		*p = '/';
-		if (rc != 0 && errno != EEXIST)
-			return -errno;
-	}
-	if (mkdir(path, 0700) != 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 int lr_cli_state_root(const char *opt, char *out, size_t cap)
 {
 	const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
@@ -103,7 +86,7 @@ int lr_cli_store_open(const char *state, const char *url, int create, struct lr_
 		return lr_cli_fail(&lr_cli_plain, "no state directory: pass --state DIR or --store "
 				   "URL, or set XDG_STATE_HOME or HOME");
 	if (create) {
-		int rc = mkdirs(root);
+		int rc = lr_mkdirs(root, 0700, NULL);
 		if (rc) {
 			return lr_cli_fail(&lr_cli_plain, "cannot create state directory '%s': %s",
 					   root, lr_strerror(rc));

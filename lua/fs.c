@@ -130,19 +130,7 @@ static int fs_read_private(lua_State *L)
 	/* read into C memory first, so a raise (out of memory) cannot leak the fd */
 	struct lr_buf b;
 	lr_buf_init(&b, (size_t)max);
-	int rc = 0;
-	char chunk[4096];
-	for (;;) {
-		ssize_t n = read(fd, chunk, sizeof chunk);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = -errno;
-			break;
-		}
-		if (n == 0 || (rc = lr_buf_add(&b, chunk, (size_t)n)) != 0)
-			break;
-	}
+	int rc = lr_read_fd(fd, &b, 0);
 	close(fd);
 	if (rc) {
 		lr_buf_release(&b);
@@ -153,20 +141,6 @@ static int fs_read_private(lua_State *L)
 	lua_pushlstring(L, b.data ? b.data : "", b.len);
 	lr_buf_release(&b);
 	return 1;
-}
-
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
 }
 
 /*
@@ -206,7 +180,7 @@ static int fs_write_atomic(lua_State *L)
 		goto out;
 	}
 	step = "write";
-	if (fchmod(fd, 0600) != 0 || (rc = write_all(fd, data, n)) != 0 || fsync(fd) != 0) {
+	if (fchmod(fd, 0600) != 0 || (rc = lr_write_all(fd, data, n)) != 0 || fsync(fd) != 0) {
 		if (!rc)
 			rc = -errno;
 		goto out;
@@ -359,23 +333,7 @@ static int fs_read_beneath(lua_State *L)
 	struct lr_buf b;
 	lr_buf_init(&b, (size_t)max + 1);
 	int truncated = 0;
-	char chunk[16384];
-	for (;;) {
-		size_t want = sizeof chunk;
-		if (b.len + want > (size_t)max + 1)
-			want = (size_t)max + 1 - b.len;
-		if (want == 0)
-			break;
-		ssize_t n = read(fd, chunk, want);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = -errno;
-			break;
-		}
-		if (n == 0 || (rc = lr_buf_add(&b, chunk, (size_t)n)) != 0)
-			break;
-	}
+	rc = lr_read_fd(fd, &b, (size_t)max + 1);
 	close(fd);
 	if (rc) {
 		lr_buf_release(&b);
@@ -449,7 +407,7 @@ static int fs_write_beneath(lua_State *L)
 		lr_err_set(&err, "cannot create a temp file for '%s': %s", rel, strerror(errno));
 		goto out;
 	}
-	if ((rc = write_all(fd, data, n)) != 0 || fchmod(fd, mode) != 0 || fsync(fd) != 0) {
+	if ((rc = lr_write_all(fd, data, n)) != 0 || fchmod(fd, mode) != 0 || fsync(fd) != 0) {
 		if (!rc)
 			rc = -errno;
 		lr_err_set(&err, "cannot write '%s': %s", rel, lr_strerror(rc));

@@ -120,7 +120,6 @@ static struct {
 static struct lr_lazy natslib = {
 	.sonames = nats_sonames, .names = nats_names, .slots = (void **)&N,
 };
-static pthread_mutex_t natslib_mu = PTHREAD_MUTEX_INITIALIZER;
 
 #define CHUNK ((size_t)256 << 10)
 #define ASYNC_THREADS 2
@@ -1629,29 +1628,11 @@ static int ns_check(const char *ns, struct lr_err *e)
 	return ok ? 0 : -EINVAL;
 }
 
-static int mkdirs(const char *dir)
-{
-	char buf[PATH_MAX];
-	if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-		return -ENAMETOOLONG;
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = 0;
-		if (mkdir(buf, 0700) && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(buf, 0700) && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 /* Starts nats-server -js on a private loopback port storing in dir; url receives its URL. */
 static int server_start(struct nstore *n, const char *dir, const char *bin, char *url,
 			size_t cap, struct lr_err *e)
 {
-	int rc = mkdirs(dir);
+	int rc = lr_mkdirs(dir, 0700, NULL);
 	if (rc) {
 		lr_err_set(e, "storage: nats: cannot create '%s': %s", dir, strerror(-rc));
 		return rc;
@@ -1754,9 +1735,7 @@ int lr_store_nats_open(const struct lr_nats_opts *o, struct lr_store **out, stru
 	int rc = ns_check(ns, e);
 	if (rc)
 		return rc;
-	pthread_mutex_lock(&natslib_mu);
 	rc = lr_lazy_open(&natslib);
-	pthread_mutex_unlock(&natslib_mu);
 	if (rc) {
 		lr_err_set(e, "storage: nats: %s", natslib.err);
 		return rc;

@@ -113,11 +113,26 @@ void lr_strv_release(struct lr_strv *sv);
 char *lr_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*
+ * I/O loops (io.c), EINTR retried. lr_read_fd appends to b what fd holds
+ * until end of file, or until limit bytes were appended when limit is not
+ * 0 (then nothing more is read); 0, -errno, or LR_ETOOBIG when b's cap is
+ * hit. lr_write_all writes all n bytes; 0 or -errno. lr_mkdirs makes path
+ * and every missing parent with mode (mkdir -p; existing ones are fine);
+ * 0, or -errno with e naming the component that failed ("cannot create
+ * 'PATH': why").
+ */
+int lr_read_fd(int fd, struct lr_buf *b, size_t limit);
+int lr_write_all(int fd, const void *p, size_t n);
+int lr_mkdirs(const char *path, mode_t mode, struct lr_err *e);
+
+/*
  * Lazily opened libraries. lr_lazy_open dlopens the first soname that loads
  * and resolves every name in names (NULL-terminated) into slots[i]. The
- * result is cached: later calls return the first outcome. On failure err
- * (at least 256 bytes) says which library or symbol is missing and the
- * return value is LR_EUNAVAILABLE.
+ * result is cached: later calls return the first outcome. Safe from any
+ * thread: callers need no lock or pthread_once of their own. On failure
+ * err says which library or symbol is missing and the return value is
+ * LR_EUNAVAILABLE; err and slots are written before the outcome is
+ * returned to anyone and never after.
  */
 struct lr_lazy {
 	const char *const *sonames; /* NULL-terminated, tried in order */
