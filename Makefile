@@ -51,7 +51,7 @@ FUZZ_SRC := $(wildcard tests/fuzz/*_fuzz.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/%_replay,$(FUZZ_SRC))
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
 
-.PHONY: all deps demo test check bench fuzz fuzz-run clean lint layering symbols install uninstall
+.PHONY: all deps demo test check soak bench fuzz fuzz-run clean lint layering symbols install uninstall
 .DELETE_ON_ERROR:
 
 all: $(BUILD)/luarig
@@ -96,6 +96,13 @@ test-build: $(BUILD)/luarig $(UNIT_BIN) $(FUZZ_REPLAY)
 
 test: test-build
 	@BUILD=$(BUILD) sh tests/run.sh
+
+# The kill storms (docs/soak.md): long, not part of test or CI.
+# make soak KILLS=1000 [LONG_TURNS=…] [CLUSTER_KILLS=…] [PARTITIONS=…] [STORMS="lmdb nats …"]
+soak: $(BUILD)/luarig
+	@LUARIG=$(CURDIR)/$(BUILD)/luarig KILLS=$(KILLS) LONG_TURNS=$(LONG_TURNS) \
+		CLUSTER_KILLS=$(CLUSTER_KILLS) PARTITIONS=$(PARTITIONS) STORMS="$(STORMS)" \
+		sh tests/soak/run.sh
 
 # Sanitized build in its own folder, the same suites, then lint.
 check:

@@ -871,14 +871,53 @@ static int names_an_address(const char *pattern)
 	return inet_pton(AF_INET, lit, &ip) == 1 || inet_pton(AF_INET6, lit, &ip) == 1;
 }
 
+/* arg: the lr_buf the verdicts go to (a run's net_log, a spawned proxy's log) */
 static void egress_log(void *arg, const struct lr_egress_event *ev)
 {
-	struct lr_exec *x = arg;
+	struct lr_buf *log = arg;
 	static const char *const verdicts[] = { "allow", "deny", "fail" };
-	lr_buf_printf(&x->res.net_log, "%s %s %s%s%s\n",
+	lr_buf_printf(log, "%s %s %s%s%s\n",
 		      verdicts[ev->verdict <= LR_EGRESS_FAIL ? ev->verdict : LR_EGRESS_FAIL],
 		      ev->kind ? ev->kind : "?", ev->target ? ev->target : "?",
 		      ev->reason && ev->reason[0] ? ": " : "", ev->reason ? ev->reason : "");
+}
+
+/*
+ * The listeners the helper sent on ctl_fd, served as the egress proxy of the
+ * allow-list (or of every public target). -EAGAIN: nothing arrived yet; any
+ * other outcome is final (the helper failed before sending reports that itself;
+ * a proxy that cannot start says so in log).
+ */
+static int proxy_serve(struct lr_loop *loop, uint64_t exec_id, int ctl_fd, char **allow,
+		       size_t nallow, int allow_any, struct lr_buf *log, struct lr_egress **out)
+{
+	int tcp = -1, udp = -1;
+	int rc = lr_sbx_recv_listeners(ctl_fd, &tcp, &udp);
+	if (rc)
+		return rc;
+	struct lr_egress_rule *rules = calloc(nallow ? nallow : 1, sizeof *rules);
+	if (!rules) {
+		close(tcp);
+		close(udp);
+		lr_buf_printf(log, "fail proxy: out of memory\n");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < nallow; i++)
+		rules[i] = (struct lr_egress_rule){ allow[i], names_an_address(allow[i]) };
+	struct lr_egress_config cfg = {
+		.exec_id = exec_id,
+		.rules = rules,
+		.nrules = nallow,
+		.policy = allow_any ? egress_any : NULL,
+		.log = egress_log,
+		.arg = log,
+	};
+	struct lr_err err = { "" };
+	rc = lr_egress_open(loop, &cfg, tcp, udp, out, err.msg, sizeof err.msg);
+	if (rc)
+		lr_buf_printf(log, "fail proxy: %s\n", err.msg);
+	free(rules); /* copied by lr_egress_open */
+	return rc;
 }
 
 /* The helper sent the proxy's listeners (or died first): serve them. */
@@ -887,34 +926,105 @@ static void ctl_ready(struct lr_watch *w, int events, void *arg)
 	(void)w;
 	(void)events;
 	struct lr_exec *x = arg;
-	int tcp = -1, udp = -1;
-	int rc = lr_sbx_recv_listeners(x->ctl_fd, &tcp, &udp);
+	struct lr_egress *eg = NULL;
+	int rc = proxy_serve(x->set->loop, x->owner ? lr_executor_id(x->owner) : 0, x->ctl_fd,
+			     x->allow, x->nallow, x->allow_any, &x->res.net_log, &eg);
 	if (rc == -EAGAIN)
 		return;
 	ctl_stop(x);
-	if (rc)
-		return; /* the helper failed before sending: it reports that itself */
-	struct lr_egress_rule *rules = calloc(x->nallow ? x->nallow : 1, sizeof *rules);
-	if (!rules) {
-		close(tcp);
-		close(udp);
-		lr_buf_printf(&x->res.net_log, "fail proxy: out of memory\n");
-		return;
+	x->egress = eg;
+}
+
+/* ---- the egress proxy of a spawned process (lr_exec_proxy_take) ---- */
+
+struct lr_exec_proxy {
+	struct lr_loop *loop;
+	uint64_t exec_id;
+	int ctl_fd;
+	struct lr_watch watch;
+	int watching;
+	char **allow;
+	size_t nallow;
+	int allow_any;
+	struct lr_egress *egress;
+	struct lr_buf log;
+};
+
+static void xproxy_stop(struct lr_exec_proxy *p)
+{
+	if (p->watching) {
+		lr_watch_stop(&p->watch);
+		lr_watch_release(&p->watch);
+		p->watching = 0;
 	}
-	for (size_t i = 0; i < x->nallow; i++)
-		rules[i] = (struct lr_egress_rule){ x->allow[i], names_an_address(x->allow[i]) };
-	struct lr_egress_config cfg = {
-		.exec_id = x->owner ? lr_executor_id(x->owner) : 0,
-		.rules = rules,
-		.nrules = x->nallow,
-		.policy = x->allow_any ? egress_any : NULL,
-		.log = egress_log,
-		.arg = x,
-	};
-	struct lr_err err = { "" };
-	if (lr_egress_open(x->set->loop, &cfg, tcp, udp, &x->egress, err.msg, sizeof err.msg))
-		lr_buf_printf(&x->res.net_log, "fail proxy: %s\n", err.msg);
-	free(rules); /* copied by lr_egress_open */
+	if (p->ctl_fd >= 0)
+		close(p->ctl_fd);
+	p->ctl_fd = -1;
+}
+
+static void xproxy_ready(struct lr_watch *w, int events, void *arg)
+{
+	(void)w;
+	(void)events;
+	struct lr_exec_proxy *p = arg;
+	struct lr_egress *eg = NULL;
+	int rc = proxy_serve(p->loop, p->exec_id, p->ctl_fd, p->allow, p->nallow, p->allow_any,
+			     &p->log, &eg);
+	if (rc == -EAGAIN)
+		return;
+	xproxy_stop(p);
+	p->egress = eg;
+}
+
+int lr_exec_proxy_take(struct lr_executor *e, struct lr_exec_launch *l, struct lr_exec_proxy **out,
+		       struct lr_err *err)
+{
+	*out = NULL;
+	if (l->ctl_fd < 0)
+		return 0;
+	struct lr_exec_proxy *p = calloc(1, sizeof *p);
+	if (!p) {
+		seterr(err, "executor: out of memory");
+		return -ENOMEM;
+	}
+	p->loop = e->set->loop;
+	p->exec_id = lr_executor_id(e);
+	lr_buf_init(&p->log, 64u << 10);
+	p->ctl_fd = l->ctl_fd;
+	p->allow = l->allow;
+	p->nallow = l->nallow;
+	p->allow_any = l->allow_any;
+	l->ctl_fd = -1;
+	l->allow = NULL;
+	l->nallow = 0;
+	fcntl(p->ctl_fd, F_SETFL, fcntl(p->ctl_fd, F_GETFL) | O_NONBLOCK);
+	int rc = lr_watch_init(p->loop, &p->watch, p->ctl_fd, xproxy_ready, p);
+	if (!rc) {
+		p->watching = 1;
+		rc = lr_watch_start(&p->watch, LR_READ);
+	}
+	if (rc) {
+		seterr(err, "executor: cannot watch the proxy's control socket: %s", lr_strerror(rc));
+		lr_exec_proxy_free(p);
+		return rc;
+	}
+	*out = p;
+	return 0;
+}
+
+const struct lr_buf *lr_exec_proxy_log(const struct lr_exec_proxy *p) { return &p->log; }
+
+void lr_exec_proxy_free(struct lr_exec_proxy *p)
+{
+	if (!p)
+		return;
+	xproxy_stop(p);
+	lr_egress_close(p->egress);
+	for (size_t i = 0; i < p->nallow; i++)
+		free(p->allow[i]);
+	free(p->allow);
+	lr_buf_release(&p->log);
+	free(p);
 }
 
 /* The run is over (or abandoned): the check after it, once; what it moved goes to the result. */

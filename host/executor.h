@@ -107,7 +107,7 @@ struct lr_exec_launch {
 	 * socket (fd 4 in the helper; the listeners arrive on it), and the
 	 * allow-list (owned, "host:port" patterns; allow_any: every public
 	 * target). -1 / empty otherwise. lr_executor_run serves the proxy; a
-	 * caller that cannot must refuse a launch with ctl_fd >= 0.
+	 * caller that spawns l.proc itself takes it with lr_exec_proxy_take.
 	 */
 	int ctl_fd;
 	char **allow;
@@ -132,6 +132,22 @@ void lr_executor_launch_release(struct lr_exec_launch *l);
  */
 struct lr_exec_after;
 int lr_exec_after_finish(struct lr_exec_after *a, struct lr_buf *moved, struct lr_err *err);
+
+/*
+ * The egress proxy of a launch whose process the caller spawns itself (a
+ * long-lived child such as an MCP server): takes l->ctl_fd and the allow-list
+ * (setting them -1 / empty), watches for the helper's listeners on the loop and
+ * serves them as lr_executor_run would, with the same rules. *out is NULL when
+ * the launch has no proxy (0 returned). The caller frees the proxy with
+ * lr_exec_proxy_free once the process is gone (which closes its connections);
+ * lr_exec_proxy_log is its verdicts, one line each, as a run's net_log (borrowed
+ * until the free). 0, or -errno with err.
+ */
+struct lr_exec_proxy;
+int lr_exec_proxy_take(struct lr_executor *e, struct lr_exec_launch *l, struct lr_exec_proxy **out,
+		       struct lr_err *err);
+const struct lr_buf *lr_exec_proxy_log(const struct lr_exec_proxy *p);
+void lr_exec_proxy_free(struct lr_exec_proxy *p);
 
 /*
  * A run: starts the helper and collects its output, each stream capped at

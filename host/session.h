@@ -44,13 +44,17 @@ struct lr_session_emission;
  * and then owns o->session (on success). rc: LR_ELEASEHELD ("held": a live
  * holder), LR_ENOTFOUND (sid has no journal), LR_ECORRUPT, LR_ELEASELOST,
  * -errno; err says which. lr_session_open returns -EINVAL (err set, done
- * never runs) for a malformed sid, or an lr_pool_submit failure.
+ * never runs) for a malformed sid, or an lr_pool_submit failure. With
+ * no_catalog the session writes no catalog entry (at creation, through
+ * lr_session_catalog, which then returns -EINVAL, or at close): a journal
+ * and lease that other layers index themselves.
  */
 struct lr_session_open {
 	struct lr_work work;
 	struct lr_loop *loop;
 	struct lr_store *store;
 	char sid[37];
+	int no_catalog;       /* 1: no catalog entry is ever written (rig.flow's runs) */
 	void (*done)(struct lr_session_open *o);
 	void *arg;
 	int rc;

@@ -22,6 +22,7 @@ int luaopen_rig_core(lua_State *L)
 	lr__fs_open(L);
 	lr__session_open(L);
 	lr__workspace_open(L);
+	lr__flow_open(L);
 	lr__term_open(L);
 	lr__mcp_open(L);
 	return 1;

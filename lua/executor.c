@@ -16,6 +16,7 @@
 #include "../sandbox/sandbox.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SET_MT "rig.sandbox.executors"
@@ -460,10 +461,20 @@ static int exec_run(lua_State *L)
 	return lr_sched_await(L, &op->wait, (lua_KContext)op, run_k);
 }
 
+/* What a spawned process leaves when it is gone: the check after it, its proxy. */
+struct spawned {
+	struct lr_exec_after *after;
+	struct lr_exec_proxy *proxy;
+};
+
 static void spawn_after(void *arg)
 {
+	struct spawned *sp = arg;
 	struct lr_err err = { "" };
-	lr_exec_after_finish(arg, NULL, &err);
+	if (sp->after)
+		lr_exec_after_finish(sp->after, NULL, &err);
+	lr_exec_proxy_free(sp->proxy);
+	free(sp);
 }
 
 /* executor:spawn{...} -> rig.process handle | nil, message, code */
@@ -477,12 +488,19 @@ static int exec_spawn(lua_State *L)
 	int rc = lr_executor_launch_init(u->e, &q.r, &l, &err);
 	if (rc)
 		return lr_pushfail(L, rc, "%s", err.msg);
-	if (l.ctl_fd >= 0) {
-		/* the egress proxy lives as long as a run; a spawned handle has no owner for it yet */
+	/* the egress proxy (network targets) lives as long as the process: spawn_after ends it */
+	struct spawned *sp = calloc(1, sizeof *sp);
+	if (!sp) {
 		lr_executor_launch_release(&l);
-		return lr_pushfail(L, LR_EUNAVAILABLE, "executor:spawn: network through the egress "
-				   "proxy is only available to executor:run");
+		return luaL_error(L, "out of memory");
 	}
+	rc = lr_exec_proxy_take(u->e, &l, &sp->proxy, &err);
+	if (rc) {
+		free(sp);
+		lr_executor_launch_release(&l);
+		return lr_pushfail(L, rc, "%s", err.msg);
+	}
+	sp->after = l.after;
 	l.proc.stdio[0] = (q.r.stdin_data || q.stdin_pipe) ? LR_PROC_PIPE : LR_PROC_NULL;
 	l.proc.stdio[1] = q.stdio[1];
 	l.proc.stdio[2] = q.stdio[2];
@@ -490,9 +508,13 @@ static int exec_spawn(lua_State *L)
 	l.proc.out_drop = 0;
 	l.proc.timeout = q.r.timeout;
 	/* the check after the run happens when the process is gone (or its handle closed) */
-	int n = lr__proc_spawn_handle(L, &l.proc, q.r.stdin_data, q.r.stdin_len, spawn_after, l.after);
-	if (n == 1)
-		l.after = NULL; /* the handle's now */
+	int n = lr__proc_spawn_handle(L, &l.proc, q.r.stdin_data, q.r.stdin_len, spawn_after, sp);
+	if (n == 1) {
+		l.after = NULL; /* the handle's now, with the proxy */
+	} else {
+		lr_exec_proxy_free(sp->proxy); /* the launch keeps l.after: its release finishes it */
+		free(sp);
+	}
 	lr_executor_launch_release(&l);
 	if (n == 1) { /* remember it, so closing the executor or the set ends it */
 		lua_getiuservalue(L, 1, 2);

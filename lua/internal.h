@@ -191,6 +191,8 @@ void lr__store_unref(void *ref);
 void lr__session_open(lua_State *L);
 /* workspace.c: core.lease_acquire (a named lease on a store) and core.ws_* directory calls. */
 void lr__workspace_open(lua_State *L);
+/* flow.c: core.kv_get, core.kv_put and core.kv_keys (the store's kv, on the pool). */
+void lr__flow_open(lua_State *L);
 /* term.c: core.isatty(fd) and core.read_line([max]), a waiting read of one stdin line. */
 void lr__term_open(lua_State *L);
 /* mcp.c: core.mcp_framer(max_line), the MCP stdio line framer (host/mcp_frame.c). */

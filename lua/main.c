@@ -34,10 +34,17 @@ static void usage(FILE *f)
 	      "                [--insecure-public-bind] [--allow-host NAME]...\n"
 	      "                                            serve the rig's sessions over HTTP\n"
 	      "                                            (listen default 127.0.0.1:8080)\n"
+	      "       luarig mcp serve RIG.lua [--http HOST:PORT] [--auth-token-file FILE]\n"
+	      "                [--insecure-public-bind] [--allow-host NAME]... [--name NAME]\n"
+	      "                                            the rig as an MCP server: its primer\n"
+	      "                                            loops as tools (stdio by default)\n"
 	      "       luarig sessions [--state DIR] [--json]  the session catalog\n"
 	      "       luarig show [--state DIR] ID         one session's catalog entry and tip\n"
 	      "       luarig log [--state DIR] ID [--from N] [--follow]\n"
 	      "                                            a session's journal, one JSON per line\n"
+	      "       luarig flow runs|show ID|log ID [--state DIR] [--json]\n"
+	      "                                            workflow runs (rig.flow); flow dot|mermaid\n"
+	      "                                            FLOW.lua renders a graph\n"
 	      "       luarig sandbox run [--profile readonly|trusted|unconfined] [--workspace DIR]\n"
 	      "                [--allow-net HOST:PORT]... [--timeout S] [--protect NAME]... [--git-readonly]\n"
 	      "                [--ack-unconfined] -- CMD ARGS...\n"
@@ -370,6 +377,14 @@ int main(int argc, char **argv)
 	} else if (cmd && strcmp(cmd, "serve") == 0) {
 		/* rig.serve parses its own arguments (usage errors exit 2) */
 		chunk = "return require('rig.serve').cli(...)";
+		i++;
+	} else if (cmd && strcmp(cmd, "flow") == 0) {
+		/* rig.flow.cli parses its own arguments (usage errors exit 2) */
+		chunk = "return require('rig.flow.cli').cli(...)";
+		i++;
+	} else if (cmd && strcmp(cmd, "mcp") == 0) {
+		/* rig.mcp.serve parses its own arguments (usage errors exit 2) */
+		chunk = "return require('rig.mcp.serve').cli(...)";
 		i++;
 	} else if (cmd && strcmp(cmd, "run") == 0) {
 		if (i + 1 >= argc)

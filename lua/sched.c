@@ -230,6 +230,9 @@ struct lr_task *lr_sched_spawn(lua_State *L, int nargs)
 	struct lr_sched *s = S->sched;
 	int fidx = lua_gettop(L) - nargs;
 	luaL_checktype(L, fidx, LUA_TFUNCTION);
+	/* the task and its thread on this stack; the function and its arguments
+	 * (any number: a script's command line) on the thread's */
+	luaL_checkstack(L, 3, "too many arguments");
 
 	struct lr_task *t = lua_newuserdatauv(L, sizeof *t, 0);
 	memset(t, 0, sizeof *t);
@@ -237,6 +240,8 @@ struct lr_task *lr_sched_spawn(lua_State *L, int nargs)
 	t->state = T_DONE; /* "closed" until fully set up */
 	luaL_setmetatable(L, TASK_MT);
 	lua_State *co = lua_newthread(L);
+	if (!lua_checkstack(co, nargs + 1))
+		luaL_error(L, "too many arguments (%d)", nargs);
 	/* stack: f a1..an task co */
 	lua_rotate(L, fidx, 2); /* stack: task co f a1..an */
 	lua_xmove(L, co, nargs + 1);

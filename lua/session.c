@@ -166,12 +166,24 @@ static int open_k(lua_State *L, int status, lua_KContext ctx)
 	return 1;
 }
 
-/* rig.core.session_open(store, sid | nil) -> sess | nil, msg, code */
+static const char *const open_fields[] = { "catalog", NULL };
+
+/* rig.core.session_open(store, sid | nil [, { catalog = false }]) -> sess | nil, msg, code */
 static int core_session_open(lua_State *L)
 {
 	struct lr_store *st;
 	luaL_checkudata(L, 1, "rig.store");
 	const char *sid = luaL_optstring(L, 2, NULL);
+	int no_catalog = 0;
+	if (!lua_isnoneornil(L, 3)) {
+		luaL_checktype(L, 3, LUA_TTABLE);
+		check_fields(L, 3, "rig.core.session_open", open_fields);
+		if (opt_field(L, 3, "rig.core.session_open", "catalog", LUA_TBOOLEAN)) {
+			no_catalog = !lua_toboolean(L, -1);
+			lua_pop(L, 1);
+		}
+		lua_settop(L, 2);
+	}
 	if (sid) {
 		struct lr_err e;
 		if (lr_journal_id_check(sid, &e) != 0)
@@ -188,6 +200,7 @@ static int core_session_open(lua_State *L)
 	op->o.loop = lr_state_of(L)->loop;
 	op->o.store = st;
 	snprintf(op->o.sid, sizeof op->o.sid, "%s", sid ? sid : "");
+	op->o.no_catalog = no_catalog;
 	op->o.done = open_done;
 	op->ud = ud;
 	ud->op = op;

@@ -41,7 +41,8 @@ static void shared_unref(struct shared *sh)
 	}
 }
 
-enum kind { K_SNAPSHOT, K_RESTORE, K_REWIND, K_DIFF, K_EXPORT, K_IMPORT, K_GC, K_LIST };
+enum kind { K_SNAPSHOT, K_RESTORE, K_REWIND, K_DIFF, K_EXPORT, K_IMPORT, K_GC, K_LIST,
+	     K_BLOB_PUT, K_BLOB_GET };
 
 struct opud;
 
@@ -63,6 +64,8 @@ struct sop {
 	struct lr_snap_info *info;
 	size_t ninfo;
 	char ref[LR_SNAP_REF_MAX];
+	struct lr_bytes bytes; /* blob_put's copy of the data, blob_get's result */
+	int existed;           /* blob_put: the key held a blob already (not rewritten) */
 };
 
 struct opud {
@@ -78,6 +81,7 @@ static void sop_free(struct sop *op)
 		free(op->live[i]);
 	free(op->live);
 	free(op->info);
+	lr_bytes_release(&op->bytes);
 	free(op->a);
 	free(op->b);
 	shared_unref(op->sh);
@@ -114,6 +118,21 @@ static void sop_work(struct lr_work *w)
 		break;
 	case K_LIST:
 		op->rc = lr_snap_list(sn, &op->info, &op->ninfo, &op->e);
+		break;
+	case K_BLOB_PUT: {
+		/* content-addressed keys: a blob already there is the same bytes */
+		uint64_t have = 0;
+		op->rc = lr_store_blob_stat(op->sh->s, op->a, &have, &op->e);
+		if (op->rc == 0) {
+			op->existed = 1;
+			break;
+		}
+		op->e.msg[0] = 0;
+		op->rc = lr_store_blob_put(op->sh->s, op->a, op->bytes.data, op->bytes.len, &op->e);
+		break;
+	}
+	case K_BLOB_GET:
+		op->rc = lr_store_blob_get(op->sh->s, op->a, &op->bytes, &op->e);
 		break;
 	}
 }
@@ -225,6 +244,15 @@ static int sop_k(lua_State *L, int status, lua_KContext ctx)
 		lua_pushstring(L, op->ref);
 		n = 1;
 		break;
+	case K_BLOB_PUT:
+		lua_pushboolean(L, 1);
+		lua_pushboolean(L, op->existed);
+		n = 2;
+		break;
+	case K_BLOB_GET:
+		lua_pushlstring(L, op->bytes.data ? op->bytes.data : "", op->bytes.len);
+		n = 1;
+		break;
 	case K_GC:
 		lua_createtable(L, 0, 2);
 		set_int(L, "kept", op->gc.kept);
@@ -325,6 +353,30 @@ SIMPLE(store_export, K_EXPORT, 2)
 SIMPLE(store_import, K_IMPORT, 1)
 /* store:list() -> { { ref, time, files, bytes }, ... } newest first */
 SIMPLE(store_list, K_LIST, 0)
+
+/* store:blob_get(key) -> bytes | nil, msg, code ("not_found") */
+SIMPLE(store_blob_get, K_BLOB_GET, 1)
+
+/* store:blob_put(key, bytes) -> true, existed | nil, msg, code. For
+ * content-addressed keys (the session's media): a key that holds a blob
+ * already is not written again. */
+static int store_blob_put(lua_State *L)
+{
+	struct shared *sh = check_store(L);
+	size_t n;
+	luaL_checkstring(L, 2);
+	const char *data = luaL_checklstring(L, 3, &n);
+	lr_sched_enter(L);
+	struct sop *op = sop_new(L, K_BLOB_PUT, 1);
+	op->bytes.data = malloc(n ? n : 1);
+	if (!op->bytes.data) {
+		sop_free(op);
+		return luaL_error(L, "rig.store: out of memory");
+	}
+	memcpy(op->bytes.data, data, n);
+	op->bytes.len = n;
+	return sop_start(L, sh, op);
+}
 
 /* store:gc{ live refs } -> { kept, deleted } | nil, msg, code */
 static int store_gc(lua_State *L)
@@ -499,13 +551,14 @@ static int64_t opt_ms(lua_State *L, const char *api, const char *field)
 
 /*
  * rig.core.store_nats{ url = "nats://…" | embedded_dir = "/abs/dir", user, password,
- * token, creds_file, nkey, nkey_seed_file, namespace, lease_ttl, timeout (seconds) }
+ * token, creds_file, nkey, nkey_seed_file, namespace, lease_ttl, timeout (seconds),
+ * replicas (1..5) }
  */
 static int core_store_nats(lua_State *L)
 {
 	static const char *const known[] = { "url", "embedded_dir", "user", "password", "token",
 					     "creds_file", "nkey", "nkey_seed_file", "namespace",
-					     "lease_ttl", "timeout", NULL };
+					     "lease_ttl", "timeout", "replicas", NULL };
 	const char *api = "rig.store.nats";
 	luaL_checktype(L, 1, LUA_TTABLE);
 	lua_pushnil(L);
@@ -535,6 +588,15 @@ static int core_store_nats(lua_State *L)
 	o.ns = opt_string(L, api, "namespace");
 	o.lease_ttl_ms = opt_ms(L, api, "lease_ttl");
 	o.timeout_ms = opt_ms(L, api, "timeout");
+	lua_getfield(L, 1, "replicas");
+	if (!lua_isnil(L, -1)) {
+		int isint = 0;
+		lua_Integer r = lua_tointegerx(L, -1, &isint);
+		if (!isint || r < 1 || r > 5)
+			return luaL_error(L, "%s: option 'replicas' must be an integer from 1 to 5", api);
+		o.replicas = (int)r;
+	}
+	lua_pop(L, 1);
 	if (!o.nkey != !o.nkey_seed_file)
 		return luaL_error(L, "%s: options 'nkey' and 'nkey_seed_file' go together", api);
 	char cache[PATH_MAX];
@@ -563,6 +625,8 @@ void lr__store_open(lua_State *L)
 		{ "export", store_export },
 		{ "import", store_import },
 		{ "gc", store_gc },
+		{ "blob_put", store_blob_put },
+		{ "blob_get", store_blob_get },
 		{ "list", store_list },
 		{ "kind", store_kind },
 		{ "root", store_root },

@@ -26,8 +26,6 @@
 -- the REPL binds it to `r`, and `s = r:session()` starts one there (gates
 -- take one key; README "The REPL as a workbench").
 
-local core = rig.core
-
 -- ---- arguments ----
 
 local auto_yes, base = false, nil
@@ -56,7 +54,7 @@ if base:sub(1, 1) ~= "/" then
   local r = assert(rig.process.run{ argv = { "pwd" } })
   base = r.stdout:gsub("\n$", "") .. "/" .. base
 end
-local tty_in, tty_out = core.isatty(0), core.isatty(1)
+local tty_in, tty_out = rig.isatty(0), rig.isatty(1)
 -- `luarig repl` loads rig.repl before it runs this file
 local in_repl = package.loaded["rig.repl"] ~= nil
 
@@ -66,8 +64,7 @@ local color = tty_out and (os.getenv("NO_COLOR") or "") == "" and os.getenv("TER
 local function paint(code)
   return function(s) return color and ("\27[" .. code .. "m" .. s .. "\27[0m") or s end
 end
-local dim, bold, cyan, green, yellow, red =
-  paint("2"), paint("1"), paint("36"), paint("32"), paint("33"), paint("31")
+local dim, bold, yellow = paint("2"), paint("1"), paint("33")
 
 local at_line_start = true
 local function out(s)
@@ -80,14 +77,6 @@ local function line(s)
   out(s .. "\n")
 end
 
-local function preview(text, n)
-  local lines, more = {}, 0
-  for l in (text .. "\n"):gmatch("(.-)\n") do
-    if #lines < n then lines[#lines + 1] = l else more = more + 1 end
-  end
-  while #lines > 0 and lines[#lines] == "" do lines[#lines] = nil end
-  return lines, more
-end
 
 -- ---- the demo workspace and the state directory ----
 
@@ -282,132 +271,41 @@ else
 end
 
 local s = assert(r:session())
-local sub = s:subscribe{ loops = "all", ephemeral = true }
 line(dim("  session    ") .. s.id)
 
-local function ask(ask_line)
-  line(ask_line)
-  out(dim("    [y]es / [a]lways / [n]o: "))
-  while true do
-    local answer = core.read_line()
-    at_line_start = true -- the person's Enter ended the line
-    if answer == nil then
-      line(dim("(end of input)"))
-      return "deny"
-    end
-    answer = answer:lower():gsub("%s", "")
-    if answer == "y" or answer == "yes" then return "approve" end
-    if answer == "a" or answer == "always" then return "approve_always" end
-    if answer == "n" or answer == "no" then return "deny" end
-    out(dim("    y, a or n: "))
-  end
-end
+-- who answers a gate: --yes, the person at the terminal, or nobody (denied)
+local on_gate = auto_yes and function() return "approve", "--yes" end
+  or tty_in and "terminal"
+  or function() return "deny", "no terminal to ask on; pass --yes" end
+local transcript = rig.ask.printer()  -- one for the whole run: it numbers the turns
 
-local WORD = { approve = green("approved"), approve_always = green("approved always"),
-               deny = red("denied"), cancelled = red("cancelled") }
-
-local turns = 0
-local gated = {} -- call ids whose gate line already showed the call
-local function render(ev)
-  local t = ev.type
-  if t == "TurnStarted" then
-    turns = turns + 1
-  elseif t == "TokenDelta" then
-    local d = ev.delta
-    if d and d.type == "text" and d.text then
-      if at_line_start then out("  ") end
-      out((d.text:gsub("\n", "\n  ")))
-    end
-  elseif t == "PermissionDecided" then
-    if ev.verdict == "allow" and ev.source == "rule" then
-      line(dim("  ✓ " .. ev.tool .. " allowed by a saved rule"))
-    elseif ev.verdict ~= "allow" then
-      line(red("  ✗ " .. ev.tool .. ": " .. tostring(ev.reason)))
-    end
-  elseif t == "GateOpened" then
-    gated[ev.call_id or ""] = true
-    local ask_line = yellow("  ? ") .. "allow " .. cyan(tostring(ev.summary)) .. dim(" (" .. ev.tool .. ")")
-    local action
-    if auto_yes then
-      action = "approve"
-      line(ask_line .. " — " .. green("approved") .. dim(" (--yes)"))
-    elseif tty_in then
-      action = ask(ask_line)
-      line("    " .. WORD[action])
-    else
-      action = "deny"
-      line(ask_line .. " — " .. red("denied") .. dim(" (no terminal to ask on; pass --yes)"))
-    end
-    local ok, err = s:respond_gate(ev.gate_id, action)
-    if not ok then line(red("  could not answer the gate: " .. tostring(err))) end
-  elseif t == "ToolCallStarted" then
-    if not gated[ev.call_id or ""] then
-      line(cyan("  → " .. tostring(ev.summary)) .. dim(" (" .. ev.tool .. ")"))
-    end
-  elseif t == "ToolCallCompleted" then
-    local lines, more = preview(ev.preview or "", 6)
-    local mark = ev.is_error and red("    ✗ ") or dim("    │ ")
-    for _, l in ipairs(lines) do line(mark .. dim(l)) end
-    if more > 0 or #(ev.preview or "") >= 200 then line(dim("    │ …")) end
-  elseif t == "TurnDone" or t == "TurnFailed" or t == "TurnInterrupted" then
-    local u = ev.usage or {}
-    local cost = u.cost and string.format(" · $%.4f", u.cost) or ""
-    local what = t == "TurnDone" and green("done")
-      or red((t == "TurnFailed" and "failed: " .. tostring(ev.error and ev.error.message)
-        or "interrupted: " .. tostring(ev.reason)))
-    line("")
-    line(dim("  ── turn " .. turns .. " ") .. what .. dim(string.format(" · %d in / %d out tokens%s",
-      u.input_tokens or 0, u.output_tokens or 0, cost)))
-  elseif t == "WorkspaceCheckpointed" then
-    line(dim("  ── snapshot " .. tostring(ev.ref):sub(1, 24) .. "… (" .. tostring(ev.trigger) .. ", "
-      .. tostring(ev.consistency) .. ")"))
-  end
-end
-
--- Runs one turn: submits, renders until its end, then waits for its snapshot.
+-- One turn, drawn as it streams (and the snapshot after it): s:ask does it all.
 local function turn(text)
   line("")
   line(bold("you> ") .. text)
   line("")
-  s:submit(text)
-  local ended
-  for ev in sub:events() do
-    render(ev)
-    if ev.ends_turn then ended = ev break end
-  end
-  -- the turn_done capture follows the turn's end (best effort: it never blocks the session)
-  local deadline = rig.now() + 30
-  while rig.now() < deadline do
-    local ev = sub:next(deadline - rig.now())
-    if not ev then break end
-    render(ev)
-    if ev.type == "WorkspaceCheckpointed" and ev.trigger == "turn_done" then break end
-  end
-  return ended
+  local answer, msg = s:ask(text, { print = transcript, on_gate = on_gate })
+  return answer ~= nil, msg
 end
 
 local first = #words > 0 and table.concat(words, " ") or TASK
-local last = turn(first)
+local done, why = turn(first)
 if live and tty_in then
   while true do
     line("")
     out(bold("you> ") .. dim("(another task, or an empty line to stop) "))
-    local text = core.read_line()
+    local text = rig.read_line()
     if not text or text:match("^%s*$") then break end
-    last = turn(text)
+    done, why = turn(text)
   end
 end
 
-s:wait_idle(30)
 local u = s:usage()
 line("")
 line(bold("Session ") .. s.id .. dim(string.format(" · %d in / %d out tokens", u.input_tokens or 0,
   u.output_tokens or 0)))
 s:shutdown()
-sub:close()
-line("  list the sessions:    build/luarig sessions --state " .. state)
-line("  replay its journal:   build/luarig log --state " .. state .. " " .. s.id)
+line("  list the sessions:    luarig sessions --state " .. state)
+line("  replay its journal:   luarig log --state " .. state .. " " .. s.id)
 line("  the workspace:        " .. ws)
-if not last or last.type ~= "TurnDone" then
-  error("the last turn did not finish (" .. tostring(last and last.type) .. ")", 0)
-end
+if not done then error("the last turn did not finish: " .. tostring(why), 0) end

@@ -181,6 +181,40 @@ static int entry_load(struct lr_store *s, const char *key, struct lr_catalog_ent
 	return rc;
 }
 
+/* One attempt's read and change: 0 with *json (to put at *rev), 1 when fn
+ * leaves the entry as it is, or an error. */
+static int prepare(struct lr_store *store, const char *key, const char *sid, lr_catalog_fn fn,
+		   void *arg, uint64_t *rev, char **json, size_t *len, struct lr_err *e)
+{
+	struct lr_catalog_entry c;
+	*rev = 0;
+	*json = NULL;
+	int rc = entry_load(store, key, &c, rev, e);
+	int exists = rc == 0;
+	if (rc == LR_ENOTFOUND) {
+		memset(&c, 0, sizeof c);
+		snprintf(c.id, sizeof c.id, "%s", sid);
+		c.created_at = c.last_active_at = lr_wall_seconds();
+		*rev = 0;
+	} else if (rc) {
+		return rc;
+	}
+	rc = fn(arg, &c, exists);
+	if (rc)
+		return rc;
+	snprintf(c.id, sizeof c.id, "%s", sid); /* fn may not move the entry */
+	if (!lr_catalog_status_name(c.status) || !lr_catalog_state_name(c.state)) {
+		lr_err_set(e, "catalog: update of '%s' gave an invalid status or state", key);
+		return -EINVAL;
+	}
+	*json = entry_encode(&c, len);
+	if (!*json) {
+		lr_err_set(e, "catalog: cannot encode '%s' (invalid UTF-8 in a string?)", key);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int lr_catalog_update(struct lr_store *store, const char *sid, lr_catalog_fn fn, void *arg,
 		      struct lr_err *e)
 {
@@ -189,34 +223,14 @@ int lr_catalog_update(struct lr_store *store, const char *sid, lr_catalog_fn fn,
 	if (rc)
 		return rc;
 	for (int attempt = 0; attempt < CATALOG_RETRIES; attempt++) {
-		struct lr_catalog_entry c;
-		uint64_t rev = 0;
-		rc = entry_load(store, key, &c, &rev, e);
-		int exists = rc == 0;
-		if (rc == LR_ENOTFOUND) {
-			memset(&c, 0, sizeof c);
-			snprintf(c.id, sizeof c.id, "%s", sid);
-			c.created_at = c.last_active_at = lr_wall_seconds();
-			rev = 0;
-		} else if (rc) {
-			return rc;
-		}
-		rc = fn(arg, &c, exists);
+		uint64_t rev;
+		char *json;
+		size_t len = 0;
+		rc = prepare(store, key, sid, fn, arg, &rev, &json, &len, e);
 		if (rc == 1)
 			return 0;
 		if (rc)
 			return rc;
-		snprintf(c.id, sizeof c.id, "%s", sid); /* fn may not move the entry */
-		if (!lr_catalog_status_name(c.status) || !lr_catalog_state_name(c.state)) {
-			lr_err_set(e, "catalog: update of '%s' gave an invalid status or state", key);
-			return -EINVAL;
-		}
-		size_t len = 0;
-		char *json = entry_encode(&c, &len);
-		if (!json) {
-			lr_err_set(e, "catalog: cannot encode '%s' (invalid UTF-8 in a string?)", key);
-			return -EINVAL;
-		}
 		rc = lr_store_kv_put(store, key, rev, json, len, NULL, e);
 		free(json);
 		if (rc != LR_ECONFLICT)
@@ -224,6 +238,53 @@ int lr_catalog_update(struct lr_store *store, const char *sid, lr_catalog_fn fn,
 	}
 	lr_err_set(e, "catalog: update of '%s' lost %d races in a row", key, CATALOG_RETRIES);
 	return LR_ECONFLICT;
+}
+
+void lr_catalog_update_many(struct lr_store *store, size_t n, struct lr_catalog_job *jobs)
+{
+	struct lr_kv_put *puts = calloc(n ? n : 1, sizeof *puts);
+	char (*keys)[64] = calloc(n ? n : 1, sizeof *keys);
+	size_t *of = calloc(n ? n : 1, sizeof *of);
+	if (!puts || !keys || !of) {
+		free(puts);
+		free(keys);
+		free(of);
+		for (size_t i = 0; i < n; i++)
+			jobs[i].rc = lr_catalog_update(store, jobs[i].sid, jobs[i].fn, jobs[i].arg,
+						       &jobs[i].err);
+		return;
+	}
+	size_t m = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct lr_catalog_job *j = &jobs[i];
+		j->err.msg[0] = 0;
+		if ((j->rc = catalog_key(keys[i], j->sid, &j->err)) != 0)
+			continue;
+		char *json;
+		size_t len = 0;
+		uint64_t rev;
+		j->rc = prepare(store, keys[i], j->sid, j->fn, j->arg, &rev, &json, &len, &j->err);
+		if (j->rc == 1)
+			j->rc = 0;
+		if (j->rc || !json)
+			continue;
+		puts[m] = (struct lr_kv_put){ .key = keys[i], .expected_rev = rev, .val = json,
+					      .len = len };
+		of[m++] = i;
+	}
+	lr_store_kv_put_many(store, m, puts);
+	for (size_t k = 0; k < m; k++) {
+		struct lr_catalog_job *j = &jobs[of[k]];
+		free((void *)puts[k].val);
+		j->rc = puts[k].rc;
+		if (j->rc == LR_ECONFLICT) /* lost a race: on its own, as one update */
+			j->rc = lr_catalog_update(store, j->sid, j->fn, j->arg, &j->err);
+		else if (j->rc)
+			j->err = puts[k].err;
+	}
+	free(puts);
+	free(keys);
+	free(of);
 }
 
 struct note {

@@ -1199,6 +1199,49 @@ static int lm_kv_put(struct lr_store *s, const char *key, uint64_t expected, con
 	return rc;
 }
 
+/* Every put queued at once, so the writer takes them into one transaction. */
+static void lm_kv_put_many(struct lr_store *s, size_t n, struct lr_kv_put *puts)
+{
+	struct core *c = ((struct lm *)s)->c;
+	struct job *jobs = calloc(n, sizeof *jobs);
+	if (!jobs) {
+		for (size_t i = 0; i < n; i++)
+			puts[i].rc = lm_kv_put(s, puts[i].key, puts[i].expected_rev, puts[i].val,
+					       puts[i].len, &puts[i].new_rev, &puts[i].err);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct job *j = &jobs[i];
+		puts[i].rc = job_init(j, J_KVPUT, puts[i].key, &puts[i].err);
+		j->done = puts[i].rc != 0;
+		if (puts[i].rc)
+			continue;
+		j->expected = puts[i].expected_rev;
+		j->data = puts[i].val;
+		j->len = puts[i].len;
+		pthread_cond_init(&j->cond, NULL);
+	}
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < n; i++)
+		if (!jobs[i].done)
+			enqueue(c, &jobs[i]);
+	for (size_t i = 0; i < n; i++) /* settle() signals each under c->mu */
+		while (!jobs[i].done)
+			pthread_cond_wait(&jobs[i].cond, &c->mu);
+	pthread_mutex_unlock(&c->mu);
+	for (size_t i = 0; i < n; i++) {
+		if (puts[i].rc)
+			continue;
+		pthread_cond_destroy(&jobs[i].cond);
+		puts[i].rc = jobs[i].rc;
+		if (jobs[i].rc)
+			puts[i].err = jobs[i].err;
+		else
+			puts[i].new_rev = jobs[i].out;
+	}
+	free(jobs);
+}
+
 static int lm_kv_delete(struct lr_store *s, const char *key, struct lr_err *e)
 {
 	struct job j;
@@ -1627,6 +1670,7 @@ static const struct lr_store_ops lm_ops = {
 	.release = lm_release,
 	.kv_get = lm_kv_get,
 	.kv_put = lm_kv_put,
+	.kv_put_many = lm_kv_put_many,
 	.kv_keys = lm_kv_keys,
 	.kv_delete = lm_kv_delete,
 	.blob_put = lm_blob_put,

@@ -73,7 +73,8 @@ static const char *const nats_names[] = {
 	"jsPubAck_Destroy", "natsMsg_Create", "natsMsg_Destroy", "natsMsg_GetData",
 	"natsMsg_GetDataLength", "natsMsgHeader_Set", "natsMsgHeader_Get", "natsStatus_GetText",
 	"nats_GetLastError", "jsSubOptions_Init", "js_SubscribeSync", "natsSubscription_NextMsg",
-	"natsSubscription_Unsubscribe", "natsSubscription_Destroy", NULL
+	"natsSubscription_Unsubscribe", "natsSubscription_Destroy", "natsConnection_Request",
+	"natsOptions_SetServers", NULL
 };
 static struct {
 	__typeof__(natsOptions_Create) *opts_create;
@@ -116,6 +117,8 @@ static struct {
 	__typeof__(natsSubscription_NextMsg) *next_msg;
 	__typeof__(natsSubscription_Unsubscribe) *unsubscribe;
 	__typeof__(natsSubscription_Destroy) *sub_destroy;
+	__typeof__(natsConnection_Request) *request;
+	__typeof__(natsOptions_SetServers) *opts_servers;
 } N;
 static struct lr_lazy natslib = {
 	.sonames = nats_sonames, .names = nats_names, .slots = (void **)&N,
@@ -161,6 +164,9 @@ struct nstore {
 	natsConnection *nc;
 	jsCtx *js;
 	int64_t ttl_ms, wait_ms;
+	int replicas;
+	/* a stream with replicas: reads ask its leader (bit per stream, see stream_bit) */
+	unsigned leader_reads;
 	char s_ledgers[64], s_kv[64], s_leases[64], s_blobs[64];    /* stream names */
 	char p_ledgers[64], p_kv[64], p_leases[64], p_blobs[64];    /* subject prefixes */
 	char holder[33];
@@ -260,6 +266,178 @@ static int hdr_u64(natsMsg *m, const char *key, uint64_t *v)
 	return 0;
 }
 
+static int b64val(int c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* Decodes len bytes of standard base64 in place; the decoded length, or -1. */
+static long b64decode(char *s, size_t len)
+{
+	size_t o = 0;
+	unsigned acc = 0;
+	int bits = 0;
+	for (size_t i = 0; i < len && s[i] != '='; i++) {
+		int v = b64val((unsigned char)s[i]);
+		if (v < 0)
+			return -1;
+		acc = acc << 6 | (unsigned)v;
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			s[o++] = (char)(acc >> bits & 0xff);
+		}
+	}
+	return (long)o;
+}
+
+/* The JSON string value of "key" in a message-get reply (no escapes in what it holds). */
+static char *json_str(char *body, const char *key, size_t *len)
+{
+	char pat[32];
+	snprintf(pat, sizeof pat, "\"%s\":\"", key);
+	char *p = strstr(body, pat);
+	if (!p)
+		return NULL;
+	p += strlen(pat);
+	char *q = strchr(p, '"');
+	if (!q)
+		return NULL;
+	*len = (size_t)(q - p);
+	return p;
+}
+
+static int json_u64(const char *body, const char *key, uint64_t *v)
+{
+	char pat[32];
+	snprintf(pat, sizeof pat, "\"%s\":", key);
+	const char *p = strstr(body, pat);
+	if (!p)
+		return -1;
+	char *end;
+	errno = 0;
+	unsigned long long x = strtoull(p + strlen(pat), &end, 10);
+	if (errno || end == p + strlen(pat))
+		return -1;
+	*v = x;
+	return 0;
+}
+
+/*
+ * dget through the stream leader: a $JS.API.STREAM.MSG.GET request (which
+ * only the leader answers), its reply made into a message like a direct
+ * get's: the subject, the data, the stored headers and Nats-Sequence.
+ */
+static int leader_get(struct nstore *n, const char *stream, const char *last_subj,
+		      const char *next_subj, uint64_t seq, natsMsg **out, uint64_t *sseq,
+		      struct lr_err *e, const char *what)
+{
+	char api[128], req[SUBJ_MAX + 64];
+	snprintf(api, sizeof api, "$JS.API.STREAM.MSG.GET.%s", stream);
+	int rl = last_subj ? snprintf(req, sizeof req, "{\"last_by_subj\":\"%s\"}", last_subj)
+			   : snprintf(req, sizeof req, "{\"seq\":%" PRIu64 ",\"next_by_subj\":\"%s\"}",
+				      seq, next_subj);
+	natsMsg *reply = NULL;
+	natsStatus s;
+	int64_t deadline = now_ms(CLOCK_MONOTONIC) + n->wait_ms;
+	for (int64_t pause = 50;; pause = pause < 400 ? pause * 2 : 500) {
+		s = N.request(&reply, n->nc, api, req, rl, n->wait_ms);
+		if (s != NATS_NO_RESPONDERS || now_ms(CLOCK_MONOTONIC) + pause >= deadline)
+			break;
+		usleep((useconds_t)pause * 1000); /* no leader this moment: see publish */
+	}
+	if (s != NATS_OK)
+		return nfail(e, s, what);
+	int len = N.msg_len(reply);
+	char *body = malloc((size_t)len + 1);
+	if (!body) {
+		N.msg_destroy(reply);
+		lr_err_set(e, "storage: %s: out of memory", what);
+		return -ENOMEM;
+	}
+	memcpy(body, N.msg_data(reply), (size_t)len);
+	body[len] = 0;
+	N.msg_destroy(reply);
+	int rc = 0;
+	uint64_t code = 0;
+	char *subj, *data, *hdrs;
+	size_t sl = 0, dl = 0, hl = 0;
+	if (strstr(body, "\"error\":")) {
+		if (json_u64(body, "err_code", &code) == 0 && code == 10037) {
+			rc = LR_ENOTFOUND; /* no message found */
+		} else {
+			size_t l = 0;
+			char *d = json_str(body, "description", &l);
+			lr_err_set(e, "storage: %s: %.*s", what, d ? (int)(l > 200 ? 200 : l) : 5,
+				   d ? d : "error");
+			rc = -EIO;
+		}
+		free(body);
+		return rc;
+	}
+	if (!(subj = json_str(body, "subject", &sl)) || json_u64(body, "seq", sseq)) {
+		free(body);
+		lr_err_set(e, "storage: %s: a message-get reply without its subject or sequence", what);
+		return LR_ECORRUPT;
+	}
+	/* the fields follow the subject (the server writes subject, seq, hdrs, data, time) */
+	char *rest = subj + sl + 1;
+	subj[sl] = 0;
+	data = json_str(rest, "data", &dl);
+	hdrs = json_str(rest, "hdrs", &hl);
+	long dn = data ? b64decode(data, dl) : 0, hn = hdrs ? b64decode(hdrs, hl) : 0;
+	natsMsg *m = NULL;
+	if (dn < 0 || hn < 0) {
+		rc = LR_ECORRUPT;
+		lr_err_set(e, "storage: %s: a message-get reply that does not decode", what);
+	} else if ((s = N.msg_create(&m, subj, NULL, dn ? data : NULL, (int)dn)) != NATS_OK) {
+		rc = nfail(e, s, what);
+	}
+	/* headers: "NATS/1.0\r\n" then "Key: value\r\n" lines */
+	for (char *p = hdrs && hn > 0 ? memchr(hdrs, '\n', (size_t)hn) : NULL; !rc && p;) {
+		p++;
+		char *eol = memchr(p, '\n', (size_t)(hdrs + hn - p));
+		if (!eol)
+			break;
+		char *colon = memchr(p, ':', (size_t)(eol - p));
+		char *vend = eol > p && eol[-1] == '\r' ? eol - 1 : eol;
+		if (colon) {
+			*colon = 0;
+			char *v = colon + 1;
+			while (v < vend && *v == ' ')
+				v++;
+			*vend = 0;
+			if ((s = N.hdr_set(m, p, v)) != NATS_OK)
+				rc = nfail(e, s, what);
+		}
+		p = eol;
+	}
+	char sq[24];
+	snprintf(sq, sizeof sq, "%" PRIu64, *sseq);
+	if (!rc && (s = N.hdr_set(m, "Nats-Sequence", sq)) != NATS_OK)
+		rc = nfail(e, s, what);
+	free(body);
+	if (rc) {
+		if (m)
+			N.msg_destroy(m);
+		return rc;
+	}
+	*out = m;
+	return 0;
+}
+
+/* A bit of leader_reads: which of the four streams `stream` is. */
+static unsigned stream_bit(struct nstore *n, const char *stream)
+{
+	return stream == n->s_ledgers ? 1u : stream == n->s_kv ? 2u : stream == n->s_leases ? 4u : 8u;
+}
+
 /*
  * One message by direct get: the last on last_subj, or (last_subj NULL)
  * the first on next_subj at stream sequence >= seq. LR_ENOTFOUND when
@@ -269,6 +447,9 @@ static int dget(struct nstore *n, const char *stream, const char *last_subj,
 		const char *next_subj, uint64_t seq, natsMsg **out, uint64_t *sseq,
 		struct lr_err *e, const char *what)
 {
+	/* a replica may lag its leader (an acknowledged record not yet there): ask the leader */
+	if (n->leader_reads & stream_bit(n, stream))
+		return leader_get(n, stream, last_subj, next_subj, seq, out, sseq, e, what);
 	jsDirectGetMsgOptions o;
 	N.dg_init(&o);
 	if (last_subj) {
@@ -326,7 +507,15 @@ static int publish(struct nstore *n, const char *subj, uint64_t expect, const ch
 	po.MaxWait = n->wait_ms;
 	jsPubAck *pa = NULL;
 	jsErrCode jerr = 0;
-	s = N.publish(&pa, n->js, m, &po, &jerr);
+	/* No responders: nothing stored it (a clustered stream electing a leader has no one
+	 * taking its subjects for a moment): definite, so sent again until the wait is over */
+	int64_t deadline = now_ms(CLOCK_MONOTONIC) + n->wait_ms;
+	for (int64_t pause = 50;; pause = pause < 400 ? pause * 2 : 500) {
+		s = N.publish(&pa, n->js, m, &po, &jerr);
+		if (s != NATS_NO_RESPONDERS || now_ms(CLOCK_MONOTONIC) + pause >= deadline)
+			break;
+		usleep((useconds_t)pause * 1000);
+	}
 	N.msg_destroy(m);
 	if (s == NATS_OK) {
 		if (sseq)
@@ -1560,19 +1749,37 @@ static const struct lr_store_ops nats_ops = {
 	.close = n_close,
 };
 
-/* The URL with its user information replaced by three stars: credentials never leave. */
+/* The URL (or each of a comma-separated list) with its user information
+ * replaced by three stars: credentials never leave. */
 void lr__nats_redact(const char *url, char *out, size_t cap)
 {
-	const char *scheme = strstr(url, "://");
-	const char *start = scheme ? scheme + 3 : url;
-	const char *at = NULL;
-	for (const char *p = start; *p && *p != '/' && *p != ','; p++)
-		if (*p == '@')
-			at = p;
-	if (!at)
-		snprintf(out, cap, "%s", url);
-	else
-		snprintf(out, cap, "%.*s***%s", (int)(start - url), url, at);
+	size_t o = 0;
+	if (cap)
+		out[0] = 0;
+	for (const char *u = url; cap && *u;) {
+		const char *end = strchr(u, ',');
+		if (!end)
+			end = u + strlen(u);
+		const char *scheme = strstr(u, "://");
+		const char *start = scheme && scheme < end ? scheme + 3 : u;
+		const char *at = NULL;
+		for (const char *p = start; p < end && *p != '/'; p++)
+			if (*p == '@')
+				at = p;
+		int k = at ? snprintf(out + o, cap - o, "%.*s***%.*s", (int)(start - u), u,
+				      (int)(end - at), at)
+			   : snprintf(out + o, cap - o, "%.*s", (int)(end - u), u);
+		if (k < 0 || (size_t)k >= cap - o)
+			break;
+		o += (size_t)k;
+		if (!*end)
+			break;
+		if (o + 1 < cap) {
+			out[o++] = ',';
+			out[o] = 0;
+		}
+		u = end + 1;
+	}
 }
 
 static int stream_ensure(struct nstore *n, const char *name, const char *subj, int kv,
@@ -1585,7 +1792,7 @@ static int stream_ensure(struct nstore *n, const char *name, const char *subj, i
 	c.Subjects = subjects;
 	c.SubjectsLen = 1;
 	c.Storage = js_FileStorage;
-	c.Replicas = 1;
+	c.Replicas = n->replicas;
 	c.AllowDirect = true;
 	c.MaxMsgSize = -1;
 	if (kv) {
@@ -1598,16 +1805,13 @@ static int stream_ensure(struct nstore *n, const char *name, const char *subj, i
 	jsStreamInfo *si = NULL;
 	jsErrCode jerr = 0;
 	natsStatus s = N.add_stream(&si, n->js, &c, NULL, &jerr);
+	if (s != NATS_OK && jerr == JSStreamNameExistErr) /* there already, maybe made by hand */
+		s = N.stream_info(&si, n->js, name, NULL, &jerr);
 	if (s == NATS_OK) {
+		if (si->Config && si->Config->Replicas > 1)
+			n->leader_reads |= stream_bit(n, name);
 		N.stream_info_destroy(si);
 		return 0;
-	}
-	if (jerr == JSStreamNameExistErr) { /* there already, maybe configured by hand */
-		s = N.stream_info(&si, n->js, name, NULL, &jerr);
-		if (s == NATS_OK) {
-			N.stream_info_destroy(si);
-			return 0;
-		}
 	}
 	char what[128];
 	snprintf(what, sizeof what, "nats: creating stream '%s'", name);
@@ -1715,6 +1919,35 @@ static int server_start(struct nstore *n, const char *dir, const char *bin, char
 	return LR_ETIMEOUT;
 }
 
+/*
+ * The client's servers: one URL, or a cluster's as a comma-separated list
+ * (spaces around the commas allowed), which the library takes only as a
+ * list of its own.
+ */
+static natsStatus set_servers(natsOptions *no, const char *url)
+{
+	if (!strchr(url, ','))
+		return N.opts_url(no, url);
+	char *copy = strdup(url);
+	const char *v[16];
+	int k = 0;
+	if (!copy)
+		return NATS_NO_MEMORY;
+	for (char *save = NULL, *t = strtok_r(copy, ",", &save); t && k < 16;
+	     t = strtok_r(NULL, ",", &save)) {
+		while (*t == ' ' || *t == '\t')
+			t++;
+		char *end = t + strlen(t);
+		while (end > t && (end[-1] == ' ' || end[-1] == '\t'))
+			*--end = 0;
+		if (*t)
+			v[k++] = t;
+	}
+	natsStatus s = k ? N.opts_servers(no, v, k) : NATS_INVALID_ARG;
+	free(copy);
+	return s;
+}
+
 int lr_store_nats_open(const struct lr_nats_opts *o, struct lr_store **out, struct lr_err *e)
 {
 	*out = NULL;
@@ -1749,6 +1982,7 @@ int lr_store_nats_open(const struct lr_nats_opts *o, struct lr_store **out, stru
 	n->lock_fd = -1;
 	n->ttl_ms = o->lease_ttl_ms > 0 ? o->lease_ttl_ms : 10000;
 	n->wait_ms = o->timeout_ms > 0 ? o->timeout_ms : 5000;
+	n->replicas = o->replicas > 0 ? o->replicas : 1;
 	pthread_mutex_init(&n->qmu, NULL);
 	pthread_cond_init(&n->qcv, NULL);
 	pthread_mutex_init(&n->tmu, NULL);
@@ -1797,7 +2031,7 @@ int lr_store_nats_open(const struct lr_nats_opts *o, struct lr_store **out, stru
 	natsOptions *no = NULL;
 	natsStatus s = N.opts_create(&no);
 	if (s == NATS_OK)
-		s = N.opts_url(no, url);
+		s = set_servers(no, url);
 	if (s == NATS_OK)
 		s = N.opts_timeout(no, n->wait_ms);
 	if (s == NATS_OK)

@@ -83,6 +83,17 @@ struct lr_lease;
  * below check names and arguments before calling them, so a backend may
  * assume valid names.
  */
+/* One compare-and-swap put of lr_store_kv_put_many. */
+struct lr_kv_put {
+	const char *key;
+	uint64_t expected_rev;
+	const void *val;
+	size_t len;
+	uint64_t new_rev; /* out */
+	int rc;           /* out: 0, LR_ECONFLICT, ... */
+	struct lr_err err;
+};
+
 struct lr_store_ops {
 	const char *kind; /* "memory", "lmdb", "nats" */
 
@@ -107,6 +118,10 @@ struct lr_store_ops {
 	int (*kv_keys)(struct lr_store *s, const char *prefix, lr_name_cb cb, void *arg,
 		       struct lr_err *e);
 	int (*kv_delete)(struct lr_store *s, const char *key, struct lr_err *e);
+	/* Optional: n puts submitted together (one commit where the backend
+	 * groups writes); each item's rc, err and new_rev are set. NULL: the
+	 * store calls kv_put n times. */
+	void (*kv_put_many)(struct lr_store *s, size_t n, struct lr_kv_put *puts);
 
 	int (*blob_put)(struct lr_store *s, const char *key, const void *data, size_t len,
 			struct lr_err *e);
@@ -161,7 +176,11 @@ int lr_store_lmdb_open(const struct lr_lmdb_opts *o, struct lr_store **out, stru
  * Embedded mode starts and owns `nats-server -js` on a private loopback
  * port with its store in embedded_dir (absolute; a second owner of the
  * directory gets -EBUSY) and stops it on close. Credentials are passed to
- * the client and never appear in messages. Leases live lease_ttl_ms
+ * the client and never appear in messages. On a cluster, streams this
+ * creates have `replicas` copies; when a stream has more than one (made
+ * here or by hand), every read goes to its leader (the message-get API)
+ * rather than to any replica (direct get), so a read never misses an
+ * acknowledged record. Leases live lease_ttl_ms
  * without a renewal (a heartbeat thread renews them every third of it); a
  * holder that cannot renew in time marks its lease lost.
  */
@@ -175,6 +194,7 @@ struct lr_nats_opts {
 	int64_t lease_ttl_ms;       /* 0: 10 s */
 	int64_t timeout_ms;         /* connect and request timeout; 0: 5 s */
 	const char *server_bin;     /* embedded: the server to run; NULL: "nats-server" on PATH */
+	int replicas;               /* the streams' replicas when this creates them; 0: 1 */
 };
 int lr_store_nats_open(const struct lr_nats_opts *o, struct lr_store **out, struct lr_err *e);
 
@@ -207,6 +227,10 @@ int lr_store_kv_get(struct lr_store *s, const char *key, struct lr_bytes *val, u
 		    struct lr_err *e);
 int lr_store_kv_put(struct lr_store *s, const char *key, uint64_t expected_rev,
 		    const void *val, size_t len, uint64_t *new_rev, struct lr_err *e);
+/* The puts of lr_store_kv_put, each checked on its own, submitted together:
+ * a backend with a group commit (LMDB) makes them one durable commit
+ * instead of n. Returns once every put is settled (each item's rc). */
+void lr_store_kv_put_many(struct lr_store *s, size_t n, struct lr_kv_put *puts);
 int lr_store_kv_keys(struct lr_store *s, const char *prefix, lr_name_cb cb, void *arg,
 		     struct lr_err *e);
 int lr_store_kv_delete(struct lr_store *s, const char *key, struct lr_err *e);
@@ -491,6 +515,17 @@ const char *lr_catalog_state_name(enum lr_catalog_state s);
 typedef int (*lr_catalog_fn)(void *arg, struct lr_catalog_entry *entry, int exists);
 int lr_catalog_update(struct lr_store *store, const char *sid, lr_catalog_fn fn, void *arg,
 		      struct lr_err *e);
+/* n updates of lr_catalog_update at once: the entries read, changed and
+ * written back with one lr_store_kv_put_many (an update that loses its race
+ * goes on alone, as lr_catalog_update). Each job's rc and err are set. */
+struct lr_catalog_job {
+	const char *sid;
+	lr_catalog_fn fn;
+	void *arg;
+	int rc;
+	struct lr_err err;
+};
+void lr_catalog_update_many(struct lr_store *store, size_t n, struct lr_catalog_job *jobs);
 /* The common update after an append: last_seq = max(last_seq, seq), last_active_at = now. */
 int lr_catalog_note_append(struct lr_store *store, const char *sid, uint64_t seq,
 			   struct lr_err *e);

@@ -217,6 +217,26 @@ int lr_store_kv_put(struct lr_store *s, const char *key, uint64_t expected_rev,
 	return s->ops->kv_put(s, key, expected_rev, val, len, new_rev, e);
 }
 
+void lr_store_kv_put_many(struct lr_store *s, size_t n, struct lr_kv_put *puts)
+{
+	if (n == 0)
+		return;
+	size_t ok = 0;
+	for (size_t i = 0; i < n; i++) {
+		puts[i].err.msg[0] = 0;
+		puts[i].rc = lr_store_name_check(puts[i].key, &puts[i].err);
+		ok += puts[i].rc == 0;
+	}
+	if (s->ops->kv_put_many && ok == n) {
+		s->ops->kv_put_many(s, n, puts);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (puts[i].rc == 0)
+			puts[i].rc = s->ops->kv_put(s, puts[i].key, puts[i].expected_rev, puts[i].val,
+						    puts[i].len, &puts[i].new_rev, &puts[i].err);
+}
+
 int lr_store_kv_keys(struct lr_store *s, const char *prefix, lr_name_cb cb, void *arg,
 		     struct lr_err *e)
 {

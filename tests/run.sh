@@ -46,9 +46,13 @@ for f in tests/lua/*_spec.lua; do
 done
 suite cli sh tests/cli/run.sh
 suite docs sh tests/docs/run.sh
+# every example of the API reference (and the README's marked ones) runs, printing what it says
+suite docs-examples "$LUARIG" tests/docs/examples.lua docs/api.md docs/examples/small_agent.lua README.md docs/flow.md
 [ -f tests/repl/run.sh ] && suite repl sh tests/repl/run.sh
 [ -f tests/repl/fork.sh ] && suite repl-fork sh tests/repl/fork.sh
 [ -f tests/repl/resume.sh ] && suite repl-resume sh tests/repl/resume.sh
+[ -f tests/repl/flow.sh ] && suite repl-flow sh tests/repl/flow.sh
+[ -f tests/repl/elicit.sh ] && suite repl-elicit sh tests/repl/elicit.sh
 [ -f tests/sandbox/run.sh ] && suite sandbox sh tests/sandbox/run.sh
 [ -f tests/examples/run.sh ] && suite examples sh tests/examples/run.sh
 # the web console in headless Chromium (a missing chromium is a failure: tools/deps.sh installs it)
@@ -57,6 +61,9 @@ suite docs sh tests/docs/run.sh
 [ -f tests/console/console_test.py ] && suite console python3 tests/console/console_test.py
 [ -f tests/console/delegation_test.py ] && suite console-delegation python3 tests/console/delegation_test.py
 [ -f tests/console/edges_test.py ] && suite console-edges python3 tests/console/edges_test.py
+[ -f tests/console/flow_test.py ] && suite console-flow python3 tests/console/flow_test.py
+[ -f tests/console/elicit_test.py ] && suite console-elicit python3 tests/console/elicit_test.py
+[ -f tests/console/media_test.py ] && suite console-media python3 tests/console/media_test.py
 for r in "$BUILD"/tests/fuzz/*_replay; do
 	[ -x "$r" ] || continue
 	n=$(basename "$r" _fuzz_replay)

@@ -1,7 +1,8 @@
 -- rig.define: a Rig, the immutable assembly a session runs (docs/architecture.md).
 --
 --   local r = rig.define{
---     loops = { l1, l2 },                 -- rig.loop objects, names unique; at least one
+--     loops = { l1, l2 },                 -- rig.loop objects, names unique; at least one (a
+--                                         -- delegate given as a loop object joins by itself)
 --     primers = { "assistant" },          -- the loops every session starts with
 --     active_primer = "assistant",        -- required when there is more than one primer
 --     store = store,                      -- a rig.store (memory or lmdb); required
@@ -18,8 +19,8 @@
 --   r:session(), r:restore(id, opts), r:sessions(): from rig.session (looked up on first use)
 --
 -- Refused (raising, naming the field): no loops, a duplicate loop name, no primers, an
--- unknown or repeated primer, an active primer that is not a primer, a delegate that
--- names no loop, a loop no primer reaches through delegates, no store, an unknown field,
+-- unknown or repeated primer, an active primer that is not a primer, a delegate or a
+-- handoff that names no loop, a loop no primer reaches through delegates or handoffs, no store, an unknown field,
 -- snapshots without a workspace, required snapshots of a shared workspace, a store root
 -- that overlaps the workspace.
 
@@ -31,7 +32,7 @@ local workspace = require "rig.workspace"
 local M = {}
 
 local fields = { loops = true, primers = true, store = true, active_primer = true,
-                 delegation_limits = true, workspace = true, snapshots = true }
+                 delegation_limits = true, workspace = true, snapshots = true, budget = true }
 local DELEGATION = { depth = 3, quota = 64 }
 
 local private = setmetatable({}, { __mode = "k" })
@@ -77,6 +78,21 @@ local function check_rig(def)
     p.loops[i] = l
     p.by_name[l.name] = l
   end
+  -- delegates given as loop objects join the rig when not listed (transitively)
+  local head = 1
+  while p.loops[head] do
+    for _, d in ipairs(loop_mod._delegate_loops(p.loops[head])) do
+      local known = p.by_name[d.name]
+      if known == nil then
+        p.loops[#p.loops + 1] = d
+        p.by_name[d.name] = d
+      elseif known ~= d then
+        bad("loop '" .. p.loops[head].name .. "' delegates to a loop named '" .. d.name
+          .. "' that is not the rig's loop of that name")
+      end
+    end
+    head = head + 1
+  end
 
   if def.primers == nil then bad("field 'primers' is required (the loops a session starts with)") end
   local np = list_of(def.primers, "primers")
@@ -103,20 +119,31 @@ local function check_rig(def)
   end
   p.active_primer = active
 
-  -- every delegate resolves; every loop is reachable from a primer
+  -- every delegate and handoff resolves; every loop is reachable from a primer
+  local edges = {}
   for _, l in ipairs(p.loops) do
+    local e = {}
     for j, d in ipairs(l.delegates) do
       if not p.by_name[d] then
         bad("loop '" .. l.name .. "': field 'delegates[" .. j .. "]' names no loop of this rig ('"
           .. d .. "')")
       end
+      e[#e + 1] = d
     end
+    for j, h in ipairs(l.handoffs or {}) do
+      if not p.by_name[h.loop] then
+        bad("loop '" .. l.name .. "': field 'handoffs[" .. j .. "]' names no loop of this rig ('"
+          .. h.loop .. "')")
+      end
+      e[#e + 1] = h.loop
+    end
+    edges[l.name] = e
   end
   local reached, queue = {}, {}
   for _, name in ipairs(p.primers) do reached[name] = true; queue[#queue + 1] = name end
   local head = 1
   while queue[head] do
-    for _, d in ipairs(p.by_name[queue[head]].delegates) do
+    for _, d in ipairs(edges[queue[head]]) do
       if not reached[d] then reached[d] = true; queue[#queue + 1] = d end
     end
     head = head + 1
@@ -124,7 +151,7 @@ local function check_rig(def)
   for i, l in ipairs(p.loops) do
     if not reached[l.name] then
       bad("field 'loops[" .. i .. "]': loop '" .. l.name
-        .. "' is unreachable (no primer reaches it through delegates)")
+        .. "' is unreachable (no primer reaches it through delegates or handoffs)")
     end
   end
 
@@ -146,6 +173,27 @@ local function check_rig(def)
     end
   end
   p.delegation_limits = lim
+
+  if def.budget ~= nil then
+    local b = def.budget
+    if type(b) ~= "table" or getmetatable(b) ~= nil then bad("field 'budget' must be a table") end
+    p.budget = {}
+    for k, v in pairs(b) do
+      if k == "max_tokens" then
+        if math.type(v) ~= "integer" and not (type(v) == "number" and v == math.floor(v)) or v < 1 then
+          bad("field 'budget.max_tokens' must be a positive integer")
+        end
+        p.budget.max_tokens = math.tointeger(v)
+      elseif k == "max_cost" then
+        if type(v) ~= "number" or v ~= v or v <= 0 or v == math.huge then
+          bad("field 'budget.max_cost' must be a positive number of dollars")
+        end
+        p.budget.max_cost = v
+      else
+        bad("unknown field 'budget." .. tostring(k) .. "' (max_tokens, max_cost)")
+      end
+    end
+  end
 
   local ok, pol = pcall(workspace.check, def.workspace, def.snapshots, p.store)
   if not ok then bad(pol) end
@@ -169,6 +217,9 @@ local function fingerprint(p)
     active_primer = p.active_primer,
     delegation_limits = { depth = p.delegation_limits.depth, quota = p.delegation_limits.quota },
   }
+  if p.budget then
+    doc.budget = { max_tokens = p.budget.max_tokens, max_cost = p.budget.max_cost }
+  end
   if p.workspace then
     doc.workspace, doc.snapshots = workspace.identity(p.workspace, p.snapshots)
   end
@@ -189,7 +240,8 @@ function Rig:fingerprint()
   return p.fingerprint
 end
 
-local copied = { loops = true, primers = true, delegation_limits = true, snapshots = true }
+local copied = { loops = true, primers = true, delegation_limits = true, snapshots = true,
+                 budget = true }
 local plain = { store = true, active_primer = true, workspace = true }
 
 -- rig.session is another module (the runner); it may not be installed in every build,

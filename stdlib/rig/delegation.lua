@@ -21,8 +21,8 @@
 --   stop_agent{ agent_id } -> { agent_id, stopped = true | false }
 --     interrupts the child's current turn; the child persists.
 --
--- Every call goes through the parent's gate (a loop without a gate denies
--- it). A call that hands a delegate work requires { kind = "delegate", scope
+-- Every call goes through the parent's gate (rig.loop refuses delegates
+-- without a gate, and a gate whose access denies a delegate outright). A call that hands a delegate work requires { kind = "delegate", scope
 -- = match = the delegate loop's name }: start_agent the agent it starts,
 -- message_agent the agent the child was started as. The gate routes that
 -- requirement to its access source (a profile's `delegate`, an access
@@ -52,6 +52,10 @@
 local core = require "rig.core"
 local json = require "rig.json"
 local tool_mod = require "rig.tool"
+local base = require "rig.session_base"
+
+local emit, next_id, catalog, user_message = base.emit, base.next_id, base.catalog, base.user_message
+local command = base.emit_command_record
 
 local M = {}
 
@@ -60,12 +64,6 @@ local MAX_TEXT = 192 * 1024  -- instructions and messages
 local MAX_NAME = 256         -- a display name, bytes
 local MAX_TIMEOUT = 86400
 local PREVIEW = 500
-
-local RT
-local function rt()
-  RT = RT or require("rig.session")._rt
-  return RT
-end
 
 -- The session's delegation state: children started (the quota) and the
 -- requests whose outcome someone still waits for (by command id).
@@ -111,15 +109,16 @@ local function handback_text(child_id, o)
   return "[agent " .. child_id .. " " .. (HEADS[o.status] or o.status) .. "]\n\n" .. o.text
 end
 
-local function hand_back(S, req, outcome, cid)
-  local R = rt()
+-- runner (everywhere below): rig.session_turn's { enqueue, new_instance },
+-- handed in by the runner, which is above this module.
+local function hand_back(S, req, outcome, cid, runner)
   local parent = S.loops[req.parent]
   if not parent or S.stopping or S.closed or S.faulted_msg then return end
-  local msg = R.user_message(handback_text(req.child_id, outcome))
+  local msg = user_message(handback_text(req.child_id, outcome))
   if not cid then
     if M.before_handback then M.before_handback(S, req, outcome) end
-    cid = R.next_id(S, "c")
-    local ok = R.command(S, { type = "SubagentResult", command_id = cid, loop_id = req.parent,
+    cid = next_id(S, "c")
+    local ok = command(S, { type = "SubagentResult", command_id = cid, loop_id = req.parent,
       child_loop_id = req.child_id, target_command_id = req.cid, status = outcome.status,
       message = msg }, true)
     if not ok then
@@ -127,12 +126,12 @@ local function hand_back(S, req, outcome, cid)
       return
     end
   end
-  R.enqueue(S, parent, { command_id = cid, message = msg, hand_back = true })
+  runner.enqueue(S, parent, { command_id = cid, message = msg, hand_back = true })
 end
 
 -- A request's outcome: to its waiting tool call, or back to the parent.
 -- A foreground request whose call was cancelled is dropped.
-local function resolve(S, cid, outcome)
+local function resolve(S, cid, outcome, runner)
   local d = S.dg
   local req = d and d.requests[cid]
   if not req then return end
@@ -141,13 +140,13 @@ local function resolve(S, cid, outcome)
     req.outcome = outcome
     req.cond:signal()
   elseif req.background then
-    hand_back(S, req, outcome)
+    hand_back(S, req, outcome, nil, runner)
   end
 end
 
 -- From the runner: a loop's turn ended with its terminal event (journaled).
-function M.turn_ended(S, inst, turn, etype, fields)
-  resolve(S, turn.command_id, outcome_of(etype, fields))
+function M.turn_ended(S, inst, turn, etype, fields, runner)
+  resolve(S, turn.command_id, outcome_of(etype, fields), runner)
 end
 
 -- From the runner: does someone wait on the outcome of command cid (a
@@ -159,9 +158,9 @@ function M.pending(S, cid)
 end
 
 -- From the runner: queued input was cancelled or rejected.
-function M.cancelled(S, cid, reason)
+function M.cancelled(S, cid, reason, runner)
   resolve(S, cid, { status = "cancelled", text = "the request was cancelled before it ran ("
-    .. tostring(reason) .. ")" })
+    .. tostring(reason) .. ")" }, runner)
 end
 
 -- ---- the tools ----
@@ -210,30 +209,19 @@ local function child_of(S, inst, id)
   return c
 end
 
--- Gives the child one input and, when asked, waits for its outcome.
-local function request(S, parent, child, text, wait, timeout, ctx)
-  local R = rt()
-  local d = state(S)
-  local msg = R.user_message(text)
-  local cid = R.next_id(S, "c")
-  local req = { cid = cid, parent = parent.id, child_id = child.id, background = not wait }
-  if wait then req.cond = core.cond() end
-  d.requests[cid] = req
-  R.command(S, { type = "UserInput", command_id = cid, loop_id = child.id, message = msg,
-    delegate = { parent_loop_id = parent.id, call_id = ctx.call_id, turn_id = ctx.turn_id,
-                 wait = wait } })
-  R.enqueue(S, child, { command_id = cid, message = msg, no_fold = true })
-  if not wait then return { agent_id = child.id, status = "running" } end
+-- Waits for a foreground request's outcome (req.cond set), at most timeout
+-- seconds: then the request goes on in the background (DelegateBackgrounded;
+-- its answer comes back to the parent as new input) and the result is nil.
+-- A cancelled wait leaves nobody to take the answer and raises on.
+local function await(S, req, parent_id, timeout)
   local deadline = timeout and (core.now() + timeout)
   while not req.outcome do
     local left = deadline and (deadline - core.now())
     if left and left <= 0 then
-      -- the answer will come back as new input, as for wait = false
       req.cond, req.background = nil, true
-      R.command(S, { type = "DelegateBackgrounded", command_id = R.next_id(S, "c"),
-        loop_id = parent.id, target_command_id = cid })
-      return { agent_id = child.id, status = "running", message = "no answer after "
-        .. timeout .. " s; the agent goes on and its final answer will arrive as a new message" }
+      command(S, { type = "DelegateBackgrounded", command_id = next_id(S, "c"),
+        loop_id = parent_id, target_command_id = req.cid })
+      return nil
     end
     local ok, err = pcall(req.cond.wait, req.cond, left)
     if not ok then
@@ -241,13 +229,33 @@ local function request(S, parent, child, text, wait, timeout, ctx)
       error(err, 0)
     end
   end
-  local o = req.outcome
+  return req.outcome
+end
+
+-- Gives the child one input and, when asked, waits for its outcome.
+local function request(S, parent, child, text, wait, timeout, ctx, runner)
+  local d = state(S)
+  local msg = user_message(text)
+  local cid = next_id(S, "c")
+  local req = { cid = cid, parent = parent.id, child_id = child.id, background = not wait }
+  if wait then req.cond = core.cond() end
+  d.requests[cid] = req
+  command(S, { type = "UserInput", command_id = cid, loop_id = child.id, message = msg,
+    delegate = { parent_loop_id = parent.id, call_id = ctx.call_id, turn_id = ctx.turn_id,
+                 wait = wait } })
+  runner.enqueue(S, child, { command_id = cid, message = msg, no_fold = true })
+  if not wait then return { agent_id = child.id, status = "running" } end
+  local o = await(S, req, parent.id, timeout)
+  if not o then
+    -- the answer will come back as new input, as for wait = false
+    return { agent_id = child.id, status = "running", message = "no answer after "
+      .. timeout .. " s; the agent goes on and its final answer will arrive as a new message" }
+  end
   if o.status == "answered" then return o.text end
   return nil, "agent " .. child.id .. " " .. (HEADS[o.status] or o.status) .. ": " .. o.text
 end
 
-local function start(S, inst, args, ctx)
-  local R = rt()
+local function start(S, inst, args, ctx, runner)
   local d = state(S)
   local lim = S.rig.delegation_limits
   local depth = inst.depth + 1
@@ -262,14 +270,15 @@ local function start(S, inst, args, ctx)
   local def = S.rig:loop(args.agent)
   d.spawned = d.spawned + 1
   local id = def.name .. "#" .. d.spawned
-  local child = R.new_instance(S, def, id, { parent_id = inst.id, depth = depth,
+  local child = runner.new_instance(S, def, id, { parent_id = inst.id, depth = depth,
     display_name = args.name })
-  local ok, msg = R.emit(S, "LoopStarted", { loop_id = id, loop = def.name,
+  local ok, msg = emit(S, "LoopStarted", { loop_id = id, loop = def.name,
     revision = def:revision(), parent_loop_id = inst.id, parent_call_id = ctx.call_id,
     turn_id = ctx.turn_id, depth = depth, name = args.name })
   if not ok then return nil, msg end
-  R.catalog(S, { loop_count = #S.loop_order })
-  return request(S, inst, child, args.instructions, args.wait ~= false, args.timeout, ctx)
+  catalog(S, { loop_count = #S.loop_order })
+  return request(S, inst, child, args.instructions, args.wait ~= false, args.timeout, ctx,
+    runner)
 end
 
 local function last_answer(child)
@@ -303,7 +312,7 @@ local TIMEOUT_DOC = "with wait: seconds to wait (at most 86400); if the agent ha
 
 -- The injected tools of a loop instance with delegates (closures over the
 -- session and the instance: the parent is always this instance).
-function M.tools(S, inst)
+function M.tools(S, inst, runner)
   state(S)
   local delegates = inst.def.delegates
   local lines = {}
@@ -337,7 +346,7 @@ function M.tools(S, inst)
         and " (background)" or "") .. ": " .. first_line(args.instructions, 200),
         requirements = { delegate_requirement(args.agent) } }, args
     end,
-    run = function(_, ctx) return start(S, inst, ctx.prepared, ctx) end,
+    run = function(_, ctx) return start(S, inst, ctx.prepared, ctx, runner) end,
   }
   local message_t = tool_mod._injected{
     name = "message_agent",
@@ -371,7 +380,7 @@ function M.tools(S, inst)
       local child, err = child_of(S, inst, p.child_id)
       if not child then return nil, err end
       local args = p.args
-      return request(S, inst, child, args.message, args.wait ~= false, args.timeout, ctx)
+      return request(S, inst, child, args.message, args.wait ~= false, args.timeout, ctx, runner)
     end,
   }
   local list_t = tool_mod._injected{
@@ -480,19 +489,19 @@ function M.restored(S, f, children)
   return plan
 end
 
-function M.redeliver(S, plan)
+function M.redeliver(S, plan, runner)
   for _, p in ipairs(plan) do
     if p.cid then
       local parent = S.loops[p.req.parent]
       if parent then
-        rt().enqueue(S, parent, { command_id = p.cid, message = p.message, hand_back = true })
+        runner.enqueue(S, parent, { command_id = p.cid, message = p.message, hand_back = true })
       end
     else
-      hand_back(S, p.req, p.outcome)
+      hand_back(S, p.req, p.outcome, nil, runner)
     end
   end
 end
 
-M.state = state
+M.state, M.await = state, await
 M.outcome_of, M.HEADS = outcome_of, HEADS -- rig.session_resume hands a child's outcome back too
 return M

@@ -7,8 +7,9 @@
 --                                  -- or a table { ["filesystem.read"] = "allow",
 --                                  --   ["filesystem.write"] = "gated", network = "deny",
 --                                  --   ["command.execute"] = "gated",
---                                  --   delegate = "gated", mcp = "gated" } (a kind left
---                                  --   out is denied)
+--                                  --   delegate = "gated", mcp = "gated",
+--                                  --   tool = "gated" } (a kind left out is denied, but
+--                                  --   "tool", a tool's needs_approval, is gated then)
 --     rules = rig.permissions.file(PATH),  -- saved allow/deny rules, or nil
 --     approver = "interactive",    -- or "headless": nobody can answer, gated means denied
 --   }
@@ -27,6 +28,13 @@
 --   g:approve_always(candidates) -> true | nil, message  (the rules are written first;
 --     a failed write returns nil and nothing is approved)
 --   g.approver, g.rules, g.access: read-only
+--
+--   rig.gate.default([{ KIND = "deny" | "gated" | "allow", …, rules =, approver = }])
+--     -> the gate a rig of one's own tools needs, in one expression: a call that declares
+--     no access runs, delegation to the rig's loops runs (delegate = "allow"), and
+--     anything else a call declares (files, network, commands, MCP, needs_approval) asks
+--     a person (approver "interactive": s:respond_gate, s:ask's on_gate, the REPL, the
+--     console). Each kind, rules and approver can be overridden.
 --
 -- Evaluation, in this order (the gate never sees raw arguments, only the request
 -- the tool's prepare made, checked again here):
@@ -68,13 +76,17 @@ local function check_gate(def)
   local a = def.access
   if is_profile(a) then
     p.access = a
-    p.access_for = function(kind, scope) return a:access_for(kind, scope) end
+    p.access_for = function(kind, scope)
+      -- a tool's own needs_approval: the profile has nothing to say about it
+      if kind == "tool" then return "gated" end
+      return a:access_for(kind, scope)
+    end
   elseif type(a) == "table" and getmetatable(a) == nil then
     local t = {}
     for k, v in pairs(a) do
       if not KINDS[k] then
         bad("field 'access' has an unknown kind '" .. tostring(k) .. "' (filesystem.read, "
-          .. "filesystem.write, network, command.execute, delegate, mcp)")
+          .. "filesystem.write, network, command.execute, delegate, mcp, tool)")
       end
       if not STATES[v] then
         bad("field 'access." .. k .. "' must be \"deny\", \"gated\" or \"allow\"")
@@ -84,6 +96,7 @@ local function check_gate(def)
     p.access = t
     p.access_for = function(kind)
       local v = t[kind]
+      if v == nil and kind == "tool" then return "gated" end
       if v == nil then return nil, "no access is configured for '" .. kind .. "'" end
       return v
     end
@@ -228,6 +241,37 @@ local gate_mt = {
 
 function M.is_gate(v)
   return type(v) == "table" and getmetatable(v) == "rig.gate" and private[v] ~= nil
+end
+
+local DEFAULT = { ["filesystem.read"] = "gated", ["filesystem.write"] = "gated",
+                  network = "gated", ["command.execute"] = "gated", delegate = "allow",
+                  mcp = "gated", tool = "gated" }
+
+local function new_gate(def, level)
+  local ok, p = pcall(check_gate, def)
+  if not ok then error(p, level + 1) end
+  local g = setmetatable({}, gate_mt)
+  private[g] = p
+  return g
+end
+
+function M.default(opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    error("rig.gate.default: expects nil or a table of kind = \"deny\" | \"gated\" | \"allow\"", 2)
+  end
+  local access = {}
+  for k, v in pairs(DEFAULT) do access[k] = v end
+  local def = { access = access, approver = "interactive" }
+  for k, v in pairs(opts or {}) do
+    if k == "rules" or k == "approver" then
+      def[k] = v
+    elseif KINDS[k] then
+      access[k] = v
+    else
+      error("rig.gate.default: unknown option '" .. tostring(k) .. "' (a kind, rules, approver)", 2)
+    end
+  end
+  return new_gate(def, 2)
 end
 
 return setmetatable(M, {

@@ -23,8 +23,12 @@
 -- res:finish. Routes: literal segments, {name} segments (req.params.name)
 -- and a final * (req.params["*"], the rest of the path). The most specific
 -- route wins: at the first differing segment, literal beats {name} beats *.
+-- JSON is rig.json's both ways: `json =` is encoded by json.encode (an
+-- empty json.array() stays [], integers stay integers, keys in bytewise
+-- order) and req:json() decodes with json.decode (arrays marked, null as
+-- json.null) -> value | nil, message, "parse".
 local core = require "rig.core"
-local cjson = require "cjson.safe"
+local json = require "rig.json"
 
 local METHODS = { GET = true, POST = true, PUT = true, DELETE = true, PATCH = true,
                   HEAD = true, OPTIONS = true }
@@ -171,7 +175,7 @@ local function send_result(res, t)
   if t.json ~= nil then
     if body ~= nil then error("response has both 'body' and 'json'", 0) end
     local err
-    body, err = cjson.encode(t.json)
+    body, err = json.encode(t.json)
     if not body then error("response 'json' cannot be encoded: " .. tostring(err), 0) end
     if not has_header(headers, "content-type") then headers["content-type"] = "application/json" end
   end
@@ -182,7 +186,7 @@ end
 local request_methods = {}
 function request_methods.json(req)
   if req.body == "" then return nil, "empty body", "parse" end
-  local v, err = cjson.decode(req.body)
+  local v, err = json.decode(req.body)
   if v == nil then return nil, "invalid JSON body: " .. tostring(err), "parse" end
   return v
 end

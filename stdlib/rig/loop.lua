@@ -5,22 +5,27 @@
 --     model = m,                   -- a rig.model (rig.model.script too); required
 --     system = "…",                -- the system prompt (default "")
 --     tools = { t, … },            -- rig.tool objects, names unique (default none)
---     gate = g,                    -- a rig.gate; without one every tool call is denied
+--     gate = g,                    -- a rig.gate; required with tools, delegates or mcp
+--                                  -- (rig.gate.default() for tools of one's own)
 --     policy_revision = "v1",      -- required with a gate: names the gate's policy, which
 --                                  -- the loop cannot hash itself (1 to 128 bytes)
 --     limits = { iterations = 25, calls = 100, parallel = 8, result_bytes = 32768,
 --                max_tokens = nil, max_cost = nil, tool_timeout = nil, gate_timeout = nil },
---     delegates = { "researcher" },-- loop names this loop may start (resolved by rig.define)
+--     delegates = { "researcher" },-- loops this loop may start: names (resolved by rig.define)
+--                                  -- or rig.loop objects (rig.define adds them to the rig)
 --     mcp = { client, … },         -- rig.mcp clients: their tools join this loop's
 --                                  -- ("SERVER__TOOL"), listed when a session's loop starts
 --                                  -- and again after notifications/tools/list_changed
 --     description = "…",           -- what a delegating loop reads about this one
 --     output_schema = { name = "answer", schema = { type = "object", … },
---                       description = "…"?, strict = true? },
+--                       description = "…"?, strict = true?, repair = 2 },
 --                                  -- each turn's final answer is a JSON object valid
 --                                  -- against schema (rig.schema's subset): natively when
 --                                  -- the model has structured_output, else through the
---                                  -- runner's reserved tool "final_answer"
+--                                  -- runner's reserved tool "final_answer"; an answer
+--                                  -- that fails goes back to the model with the
+--                                  -- validation message (its JSON path) `repair` times
+--                                  -- (0 to 10) before the turn fails
 --     compaction = { at = 0.8, model = nil, keep = 4, prompt = nil },
 --                                  -- at: the share of model.context_window (required then)
 --                                  -- the last step's context reaches to compact before the
@@ -29,17 +34,31 @@
 --                                  -- messages kept verbatim (at least; the tail never
 --                                  -- starts with tool results); prompt: the summarizer's
 --                                  -- system prompt
+--     hooks = { before_model = f, after_model = f, before_tool = f, after_tool = f,
+--               turn_end = f },   -- functions that act on the turn (rig.hooks, docs/hooks.md)
+--     guardrails = { input = { g, … }, output = { g, … } },
+--                                  -- g: a function(input, ctx), { name, check = function }
+--                                  -- or { name, model = guard, instructions = "…" }: run
+--                                  -- beside the model call; a trip ends the turn (rig.hooks)
+--     handoffs = { "billing", { loop = "refunds", description = "…", filter = "no_tools" } },
+--                                  -- loops of the rig this loop may hand the conversation
+--                                  -- to (transfer_to_<loop> tools; rig.handoff,
+--                                  -- docs/handoffs.md); filter: "all" (default),
+--                                  -- "no_tools", "last_user" or function(history) -> history
 --   }
 --   l.name, l.model, l.system, l.tools (a new list each read), l.gate, l.limits (a copy,
 --   defaults filled), l.delegates (a copy), l.policy_revision, l.description,
---   l.output_schema, l.compaction (deep copies, defaults filled; nil when not given): read-only
+--   l.output_schema, l.compaction (deep copies, defaults filled; nil when not given), l.hooks,
+--   l.guardrails, l.handoffs (copies; nil when not given): read-only
 --   l:tool(name) -> the rig.tool | nil
 --   l:revision() -> 64 hex: SHA-256 of the canonical JSON of { name, model identity
 --     (provider, name, base_url, effort, max_tokens, temperature, top_p, stop, thinking,
 --     tools — no key, no headers), system, tools (name, description, schema, sequential,
 --     in order), limits, delegates (sorted), policy_revision, and when given output_schema
---     (with the model's structured_output) and compaction (with the summarizer's identity
---     and the model's context_window) }. Same definition, same
+--     (with the model's structured_output), compaction (with the summarizer's identity
+--     and the model's context_window), the hook points (functions cannot be hashed),
+--     the guardrails (names, guard models' identity, instructions) and the handoffs
+--     (target, description, filter name or "function") }. Same definition, same
 --     revision, in any process; a restore compares it to what the session journaled.
 --
 -- limits: iterations (model calls per turn, >= 1), calls (tool calls per turn, >= 1),
@@ -61,9 +80,20 @@ local M = {}
 
 local fields = { name = true, model = true, system = true, tools = true, gate = true,
                  policy_revision = true, limits = true, delegates = true, description = true,
-                 output_schema = true, compaction = true, mcp = true }
+                 output_schema = true, compaction = true, mcp = true, hooks = true,
+                 guardrails = true, handoffs = true }
+
+-- Where a loop's hooks act (rig.hooks runs them; docs/hooks.md).
+local HOOK_POINTS = { before_model = true, after_model = true, before_tool = true,
+                      after_tool = true, turn_end = true }
+M.HOOK_POINTS = HOOK_POINTS
+-- The history a handoff gives the next loop, by name (or a function).
+local HANDOFF_FILTERS = { all = true, no_tools = true, last_user = true }
+M.HANDOFF_FILTERS = HANDOFF_FILTERS
 
 local COMPACTION_DEFAULT = { at = 0.8, keep = 4 }
+-- How many times a structured answer that fails its schema goes back to the model.
+M.REPAIR_DEFAULT = 2
 M.SUMMARY_PROMPT = "You summarize a conversation between a user and an AI assistant so that "
   .. "the assistant can go on working from the summary in place of the earlier messages. Keep "
   .. "every fact, decision, name, path, identifier, result, open question and unfinished task "
@@ -119,6 +149,107 @@ local function int_limit(v, name, lo, bad)
   return v
 end
 
+-- guardrails.input / guardrails.output: a list of functions or
+-- { name, check = function } | { name, model = rig.model, instructions = "…" }.
+local function check_guardrails(g, bad)
+  if type(g) ~= "table" or getmetatable(g) ~= nil then
+    bad("field 'guardrails' must be a table { input = { … }, output = { … } }")
+  end
+  local out = {}
+  for k in pairs(g) do
+    if k ~= "input" and k ~= "output" then bad("unknown field 'guardrails." .. tostring(k) .. "'") end
+  end
+  local seen = {}
+  for _, stage in ipairs { "input", "output" } do
+    if g[stage] ~= nil then
+      local path = "guardrails." .. stage
+      local n = list_of(g[stage], path, bad)
+      local list = {}
+      for i = 1, n do
+        local e = g[stage][i]
+        local at = path .. "[" .. i .. "]"
+        local item
+        if type(e) == "function" then
+          item = { name = stage .. "_" .. i, check = e }
+        elseif type(e) == "table" and getmetatable(e) == nil then
+          for k in pairs(e) do
+            if k ~= "name" and k ~= "check" and k ~= "model" and k ~= "instructions" then
+              bad("unknown field '" .. at .. "." .. tostring(k) .. "'")
+            end
+          end
+          item = { name = e.name, check = e.check, model = e.model, instructions = e.instructions }
+          if item.name == nil then item.name = stage .. "_" .. i end
+          if type(item.name) ~= "string" or #item.name > 64 or not item.name:match(NAME) then
+            bad("field '" .. at .. ".name' must be a letter then up to 63 letters, digits, "
+              .. "'_', '.' or '-'")
+          end
+          if (item.check == nil) == (item.model == nil) then
+            bad("field '" .. at .. "' needs exactly one of 'check' (a function) and 'model' "
+              .. "(a guard rig.model)")
+          end
+          if item.check ~= nil and type(item.check) ~= "function" then
+            bad("field '" .. at .. ".check' must be a function")
+          end
+          if item.model ~= nil then
+            if not is_model(item.model) then bad("field '" .. at .. ".model' must be a rig.model") end
+            if type(item.instructions) ~= "string" or item.instructions == "" then
+              bad("field '" .. at .. ".instructions' is required with a guard model (a "
+                .. "non-empty string)")
+            end
+          elseif item.instructions ~= nil then
+            bad("field '" .. at .. ".instructions' goes with a guard model only")
+          end
+        else
+          bad("field '" .. at .. "' must be a function or a table { name, check | model }")
+        end
+        if seen[item.name] then bad("field '" .. at .. "': duplicate guardrail name '"
+          .. item.name .. "'") end
+        seen[item.name] = true
+        list[i] = item
+      end
+      out[stage] = list
+    end
+  end
+  return out
+end
+
+-- handoffs: loop names or { loop, description?, filter = "all" | "no_tools" |
+-- "last_user" | function(history) -> history }.
+local function check_handoffs(h, bad)
+  local n = list_of(h, "handoffs", bad)
+  local out, seen = {}, {}
+  for i = 1, n do
+    local e = h[i]
+    local at = "handoffs[" .. i .. "]"
+    if type(e) == "string" then e = { loop = e } end
+    if type(e) ~= "table" or getmetatable(e) ~= nil then
+      bad("field '" .. at .. "' must be a loop name or a table { loop, description, filter }")
+    end
+    for k in pairs(e) do
+      if k ~= "loop" and k ~= "description" and k ~= "filter" then
+        bad("unknown field '" .. at .. "." .. tostring(k) .. "'")
+      end
+    end
+    if type(e.loop) ~= "string" or #e.loop > 48 or not e.loop:match("^%a[%w_-]*$") then
+      bad("field '" .. at .. ".loop' must be a loop name of letters, digits, '_' or '-' (at "
+        .. "most 48 bytes: it names the tool transfer_to_<loop>)")
+    end
+    if seen[e.loop] then bad("field 'handoffs' lists '" .. e.loop .. "' twice") end
+    seen[e.loop] = true
+    if e.description ~= nil and type(e.description) ~= "string" then
+      bad("field '" .. at .. ".description' must be a string")
+    end
+    local f = e.filter
+    if f == nil then f = "all" end
+    if type(f) ~= "function" and not HANDOFF_FILTERS[f] then
+      bad("field '" .. at .. ".filter' must be \"all\", \"no_tools\", \"last_user\" or a "
+        .. "function(history) -> history")
+    end
+    out[i] = { loop = e.loop, description = e.description, filter = f }
+  end
+  return out
+end
+
 local function check_loop(def)
   if type(def) ~= "table" then error("rig.loop: expects a table of fields", 0) end
   for k in pairs(def) do
@@ -161,7 +292,8 @@ local function check_loop(def)
     bad("field 'policy_revision' must be a string of 1 to 128 printable bytes")
   end
   if p.gate and rev == nil then
-    bad("field 'policy_revision' is required with a gate (it names the gate's policy in the revision)")
+    bad("field 'policy_revision' is required with a gate (it names the gate's policy in the "
+      .. "revision): add policy_revision = \"v1\" and change it when the gate's policy changes")
   end
   p.policy_revision = rev
 
@@ -198,8 +330,14 @@ local function check_loop(def)
     local seen = {}
     for i = 1, n do
       local d = def.delegates[i]
+      if M.is_loop(d) then
+        -- a loop object: rig.define adds it to the rig when it is not listed there
+        p.delegate_loops = p.delegate_loops or {}
+        p.delegate_loops[#p.delegate_loops + 1] = d
+        d = d.name
+      end
       if type(d) ~= "string" or #d > 64 or not d:match(NAME) then
-        bad("field 'delegates[" .. i .. "]' must be a loop name")
+        bad("field 'delegates[" .. i .. "]' must be a loop name or a rig.loop")
       end
       if seen[d] then bad("field 'delegates' lists '" .. d .. "' twice") end
       seen[d] = true
@@ -221,11 +359,31 @@ local function check_loop(def)
     end
   end
 
+  -- every call goes through the gate: without one each would be denied mid-turn
+  if not p.gate and (#p.tools > 0 or #p.delegates > 0 or p.mcp) then
+    local what = #p.tools > 0 and "tools" or #p.delegates > 0 and "delegates" or "mcp servers"
+    bad("a loop with " .. what .. " needs a gate (without one every call is denied): add "
+      .. "gate = rig.gate.default(), policy_revision = \"v1\"")
+  end
+  -- a delegate the gate's access denies outright could never be started
+  if p.gate then
+    for i, d in ipairs(p.delegates) do
+      local dec = p.gate:evaluate{ summary = "start " .. d,
+        requirements = { { kind = "delegate", scope = d, match = d } } }
+      if dec.verdict == "deny" and dec.source == "access" and dec.code ~= "approval_required" then
+        bad("field 'delegates[" .. i .. "]': the gate can never allow delegate '" .. d .. "' ("
+          .. tostring(dec.reason):gsub("^permission denied: ", "") .. "): give the gate's "
+          .. "access delegate = \"allow\" (or \"gated\" with an interactive approver)")
+      end
+    end
+  end
+
   if def.output_schema ~= nil then
     local o = def.output_schema
     if type(o) ~= "table" then bad("field 'output_schema' must be a table { name, schema }") end
     for k in pairs(o) do
-      if k ~= "name" and k ~= "schema" and k ~= "description" and k ~= "strict" then
+      if k ~= "name" and k ~= "schema" and k ~= "description" and k ~= "strict"
+         and k ~= "repair" then
         bad("unknown field 'output_schema." .. tostring(k) .. "'")
       end
     end
@@ -257,8 +415,44 @@ local function check_loop(def)
       bad("field 'output_schema' needs a model with structured_output or with tools (the "
         .. "final answer tool)")
     end
+    local repair = M.REPAIR_DEFAULT
+    if o.repair ~= nil then
+      if math.type(o.repair) ~= "integer" and not (type(o.repair) == "number"
+         and o.repair == math.floor(o.repair)) or o.repair < 0 or o.repair > 10 then
+        bad("field 'output_schema.repair' must be an integer from 0 to 10 (the answers that "
+          .. "fail the schema the model may correct)")
+      end
+      repair = math.tointeger(o.repair)
+    end
     p.output_schema = { name = o.name, schema = copy, description = o.description,
-                        strict = o.strict ~= false }
+                        strict = o.strict ~= false, repair = repair }
+  end
+
+  if def.hooks ~= nil then
+    if type(def.hooks) ~= "table" or getmetatable(def.hooks) ~= nil then
+      bad("field 'hooks' must be a table { before_model, after_model, before_tool, after_tool, "
+        .. "turn_end }")
+    end
+    p.hooks = {}
+    for k, f in pairs(def.hooks) do
+      if not HOOK_POINTS[k] then
+        bad("unknown field 'hooks." .. tostring(k) .. "' (before_model, after_model, "
+          .. "before_tool, after_tool, turn_end)")
+      end
+      if type(f) ~= "function" then bad("field 'hooks." .. k .. "' must be a function") end
+      p.hooks[k] = f
+    end
+  end
+  if def.guardrails ~= nil then p.guardrails = check_guardrails(def.guardrails, bad) end
+  if def.handoffs ~= nil then
+    p.handoffs = check_handoffs(def.handoffs, bad)
+    for _, h in ipairs(p.handoffs) do
+      if h.loop == name then bad("field 'handoffs' names the loop itself ('" .. name .. "')") end
+      if p.by_name["transfer_to_" .. h.loop] then
+        bad("field 'handoffs': tool 'transfer_to_" .. h.loop .. "' is the handoff's own (rename "
+          .. "the tool)")
+      end
+    end
   end
 
   if def.compaction ~= nil then
@@ -341,12 +535,41 @@ local function revision(p)
   if o then
     doc.output_schema = { name = o.name, schema = o.schema, description = or_null(o.description),
                           strict = o.strict, native = p.model.structured_output == true }
+    -- the default keeps the revision loops had before repairs existed
+    if o.repair ~= M.REPAIR_DEFAULT then doc.output_schema.repair = o.repair end
   end
   if p.mcp then
     -- the servers by name: their tools are the servers' to change (list_changed)
     local names = {}
     for i, cl in ipairs(p.mcp) do names[i] = cl.name end
     doc.mcp = json.array(names)
+  end
+  if p.hooks then
+    -- functions cannot be hashed: the points they act at can
+    local names = {}
+    for k in pairs(p.hooks) do names[#names + 1] = k end
+    table.sort(names)
+    doc.hooks = json.array(names)
+  end
+  if p.guardrails then
+    local g = {}
+    for stage, list in pairs(p.guardrails) do
+      local names = {}
+      for i, item in ipairs(list) do
+        names[i] = { name = item.name, model = item.model and model_identity(item.model) or json.null,
+                     instructions = or_null(item.instructions) }
+      end
+      g[stage] = json.array(names)
+    end
+    doc.guardrails = g
+  end
+  if p.handoffs then
+    local hs = {}
+    for i, h in ipairs(p.handoffs) do
+      hs[i] = { loop = h.loop, description = or_null(h.description),
+                filter = type(h.filter) == "function" and "function" or h.filter }
+    end
+    doc.handoffs = json.array(hs)
   end
   local c = p.compaction
   if c then
@@ -378,7 +601,7 @@ function Loop:canonical()
   return private[self].canonical
 end
 
-local copied = { tools = true, limits = true, delegates = true, mcp = true }
+local copied = { tools = true, limits = true, delegates = true, mcp = true, hooks = true }
 
 local loop_mt = {
   __index = function(t, k)
@@ -391,7 +614,28 @@ local loop_mt = {
       for a, b in pairs(p[k]) do out[a] = b end
       return out
     end
-    if k == "by_name" or k == "revision" or k == "canonical" then return nil end
+    if k == "by_name" or k == "revision" or k == "canonical" or k == "delegate_loops" then
+      return nil
+    end
+    if k == "handoffs" then
+      if p.handoffs == nil then return nil end
+      local out = {}
+      for i, h in ipairs(p.handoffs) do out[i] = { loop = h.loop, description = h.description,
+                                                     filter = h.filter } end
+      return out
+    end
+    if k == "guardrails" then
+      if p.guardrails == nil then return nil end
+      local out = {}
+      for stage, list in pairs(p.guardrails) do
+        out[stage] = {}
+        for i, g in ipairs(list) do
+          out[stage][i] = { name = g.name, check = g.check, model = g.model,
+                            instructions = g.instructions }
+        end
+      end
+      return out
+    end
     if k == "output_schema" or k == "compaction" then
       local v = p[k]
       if v == nil then return nil end
@@ -408,6 +652,13 @@ local loop_mt = {
   __tostring = function(t) return "rig.loop(" .. private[t].name .. ")" end,
   __metatable = "rig.loop",
 }
+
+-- For rig.define: the delegate loops given as objects (a new list).
+function M._delegate_loops(l)
+  local out = {}
+  for i, d in ipairs(private[l].delegate_loops or {}) do out[i] = d end
+  return out
+end
 
 function M.is_loop(v)
   return type(v) == "table" and getmetatable(v) == "rig.loop" and private[v] ~= nil

@@ -10,6 +10,10 @@
 --     profile = p,                       -- a rig.sandbox.profile: the server runs in an
 --                                        -- executor of it (or executor = ex, one you have;
 --                                        -- or unconfined = true, explicitly)
+--     network = { "host:port", … },      -- what the server may reach, through the sandbox's
+--                                        -- egress proxy (HTTP_PROXY inside; a profile with
+--                                        -- network = "gated" gets a grant per target the rig's
+--                                        -- author wrote here; "deny" refuses). Default: none
 --     roots = true | { "/dir", … },      -- roots/list: true = the profile's workspace
 --     sampling = { model = m, gate = g },-- answer sampling/createMessage with a rig model
 --     elicitation = true | fn(req, ctx), -- route elicitation/create to the session's
@@ -53,7 +57,7 @@ local common = { name = true, env = true, roots = true, sampling = true, elicita
                  timeout = true, call_timeout = true, init_timeout = true, max_line = true,
                  restart = true, on_notification = true }
 local stdio_fields = { command = true, args = true, cwd = true, profile = true, executor = true,
-                       unconfined = true }
+                       unconfined = true, network = true }
 local http_fields = { url = true, headers = true, legacy = true, connect_timeout = true }
 
 local function bad(where, msg) error("rig.mcp." .. where .. ": " .. msg, 3) end
@@ -213,11 +217,23 @@ function M.stdio(o)
     bad("stdio", "field 'cwd' must be an absolute path")
   end
   check_roots("stdio", o, c, workspace)
+  if o.network ~= nil then
+    if type(o.network) ~= "table" or #o.network == 0 then
+      bad("stdio", "field 'network' must be a non-empty list of \"host:port\"")
+    end
+    for i, t in ipairs(o.network) do
+      if type(t) ~= "string" or not t:match("^[%w%.%-%[%]:*]+:%d+$") then
+        bad("stdio", "field 'network[" .. i .. "]' must be \"host:port\"")
+      end
+    end
+    if o.unconfined then bad("stdio", "field 'network' needs a profile or an executor (unconfined has all)") end
+  end
   local stdio = require "rig.mcp.stdio"
   local env = o.env
   local cl, err, code = client_mod.new(c.name, c, function()
     return stdio.open{ argv = argv, env = env, cwd = o.cwd, executor = executor,
-                       unconfined = o.unconfined, max_line = c.max_line, name = c.name }
+                       unconfined = o.unconfined, max_line = c.max_line, name = c.name,
+                       network = o.network }
   end)
   if not cl then
     if set then set:close() end
@@ -272,6 +288,13 @@ function M.http(o)
   cl.kind = "http"
   cl.url = o.url
   return remember(cl)
+end
+
+-- rig.mcp.server{ … }: an MCP server in Lua (rig.mcp.server, docs/mcp.md "Serving").
+function M.server(o)
+  local ok, srv = pcall(require("rig.mcp.server").new, o)
+  if not ok then error(srv, 2) end
+  return srv
 end
 
 function M.clients()

@@ -30,6 +30,10 @@
 --     cache: a table the caller keeps across calls, { messages = setmetatable({},
 --     { __mode = "k" }) }: messages (and a tools list) passed before are not
 --     checked and copied again; the caller promises not to change them
+--     a user message (and a tool_result's content list) may hold image and document
+--     blocks { type = "image" | "document", media_type, data | blob | url, name? }
+--     (rig.model.media, docs/media.md); request.blobs = function(sha256) -> bytes
+--     reads the blob ones back (a session gives its store's)
 --   for chunk in st:chunks() do … end   -- { type = "text"|"thinking"|"tool_use"|"refusal", … }
 --   local resp = st:result()            -- nil, message, code, detail on failure
 --   resp = { message = { role = "assistant", content = { blocks } }, usage = { input_tokens,
@@ -57,6 +61,7 @@ local json = require "rig.json"
 local accum = require "rig.model.accum"
 local request_mod = require "rig.model.request"
 local cache_mod = require "rig.model.cache"
+local media_mod = require "rig.model.media"
 
 local M = {}
 
@@ -648,6 +653,8 @@ local function start(self, request, opts)
     end
   end
   local req = checked(3, request_mod.normalize, request, m, nil, cache)
+  local mok, merr = media_mod.prepare(req)
+  if not mok then return nil, m.provider .. ": " .. merr, "invalid_request" end
   local body, err = codec.encode(m, req)
   if not body then error("rig.model: " .. tostring(err), 3) end
   local text
@@ -686,6 +693,8 @@ end
 -- and for inspecting what goes over the wire.
 function Model:encode(request, opts)
   local req = checked(2, request_mod.normalize, request, self._m)
+  local mok, merr = media_mod.prepare(req)
+  if not mok then error("rig.model: " .. merr, 2) end
   local body, err = self._codec.encode(self._m, req)
   if not body then error("rig.model: " .. tostring(err), 2) end
   return assert(json.encode(body, opts))

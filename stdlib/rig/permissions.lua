@@ -33,6 +33,8 @@
 --                    "SERVER/*" (every tool of that server), "SERVER:sampling" (that server's
 --                    sampling requests answered by a rig model) or "*" (every MCP tool and
 --                    sampling request of the servers the loop takes).
+--   tool             a tool's name, exactly ("send_email"), or "*": the approval a tool
+--                    with needs_approval asks for (rig.tool).
 --   Each rule object holds exactly these three fields.
 --
 -- Safety: the path must be absolute; the file must not be a symbolic link, must be a
@@ -55,7 +57,7 @@ local M = {}
 local MAX_BYTES = 1 << 20
 local MAX_RULES = 10000
 local KINDS = { ["filesystem.read"] = true, ["filesystem.write"] = true, network = true,
-                ["command.execute"] = true, delegate = true, mcp = true }
+                ["command.execute"] = true, delegate = true, mcp = true, tool = true }
 -- a loop name (rig.loop's rule), or "*" in a delegate rule
 local LOOP_NAME = "^%a[%w_.%-]*$"
 -- an MCP server's name as rig.mcp takes it
@@ -145,7 +147,7 @@ local function rule_matches(rule, req)
   if type(m) ~= "string" then return false end
   if rule.kind == "command.execute" then return match_command(rule.match, m) end
   if rule.kind == "network" then return match_network(rule.match, m) end
-  if rule.kind == "delegate" then return rule.match == "*" or rule.match == m end
+  if rule.kind == "delegate" or rule.kind == "tool" then return rule.match == "*" or rule.match == m end
   if rule.kind == "mcp" then
     if rule.match == "*" or rule.match == m then return true end
     if rule.match:sub(-2) == "/*" then
@@ -174,7 +176,7 @@ local function check_rule(r)
   end
   if not KINDS[r.kind] then
     return nil, "unknown kind " .. tostring(json.encode(r.kind)) .. " (filesystem.read, "
-      .. "filesystem.write, network, command.execute, delegate)"
+      .. "filesystem.write, network, command.execute, delegate, mcp, tool)"
   end
   local m = r.match
   if type(m) ~= "string" or m == "" then return nil, "match must be a non-empty string" end
@@ -187,6 +189,10 @@ local function check_rule(r)
   elseif r.kind == "delegate" then
     if m ~= "*" and (#m > 64 or not m:match(LOOP_NAME)) then
       return nil, "match must be a loop name or \"*\" (got \"" .. m .. "\")"
+    end
+  elseif r.kind == "tool" then
+    if m ~= "*" and (#m > 64 or not m:match("^[%w_-]+$")) then
+      return nil, "match must be a tool name or \"*\" (got \"" .. m .. "\")"
     end
   elseif r.kind == "mcp" then
     if m ~= "*" then

@@ -101,8 +101,18 @@ ask_next = function()
   if state.asking then return end
   while #state.queue > 0 do
     local item = table.remove(state.queue, 1)
-    local S, g = item.S, item.g
-    if not S.closed and S.open_gates[g.gate_id] and not S.open_gates[g.gate_id].answer then
+    local S, g, q = item.S, item.g, item.q
+    if q and not S.closed and S.open_inputs and S.open_inputs[q.input_id]
+       and not S.open_inputs[q.input_id].answer then
+      state.asking = item
+      if not key_mode(true) then
+        out("  (no terminal: answer with :answer " .. q.input_id .. " accept FIELD=VALUE …)")
+        state.asking = nil
+        state.queue = {}
+      end
+      return
+    end
+    if g and not S.closed and S.open_gates[g.gate_id] and not S.open_gates[g.gate_id].answer then
       state.asking = item
       if item.announce then
         local rd = state.follow and state.follow.rd or new_renderer()
@@ -128,6 +138,27 @@ function M.on_key(k)
   if not item then key_mode(false) return true end
   local S, g = item.S, item.g
   k = k:lower()
+  if item.q then
+    -- an MCP server's question: y accepts (the schema's defaults fill the fields),
+    -- n declines, c cancels; :answer fills fields (the key mode is left for it)
+    local q = item.q
+    local act = ({ y = "accept", n = "decline", c = "cancel" })[k]
+    if not act then
+      if k:match("^[%g ]$") and not item.hinted then
+        item.hinted = true
+        out("  y, n or c (answering " .. q.input_id .. "); :answer " .. q.input_id .. " accept FIELD=VALUE …")
+        state.asking = nil
+        key_mode(false)
+      end
+      return true
+    end
+    state.asking = nil
+    key_mode(false)
+    local ok, msg = S:respond_input(q.input_id, act, act == "accept" and {} or nil)
+    if not ok then out("  could not answer " .. q.input_id .. ": " .. tostring(msg)) end
+    ask_next()
+    return true
+  end
   if k == "?" then
     local rd = state.follow and state.follow.rd or new_renderer()
     out(rd:gate_lines(g, { details = true }))
@@ -152,13 +183,17 @@ function M.on_key(k)
   return true
 end
 
-local function gate_resolved(gate_id)
-  if state.asking and state.asking.g.gate_id == gate_id then
+local function gate_resolved(gate_id, input_id)
+  local function is(item)
+    if gate_id then return item.g and item.g.gate_id == gate_id end
+    return item.q and item.q.input_id == input_id
+  end
+  if state.asking and is(state.asking) then
     state.asking = nil
     key_mode(false)
   end
   for i = #state.queue, 1, -1 do
-    if state.queue[i].g.gate_id == gate_id then table.remove(state.queue, i) end
+    if is(state.queue[i]) then table.remove(state.queue, i) end
   end
   ask_next()
 end
@@ -177,9 +212,15 @@ local function follower(S, sub, rd)
         unmet = req.unmet, candidates = req.candidates } }
       out(lines)
       ask_next()
+    elseif ev.type == "UserInputRequested" then
+      state.queue[#state.queue + 1] = { S = S, q = { input_id = ev.input_id, server = ev.server,
+        message = ev.message, schema = ev.schema } }
+      out(lines)
+      ask_next()
     else
       out(lines)
       if ev.type == "GateResolved" then gate_resolved(ev.gate_id) end
+      if ev.type == "UserInputResolved" then gate_resolved(nil, ev.input_id) end
     end
     if ev.type == "TurnStarted" or ev.type == "TurnResumed" or ev.ends_turn
       or ev.type == "SessionIdle" or ev.type == "SessionActive" then
@@ -195,6 +236,10 @@ local function watcher(S, sub)
     if ev.type == "GateOpened" and state.attached ~= S then
       out(string.format("── gate %s open in session %s: %s %s (:attach %s to answer)",
         tostring(ev.gate_id), S.id, tostring(ev.tool), tostring(ev.summary or ""), S.id))
+    end
+    if ev.type == "UserInputRequested" and state.attached ~= S then
+      out(string.format("── %s asks in session %s: %s (:attach %s to answer)",
+        tostring(ev.server), S.id, tostring(ev.message or ""), S.id))
     end
   end
 end
@@ -463,11 +508,8 @@ function M.loaded(path, ...)
   out(describe(v, path))
 end
 
-local function revisions(r)
-  local t = {}
-  for _, l in ipairs(r.loops) do t[l.name] = l:revision() end
-  return t
-end
+-- every loop's policy revision by name (what a restore checks for drift)
+local revisions = require("rig.session_base").loop_revisions
 
 local function reload()
   if not state.path then return out("nothing to reload: start with `luarig repl FILE.lua`") end
@@ -664,6 +706,7 @@ local HELP = {
   ":usage             the attached session's tokens and cost",
   "                   (s:history(), s:usage(), s:snapshots(), s:journal{...} typed alone print the same)",
   ":mcp [NAME]        the MCP servers (or one server's tools); :mcp restart NAME",
+  ":answer ID ACTION [FIELD=VALUE …]  answer an MCP server's question (accept, decline, cancel)",
   "pager: space = next page, Enter = next line, q = stop",
   ":reload            run the rig file again (new sessions use it)",
   ":resume [LOOP]     continue the turns a crash or a shutdown cut (after :attach / r:restore)",
@@ -743,7 +786,45 @@ local COMMANDS = {
     M.page(lines)
   end,
   resume = resume_cmd,
+  -- :answer ID accept|decline|cancel [FIELD=VALUE …]: an MCP server's question
+  -- (typed as the schema says: a string field takes the text, an array field
+  -- VALUE,VALUE; otherwise numbers, true and false are typed, anything else a string)
+  answer = function(arg)
+    local S = need_session()
+    local id, action, rest = arg:match("^(%S+)%s+(%a+)%s*(.-)%s*$")
+    if not id then error("usage: :answer ID accept|decline|cancel [FIELD=VALUE …]", 0) end
+    if action ~= "accept" and action ~= "decline" and action ~= "cancel" then
+      error("answer: the action must be accept, decline or cancel", 0)
+    end
+    local content = {}
+    local q = S.open_inputs and S.open_inputs[id]
+    local props = q and type(q.schema) == "table" and type(q.schema.properties) == "table"
+      and q.schema.properties or {}
+    for k, v in rest:gmatch("([%w_%-]+)=(%S+)") do
+      local p = props[k]
+      if type(p) == "table" and p.type == "array" then
+        -- a multiple choice: VALUE,VALUE
+        local list = {}
+        for item in v:gmatch("[^,]+") do list[#list + 1] = item end
+        content[k] = require("rig.json").array(list)
+      elseif type(p) == "table" and p.type == "string" then content[k] = v
+      elseif v == "true" then content[k] = true
+      elseif v == "false" then content[k] = false
+      elseif math.tointeger(tonumber(v)) then content[k] = math.tointeger(tonumber(v))
+      elseif tonumber(v) then content[k] = tonumber(v)
+      else content[k] = (v:gsub("^\"(.*)\"$", "%1")) end
+    end
+    local ok, msg = S:respond_input(id, action, action == "accept" and content or nil)
+    if not ok then error("answer: " .. tostring(msg), 0) end
+  end,
 }
+
+-- :flows and :flow (rig.flow's runs: stdlib/rig/flow/repl.lua)
+do
+  local cmds, help = require("rig.flow.repl").install(out, function(lines) M.page(lines) end)
+  for k, f in pairs(cmds) do COMMANDS[k] = f end
+  for _, l in ipairs(help) do HELP[#HELP + 1] = l end
+end
 
 -- ---- chat mode, and leaving ----
 --
@@ -767,11 +848,19 @@ local function chat_send(text)
   end
   -- submitted from a task of its own: the turn it starts is not a child of
   -- this chunk, so cancelling the wait (Ctrl-C twice) leaves the turn alone
-  local t = core.spawn_detached(function() return S:submit(text) end)
+  -- files given with :file go with this line as image or document blocks
+  local input = text
+  if state.pending_media and #state.pending_media > 0 then
+    input = { { type = "text", text = text } }
+    for _, spec in ipairs(state.pending_media) do input[#input + 1] = spec end
+    state.pending_media = nil
+  end
+  local t = core.spawn_detached(function() return S:submit(input) end)
   local cid, msg = t:wait()
   if not cid then error("submit: " .. tostring(msg), 0) end
-  local ok, werr = S:wait_idle()
-  if not ok then error(tostring(werr), 0) end
+  local ok, werr, wcode = S:wait_idle()
+  -- a failed or interrupted turn was drawn with its events already
+  if not ok and wcode ~= "turn_failed" and wcode ~= "interrupted" then error(tostring(werr), 0) end
 end
 M.chat_send = chat_send
 
@@ -800,6 +889,33 @@ COMMANDS.chat = function(arg)
   out("── chat with " .. (state.attached and ("session " .. state.attached.id:sub(1, 8))
     or "a new session") .. ": each line is its input (:chat again for Lua)")
 end
+-- :file PATH [PATH …]: images (PNG, JPEG, WebP, GIF) or documents (PDF,
+-- .txt) for the next chat line; checked now (type and size, rig.media).
+COMMANDS.file = function(arg)
+  if arg == "" then
+    local n = state.pending_media and #state.pending_media or 0
+    return out(n == 0 and "no files for the next line (:file PATH …)"
+      or (n .. " file(s) go with the next line"))
+  end
+  local media = require "rig.media"
+  for path in arg:gmatch("%S+") do
+    local spec
+    for _, t in ipairs { "image", "document" } do
+      local b = media.check({ type = t, path = path })
+      if b then spec = { type = t, path = path, name = b.name } out(string.format(
+        "── %s %s (%s, %d bytes) goes with the next chat line", t, b.name, b.media_type, b.size))
+        break
+      end
+    end
+    if not spec then
+      local _, why = media.check({ type = "image", path = path }, path)
+      local _, dwhy = media.check({ type = "document", path = path }, path)
+      error("file: " .. ((why or ""):find("cannot read", 1, true) and why or dwhy), 0)
+    end
+    state.pending_media = state.pending_media or {}
+    state.pending_media[#state.pending_media + 1] = spec
+  end
+end
 COMMANDS.lua = function()
   if state.chat then set_chat(false) end
   out("── Lua")
@@ -812,6 +928,7 @@ end
 for _, line in ipairs {
   ":chat [TEXT]       chat mode: each line is input to the attached session (TEXT: one line);",
   "                   :chat again or :lua goes back to Lua",
+  ":file PATH …       images or documents (PNG, JPEG, WebP, GIF, PDF, .txt) for the next chat line",
   ":quit              leave the REPL (Ctrl-D on an empty line does the same)",
 } do HELP[#HELP + 1] = line end
 
@@ -886,7 +1003,9 @@ function M.budget_text(limits, used)
   used = used or {}
   local parts = {}
   if limits.max_tokens then
-    local left = limits.max_tokens - ((used.input_tokens or 0) + (used.output_tokens or 0))
+    -- every token read or written counts, as the runner counts them (rig.budget)
+    local left = limits.max_tokens - ((used.input_tokens or 0) + (used.output_tokens or 0)
+      + (used.cache_read_tokens or 0) + (used.cache_creation_tokens or 0))
     parts[#parts + 1] = "tokens " .. short_num(left) .. "/" .. short_num(limits.max_tokens) .. " left"
   end
   if limits.max_cost then
@@ -899,6 +1018,9 @@ local function add_used(sum, u)
   if type(u) ~= "table" then return end
   sum.input_tokens = (sum.input_tokens or 0) + (tonumber(u.input_tokens) or 0)
   sum.output_tokens = (sum.output_tokens or 0) + (tonumber(u.output_tokens) or 0)
+  sum.cache_read_tokens = (sum.cache_read_tokens or 0) + (tonumber(u.cache_read_tokens) or 0)
+  sum.cache_creation_tokens = (sum.cache_creation_tokens or 0)
+    + (tonumber(u.cache_creation_tokens) or 0)
   sum.cost = (sum.cost or 0) + (tonumber(u.cost) or 0)
 end
 
@@ -914,7 +1036,8 @@ function M.show_budget()
   if not S or S.closed then state.budget = nil; return set(with_chat(nil)) end
   if not b or b.S ~= S then
     local rig = S.rig or {}
-    b = { S = S, loop_id = rig.active_primer or (rig.primers and rig.primers[1]) or S.loop_order[1], used = {} }
+    b = { S = S, loop_id = S.active or rig.active_primer or (rig.primers and rig.primers[1])
+      or S.loop_order[1], used = {} }
     state.budget = b
   end
   local inst = S.loops and S.loops[b.loop_id]
@@ -936,6 +1059,9 @@ function M.note_budget(S, ev)
   elseif ev.ends_turn and ev.turn_id == b.turn_id and type(ev.usage) == "table" then
     b.used = {}
     add_used(b.used, ev.usage)
+  elseif t == "ActiveLoopChanged" and ev.to and ev.to ~= b.loop_id then
+    -- a handoff: the prompt follows the conversation to its new loop
+    b.loop_id, b.turn_id, b.used = ev.to, nil, {}
   elseif t == "SessionStopped" then
     local set = R().set_prompt
     if set then set(state.chat and "chat" or nil) end -- a shut-down session has no budget to show

@@ -169,6 +169,59 @@ function R:gate_lines(g, opts)
   return out
 end
 
+-- The question an MCP server asks through a tool call (UserInputRequested, or an
+-- entry of s:inputs()): its message, the fields of its schema with their defaults,
+-- and the keys.
+function R:input_lines(q)
+  local w = self:width()
+  local out = {}
+  out[#out + 1] = self:yellow(clip("? " .. tostring(q.server or "a server") .. " asks: "
+    .. tostring(q.message or ""), w))
+  local props = type(q.schema) == "table" and q.schema.properties
+  if type(props) == "table" then
+    local names = {}
+    for k in pairs(props) do names[#names + 1] = k end
+    table.sort(names)
+    for _, k in ipairs(names) do
+      local p = props[k]
+      local d = type(p) == "table" and p.default
+      local kind = type(p) == "table" and tostring(p.type or "any") or "any"
+      -- the choices, when the schema lists them (SEP-1330: enum, oneOf/anyOf of const)
+      local function choices(x)
+        if type(x) ~= "table" then return nil end
+        if type(x.enum) == "table" then
+          local t = {}
+          for i, v in ipairs(x.enum) do t[i] = tostring(v) end
+          return t
+        end
+        local alts = x.oneOf or x.anyOf
+        if type(alts) == "table" and #alts > 0 then
+          local t = {}
+          for i, a in ipairs(alts) do
+            if type(a) ~= "table" or a.const == nil then return nil end
+            t[i] = tostring(a.const) .. (type(a.title) == "string" and (" \"" .. a.title .. "\"") or "")
+          end
+          return t
+        end
+      end
+      local ch = type(p) == "table" and (kind == "array" and choices(p.items) or choices(p))
+      if ch then kind = kind .. (kind == "array" and " of " or ": ") .. table.concat(ch, " | ") end
+      local line = "  " .. k .. " (" .. kind .. ")"
+      if d ~= nil and d ~= require("rig.json").null then
+        line = line .. " = " .. (type(d) == "string" and string.format("%q", d) or tostring(d))
+      end
+      if type(p) == "table" and type(p.description) == "string" then line = line .. ": " .. p.description end
+      out[#out + 1] = clip(line, w)
+    end
+  end
+  wrap("[y] accept (the defaults) · [n] decline · [c] cancel · or :answer "
+    .. tostring(q.input_id) .. " accept FIELD=VALUE …", "  ", "    ", w, out)
+  return out
+end
+
+local INPUT_RESOLVED = { accept = { "green", "✓ answered" }, decline = { "red", "✗ declined" },
+                         cancel = { "red", "✗ cancelled" } }
+
 local RESOLVED = { approve = { "green", "✓ approved" }, approve_always = { "green", "✓ approved always" },
                    deny = { "red", "✗ denied" }, cancelled = { "red", "✗ cancelled" } }
 
@@ -214,6 +267,12 @@ function R:event(ev)
     if n == 0 then out[#out + 1] = self:dim("    │ (no output)") end
   elseif t == "GateOpened" then
     for _, l in ipairs(self:gate_lines(ev)) do out[#out + 1] = l end
+  elseif t == "UserInputRequested" then
+    for _, l in ipairs(self:input_lines(ev)) do out[#out + 1] = l end
+  elseif t == "UserInputResolved" then
+    local r = INPUT_RESOLVED[ev.action] or { "dim", tostring(ev.action) }
+    local extra = ev.source and ev.source ~= "user" and (" (" .. ev.source .. ")") or ""
+    out[#out + 1] = "  " .. self[r[1]](self, r[2] .. extra)
   elseif t == "GateResolved" then
     local r = RESOLVED[ev.action] or { "dim", tostring(ev.action) }
     local extra = ev.source and ev.source ~= "user" and (" (" .. ev.source .. ")") or ""
@@ -264,6 +323,22 @@ function R:event(ev)
   elseif t == "LoopStarted" and ev.parent_loop_id then
     out[#out + 1] = self:dim(clip("── agent " .. tostring(ev.loop_id) .. " started by "
       .. tostring(ev.parent_loop_id), w))
+  elseif t == "HookDecided" and ev.action ~= "continue" and ev.action ~= "allow"
+         and ev.action ~= "stop" then
+    local what = "  ⚑ hook " .. tostring(ev.hook) .. ": " .. tostring(ev.action)
+    if ev.tool then what = what .. " " .. tostring(ev.tool) end
+    if ev.message then what = what .. " — " .. tostring(ev.message) end
+    local l = clip(what, w)
+    out[#out + 1] = (ev.action == "deny" or ev.action == "error") and self:red(l) or self:yellow(l)
+  elseif t == "GuardrailTripped" then
+    local lines = wrap("guardrail " .. tostring(ev.guardrail) .. " tripped on the "
+      .. tostring(ev.stage) .. (ev.reason and (": " .. tostring(ev.reason)) or ""), "── ", "   ",
+      w, {})
+    for _, l in ipairs(lines) do out[#out + 1] = self:red(l) end
+  elseif t == "ActiveLoopChanged" then
+    out[#out + 1] = self:cyan(clip("── " .. tostring(ev.from) .. " hands the conversation to "
+      .. tostring(ev.to) .. (ev.reason and ev.reason ~= "handoff" and (" (" .. tostring(ev.reason)
+      .. ")") or ""), w))
   elseif t == "SessionStopped" then
     out[#out + 1] = self:dim("── session stopped")
   end
@@ -294,11 +369,26 @@ end
 
 local RESULT_LINES = 6
 
+-- An image or document as one line: what it is, its size, where it lives.
+local function media_text(b)
+  local size = b.size and (b.size >= 1024 and string.format("%.1f KiB", b.size / 1024)
+    or (b.size .. " bytes"))
+  local where = b.url or (b.blob and ("blob " .. b.blob:sub(1, 12))) or nil
+  local bits = { b.media_type }
+  if size then bits[#bits + 1] = size end
+  if where then bits[#bits + 1] = where end
+  return "[" .. tostring(b.type) .. (b.name and (" " .. b.name) or "") .. ": "
+    .. table.concat(bits, ", ") .. "]"
+end
+
 local function result_text(c)
   if type(c) == "string" then return c end
   if type(c) == "table" then
     local parts = {}
-    for _, b in ipairs(c) do parts[#parts + 1] = tostring(b.text or "") end
+    for _, b in ipairs(c) do
+      parts[#parts + 1] = (b.type == "image" or b.type == "document") and media_text(b)
+        or tostring(b.text or "")
+    end
     return table.concat(parts, "\n")
   end
   return tostring(c)
@@ -334,7 +424,11 @@ function R:history_lines(messages)
           out[#out + 1] = self:dim("    … " .. (n - RESULT_LINES) .. " more lines")
         end
       else
-        out[#out + 1] = self:dim(clip("  (" .. tostring(t) .. " block)", w))
+        if t == "image" or t == "document" then
+          out[#out + 1] = self:cyan(clip("  " .. media_text(b), w))
+        else
+          out[#out + 1] = self:dim(clip("  (" .. tostring(t) .. " block)", w))
+        end
       end
     end
   end

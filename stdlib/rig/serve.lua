@@ -35,9 +35,15 @@
 --   POST /v1/sessions/{id}/interrupt       -> {interrupted}
 --   POST /v1/sessions/{id}/resume          {loop?} -> 202 {resumed: [loop ids]} (docs/resume.md)
 --   POST /v1/sessions/{id}/gates/{gate}    {action} -> 202 {}
+--   POST /v1/sessions/{id}/inputs/{input}  {action, content?} -> 202 {}: an MCP server's
+--                                          question (UserInputRequested; docs/mcp.md)
+--   POST /v1/media                         {type, base64, media_type?, name?} -> 201 {blob, media_type, size}
 --   GET  /v1/sessions/{id}/status
 --   GET  /v1/sessions/{id}/journal?from&limit -> {events[{seq, kind, event}], next_seq, done}
 --   GET  /v1/sessions/{id}/events          SSE; Last-Event-ID or ?from=SEQ resumes after SEQ
+--   GET  /v1/flows…                        the flows given (flows = { f, … }): runs, their
+--                                          status, journal, events, interrupts and forks
+--                                          (stdlib/rig/flow/serve.lua, docs/flow.md)
 --   GET  /metrics                          Prometheus text format 0.0.4 (counted from the
 --                                          enduring events of the sessions this server holds)
 --   GET  /, /console.js, /console.css      the web console (no token needed to load it)
@@ -50,7 +56,7 @@ local M = {}
 
 M.PROTOCOL, M.VERSION = "luarig.serve", 1
 local FEATURES = { "journal", "live_sse", "ephemeral_sse", "gate_response", "sse_resume",
-                   "idempotency", "resume" }
+                   "idempotency", "resume", "media" }
 
 -- The stable error codes: status and whether a retry may succeed (docs/serve.md).
 -- The lower layers answer some themselves, in the same shape: rig.http.server
@@ -68,6 +74,7 @@ local ERRORS = {
   method_not_allowed = { 405, false },
   session_not_found = { 404, false },
   gate_not_open = { 409, false },
+  input_not_open = { 409, false },
   session_not_live = { 409, false },
   session_held = { 409, true },
   session_faulted = { 409, false },
@@ -75,6 +82,10 @@ local ERRORS = {
   nothing_to_resume = { 409, false },
   session_busy = { 409, true },
   idempotency_conflict = { 409, false },
+  flow_not_found = { 404, false },
+  run_not_found = { 404, false },
+  interrupt_not_open = { 409, false },
+  run_held = { 409, true },
   body_too_large = { 413, false },
   unsupported_media_type = { 415, false },
   expectation_failed = { 417, false },
@@ -89,7 +100,7 @@ M.ERRORS = ERRORS
 
 local KNOWN = { rig = true, listen = true, auth = true, insecure_public_bind = true,
                 max_body = true, max_headers = true, max_connections = true, heartbeat = true,
-                drain_timeout = true, sse_buffer = true, allowed_hosts = true }
+                drain_timeout = true, sse_buffer = true, allowed_hosts = true, flows = true }
 
 local IDEM_TTL, IDEM_MAX = 24 * 3600, 10000
 local METRICS_BUFFER = 4096
@@ -109,8 +120,8 @@ end
 
 local function err(code, message)
   local e = ERRORS[code]
-  local body = json.encode({ error = { code = code, message = message, retryable = e[2] } })
-  return { status = e[1], headers = JSON_HEADERS, body = body }
+  return { status = e[1], headers = JSON_HEADERS,
+           json = { error = { code = code, message = message, retryable = e[2] } } }
 end
 
 -- A name from the request, fit to quote in a message: printable ASCII, at most 64 bytes.
@@ -119,7 +130,7 @@ local function shown(s)
 end
 
 local function ok(status, value)
-  return { status = status, headers = JSON_HEADERS, body = json.encode(value) }
+  return { status = status, headers = JSON_HEADERS, json = value }
 end
 
 -- "127.0.0.1", "127.x.y.z", "::1", "localhost": nothing else is loopback.
@@ -240,6 +251,12 @@ local function page_params(q, lo_name, lo_default)
   end
   return lo, limit
 end
+
+-- The browser checks and the token comparison, for the other HTTP servers of a rig
+-- (rig.mcp.server_http keeps the same rules).
+M._checks = { authority = authority, host_names = host_names, host_ok = host_ok,
+              origin_ok = origin_ok, media_type = media_type, token_equal = token_equal,
+              is_loopback = is_loopback, listen_host = listen_host }
 
 function M.serve(opts)
   if type(opts) ~= "table" then fail("expects an options table") end
@@ -447,6 +464,10 @@ function M.serve(opts)
       return nil, err("session_faulted", "session '" .. s.id .. "' is faulted (restore it)")
     end
     log("input to '%s' refused: %s (%s)", s.id, tostring(msg), tostring(code))
+    if code == "invalid_request" then
+      -- an image or document the session refused: the message says which and why
+      return nil, err("invalid_request", (tostring(msg):gsub("^submit: ", "")))
+    end
     return nil, err("invalid_request", "the session refused the input")
   end
 
@@ -584,6 +605,24 @@ function M.serve(opts)
     return ok(200, { command_id = cid })
   end
 
+  -- An image or document stored once (base64 in JSON): blocks refer to it by
+  -- { type, blob, media_type } from then on, in any session of this store.
+  local function upload(req)
+    local body, be = body_of(req, "media")
+    if not body then return be end
+    local media = require "rig.media"
+    local b, merr = media.check(body, "the upload")
+    if not b then return err("invalid_request", merr) end
+    if not b.data then return err("invalid_request", "the upload needs its bytes (base64)") end
+    local sb, serr = media.store(store, b)
+    if not sb then
+      log("media upload failed: %s", tostring(serr))
+      return err("storage", "the session store failed")
+    end
+    return ok(201, { type = sb.type, blob = sb.blob, media_type = sb.media_type, size = sb.size,
+                     name = sb.name })
+  end
+
   local function interrupt(req)
     local s, e = find(req.params.id)
     if not s then return e end
@@ -636,6 +675,23 @@ function M.serve(opts)
     return err(code == "io" and "storage" or "internal", "the gate answer failed")
   end
 
+  -- an MCP server's question (UserInputRequested) answered: accept with content, or not
+  local function answer(req)
+    local s, e = find(req.params.id)
+    if not s then return e end
+    local body, be = body_of(req, "answer")
+    if not body then return be end
+    local iid = req.params.input
+    local done, msg, code = s:respond_input(iid, body.action, body.action == "accept"
+      and (body.content or {}) or nil)
+    if done then return ok(202, {}) end
+    if code == "input_not_open" then
+      return err("input_not_open", "question '" .. shown(iid) .. "' is not open")
+    end
+    log("answer '%s' of '%s' failed: %s (%s)", shown(iid), s.id, tostring(msg), tostring(code))
+    return err(code == "io" and "storage" or "internal", "the answer failed")
+  end
+
   local function status(req)
     local id = req.params.id
     forget(id)
@@ -661,10 +717,12 @@ function M.serve(opts)
       out.state = live_state(s)
       out.faulted = faulted and true or false
       out.open_gates = json.array(gates)
+      out.open_inputs = json.array(s:inputs())
       local cut = {}
       for _, c in ipairs(s:resumable()) do cut[#cut + 1] = c.loop_id end
       out.resumable = json.array(cut) -- POST …/resume continues these loops' cut turns
       out.usage = s:usage()
+      out.active_loop = s.active -- where input goes (a handoff moves it)
       out.last_seq = s.core:tip()
     end
     return ok(200, out)
@@ -912,11 +970,21 @@ function M.serve(opts)
     ["POST /v1/sessions/{id}/interrupt"] = interrupt,
     ["POST /v1/sessions/{id}/resume"] = resume,
     ["POST /v1/sessions/{id}/gates/{gate}"] = gate,
+    ["POST /v1/sessions/{id}/inputs/{input}"] = answer,
+    ["POST /v1/media"] = upload,
     ["GET /v1/sessions/{id}/status"] = status,
     ["GET /v1/sessions/{id}/journal"] = journal,
     ["GET /v1/sessions/{id}/events"] = events,
     ["GET /metrics"] = metrics,
   }
+  local flow_runs = {} -- the flow runs this server holds: their leases go at close
+  if opts.flows ~= nil then
+    if type(opts.flows) ~= "table" then fail("option 'flows' must be a list of rig.flow") end
+    local fr
+    fr, flow_runs = require("rig.flow.serve").routes(opts.flows, { err = err, ok = ok, log = log,
+      shown = shown, store = store, heartbeat = heartbeat, page_params = page_params })
+    for k, f in pairs(fr) do routes[k] = f end
+  end
   for _, m in ipairs({ "GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS" }) do
     routes[m .. " /*"] = not_found
   end
@@ -978,12 +1046,14 @@ function M.serve(opts)
       if not okc then log("shutdown of session '%s' failed: %s", id, tostring(e2)) end
       live[id] = nil
     end
+    for _, R in pairs(flow_runs) do R:close() end
     obj.closed = true
     srv:close()
     return true
   end
 
   function obj.close()
+    for _, R in pairs(flow_runs) do R:close() end
     obj.closed = true
     unwatch_all()
     srv:close()
@@ -1059,7 +1129,7 @@ function M.cli(...)
   if not chunk then error(lerr, 0) end
   -- called through xpcall, not as the caller of a tail call: a definition
   -- error in `return rig.define{…}` names no line rather than this one
-  local okc, r = xpcall(chunk, function(m)
+  local okc, r, flows = xpcall(chunk, function(m)
     return type(m) == "string" and debug.traceback(m, 2) or m
   end)
   if not okc then error(r, 0) end
@@ -1067,6 +1137,7 @@ function M.cli(...)
     error("serve: '" .. path .. "' must return a rig (rig.define{…})", 0)
   end
   local srv, msg, code = M.serve{ rig = r, listen = listen or "127.0.0.1:8080", auth = auth,
+                                  flows = flows, -- a second return value: a list of rig.flow
                                   insecure_public_bind = insecure or nil,
                                   allowed_hosts = #hosts > 0 and hosts or nil }
   if not srv and code == "refused" then

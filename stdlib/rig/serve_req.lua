@@ -4,7 +4,10 @@
 --
 --   req.body(kind, bytes) -> value | nil, code, message
 --     kind: "create" ({ blocks? | text? }, an empty body is {}), "input"
---     ({ blocks } or { text }, one of them), "gate" ({ action, values? }).
+--     ({ blocks } or { text }, one of them), "gate" ({ action, values? }),
+--     "answer" ({ action = accept|decline|cancel, content? }: an MCP server's question),
+--     "media" ({ type, base64, media_type?, name? }: an upload). A block is a text block
+--     or an image/document { type, base64 | blob | url, media_type?, name? }.
 --     The value: { message = string | blocks } for create/input (message
 --     nil when create had none), { action = … } for gate. code is
 --     "invalid_json" (the decoder's message, naming the byte) or
@@ -16,6 +19,8 @@ local json = require "rig.json"
 local M = {}
 
 local MAX_BLOCKS = 256
+local MEDIA_FIELDS = { type = true, media_type = true, base64 = true, blob = true, url = true,
+                       name = true, size = true }
 local ACTIONS = { approve = true, approve_always = true, deny = true }
 
 local function bad(msg) return nil, "invalid_request", msg end
@@ -39,14 +44,34 @@ local function blocks_of(v)
     if type(b) ~= "table" or json.is_array(b) then
       return nil, "blocks[" .. i .. "] must be an object"
     end
-    for k in pairs(b) do
-      if k ~= "type" and k ~= "text" then
-        return nil, "blocks[" .. i .. "]: unknown field '" .. tostring(k) .. "'"
+    if b.type == "image" or b.type == "document" then
+      -- the bytes as base64, a blob uploaded before (POST /v1/media) or a URL;
+      -- never a path or raw data: the session checks the rest (rig.media)
+      local m = {}
+      for k, x in pairs(b) do
+        if not MEDIA_FIELDS[k] then
+          return nil, "blocks[" .. i .. "]: unknown field '" .. tostring(k) .. "' (an " .. b.type
+            .. " takes base64, blob or url, media_type, name)"
+        end
+        if k ~= "size" and type(x) ~= "string" then
+          return nil, "blocks[" .. i .. "]." .. k .. " must be a string"
+        end
+        m[k] = x
       end
+      if m.size ~= nil then m.size = math.tointeger(m.size) end
+      out[i] = m
+    else
+      for k in pairs(b) do
+        if k ~= "type" and k ~= "text" then
+          return nil, "blocks[" .. i .. "]: unknown field '" .. tostring(k) .. "'"
+        end
+      end
+      if b.type ~= "text" then
+        return nil, "blocks[" .. i .. "].type must be \"text\", \"image\" or \"document\""
+      end
+      if type(b.text) ~= "string" then return nil, "blocks[" .. i .. "].text must be a string" end
+      out[i] = { type = "text", text = b.text }
     end
-    if b.type ~= "text" then return nil, "blocks[" .. i .. "].type must be \"text\"" end
-    if type(b.text) ~= "string" then return nil, "blocks[" .. i .. "].text must be a string" end
-    out[i] = { type = "text", text = b.text }
   end
   return out
 end
@@ -71,7 +96,10 @@ local FIELDS = {
   create = { blocks = true, text = true },
   input = { blocks = true, text = true },
   gate = { action = true, values = true },
+  answer = { action = true, content = true },
+  media = { type = true, media_type = true, base64 = true, name = true },
 }
+local ANSWERS = { accept = true, decline = true, cancel = true }
 
 function M.body(kind, bytes)
   local allowed = FIELDS[kind]
@@ -88,6 +116,16 @@ function M.body(kind, bytes)
   end
   local unknown = keys_only(v, allowed)
   if unknown then return bad(unknown) end
+  if kind == "media" then
+    if v.type ~= "image" and v.type ~= "document" then
+      return bad("field 'type' must be \"image\" or \"document\"")
+    end
+    if type(v.base64) ~= "string" then return bad("field 'base64' must be a string") end
+    for _, k in ipairs { "media_type", "name" } do
+      if v[k] ~= nil and type(v[k]) ~= "string" then return bad("field '" .. k .. "' must be a string") end
+    end
+    return { type = v.type, base64 = v.base64, media_type = v.media_type, name = v.name }
+  end
   if kind == "gate" then
     if type(v.action) ~= "string" then return bad("field 'action' must be a string") end
     if not ACTIONS[v.action] then
@@ -97,6 +135,15 @@ function M.body(kind, bytes)
       return bad("field 'values' must be an object")
     end
     return { action = v.action }
+  end
+  if kind == "answer" then
+    if not ANSWERS[v.action] then
+      return bad("field 'action' must be \"accept\", \"decline\" or \"cancel\"")
+    end
+    if v.content ~= nil and (type(v.content) ~= "table" or (json.is_array(v.content) and next(v.content))) then
+      return bad("field 'content' must be an object")
+    end
+    return { action = v.action, content = v.content }
   end
   return message_of(v, kind == "input")
 end

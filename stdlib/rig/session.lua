@@ -3,7 +3,9 @@
 -- catalog) is C behind rig.core; this module decides what happens and
 -- emits the events.
 --
---   local s = r:session()            -- or r:restore(id [, { accept_drift = true }])
+--   local s = r:session([{ seed = REF, on_gate = f | "approve" | "deny" | "terminal" }])
+--                                    -- or r:restore(id [, { accept_drift = true, on_gate }]);
+--                                    -- on_gate: the approver s:ask uses (rig.ask)
 --   s.id
 --   s:submit(text | blocks [, { loop = "name" }]) -> command id (never waits on the turn)
 --   local sub = s:subscribe{ loops = "all" | { names }, ephemeral = true, buffer = 1024 }
@@ -14,7 +16,9 @@
 --   s:inputs()                       -- open questions of a tool's server (MCP elicitation)
 --   s:respond_input(input_id, "accept" | "decline" | "cancel", content) -> true | nil, msg, code
 --   s:interrupt() -> true if a turn was cancelled
---   s:wait_idle([timeout]) -> true | nil, msg, code ("faulted", "timeout")
+--   s:wait_idle([timeout]) -> true | nil, msg, code ("faulted", "timeout", or "turn_failed" /
+--     "interrupted": the first turn of a primer loop that failed or was interrupted since
+--     the last wait_idle, reported once)
 --   for rec in s:journal{ from = 1 } do … end   -- rec.seq, rec.type, the event's fields
 --   s:history([loop]) -> the loop's conversation (the messages the model sees)
 --   s:compact([loop] [, { fallback = "truncate" }]) -> { replaced, retained, summary,
@@ -65,6 +69,11 @@
 --   rig.session_replay   the journal folded; r:restore
 --   rig.session_fork     s:fork
 --   rig.session_resume   s:resume, continuing a cut turn
+-- They require one way, with no cycle (tests/lua/stdlib_layout_spec.lua):
+-- base ← output ← compact; base ← rig.delegation ← session_resume; all of
+-- those ← turn ← replay ← fork ← this module. What rig.delegation and
+-- session_resume need from above (starting a loop's work) is handed to
+-- them: session_turn's runner.
 
 local core = require "rig.core"
 local json = require "rig.json"
@@ -74,19 +83,20 @@ local compaction = require "rig.session_compact"
 local turns = require "rig.session_turn"
 local replay = require "rig.session_replay"
 local forking = require "rig.session_fork"
+local resuming = require "rig.session_resume"
+local workspace = require "rig.workspace"
 
 local M = {}
 
 local Session = base.Session
 local fail, check_open, emit, catalog = base.fail, base.check_open, base.emit, base.catalog
+local check_options = base.check_options
 local next_id, fault_message, note_usage = base.next_id, base.fault_message, base.note_usage
 local user_message, emit_command, new_session = base.user_message, base.emit_command, base.new_session
-local emit_command_record = base.emit_command_record
-local loop_revisions, ws_hooks = base.loop_revisions, base.ws_hooks
-local rs, ws = base.rs, base.ws
+local ws_hooks = base.ws_hooks
 local compact = compaction.compact
-local enqueue, drive, cancel_queue, close_gate, new_instance =
-  turns.enqueue, turns.drive, turns.cancel_queue, turns.close_gate, turns.new_instance
+local close_gate = base.close_gate
+local enqueue, drive, cancel_queue = turns.enqueue, turns.drive, turns.cancel_queue
 local restore = replay.restore
 
 M.ENDURING, M.EPHEMERAL, M.TERMINAL = base.ENDURING, base.EPHEMERAL, base.TERMINAL
@@ -103,14 +113,20 @@ end
 
 function Session:submit(input, opts)
   check_open(self, "submit")
-  local msg, err = user_message(input)
+  local msg, err, ecode = user_message(input)
+  if not msg and ecode then return nil, "submit: " .. err, ecode end -- media: expected
   if not msg then fail("submit", err, 2) end
-  local target = self.rig.active_primer or self.rig.primers[1]
-  if opts ~= nil then
-    if type(opts) ~= "table" then fail("submit", "options must be a table", 2) end
-    for k in pairs(opts) do
-      if k ~= "loop" then fail("submit", "unknown option '" .. tostring(k) .. "'", 2) end
+  -- images and documents go into the store once; the journal keeps references
+  for i, b in ipairs(msg.content) do
+    if b.data then
+      local sb, serr, scode = require("rig.media").store(self.rig.store, b)
+      if not sb then return nil, "submit: " .. serr, scode or "io" end
+      msg.content[i] = sb
     end
+  end
+  local target = self.active
+  if opts ~= nil then
+    check_options("submit", opts, "loop")
     if opts.loop ~= nil then target = opts.loop end
   end
   local inst = self.loops[target]
@@ -119,7 +135,7 @@ function Session:submit(input, opts)
   local f = fault_message(self)
   if f then return nil, f, "faulted" end
   if self.ws then
-    local wmsg, wcode = ws().refusal(self)
+    local wmsg, wcode = workspace.refusal(self)
     if wmsg then return nil, wmsg, wcode end
   end
   emit_command(self, cid, inst.id, msg)
@@ -136,14 +152,13 @@ function Session:compact(loop, opts)
   if loop ~= nil and type(loop) ~= "string" then fail("compact", "loop must be a loop id", 2) end
   local fallback = false
   if opts ~= nil then
-    if type(opts) ~= "table" then fail("compact", "options must be a table", 2) end
-    for k, v in pairs(opts) do
-      if k ~= "fallback" then fail("compact", "unknown option '" .. tostring(k) .. "'", 2) end
-      if v ~= "truncate" then fail("compact", "option 'fallback' must be \"truncate\"", 2) end
+    check_options("compact", opts, "fallback")
+    if opts.fallback ~= nil and opts.fallback ~= "truncate" then
+      fail("compact", "option 'fallback' must be \"truncate\"", 2)
     end
     fallback = opts.fallback == "truncate"
   end
-  local inst = self.loops[loop or self.rig.active_primer or self.rig.primers[1]]
+  local inst = self.loops[loop or self.active]
   if not inst then fail("compact", "no loop '" .. tostring(loop) .. "' in this session", 2) end
   local f = fault_message(self)
   if f then return nil, f, "faulted" end
@@ -256,11 +271,11 @@ end
 -- rig.session_resume, docs/resume.md).
 function Session:resume(loop)
   check_open(self, "resume")
-  return rs().resume(self, loop)
+  return resuming.resume(self, loop, turns.runner)
 end
 
 function Session:resumable()
-  return rs().resumable(self)
+  return resuming.resumable(self)
 end
 
 function Session:gates()
@@ -280,7 +295,19 @@ function Session:wait_idle(timeout)
   while true do
     local f = fault_message(self)
     if f then return nil, f, "faulted" end
-    if self.busy == 0 then return true end
+    if self.busy == 0 then
+      local t = self.turn_trouble
+      if not t then return true end
+      self.turn_trouble = nil
+      if t.type == "TurnInterrupted" then
+        return nil, "turn " .. t.turn_id .. " of " .. t.loop_id .. " was interrupted ("
+          .. tostring(t.reason) .. ")", "interrupted"
+      end
+      local e = t.error or {}
+      return nil, "turn " .. t.turn_id .. " of " .. t.loop_id .. " failed: "
+        .. tostring(e.message or "?") .. (e.code and (" (" .. tostring(e.code) .. ")") or ""),
+        "turn_failed"
+    end
     local left = deadline and (deadline - core.now())
     if left and left <= 0 then return nil, "timeout", "timeout" end
     self.idle_cond:wait(left)
@@ -298,13 +325,10 @@ end
 function Session:shutdown(opts)
   local ref
   if opts ~= nil then
-    if type(opts) ~= "table" then fail("shutdown", "options must be a table", 2) end
-    for k in pairs(opts) do
-      if k ~= "hand_over" then fail("shutdown", "unknown option '" .. tostring(k) .. "'", 2) end
-    end
+    check_options("shutdown", opts, "hand_over")
     if opts.hand_over and not self.closed and self.ws then
       local msg, code
-      ref, msg, code = ws().hand_over(self)
+      ref, msg, code = workspace.hand_over(self)
       if not ref then return nil, msg, code end
     end
   end
@@ -320,7 +344,7 @@ function Session:shutdown(opts)
     local inst = self.loops[id]
     if inst.driver then inst.driver:wait() end
   end
-  if self.ws then ws().close(self) end
+  if self.ws then workspace.close(self) end
   if not self:faulted() then
     emit(self, "SessionStopped", {})
     catalog(self, { status = "stopped", state = "stopped" })
@@ -336,38 +360,35 @@ function Session:checkpoint(opts)
   check_open(self, "checkpoint")
   local timeout
   if opts ~= nil then
-    if type(opts) ~= "table" then fail("checkpoint", "options must be a table", 2) end
-    for k in pairs(opts) do
-      if k ~= "timeout" then fail("checkpoint", "unknown option '" .. tostring(k) .. "'", 2) end
-    end
+    check_options("checkpoint", opts, "timeout")
     timeout = opts.timeout
     if type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0 or timeout > 86400 then
       fail("checkpoint", "option 'timeout' must be a number of seconds above 0, at most 86400", 2)
     end
   end
   if not self.ws then return nil, "the rig has no workspace", "refused" end
-  return ws().checkpoint(self, timeout)
+  return workspace.checkpoint(self, timeout)
 end
 
 function Session:clear_fault()
   check_open(self, "clear_fault")
   if not self.ws then return false end
-  return ws().clear_fault(self)
+  return workspace.clear_fault(self)
 end
 
 function Session:rewind(ref)
   check_open(self, "rewind")
   if type(ref) ~= "string" then fail("rewind", "ref must be a snapshot ref string", 2) end
   if not self.ws then return nil, "the rig has no workspace", "refused" end
-  return ws().rewind(self, ref)
+  return workspace.rewind(self, ref)
 end
 
 function Session:snapshots()
-  return ws().snapshots(self)
+  return workspace.snapshots(self)
 end
 
 function Session:history(loop)
-  local inst = self.loops[loop or self.rig.active_primer or self.rig.primers[1]]
+  local inst = self.loops[loop or self.active]
   if not inst then fail("history", "no loop '" .. tostring(loop) .. "'", 2) end
   return inst.history
 end
@@ -393,13 +414,7 @@ end
 
 function Session:subscribe(opts)
   check_open(self, "subscribe")
-  opts = opts or {}
-  if type(opts) ~= "table" then fail("subscribe", "options must be a table", 2) end
-  for k in pairs(opts) do
-    if k ~= "loops" and k ~= "ephemeral" and k ~= "buffer" then
-      fail("subscribe", "unknown option '" .. tostring(k) .. "'", 2)
-    end
-  end
+  opts = check_options("subscribe", opts or {}, "loops", "ephemeral", "buffer")
   local loops = opts.loops
   if loops == nil then loops = "all" end
   if loops ~= "all" and type(loops) ~= "table" then
@@ -477,10 +492,7 @@ end
 function Session:journal(opts)
   local from = 1
   if opts ~= nil then
-    if type(opts) ~= "table" then fail("journal", "options must be a table", 2) end
-    for k in pairs(opts) do
-      if k ~= "from" then fail("journal", "unknown option '" .. tostring(k) .. "'", 2) end
-    end
+    check_options("journal", opts, "from")
     from = opts.from or 1
   end
   return journal_iter(self.rig.store, self.id, from)
@@ -493,32 +505,37 @@ local function create(r, opts)
   if opts ~= nil then
     if type(opts) ~= "table" then fail("session", "options must be a table", 2) end
     for k in pairs(opts) do
-      if k ~= "seed" then fail("session", "unknown option '" .. tostring(k) .. "'", 2) end
+      if k ~= "seed" and k ~= "on_gate" then
+        fail("session", "unknown option '" .. tostring(k) .. "' (seed, on_gate)", 2)
+      end
     end
     seed = opts.seed
     if seed ~= nil and type(seed) ~= "string" then
       fail("session", "option 'seed' must be a snapshot ref string", 2)
     end
+    local og = opts.on_gate
+    if og ~= nil and type(og) ~= "function" and og ~= "approve" and og ~= "deny"
+       and og ~= "terminal" then
+      fail("session", "option 'on_gate' must be a function or \"approve\", \"deny\" or "
+        .. "\"terminal\"", 2)
+    end
   end
   local csess, msg, code = core.session_open(r.store, nil)
   if not csess then return nil, msg, code end
   local S = new_session(r, csess)
+  S.on_gate = opts and opts.on_gate -- the approver s:ask uses when its call names none
   local ok
   if r.workspace or seed ~= nil then
-    ok, msg, code = ws().create(S, r, seed, ws_hooks(S))
+    ok, msg, code = workspace.create(S, r, seed, ws_hooks(S))
     if not ok then csess:close() return nil, msg, code end
   end
-  ok, msg, code = emit(S, "SessionStarted", { fingerprint = r:fingerprint(),
-    loops = loop_revisions(r), primers = json.array({ table.unpack(r.primers) }),
-    active_primer = r.active_primer, workspace = S.workspace })
-  if ok and S.ws then ok, msg, code = ws().started(S) end
-  if not ok then ws().release(S.ws) csess:close() return nil, msg, code end
+  ok, msg, code = base.emit_started(S, r)
+  if ok and S.ws then ok, msg, code = workspace.started(S) end
+  if not ok then workspace.release(S.ws) csess:close() return nil, msg, code end
   for i, name in ipairs(r.primers) do
-    new_instance(S, r:loop(name), name)
     -- the last one waits: the session is fully started when it is returned
-    ok, msg, code = emit(S, "LoopStarted", { loop_id = name, loop = name,
-      revision = r:loop(name):revision() }, i == #r.primers)
-    if not ok then ws().release(S.ws) csess:close() return nil, msg, code end
+    ok, msg, code = turns.start_primer(S, r, name, i == #r.primers)
+    if not ok then workspace.release(S.ws) csess:close() return nil, msg, code end
   end
   catalog(S, { state = "idle", status = "active", loop_count = #r.primers })
   return S
@@ -533,20 +550,17 @@ local function sessions(r)
   return list
 end
 
--- The runner's internals rig.delegation works with.
-M._rt = { emit = emit, next_id = next_id, enqueue = enqueue, command = emit_command_record,
-          new_instance = new_instance, catalog = catalog, user_message = user_message,
-          -- and rig.session_resume's
-          close_gate = close_gate, limit_failure = turns.limit_failure,
-          out_setup = output.out_setup, native_output = output.native_output,
-          check_output = output.check_output, invalid_output = output.invalid_output,
-          new_usage = base.new_usage, add_usage = base.add_usage }
-
 M.rig_methods = {
   session = function(r, opts) return create(r, opts) end,
   restore = function(r, id, opts) return restore(r, id, opts) end,
   sessions = sessions,
 }
+-- s:ask(text [, opts]) -> answer, usage | nil, message, code (rig.ask)
+function Session:ask(input, opts)
+  check_open(self, "ask")
+  return require("rig.ask").ask(self, input, opts)
+end
+
 M.Session = Session
 
 return M

@@ -1,8 +1,11 @@
 -- rig.session_base: what every part of the session runner shares — the
 -- session object's class, ids, events and command records, the catalog, the
--- fault message, usage sums and user messages. It requires only rig.core and
--- rig.json, so each part (rig.session_turn, _compact, _replay, _fork,
--- _resume) and rig.delegation can build on it.
+-- fault message, usage sums, user messages, closing a gate. It requires only
+-- rig.core and rig.json, so each part (rig.session_turn, _compact, _replay,
+-- _fork, _resume) and rig.delegation build on it without a cycle. The one
+-- thing that calls back up, starting a loop's work (a new instance, an
+-- enqueued input), is handed to rig.delegation and rig.session_resume as an
+-- argument: rig.session_turn's `runner`.
 
 local core = require "rig.core"
 local json = require "rig.json"
@@ -21,6 +24,7 @@ local ENDURING = {
   UserInputRequested = true, UserInputResolved = true, WorkspaceCheckpointed = true, WorkspaceRestored = true,
   WorkspaceFaulted = true, WorkspaceFaultCleared = true,
   ActiveLoopChanged = true, CompactionCommitted = true, ContextMeasured = true,
+  HookDecided = true, GuardrailChecked = true, GuardrailTripped = true,
 }
 local EPHEMERAL = { TokenDelta = true, ToolCallStarted = true, ToolCallCompleted = true,
                     InputQueued = true }
@@ -32,27 +36,6 @@ Session.__index = Session
 
 local function fail(where, msg, level)
   error("rig.session: " .. where .. ": " .. msg, (level or 1) + 1)
-end
-
--- Loaded on first use: rig.session_resume (resuming a turn a crash cut
--- short) and rig.delegation call back into the runner (rig.session._rt);
--- rig.workspace (placements, the snapshot policy).
-local resume_mod
-local function rs()
-  resume_mod = resume_mod or require "rig.session_resume"
-  return resume_mod
-end
-
-local deleg_mod
-local function dg()
-  deleg_mod = deleg_mod or require "rig.delegation"
-  return deleg_mod
-end
-
-local workspace_mod
-local function ws()
-  workspace_mod = workspace_mod or require "rig.workspace"
-  return workspace_mod
 end
 
 -- ---- ids and events ----
@@ -135,13 +118,26 @@ local function user_message(input)
     return { role = "user", content = json.array({ { type = "text", text = input } }) }
   end
   local blocks = {}
+  local media = 0
   for i, b in ipairs(input) do
-    if type(b) ~= "table" or b.type ~= "text" or type(b.text) ~= "string" then
-      return nil, "input[" .. i .. "] must be a { type = \"text\", text = … } block"
+    if type(b) == "table" and (b.type == "image" or b.type == "document") then
+      -- checked here (type, size, magic); rig.session stores the bytes (rig.media)
+      local mb, err = require("rig.media").check(b, "input[" .. i .. "]")
+      if not mb then return nil, err, "invalid_request" end
+      blocks[i] = mb
+      media = media + 1
+    elseif type(b) ~= "table" or b.type ~= "text" or type(b.text) ~= "string" then
+      return nil, "input[" .. i .. "] must be a { type = \"text\", text = … }, image or "
+        .. "document block"
+    else
+      blocks[i] = { type = "text", text = b.text }
     end
-    blocks[i] = { type = "text", text = b.text }
   end
   if #blocks == 0 then return nil, "input must hold at least one block" end
+  if media > require("rig.media").PER_MESSAGE then
+    return nil, "input holds more than " .. require("rig.media").PER_MESSAGE
+      .. " images and documents", "invalid_request"
+  end
   return { role = "user", content = json.array(blocks) }
 end
 
@@ -184,12 +180,29 @@ local function new_session(r, csess)
     loops = {}, loop_order = {}, busy = 0, open_gates = {}, gate_order = {}, open_inputs = {},
     idle_cond = core.cond(), usage_sum = new_usage(), want_ephemeral = 0,
     subs = setmetatable({}, { __mode = "k" }), closed = false,
+    -- where input without { loop = … } goes: a handoff moves it (rig.handoff)
+    active = r.active_primer or r.primers[1],
   }, Session)
   return S
 end
 
 local function check_open(S, where)
   if S.closed then fail(where, "the session is shut down", 3) end
+end
+
+-- A method's options: nil, or a table whose keys are among the names given.
+-- Raises at the method's caller otherwise (where names the method). Returns opts.
+local function check_options(where, opts, ...)
+  if opts == nil then return nil end
+  if type(opts) ~= "table" then fail(where, "options must be a table", 3) end
+  for k in pairs(opts) do
+    local known = false
+    for i = 1, select("#", ...) do
+      if k == select(i, ...) then known = true break end
+    end
+    if not known then fail(where, "unknown option '" .. tostring(k) .. "'", 3) end
+  end
+  return opts
 end
 
 -- The intent log: every submit is journaled as a command record (audit only:
@@ -220,12 +233,41 @@ local function ws_hooks(S)
            catalog = function(t) catalog(S, t) end }
 end
 
-M.Session, M.fail, M.rs, M.dg, M.ws = Session, fail, rs, dg, ws
+-- ---- gates and turns ----
+
+-- Closes an open gate (GateResolved): answered in its call, after a
+-- restore by respond_gate, or cancelled by an interrupt or a resume.
+local function close_gate(S, g, action, source, code)
+  if g.resolved then return true end -- answered (and journaled) before a resume
+  S.open_gates[g.gate_id] = nil
+  for i, id in ipairs(S.gate_order) do
+    if id == g.gate_id then table.remove(S.gate_order, i) break end
+  end
+  return emit(S, "GateResolved", { loop_id = g.loop_id, turn_id = g.turn_id,
+    gate_id = g.gate_id, action = action, source = source or "user", code = code })
+end
+
+-- The failure of a turn that reached one of its limits.
+local function limit_failure(name, value, what)
+  return { code = "limit", limit = name,
+           message = string.format("the turn reached its %s limit (%s)", what or name,
+             tostring(value)) }
+end
+
+M.Session, M.fail = Session, fail
 M.next_id, M.emit, M.catalog, M.fault_message = next_id, emit, catalog, fault_message
 M.add_usage, M.new_usage, M.note_usage = add_usage, new_usage, note_usage
 M.user_message, M.title_of = user_message, title_of
-M.new_session, M.check_open = new_session, check_open
+M.new_session, M.check_open, M.check_options = new_session, check_open, check_options
 M.emit_command_record, M.emit_command = emit_command_record, emit_command
-M.loop_revisions, M.ws_hooks = loop_revisions, ws_hooks
+-- SessionStarted, the record a new session (created or forked) starts with.
+local function emit_started(S, r)
+  return emit(S, "SessionStarted", { fingerprint = r:fingerprint(),
+    loops = loop_revisions(r), primers = json.array({ table.unpack(r.primers) }),
+    active_primer = r.active_primer, workspace = S.workspace })
+end
+
+M.loop_revisions, M.ws_hooks, M.emit_started = loop_revisions, ws_hooks, emit_started
+M.close_gate, M.limit_failure = close_gate, limit_failure
 
 return M

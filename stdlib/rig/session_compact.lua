@@ -55,6 +55,8 @@ local function transcript(h, last)
         out[#out + 1] = "[" .. m.role .. "]\n" .. b.text
       elseif t == "refusal" then
         out[#out + 1] = "[assistant refused]\n" .. b.text
+      elseif t == "image" or t == "document" then
+        out[#out + 1] = "[" .. m.role .. " attached " .. t .. " " .. tostring(b.name or b.media_type) .. "]"
       elseif t == "thinking" then
         out[#out + 1] = "[assistant thinking omitted]"
       elseif t == "tool_use" then
@@ -65,7 +67,10 @@ local function transcript(h, last)
         local c = b.content
         if type(c) == "table" then
           local parts = {}
-          for k, x in ipairs(c) do parts[k] = x.text end
+          for k, x in ipairs(c) do
+            parts[k] = x.text or ("[" .. tostring(x.type) .. " " .. tostring(x.name or x.media_type)
+              .. "]")
+          end
           c = table.concat(parts, "\n")
         end
         out[#out + 1] = "[tool " .. (b.is_error and "error" or "result") .. " for "

@@ -7,14 +7,16 @@ local json = require "rig.json"
 local base = require "rig.session_base"
 local turns = require "rig.session_turn"
 local replay = require "rig.session_replay"
+local delegation = require "rig.delegation"
+local workspace = require "rig.workspace"
 
 local fail, check_open, emit, catalog, note_usage =
   base.fail, base.check_open, base.emit, base.catalog, base.note_usage
-local new_session, loop_revisions, ws_hooks = base.new_session, base.loop_revisions, base.ws_hooks
-local dg, ws = base.dg, base.ws
+local check_options = base.check_options
+local new_session, ws_hooks = base.new_session, base.ws_hooks
 local TERMINAL = base.TERMINAL
-local new_instance = turns.new_instance
-local fold = replay.fold
+local start_primer = turns.start_primer
+local fold, rebuild = replay.fold, replay.rebuild
 
 local M = {}
 
@@ -98,10 +100,7 @@ function M.fork(self, opts)
   check_open(self, "fork")
   local at
   if opts ~= nil then
-    if type(opts) ~= "table" then fail("fork", "options must be a table", 2) end
-    for k in pairs(opts) do
-      if k ~= "at" then fail("fork", "unknown option '" .. tostring(k) .. "'", 2) end
-    end
+    check_options("fork", opts, "at")
     at = opts.at
     if at ~= nil and (math.type(at) ~= "integer" or at < 1) then
       fail("fork", "option 'at' must be a positive integer (a journal seq)", 2)
@@ -157,32 +156,23 @@ function M.fork(self, opts)
   local S = new_session(r, csess)
   local ok
   if pv then
-    ok, msg, code = ws().create(S, r, ref, ws_hooks(S), "fork")
+    ok, msg, code = workspace.create(S, r, ref, ws_hooks(S), "fork")
     if not ok then csess:close() return failed(msg, code) end
   end
   local function undo(_, m, c)
-    ws().release(S.ws)
+    workspace.release(S.ws)
     csess:close()
     return failed(m, c)
   end
   ok, msg, code = emit(S, "SessionForked", { forked_from = origin, title = st.title,
     workspace_ref = ref })
-  if ok then
-    ok, msg, code = emit(S, "SessionStarted", { fingerprint = r:fingerprint(),
-      loops = loop_revisions(r), primers = json.array({ table.unpack(r.primers) }),
-      active_primer = r.active_primer, workspace = S.workspace })
-  end
-  if ok and S.ws then ok, msg, code = ws().started(S) end
+  if ok then ok, msg, code = base.emit_started(S, r) end
+  if ok and S.ws then ok, msg, code = workspace.started(S) end
   if not ok then return undo(nil, msg, code) end
   for i, lid in ipairs(st.order) do
     local f = st.loops[lid]
-    local name = f.loop or lid:match("^[^#]+")
-    local def = r:loop(name)
-    if def then
-      local inst = new_instance(S, def, lid, f.parent and { parent_id = f.parent,
-        depth = f.depth or 1, display_name = f.display } or nil)
-      inst.history = f.history
-      inst.context_tokens = f.context_tokens
+    local inst, name, def = rebuild(S, r, f, lid)
+    if inst then
       ok, msg, code = emit(S, "LoopStarted", { loop_id = lid, loop = name,
         revision = def:revision(), parent_loop_id = f.parent, depth = f.parent and f.depth or nil,
         name = f.display, history = json.array(f.history), context_tokens = f.context_tokens },
@@ -192,15 +182,20 @@ function M.fork(self, opts)
   end
   for _, name in ipairs(r.primers) do
     if not S.loops[name] then
-      new_instance(S, r:loop(name), name)
-      ok, msg, code = emit(S, "LoopStarted", { loop_id = name, loop = name,
-        revision = r:loop(name):revision() })
+      ok, msg, code = start_primer(S, r, name)
       if not ok then return undo(nil, msg, code) end
     end
   end
+  -- the loop a handoff made active at the cut stays active here
+  local active = st.ho and st.ho.active
+  if active and active ~= S.active and S.loops[active] then
+    ok, msg, code = emit(S, "ActiveLoopChanged", { from = S.active, to = active, reason = "fork" })
+    if not ok then return undo(nil, msg, code) end
+    S.active = active
+  end
   -- the delegation quota counts the children the fork inherited; requests
   -- still open at the cut are the origin's, not handed back here
-  dg().restored(S, dg().new_fold(), st.children)
+  delegation.restored(S, delegation.new_fold(), st.children)
   S.title = st.title
   S.forked_from = origin
   S.handover = handover

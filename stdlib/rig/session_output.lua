@@ -49,13 +49,33 @@ local function native_output(inst, message)
   for _, b in ipairs(message.content) do
     if b.type == "text" then parts[#parts + 1] = b.text end
     if b.type == "refusal" then
-      return nil, invalid_output(inst, "the model refused: " .. tostring(b.text))
+      local e = invalid_output(inst, "the model refused: " .. tostring(b.text))
+      e.refused = true -- not repaired: asking again does not fix a refusal
+      return nil, e
     end
   end
   local text = table.concat(parts)
   local value, err = json.decode(text)
   if value == nil then return nil, invalid_output(inst, "not JSON: " .. tostring(err)) end
   return check_output(inst, value)
+end
+
+-- What the request carries natively (the model takes no `repair`).
+function M.request_schema(inst)
+  local o = inst.output
+  if not inst.output_request then
+    inst.output_request = { name = o.name, schema = o.schema, description = o.description,
+                            strict = o.strict }
+  end
+  return inst.output_request
+end
+
+-- The user message that sends a failed answer back to the model (a repair).
+function M.repair_text(inst, oerr, attempt)
+  local how = inst.output_native and "Answer again with only a JSON object that matches it."
+    or ("Call " .. FINAL_TOOL .. " again, alone, with arguments that match it.")
+  return "[output repair " .. attempt .. " of " .. inst.output.repair .. "] " .. oerr.message
+    .. ". " .. how
 end
 
 M.out_setup, M.invalid_output, M.check_output, M.native_output =

@@ -33,19 +33,15 @@
 
 local core = require "rig.core"
 local json = require "rig.json"
+local base = require "rig.session_base"
+local structured = require "rig.session_output"
+local delegation = require "rig.delegation"
 
 local M = {}
 
-local RT
-local function rt()
-  RT = RT or require("rig.session")._rt
-  return RT
-end
-local DG
-local function dg()
-  DG = DG or require "rig.delegation"
-  return DG
-end
+local emit = base.emit
+local new_usage, add_usage = base.new_usage, base.add_usage
+local close_gate, limit_failure = base.close_gate, base.limit_failure
 
 -- How a turn ended that a resume may continue: the restore closing what the
 -- crash left open, a shutdown. A person's interrupt or a parent's stop_agent
@@ -63,7 +59,7 @@ end
 -- A turn chain: a turn and the resumes that continued it (one history).
 local function new_chain(ev)
   return { loop_id = ev.loop_id, cause = ev.cause and ev.cause.command_id, turns = { ev.turn_id },
-           open = true, terminal = nil, steps = 0, calls = 0, usage = rt().new_usage(),
+           open = true, terminal = nil, steps = 0, calls = 0, usage = new_usage(),
            last = nil, plan = nil, results = {}, gates = {}, requests = {} }
 end
 
@@ -123,7 +119,7 @@ function M.fold(f, ev, seq)
     for _, b in ipairs(ev.message and ev.message.content or {}) do
       if b.type == "tool_use" then c.calls = c.calls + 1 end
     end
-    rt().add_usage(c.usage, ev.usage)
+    add_usage(c.usage, ev.usage)
     c.last = ev
     new_step(c, nil)
   elseif t == "TurnDone" or t == "TurnFailed" or t == "TurnInterrupted" then
@@ -202,16 +198,18 @@ end
 -- ---- resuming ----
 
 -- Hands a chain to its loop as a resumed turn (the loop is idle).
-local function start(S, inst, c, f)
+-- runner (here and below): rig.session_turn's { enqueue, new_instance }.
+local function start(S, inst, c, f, runner)
   local chain = {}
   for _, t in ipairs(c.turns) do chain[t] = true end
   local R = { chain = chain, resumes = c.turns[#c.turns], usage = c.usage, calls = c.calls,
               iterations = c.steps, plan = c.plan, step_id = c.plan and c.plan.step_id,
               results = c.results, gates = c.gates, requests = c.requests, last = c.last, fold = f }
-  rt().enqueue(S, inst, { command_id = c.cause, resume = R, no_fold = f.requests[c.cause] and true })
+  runner.enqueue(S, inst, { command_id = c.cause, resume = R,
+    no_fold = f.requests[c.cause] and true })
 end
 
-function M.resume(S, loop)
+function M.resume(S, loop, runner)
   if loop ~= nil and type(loop) ~= "string" then
     error("rig.session: resume: loop must be a loop id", 3)
   end
@@ -246,7 +244,7 @@ function M.resume(S, loop)
     end
   end
   -- no yield from here on: each loop is busy with its resumed turn before anyone else runs
-  for _, lid in ipairs(want) do start(S, S.loops[lid], f.loops[lid], f) end
+  for _, lid in ipairs(want) do start(S, S.loops[lid], f.loops[lid], f, runner) end
   return true
 end
 
@@ -256,24 +254,23 @@ local function ended_by(inst, R)
   local last = R.last
   if not last then return nil end
   local calls = tool_uses(last.message)
-  local r = rt()
-  r.out_setup(inst)
-  local final_tool = require("rig.session").FINAL_TOOL
+  structured.out_setup(inst)
+  local final_tool = structured.FINAL_TOOL
   local output, oerr
   if #calls == 0 then
     if inst.output then
       if inst.output_native then
-        output, oerr = r.native_output(inst, last.message)
+        output, oerr = structured.native_output(inst, last.message)
       else
-        oerr = r.invalid_output(inst, "the model answered without calling " .. final_tool)
+        oerr = structured.invalid_output(inst, "the model answered without calling " .. final_tool)
       end
     end
   elseif #calls == 1 and calls[1].name == final_tool and inst.output and not inst.output_native then
     local final = calls[1]
     if final.error then
-      oerr = r.invalid_output(inst, "invalid JSON arguments: " .. tostring(final.error))
+      oerr = structured.invalid_output(inst, "invalid JSON arguments: " .. tostring(final.error))
     else
-      output, oerr = r.check_output(inst, final.input or {})
+      output, oerr = structured.check_output(inst, final.input or {})
     end
   else
     return nil
@@ -287,7 +284,6 @@ end
 -- TurnResumed, and see whether the turn had already ended or used its budget.
 function M.begin(S, inst, turn, R)
   turn.resume = R
-  local r = rt()
   for _, gid in ipairs({ table.unpack(S.gate_order) }) do
     local g = S.open_gates[gid]
     if g and g.restored and R.chain[g.turn_id] then
@@ -297,7 +293,7 @@ function M.begin(S, inst, turn, R)
         if fg then fg.action = g.answer end
       else
         if fg then fg.action = "cancelled" end
-        r.close_gate(S, g, "cancelled", "resumed")
+        close_gate(S, g, "cancelled", "resumed")
       end
     end
   end
@@ -309,7 +305,7 @@ function M.begin(S, inst, turn, R)
   end
   local rev = inst.def:revision()
   local started = R.fold.started and R.fold.started.loops or {}
-  local ok, msg, code = r.emit(S, "TurnResumed", { loop_id = inst.id, turn_id = turn.id,
+  local ok, msg, code = emit(S, "TurnResumed", { loop_id = inst.id, turn_id = turn.id,
     resumes = R.resumes, cause = { command_id = turn.command_id }, step_id = R.step_id,
     reused = json.array(reused), rerun = json.array(rerun), usage = R.usage, revision = rev,
     drifted = started[inst.name] ~= nil and started[inst.name] ~= rev or nil })
@@ -317,10 +313,10 @@ function M.begin(S, inst, turn, R)
   if not R.plan then
     R.ended = ended_by(inst, R)
     local lim, u = inst.limits, R.usage
-    if not R.ended and lim.max_tokens and u.input_tokens + u.output_tokens >= lim.max_tokens then
-      R.ended = { "TurnFailed", { error = r.limit_failure("max_tokens", lim.max_tokens, "token") } }
+    if not R.ended and lim.max_tokens and require("rig.budget").tokens_of(u) >= lim.max_tokens then
+      R.ended = { "TurnFailed", { error = limit_failure("max_tokens", lim.max_tokens, "token") } }
     elseif not R.ended and lim.max_cost and (u.cost or 0) >= lim.max_cost then
-      R.ended = { "TurnFailed", { error = r.limit_failure("max_cost", lim.max_cost, "cost") } }
+      R.ended = { "TurnFailed", { error = limit_failure("max_cost", lim.max_cost, "cost") } }
     end
   end
   return true
@@ -361,37 +357,22 @@ function M.answer(S, turn, call, req, decision)
 end
 
 -- Waits, as the cut call did, for the child's turn this resume continues.
-local function wait_child(S, inst, child, c, f, call)
-  local d = dg().state(S)
+local function wait_child(S, inst, child, c, f, call, runner)
+  local d = delegation.state(S)
   local w = { cid = c.cause, parent = inst.id, child_id = child.id, background = false,
               cond = core.cond() }
   d.requests[c.cause] = w
-  start(S, child, c, f)
+  start(S, child, c, f, runner)
   local input = call.input or {}
   local timeout = type(input.timeout) == "number" and input.timeout or nil
-  local deadline = timeout and (core.now() + timeout)
-  while not w.outcome do
-    local left = deadline and (deadline - core.now())
-    if left and left <= 0 then
-      w.cond, w.background = nil, true
-      rt().command(S, { type = "DelegateBackgrounded", command_id = rt().next_id(S, "c"),
-        loop_id = inst.id, target_command_id = c.cause })
-      return nil
-    end
-    local ok, err = pcall(w.cond.wait, w.cond, left)
-    if not ok then
-      w.cond = nil
-      error(err, 0)
-    end
-  end
-  return w.outcome
+  return delegation.await(S, w, inst.id, timeout)
 end
 
 -- A start_agent/message_agent call run again by a resume (past its gate, as
 -- any call), whose request reached the child before the crash: a run that
 -- takes the request's outcome (the child's answer, or its resumed turn's)
 -- instead of making a second request. nil: the tool runs as it is.
-function M.runner(S, inst, turn, call)
+function M.runner(S, inst, turn, call, runner)
   local req = DELEGATION[call.name] and turn.resume.requests[call.id]
   if not req then return nil end
   local f = turn.resume.fold
@@ -405,15 +386,15 @@ function M.runner(S, inst, turn, call)
     if f.requests[req.cid] and f.requests[req.cid].background then
       return running -- the restore handed its outcome back already
     elseif c.terminal and c.terminal.type ~= "TurnInterrupted" then
-      outcome = dg().outcome_of(c.terminal.type, c.terminal)
+      outcome = delegation.outcome_of(c.terminal.type, c.terminal)
     elseif resumable(c) and f.loops[child.id] == c and not child.busy then
-      outcome = wait_child(S, inst, child, c, f, call)
+      outcome = wait_child(S, inst, child, c, f, call, runner)
       if not outcome then return running end
     else
-      outcome = dg().outcome_of("TurnInterrupted", c.terminal or {})
+      outcome = delegation.outcome_of("TurnInterrupted", c.terminal or {})
     end
     if outcome.status == "answered" then return outcome.text end
-    return nil, "agent " .. child.id .. " " .. (dg().HEADS[outcome.status] or outcome.status)
+    return nil, "agent " .. child.id .. " " .. (delegation.HEADS[outcome.status] or outcome.status)
       .. ": " .. outcome.text
   end
 end

@@ -7,19 +7,37 @@ local json = require "rig.json"
 local base = require "rig.session_base"
 local output = require "rig.session_output"
 local compaction = require "rig.session_compact"
+local delegation = require "rig.delegation"
+local resuming = require "rig.session_resume"
+local workspace = require "rig.workspace"
+local tool_mod = require "rig.tool"
 
 local M = {}
 
 local next_id, emit, catalog = base.next_id, base.emit, base.catalog
 local add_usage, new_usage, note_usage = base.add_usage, base.new_usage, base.note_usage
 local title_of, cap_result = base.title_of, base.cap_result
-local rs, dg, ws = base.rs, base.dg, base.ws
+local close_gate, limit_failure = base.close_gate, base.limit_failure
 local FINAL_TOOL, out_setup = output.FINAL_TOOL, output.out_setup
+local repair_text, user_message = output.repair_text, base.user_message
 local invalid_output, check_output, native_output =
   output.invalid_output, output.check_output, output.native_output
 local context_of, auto_compact = compaction.context_of, compaction.auto_compact
+local hooks = require "rig.hooks"
+local budget = require "rig.budget"
+local handoff_lib
+local function handoff()
+  handoff_lib = handoff_lib or require "rig.handoff"
+  return handoff_lib
+end
 
 local mcp_mod, mcp_sync -- below: a loop's MCP servers
+
+-- What rig.delegation and rig.session_resume get to start a loop's work
+-- (they are below this module, so it is handed to them): { enqueue,
+-- new_instance }, filled in below.
+local runner = {}
+M.runner = runner
 
 local QUEUE_MAX = 64
 
@@ -40,7 +58,7 @@ end
 -- seconds when set: then the action is "timeout"). Returns the action.
 local function open_gate(S, inst, turn, call, tool, req, decision)
   -- a resumed step: an answer given before the resume stands (not asked twice)
-  local prior = turn.resume and rs().answer(S, turn, call, req, decision)
+  local prior = turn.resume and resuming.answer(S, turn, call, req, decision)
   if prior then return prior, { resolved = true } end
   local gid = next_id(S, "g")
   local g = { gate_id = gid, loop_id = inst.id, turn_id = turn.id, call_id = call.id,
@@ -78,16 +96,6 @@ local function open_gate(S, inst, turn, call, tool, req, decision)
     g.cond:wait(left)
   end
   return g.answer, g
-end
-
-local function close_gate(S, g, action, source, code)
-  if g.resolved then return true end -- answered (and journaled) before a resume
-  S.open_gates[g.gate_id] = nil
-  for i, id in ipairs(S.gate_order) do
-    if id == g.gate_id then table.remove(S.gate_order, i) break end
-  end
-  return emit(S, "GateResolved", { loop_id = g.loop_id, turn_id = g.turn_id,
-    gate_id = g.gate_id, action = action, source = source or "user", code = code })
 end
 
 -- A tool's run, bounded by limits.tool_timeout when set: in a task of its own,
@@ -139,11 +147,6 @@ local function request_input(S, inst, turn, call, spec)
     action = q.answer.action, content = q.answer.content, source = "user" })
   return q.answer
 end
-local tool_lib
-local function tool_mod()
-  tool_lib = tool_lib or require "rig.tool"
-  return tool_lib
-end
 
 -- One tool call: check, prepare, gate, run. Returns the tool_result block.
 local function run_call(S, inst, turn, call)
@@ -159,25 +162,16 @@ local function run_call(S, inst, turn, call)
   if not ok then
     return tool_result(call.id, "error: invalid arguments: " .. tostring(msg), true)
   end
-  if tool.prepare == nil then
-    return tool_result(call.id, "error: permission denied: tool has no call preparation", true)
-  end
-  local pok, req, perr = pcall(tool.prepare, call.input or {}, { session_id = S.id,
+  -- prepare (optional: a tool without it declares no access), then the request
+  -- checked, and a needs_approval requirement added; run gets the arguments
+  local args = call.input or {}
+  local pok, req, artifact = pcall(tool_mod.prepare_call, tool, args, { session_id = S.id,
     loop_id = inst.id, workspace = S.workspace })
   if not pok and is_cancel(req) then error(req, 0) end
   if not pok then
     return tool_result(call.id, "error: preparation failed: " .. tostring(req), true)
   end
-  if req == nil then
-    return tool_result(call.id, "error: preparation failed: " .. tostring(perr), true)
-  end
-  local artifact = perr -- prepare may return (request, artifact): handed to run as ctx.prepared
-  local nreq, rerr = tool:check_request(req)
-  if not nreq then
-    return tool_result(call.id, "error: preparation failed: invalid request: " .. tostring(rerr),
-      true)
-  end
-  req = nreq
+  if req == nil then return tool_result(call.id, "error: " .. tostring(artifact), true) end
   local approved, derr, dcode = decide(S, inst, turn, call, tool.name, req)
   if not approved then return tool_result(call.id, derr, true), dcode end
   if approved == true then approved = nil end
@@ -186,7 +180,7 @@ local function run_call(S, inst, turn, call)
       tool = tool.name, call_id = call.id, summary = req.summary })
   end
   local ctx = { session_id = S.id, loop_id = inst.id, turn_id = turn.id, call_id = call.id,
-                tool = tool.name, request = req, workspace = S.workspace,
+                tool = tool.name, request = req, args = args, workspace = S.workspace,
                 observations = inst.observations, approved = approved, prepared = artifact,
                 -- the same for this call in a resume after a crash (ctx.resumed)
                 idempotency_key = S.id .. "/" .. tostring(turn.step_id) .. "/" .. tostring(call.id),
@@ -194,14 +188,14 @@ local function run_call(S, inst, turn, call)
   -- for tools whose server asks back (rig.mcp): a gate decision within this call,
   -- and a question to the session's approver
   ctx.authorize = function(r)
-    local nr, e = tool_mod().check_request(r)
+    local nr, e = tool_mod.check_request(r)
     if not nr then return nil, e end
     local a, m = decide(S, inst, turn, call, tool.name, nr)
     if not a then return nil, (m:gsub("^error: ", "")) end
     return true
   end
   ctx.request_input = function(spec) return request_input(S, inst, turn, call, spec) end
-  return run_tool(S, inst, turn, call, tool, req, ctx)
+  return run_tool(S, inst, turn, call, tool, tool_mod.run_args(tool, args, req), ctx)
 end
 
 -- The gate's decision on one call's request: the approved requirements (or true),
@@ -261,10 +255,10 @@ end
 
 run_tool = function(S, inst, turn, call, tool, req, ctx)
   -- a delegation call a resume runs again waits for the request it made before
-  local run = ctx.resumed and rs().runner(S, inst, turn, call) or tool.run
+  local run = ctx.resumed and resuming.runner(S, inst, turn, call, runner) or tool.run
   local rok, out, rmsg, rcode = run_bounded(tool, run, req, ctx, inst.limits.tool_timeout)
   if not rok and is_cancel(out) then error(out, 0) end
-  local text, is_error, details
+  local text, is_error, details, media_blocks
   if not rok then
     text, is_error = "error: " .. tostring(out), true
   elseif out == nil then
@@ -273,6 +267,17 @@ run_tool = function(S, inst, turn, call, tool, req, ctx)
     text = out
   elseif getmetatable(out) == "rig.tool.result" then
     text, is_error, details = out.text, out.is_error, out.details
+    if out.media then
+      -- images and documents: checked, stored once, referenced from the result
+      local blocks, merr = require("rig.media").take(S.rig.store, out.media,
+        "tool '" .. tool.name .. "' result media")
+      if blocks then
+        media_blocks = blocks
+      else
+        -- the text stands; the model is told what it does not get
+        text = text .. "\n[media left out: " .. merr .. "]"
+      end
+    end
   else
     local enc = json.encode(out)
     text = enc or tostring(out)
@@ -283,16 +288,47 @@ run_tool = function(S, inst, turn, call, tool, req, ctx)
       tool = tool.name, call_id = call.id, is_error = is_error == true,
       code = not rok and rcode or nil, preview = text:sub(1, 200) })
   end
+  if media_blocks and #media_blocks > 0 then
+    local content = { { type = "text", text = text } }
+    for _, b in ipairs(media_blocks) do content[#content + 1] = b end
+    return tool_result(call.id, json.array(content), is_error, details)
+  end
   return tool_result(call.id, text, is_error, details)
 end
 
 -- One call of a step, its result journaled (ToolResultRecorded, not waited)
 -- before the step commits: a resume after a crash takes a recorded result
 -- instead of running the call again.
+local function hooked_call(S, inst, turn, call)
+  local c = call
+  if inst.hooks and inst.hooks.before_tool and inst.tools[call.name] and not call.error then
+    local action, v = hooks.before_tool(S, inst, turn, call)
+    if action == "deny" then return tool_result(call.id, "error: " .. v, true) end
+    if action == "error" then
+      turn.hook_failure = turn.hook_failure or v
+      return tool_result(call.id, "error: " .. v.message, true)
+    end
+    if v ~= call.input then
+      c = {}
+      for k, x in pairs(call) do c[k] = x end
+      c.input = v
+    end
+  end
+  local res = run_call(S, inst, turn, c)
+  if inst.hooks and inst.hooks.after_tool then
+    res = hooks.after_tool(S, inst, turn, c, res)
+    if res.hook_failure then
+      turn.hook_failure = turn.hook_failure or res.hook_failure
+      res.hook_failure = nil
+    end
+  end
+  return res
+end
+
 local function step_call(S, inst, turn, call)
   local res, kept
-  if turn.resume then res, kept = rs().call(S, inst, turn, call) end
-  if not res then res = run_call(S, inst, turn, call) end
+  if turn.resume then res, kept = resuming.call(S, inst, turn, call) end
+  if not res then res = hooked_call(S, inst, turn, call) end
   if not kept then
     emit(S, "ToolResultRecorded", { loop_id = inst.id, turn_id = turn.id, step_id = turn.step_id,
       call_id = call.id, tool = call.name, result = res }, false)
@@ -343,6 +379,7 @@ end
 
 -- ---- MCP servers (rig.mcp owns the clients; a loop's `mcp` lists them) ----
 
+-- rig.mcp loads when a loop has MCP servers (rig.loop loads it then too)
 local mcp_lib
 mcp_mod = function()
   mcp_lib = mcp_lib or require "rig.mcp"
@@ -377,7 +414,7 @@ end
 -- "idle"): false when a required capture failed (the workspace is faulted).
 local function snapshot_edge(S, trigger, fields)
   if not S.ws then return true end
-  return ws().edge(S, trigger, fields)
+  return workspace.edge(S, trigger, fields)
 end
 
 -- ---- turns ----
@@ -408,21 +445,16 @@ local function history_request(inst)
     inst.tool_specs = tools
     inst.req_cache = { messages = setmetatable({}, { __mode = "k" }) }
   end
-  local req = { system = inst.system, messages = inst.history, tools = inst.tool_specs or nil }
+  local req = { system = inst.system, messages = inst.history, tools = inst.tool_specs or nil,
+                blobs = inst.blobs }
   if inst.output then
     if inst.output_native then
-      req.output_schema = inst.output
+      req.output_schema = output.request_schema(inst)
     else
       req.tool_choice = "required"
     end
   end
   return req
-end
-
-local function limit_failure(name, value, what)
-  return { code = "limit", limit = name,
-           message = string.format("the turn reached its %s limit (%s)", what or name,
-             tostring(value)) }
 end
 
 -- Folds queued input into the running turn (at a tool-result boundary).
@@ -440,6 +472,50 @@ end
 
 -- The body of one turn, in its own task (interrupt cancels it). Returns the
 -- terminal event's type and fields.
+-- A failed structured answer: the repair to ask for ({ attempt, of, error }),
+-- or nil when none is left (or the model refused).
+local function repairable(inst, turn, oerr)
+  local n = inst.output and inst.output.repair or 0
+  if oerr.refused or (turn.repairs or 0) >= n then return nil end
+  turn.repairs = (turn.repairs or 0) + 1
+  return { attempt = turn.repairs, of = n, error = oerr.message }
+end
+
+-- Output guardrails on the step that would end the turn, before it commits.
+-- Returns nil (passed), the failure (tripped: journaled), or nil, msg, code.
+local function output_guard(S, inst, turn, message, out, usage, sum)
+  if not (inst.guardrails and inst.guardrails.output) then return nil end
+  local set = hooks.start(S, inst, turn, "output", { text = hooks.text_of(message),
+    message = message, output = out })
+  local gu = new_usage()
+  local trip = hooks.finish(S, inst, turn, set, gu, add_usage)
+  add_usage(sum, gu)
+  add_usage(S.usage_sum, gu)
+  if not trip then return nil end
+  -- the step itself is not committed: its usage goes with the trip
+  add_usage(S.usage_sum, usage)
+  local tu = new_usage()
+  add_usage(tu, gu)
+  add_usage(tu, usage)
+  local gerr, gmsg, gcode = hooks.tripped(S, inst, turn, "output", trip, tu, #inst.history)
+  if not gerr then return nil, gmsg, gcode end
+  return gerr
+end
+
+-- The turn_end hook on a turn about to be done: true (it goes on, the hook's
+-- message folded in), nil (done) or nil, failure.
+local function turn_end(S, inst, turn, done, iterations)
+  if not (inst.hooks and inst.hooks.turn_end) then return nil end
+  local m, herr = hooks.turn_end(S, inst, turn, done, iterations)
+  if m == false then return nil, herr end
+  if not m then return nil end
+  inst.history[#inst.history + 1] = m
+  local ok, msg = emit(S, "TurnFoldedInto", { loop_id = inst.id, turn_id = turn.id, message = m,
+    hook = "turn_end", cause = { command_id = turn.command_id } })
+  if not ok then error(msg, 0) end
+  return true
+end
+
 local function run_turn(S, inst, item)
   local def = inst.def
   local limits = inst.limits
@@ -447,7 +523,7 @@ local function run_turn(S, inst, item)
   local rsm = item.resume -- a turn a crash cut short, resumed (rig.session_resume)
   local ok, msg, code
   if rsm then
-    ok, msg, code = rs().begin(S, inst, turn, rsm)
+    ok, msg, code = resuming.begin(S, inst, turn, rsm)
     if ok and rsm.ended then return rsm.ended[1], rsm.ended[2] end
   else
     inst.history[#inst.history + 1] = item.message
@@ -466,7 +542,7 @@ local function run_turn(S, inst, item)
       return "TurnFailed", { error = limit_failure("iterations", limits.iterations) }
     end
     -- the step the crash cut after the model answered: that answer, once
-    local plan = rsm and rs().take(rsm)
+    local plan = rsm and resuming.take(rsm)
     local step_id = plan and plan.step_id or next_id(S, "s")
     turn.step_id = step_id
     local req = history_request(inst)
@@ -474,24 +550,83 @@ local function run_turn(S, inst, item)
     if not cok then return nil, cerr, ccode end
     req.messages = inst.history
     req.cache_key = S.id .. "/" .. inst.id -- one prompt cache per loop of a session
+    -- budgets: this step's estimate against what the turn and the session spent
+    local budgeted = not plan and budget.active(S, inst)
+    if budgeted then
+      local berr = budget.before_step(S, inst, turn, req)
+      if berr then return "TurnFailed", { error = berr } end
+    end
+    if not plan and inst.hooks and inst.hooks.before_model then
+      local nreq, herr = hooks.before_model(S, inst, turn, req, iterations)
+      if not nreq then return "TurnFailed", { error = herr } end
+      req = nreq
+    end
+    -- input guardrails: beside the first model call of a turn
+    local guard_in = not plan and not rsm and iterations == 1 and inst.guardrails
+      and hooks.start(S, inst, turn, "input", { text = hooks.text_of(item.message),
+        message = item.message }) or nil
     local st, serr, scode = (plan or inst.model):stream(req, { cache = inst.req_cache })
     if not st then
+      hooks.cancel(guard_in)
       return "TurnFailed", { error = { code = scode or "model", message = tostring(serr) } }
     end
     local deltas = S.want_ephemeral > 0
+    local early = false
+    -- while input guardrails run, the step's deltas wait: a trip drops them
+    -- with the step, so no subscriber sees what it would not have been shown
+    local held = guard_in and deltas and {} or nil
+    local function delta(chunk)
+      emit(S, "TokenDelta", { loop_id = inst.id, turn_id = turn.id, step_id = step_id,
+        delta = chunk })
+    end
     for chunk in st:chunks() do
-      if deltas then
-        emit(S, "TokenDelta", { loop_id = inst.id, turn_id = turn.id, step_id = step_id,
-          delta = chunk })
+      if guard_in and hooks.tripped_early(guard_in) then early = true break end
+      if held then
+        held[#held + 1] = chunk
+        if hooks.passed(guard_in) then
+          for _, c in ipairs(held) do delta(c) end
+          held = nil
+        end
+      elseif deltas then
+        delta(chunk)
       end
     end
-    local resp, rerr, rcode = st:result()
+    local resp, rerr, rcode
+    if not early then resp, rerr, rcode = st:result() end
     st:close()
+    if guard_in then
+      -- nothing of the step is committed when an input guardrail trips;
+      -- guard: what the guard models cost (GuardrailChecked carries it)
+      local guard = new_usage()
+      local trip = hooks.finish(S, inst, turn, guard_in, guard, add_usage)
+      add_usage(sum, guard)
+      add_usage(S.usage_sum, guard)
+      if trip then
+        -- the dropped step's cost goes with the trip
+        add_usage(sum, resp and resp.usage)
+        add_usage(S.usage_sum, resp and resp.usage)
+        local gu = new_usage()
+        add_usage(gu, guard)
+        add_usage(gu, resp and resp.usage)
+        if inst.history[#inst.history] == item.message then inst.history[#inst.history] = nil end
+        local gerr, gmsg, gcode = hooks.tripped(S, inst, turn, "input", trip, gu, #inst.history)
+        if not gerr then return nil, gmsg, gcode end
+        return "TurnFailed", { error = gerr }
+      end
+      -- passed: the deltas held back go out now, in order
+      for _, c in ipairs(held or {}) do delta(c) end
+      held = nil
+    end
     if not resp then
       return "TurnFailed", { error = { code = rcode or "model", message = tostring(rerr) } }
     end
     add_usage(sum, resp.usage)
     inst.context_tokens = context_of(resp.usage)
+    if not plan and inst.hooks and inst.hooks.after_model then
+      local nresp, herr = hooks.after_model(S, inst, turn, resp, iterations)
+      if not nresp then return "TurnFailed", { error = herr } end
+      resp = nresp
+    end
     local message = resp.message
     local calls = {}
     local final
@@ -515,16 +650,37 @@ local function run_turn(S, inst, item)
           oerr = invalid_output(inst, "the model answered without calling " .. FINAL_TOOL)
         end
       end
+      if not oerr then
+        local gerr, gmsg, gcode = output_guard(S, inst, turn, message, output, resp.usage, sum)
+        if gerr then return "TurnFailed", { error = gerr } end
+        if gmsg then return nil, gmsg, gcode end
+      end
+      local repair = oerr and repairable(inst, turn, oerr)
       inst.history[#inst.history + 1] = message
       add_usage(S.usage_sum, resp.usage)
       -- the turn's last step: nothing acts on it before the terminal, which
-      -- is queued behind it (not waited: see drive)
+      -- is queued behind it (not waited: see drive); a repair acts on it
       ok, msg, code = emit(S, "StepDone", { loop_id = inst.id, turn_id = turn.id,
         step_id = step_id, message = message, usage = resp.usage,
-        finish_reason = resp.finish_reason }, false)
+        finish_reason = resp.finish_reason, estimate = budgeted and turn.estimate or nil,
+        repair = repair or nil }, repair ~= nil and repair ~= false)
       if not ok then return nil, msg, code end
+      if repair then
+        -- the validation message goes back to the model as new input
+        local m = user_message(repair_text(inst, oerr, repair.attempt))
+        inst.history[#inst.history + 1] = m
+        ok, msg, code = emit(S, "TurnFoldedInto", { loop_id = inst.id, turn_id = turn.id,
+          message = m, repair = repair, cause = { command_id = turn.command_id } })
+        if not ok then return nil, msg, code end
+        goto next_step
+      end
       if oerr then return "TurnFailed", { error = oerr } end
-      return "TurnDone", { message = message, usage = sum, output = output }
+      local over = budgeted and budget.after_step(S, inst, turn, resp.usage) or nil
+      local done = { message = message, usage = sum, output = output, budget = over }
+      local more, herr = turn_end(S, inst, turn, done, iterations)
+      if herr then return "TurnFailed", { error = herr } end
+      if not more then return "TurnDone", done end
+      goto next_step
     end
     calls_total = calls_total + #calls
     if calls_total > limits.calls then
@@ -545,6 +701,11 @@ local function run_turn(S, inst, item)
         oerr = invalid_output(inst, "invalid JSON arguments: " .. tostring(final.error))
       else
         output, oerr = check_output(inst, final.input or {})
+      end
+      if not oerr then
+        local gerr, gmsg, gcode = output_guard(S, inst, turn, message, output, resp.usage, sum)
+        if gerr then return "TurnFailed", { error = gerr } end
+        if gmsg then return nil, gmsg, gcode end
       end
       results = { tool_result(final.id, oerr and ("error: " .. oerr.message)
         or "the final answer was accepted", oerr ~= nil) }
@@ -570,32 +731,45 @@ local function run_turn(S, inst, item)
       results = run_calls(S, inst, turn, calls)
     end
     if turn.interrupt_reason then error("cancelled", 0) end
+    if turn.hook_failure then return "TurnFailed", { error = turn.hook_failure } end
     local tool_msg = { role = "tool", content = json.array(results) }
     inst.history[#inst.history + 1] = message
     inst.history[#inst.history + 1] = tool_msg
     add_usage(S.usage_sum, resp.usage)
+    -- a final answer that failed goes back to the model (its error result) when
+    -- repairs are left
+    local repair = final and #calls == 1 and oerr and repairable(inst, turn, oerr) or nil
     -- waited unless the final tool ends the turn here: the next model call
     -- acts on this step
     ok, msg, code = emit(S, "StepDone", { loop_id = inst.id, turn_id = turn.id,
       step_id = step_id, message = message, results = tool_msg, usage = resp.usage,
-      finish_reason = resp.finish_reason }, not (final and #calls == 1))
+      finish_reason = resp.finish_reason, estimate = budgeted and turn.estimate or nil,
+      repair = repair }, not (final and #calls == 1) or repair ~= nil)
     if not ok then return nil, msg, code end
+    if repair then goto next_step end
     if final and #calls == 1 then
       if oerr then return "TurnFailed", { error = oerr } end
-      return "TurnDone", { message = message, usage = sum, output = output }
+      local over = budgeted and budget.after_step(S, inst, turn, resp.usage) or nil
+      local done = { message = message, usage = sum, output = output, budget = over }
+      local more, herr = turn_end(S, inst, turn, done, iterations)
+      if herr then return "TurnFailed", { error = herr } end
+      if not more then return "TurnDone", done end
+      goto next_step
+    end
+    if turn.handoff then
+      -- the conversation moves (drive hands it over once this terminal is queued)
+      return "TurnDone", { message = message, usage = sum,
+        handoff = { to = turn.handoff.to, call_id = turn.handoff.call_id } }
     end
     if not snapshot_edge(S, "step_done", { loop_id = inst.id, turn_id = turn.id }) then
-      return "TurnFailed", { error = ws().failure(S) }
+      return "TurnFailed", { error = workspace.failure(S) }
     end
-    local tokens = sum.input_tokens + sum.output_tokens
-    if limits.max_tokens and tokens >= limits.max_tokens then
-      return "TurnFailed", { error = limit_failure("max_tokens", limits.max_tokens, "token") }
-    end
-    if limits.max_cost and (sum.cost or 0) >= limits.max_cost then
-      return "TurnFailed", { error = limit_failure("max_cost", limits.max_cost, "cost") }
-    end
+    -- the turn's and the session's budgets (none set: it only notes the step)
+    local berr = budget.after_step(S, inst, turn, resp.usage)
+    if berr then return "TurnFailed", { error = berr } end
     ok, msg, code = fold_queue(S, inst, turn)
     if not ok then return nil, msg, code end
+    ::next_step::
   end
 end
 
@@ -606,7 +780,7 @@ local function cancel_queue(S, inst, reason)
     local item = table.remove(inst.queue, 1)
     emit(S, "InputCancelled", { loop_id = inst.id, cause = { command_id = item.command_id },
       reason = reason }, false)
-    if S.dg then dg().cancelled(S, item.command_id, reason) end
+    if S.dg then delegation.cancelled(S, item.command_id, reason, runner) end
   end
 end
 
@@ -666,6 +840,12 @@ local function drive(S, inst)
       if etype == "TurnFailed" then cancel_queue(S, inst, "turn_failed") end
     end
     inst.turn = nil
+    -- s:wait_idle reports the first turn of a top-level loop that did not end
+    -- done since its last call (a delegated child's ends as its parent's tool result)
+    if etype ~= "TurnDone" and not inst.parent_id and not S.turn_trouble then
+      S.turn_trouble = { type = etype, turn_id = turn.id, loop_id = inst.id,
+                         error = fields.error, reason = fields.reason }
+    end
     -- The terminal is not waited for unless a delegated request waits on
     -- this turn (rig.delegation hands its outcome on as journaled). Nothing
     -- else here acts on it: the emission queue keeps it ahead of whatever
@@ -674,14 +854,19 @@ local function drive(S, inst)
     -- waited, report it), and wait_idle returns after SessionIdle's append,
     -- which is behind it. A wide SSE fan-out then carries the terminal with
     -- LoopIdle and SessionIdle instead of alone.
-    local ok = emit(S, etype, fields, S.dg ~= nil and dg().pending(S, turn.command_id))
+    local ok = emit(S, etype, fields, S.dg ~= nil and delegation.pending(S, turn.command_id))
     if not ok then
       S.faulted_msg = S.core:faulted() or "the journal append failed"
       break
     end
     -- a delegated turn's answer goes to its waiter or back to the parent
     -- before this loop can go idle (no SessionIdle in between)
-    if S.dg then dg().turn_ended(S, inst, turn, etype, fields) end
+    if S.dg then delegation.turn_ended(S, inst, turn, etype, fields, runner) end
+    -- a handoff: the target loop takes the conversation and a turn before
+    -- this one can go idle
+    if etype == "TurnDone" and fields.handoff and turn.handoff then
+      handoff().perform(S, inst, turn, turn.handoff, runner)
+    end
     note_usage(S)
     catalog(S, { state = state })
     if not snapshot_edge(S, "turn_done", { loop_id = inst.id, turn_id = turn.id }) then
@@ -722,14 +907,20 @@ local function new_instance(S, def, id, meta)
   local inst = { id = id, def = def, name = def.name, model = def.model, system = def.system,
                  gate = def.gate, limits = def.limits, tool_list = list, tools = tools,
                  history = {}, queue = {}, busy = false, turn_index = 0, observations = {},
-                 depth = 0, children = {} }
+                 depth = 0, children = {}, hooks = def.hooks, guardrails = def.guardrails,
+                 -- a request's media references, read back from the store
+                 blobs = require("rig.media").resolver(S.rig.store) }
   if meta then
     inst.parent_id, inst.depth, inst.display_name = meta.parent_id, meta.depth, meta.display_name
     local parent = S.loops[meta.parent_id]
     if parent then parent.children[#parent.children + 1] = id end
   end
   if #def.delegates > 0 then
-    for _, t in ipairs(dg().tools(S, inst)) do list[#list + 1] = t end
+    for _, t in ipairs(delegation.tools(S, inst, runner)) do list[#list + 1] = t end
+  end
+  if def.handoffs and not meta then
+    -- only a top-level loop hands the conversation on (a child answers its parent)
+    for _, t in ipairs(handoff().tools(S, inst)) do list[#list + 1] = t end
   end
   for _, t in ipairs(list) do tools[t.name] = t end
   local mcp = def.mcp
@@ -751,7 +942,7 @@ local function enqueue(S, inst, item)
     if #inst.queue >= QUEUE_MAX and not item.hand_back then
       emit(S, "TurnRejected", { loop_id = inst.id, cause = { command_id = cid },
         reason = "queue_full" }, false)
-      if S.dg then dg().cancelled(S, cid, "queue_full") end
+      if S.dg then delegation.cancelled(S, cid, "queue_full", runner) end
       return false
     end
     inst.queue[#inst.queue + 1] = item
@@ -774,7 +965,17 @@ local function enqueue(S, inst, item)
   return true
 end
 
-M.close_gate, M.cancel_gates, M.limit_failure = close_gate, cancel_gates, limit_failure
+-- A primer the session has no instance of yet: its instance, and LoopStarted
+-- (waited unless wait is false). Returns emit's result.
+local function start_primer(S, r, name, wait)
+  local def = r:loop(name)
+  new_instance(S, def, name)
+  return emit(S, "LoopStarted", { loop_id = name, loop = name, revision = def:revision() }, wait)
+end
+
+runner.enqueue, runner.new_instance = enqueue, new_instance
+M.start_primer = start_primer
+M.cancel_gates = cancel_gates
 M.new_instance, M.enqueue, M.drive, M.cancel_queue = new_instance, enqueue, drive, cancel_queue
 
 return M

@@ -5,7 +5,9 @@
 --   rig.store.nats{ embedded_dir = "/abs/dir" }   -- starts and owns a local nats-server -js
 --     -- exactly one of url and embedded_dir; also user, password, token, creds_file,
 --     -- nkey with nkey_seed_file (never printed), namespace (separate streams on one
---     -- server), lease_ttl and timeout (seconds; defaults 10 and 5)
+--     -- server), lease_ttl and timeout (seconds; defaults 10 and 5), replicas (1..5,
+--     -- default 1: the copies of each stream it creates on a cluster; url may list
+--     -- the cluster's servers comma-separated)
 --   local ref, skipped, stats = store:snapshot(dir)
 --     -- ref "v1:sha256:<64 hex>"; skipped = { { path = "sock", reason = "socket" }, ... }
 --     -- stats = { files, dirs, symlinks, bytes, files_hashed, blobs_written }

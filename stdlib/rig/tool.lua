@@ -5,43 +5,60 @@
 --     description = "…",                 -- what the model reads
 --     schema = { type = "object", … },   -- JSON Schema of the arguments (rig.schema's
 --                                        -- subset); default: an object with no properties
---     prepare = function(args) return request end,  -- or nil, message; optional
---     run = function(request, ctx) return "text" end, -- or nil, message, or
---                                        -- rig.tool.result{ text, is_error, details }
+--     run = function(args, ctx) return "text" end,  -- args: the validated arguments;
+--                                        -- returns text, or nil, message, or
+--                                        -- rig.tool.result{ text, is_error, details }, or
+--                                        -- a table (sent as its JSON)
+--     needs_approval = true,             -- or function(args) -> boolean: a person approves
+--                                        -- each call (a requirement { kind = "tool",
+--                                        -- match = NAME }); default false
+--     prepare = function(args, pctx) return request [, artifact] end,  -- or nil, message;
+--                                        -- optional: the access a call declares (below),
+--                                        -- for the gate; artifact reaches run as ctx.prepared
 --     sequential = false,                -- true: runs alone, never beside another call
 --   }
---   t.name, t.description, t.schema (a copy), t.sequential, t.prepare, t.run: read-only
+--   A tool without prepare declares no access: its request is { summary = "NAME {args}",
+--   requirements = {} } (plus the approval requirement when needs_approval says so), so
+--   any gate allows it (rig.gate.default() is the shortest).
+--   t.name, t.description, t.schema (a copy), t.sequential, t.prepare, t.run,
+--   t.needs_approval: read-only
 --   t:check_args(args) -> true | nil, "$.q: expected string, got number"
 --   t:check_request(req) -> request (a normalized copy) | nil, message
 --     request = { summary = "…", requirements = { requirement, … }, command = "…"?,
 --                 cwd = "…"? }
 --     requirement = { kind = "filesystem.read" | "filesystem.write" | "network"
---                     | "command.execute" | "delegate" | "mcp", scope = "…", match = "…",
+--                     | "command.execute" | "delegate" | "mcp" | "tool", scope = "…", match = "…",
 --                     description = "…"? }
 --       scope is what the access source routes on (a path for filesystem kinds,
 --       "host:port" for network, the command line for command.execute, the
 --       delegate loop's name for delegate, "SERVER/TOOL" or "SERVER:sampling" for
---       mcp); match is what saved permission rules match (a path, "tcp://host:port",
+--       mcp, the tool's name for tool); match is what saved permission rules match (a path, "tcp://host:port",
 --       a command line, a loop name, "SERVER/TOOL"). Give either: the other is
 --       derived (network: "tcp://" .. scope).
 --   rig.tool.result{ text = "…", is_error = false, details = { … } } -> a result a run
 --     may return instead of a string: text is what the model reads, is_error marks it a
 --     tool error, details (a JSON-encodable table) is kept with the tool_result block in
---     the journal but never sent to the model (rig.mcp keeps the MCP content there)
+--     the journal but never sent to the model (rig.mcp keeps the MCP content there);
+--     media = { { type = "image" | "document", path | data | base64 | url, … } } go to the
+--     model with the text, stored once (rig.media, docs/media.md)
 --   t:spec() -> { name =, description =, schema = } (the tool as a model request lists it)
 --
--- run's ctx (from rig.session): session_id, loop_id, turn_id, call_id, tool, request,
+-- run's ctx (from rig.session): session_id, loop_id, turn_id, call_id, tool, request
+-- (the normalized request the gate decided on), args (the validated arguments again),
 -- workspace, observations, approved (requirements a person approved), prepared (what
 -- prepare returned second), idempotency_key ("SESSION/STEP/CALL": the same when a
 -- resume after a crash runs the call again, docs/resume.md) and resumed (true then).
+-- For rigs written when run received the request: a tool with prepare still finds the
+-- request's fields (summary, requirements, command, cwd) on its first argument when the
+-- arguments have no field of that name; new code reads ctx.request.
 --
 -- Reserved names (the runner injects these tools itself; a rig.tool may not take
 -- them): "final_answer" (a loop's output_schema without native structured output),
 -- "start_agent", "message_agent", "list_agents", "stop_agent" (a loop with
 -- delegates: rig.delegation).
 --
--- A tool without prepare cannot be gated, so the runner fails every call to it
--- closed ("permission denied: tool has no call preparation").
+-- Every call goes through the loop's gate, prepared or not: rig.loop refuses a loop
+-- with tools and no gate.
 
 local json = require "rig.json"
 local schema_mod = require "rig.schema"
@@ -50,10 +67,10 @@ local request_mod = require "rig.model.request"
 local M = {}
 
 local fields = { name = true, description = true, schema = true, prepare = true, run = true,
-                 sequential = true }
+                 sequential = true, needs_approval = true }
 
 local KINDS = { ["filesystem.read"] = true, ["filesystem.write"] = true, network = true,
-                ["command.execute"] = true, delegate = true, mcp = true }
+                ["command.execute"] = true, delegate = true, mcp = true, tool = true }
 M.kinds = KINDS
 
 local RESERVED = { final_answer = true, start_agent = true, message_agent = true,
@@ -119,8 +136,12 @@ local function check_tool(def, injected)
   if def.sequential ~= nil and type(def.sequential) ~= "boolean" then
     bad("field 'sequential' must be a boolean")
   end
+  local na = def.needs_approval
+  if na ~= nil and type(na) ~= "boolean" and type(na) ~= "function" then
+    bad("field 'needs_approval' must be a boolean or a function(args) -> boolean")
+  end
   return { name = name, description = def.description, schema = copy, prepare = def.prepare,
-           run = def.run, sequential = def.sequential == true }
+           run = def.run, sequential = def.sequential == true, needs_approval = na or false }
 end
 
 -- ---- requests ----
@@ -144,7 +165,7 @@ local function check_requirement(r, path)
   end
   if not KINDS[r.kind] then
     return nil, path .. ".kind must be one of filesystem.read, filesystem.write, network, "
-      .. "command.execute, delegate, mcp (got " .. (type(r.kind) == "string" and ("'" .. r.kind .. "'")
+      .. "command.execute, delegate, mcp, tool (got " .. (type(r.kind) == "string" and ("'" .. r.kind .. "'")
       or tostring(r.kind)) .. ")"
   end
   local scope, err = one_line(r.scope, path .. ".scope", true)
@@ -210,6 +231,62 @@ function M.check_request(req)
   return out
 end
 
+-- ---- a call: prepare, then run with the arguments ----
+
+local function default_summary(name, args)
+  local enc = json.encode(args) or "{}"
+  if enc == "[]" then enc = "{}" end
+  local s = name .. " " .. enc
+  if #s > 200 then
+    local cut = 197
+    while cut > 1 and (s:byte(cut + 1) or 0) & 0xC0 == 0x80 do cut = cut - 1 end
+    s = s:sub(1, cut) .. "..."
+  end
+  return s
+end
+M._default_summary = default_summary
+
+-- prepare_call(t, args, pctx) -> request (normalized), artifact | nil, message.
+-- Raises only what prepare or needs_approval raised (the caller passes a
+-- cancellation on). The message is the tool error's text after "error: ".
+function M.prepare_call(t, args, pctx)
+  local p = private[t]
+  local req, artifact
+  if p.prepare then
+    local perr
+    req, perr = p.prepare(args, pctx)
+    if req == nil then return nil, "preparation failed: " .. tostring(perr) end
+    artifact = perr
+  else
+    req = { summary = default_summary(p.name, args) }
+  end
+  local nreq, rerr = M.check_request(req)
+  if not nreq then return nil, "preparation failed: " .. tostring(rerr) end
+  local na = p.needs_approval
+  if na and (na == true or na(args, pctx)) then
+    local reqs = nreq.requirements
+    reqs[#reqs + 1] = { kind = "tool", scope = p.name, match = p.name,
+                        description = "approve each call of '" .. p.name .. "'" }
+  end
+  return nreq, artifact
+end
+
+local REQUEST_KEYS = { summary = true, requirements = true, command = true, cwd = true }
+
+-- The first argument run receives: a copy of the validated arguments. A tool with
+-- prepare also finds the request's fields there when the arguments lack them (the
+-- shape run had before it received the arguments).
+function M.run_args(t, args, req)
+  local copy = deep_copy(args or {})
+  if type(copy) ~= "table" then copy = {} end
+  if private[t].prepare and getmetatable(copy) == nil then
+    setmetatable(copy, { __index = function(_, k)
+      if REQUEST_KEYS[k] then return req[k] end
+    end })
+  end
+  return copy
+end
+
 -- ---- the frozen object ----
 
 local Tool = {}
@@ -251,7 +328,7 @@ local RESULT_MT = { __metatable = "rig.tool.result" }
 function M.result(t)
   if type(t) ~= "table" then error("rig.tool.result: expects a table { text, is_error, details }", 2) end
   for k in pairs(t) do
-    if k ~= "text" and k ~= "is_error" and k ~= "details" then
+    if k ~= "text" and k ~= "is_error" and k ~= "details" and k ~= "media" then
       error("rig.tool.result: unknown field '" .. tostring(k) .. "'", 2)
     end
   end
@@ -262,8 +339,11 @@ function M.result(t)
   if t.details ~= nil and type(t.details) ~= "table" then
     error("rig.tool.result: field 'details' must be a table", 2)
   end
-  return setmetatable({ text = t.text, is_error = t.is_error == true, details = t.details },
-    RESULT_MT)
+  if t.media ~= nil and type(t.media) ~= "table" then
+    error("rig.tool.result: field 'media' must be a list of image and document specs", 2)
+  end
+  return setmetatable({ text = t.text, is_error = t.is_error == true, details = t.details,
+    media = t.media }, RESULT_MT)
 end
 
 function M.is_result(v)

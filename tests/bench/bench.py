@@ -16,21 +16,21 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
 LUARIG = os.environ.get("LUARIG", "build/luarig")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def bench_line(name, value, unit, peer, peer_value):
-    ratio = value / peer_value if peer_value else float("inf")
-    print(f"BENCH name={name} value={value:.6g} unit={unit} peer={peer} "
-          f"peer_value={peer_value:.6g} ratio={ratio:.3f}", flush=True)
+bench_line = benchlib.line
 
 
-def run_quiet(argv, **kw):
+def run_quiet(argv, **kw):  # noqa: D103
     return subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
 
 
-def startup_seconds(argv, runs=300, warmup=30):
+def startup_seconds(argv, runs=300, warmup=30, env=None):
     """Median wall time of a whole process start and exit. hyperfine (-N,
     no shell) when installed: spawning from Python adds ~1 ms of noise."""
     hf = shutil.which("hyperfine")
@@ -39,15 +39,15 @@ def startup_seconds(argv, runs=300, warmup=30):
             cmd = " ".join(shlex.quote(a) for a in argv)
             subprocess.run([hf, "-N", "-w", str(warmup), "-r", str(runs), "--export-json",
                             out.name, cmd], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, check=True)
+                           stderr=subprocess.DEVNULL, check=True, env=env)
             with open(out.name) as f:
                 return json.load(f)["results"][0]["median"]
     for _ in range(warmup):
-        run_quiet(argv)
+        run_quiet(argv, env=env)
     samples = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        run_quiet(argv)
+        run_quiet(argv, env=env)
         samples.append(time.perf_counter() - t0)
     samples.sort()
     # the median is robust against the other core's noise
@@ -81,11 +81,20 @@ def store_bench():
     if not os.path.exists(exe):
         print(f"store bench: {exe} not built (make bench builds it)", file=sys.stderr)
         return
-    d = bench_dir()
-    try:
-        subprocess.run([exe, d], check=False)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+    # BENCH_RUNS processes, each LMDB then SQLite per session count; the
+    # lines are the medians of the processes, pair by pair.
+    got = {}
+    for _ in range(benchlib.RUNS):
+        d = bench_dir()
+        try:
+            r = subprocess.run([exe, d], check=False, capture_output=True, text=True)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        sys.stderr.write(r.stderr)
+        for b in benchlib.parse(r.stdout):
+            got.setdefault((b["name"], b["unit"], b["peer"]), []).append((b["value"], b["peer_value"]))
+    for (name, unit, peer), pairs in got.items():
+        bench_line(name, [a for a, _ in pairs], unit, peer, [b for _, b in pairs])
 
 
 def nats_bench():
@@ -111,23 +120,57 @@ def nats_bench():
         shutil.rmtree(d, ignore_errors=True)
 
 
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
 def main():
+    t0, load0 = time.time(), loadavg()
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "?"
+    try:
+        run_all()
+    finally:
+        benchlib.record("meta", date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
+                        commit=commit, load_start=load0, load_end=loadavg(),
+                        wall_min=round((time.time() - t0) / 60, 1))
+
+
+def run_all():
     which = set(sys.argv[1:]) or {"startup", "rss", "sse", "json", "model", "cache", "store",
                                   "journal", "snapshot", "sandbox", "session", "serve", "nats",
-                                  "mcp"}
+                                  "mcp", "flow"}
     lua = shutil.which("lua5.4")
     node = shutil.which("node")
     if "startup" in which:
-        ours = startup_seconds([LUARIG, "-e", ""])
-        if lua:
-            bench_line("startup", ours * 1e3, "ms", "lua5.4", startup_seconds([lua, "-e", ""]) * 1e3)
-        if node:
-            bench_line("startup", ours * 1e3, "ms", "node",
-                       startup_seconds([node, "-e", ""], runs=30, warmup=3) * 1e3)
+        # Rounds of each: luarig, lua5.4, node, BENCH_RUNS times; each figure
+        # is one round's median, the lines the medians of the rounds. node
+        # runs without NODE_EXTRA_CA_CERTS: loading extra CA certificates (set
+        # in some environments) triples its start-up and is no part of it.
+        node_env = {k: v for k, v in os.environ.items() if k != "NODE_EXTRA_CA_CERTS"}
+        got = {"luarig": [], "lua5.4": [], "node": []}
+        for _ in range(benchlib.RUNS):
+            got["luarig"].append(startup_seconds([LUARIG, "-e", ""], runs=60, warmup=5) * 1e3)
+            if lua:
+                got["lua5.4"].append(startup_seconds([lua, "-e", ""], runs=60, warmup=5) * 1e3)
+            if node:
+                got["node"].append(startup_seconds([node, "-e", ""], runs=10, warmup=2,
+                                                   env=node_env) * 1e3)
+        for peer in ("lua5.4", "node"):
+            if got[peer]:
+                bench_line("startup", got["luarig"], "ms",
+                           peer + ("-without-NODE_EXTRA_CA_CERTS" if peer == "node" else ""),
+                           got[peer])
     if "rss" in which and lua:
-        ours = min(peak_rss_bytes(LUARIG) for _ in range(5))
-        peer = min(peak_rss_bytes(lua) for _ in range(5))
-        bench_line("peak_rss", ours / 1024, "KiB", "lua5.4", peer / 1024)
+        ours, peer = [], []
+        for _ in range(benchlib.RUNS):
+            ours.append(peak_rss_bytes(LUARIG) / 1024)
+            peer.append(peak_rss_bytes(lua) / 1024)
+        bench_line("peak_rss", ours, "KiB", "lua5.4", peer)
     if "sse" in which:
         sse = os.path.join(ROOT, "tests", "bench", "sse.py")
         if os.path.exists(sse):
@@ -159,6 +202,11 @@ def main():
         # rig.mcp over stdio: a tools/call round trip and listing 1,000 tools, against the
         # official TypeScript SDK client calling the same server.
         subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "mcp_bench.py")],
+                       env=dict(os.environ, LUARIG=LUARIG), check=False)
+    if "flow" in which:
+        # rig.flow against LangGraph.js (build/npm/flow): the same three graphs, CPU and
+        # bytes checkpointed per superstep, peak RSS; LMDB against its SQLite saver.
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench", "flow_bench.py")],
                        env=dict(os.environ, LUARIG=LUARIG), check=False)
     if "store" in which:
         store_bench()

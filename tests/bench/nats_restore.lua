@@ -3,6 +3,8 @@
 -- loops' state), from NATS (embedded mode: its own nats-server) against
 -- LMDB, both stores under DIR. One BENCH line (bench.py nats runs it).
 --   luarig tests/bench/nats_restore.lua DIR [RECORDS]
+
+local core = require "rig.core" -- the stdlib's private binding: what the public API does not show
 local dir = assert(arg[1], "usage: nats_restore.lua DIR [RECORDS]")
 local want = tonumber(arg[2] or "10000")
 if not os.execute("command -v nats-server >/dev/null 2>&1") then
@@ -27,7 +29,7 @@ local function fill(store)
     assert(s:wait_idle(60))
     turns = turns + 1
     if turns % 50 == 0 or tip > want - 200 then
-      tip = select(2, assert(rig.core.journal_read(store, id, 1, 1)))
+      tip = select(2, assert(core.journal_read(store, id, 1, 1)))
     end
   end
   s:shutdown()

@@ -30,11 +30,11 @@ from memory, no session work) measured in the same run.
    as comments). luarig runs every input's turn in the same process while
    it answers; the peer only stores it. serve_status: GET status alone.
 
-Each SSE figure is the run with the lower p99 of SERVE_BENCH_RUNS (2) fresh
-servers per side, alternating (the machine is shared and p99 moves with
-its load); the RSS figures are the least of them.
+Each SSE and RSS figure is the median, with min-max, of SERVE_BENCH_RUNS
+(BENCH_RUNS, 5) rounds, each a fresh luarig server then a fresh node
+server (tests/bench/benchlib.py).
 
-Environment: SERVE_BENCH_RUNS (2), SERVE_BENCH_TURNS (20), SERVE_BENCH_INTERVAL (0.15),
+Environment: SERVE_BENCH_RUNS (5), SERVE_BENCH_TURNS (20), SERVE_BENCH_INTERVAL (0.15),
 SERVE_BENCH_SECONDS (5), SERVE_BENCH_CONNS (32), SERVE_BENCH_SUBS (1000).
 """
 import json
@@ -49,6 +49,9 @@ import threading
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.join(ROOT, "tests", "bench")
 BUILD = os.path.join(ROOT, os.environ.get("BUILD") or "build")
@@ -59,15 +62,12 @@ INTERVAL = float(os.environ.get("SERVE_BENCH_INTERVAL", "0.15"))
 SECONDS = int(os.environ.get("SERVE_BENCH_SECONDS", "5"))
 CONNS = int(os.environ.get("SERVE_BENCH_CONNS", "32"))
 MANY = int(os.environ.get("SERVE_BENCH_SUBS", "1000"))
-RUNS = int(os.environ.get("SERVE_BENCH_RUNS", "2"))  # SSE runs per server; the less disturbed counts
+RUNS = int(os.environ.get("SERVE_BENCH_RUNS", str(benchlib.RUNS)))  # SSE rounds, a fresh server each
 WRK_SESSIONS = 16
 NODE_PEER = "node-http"
 
 
-def bench_line(name, value, unit, peer, peer_value):
-    ratio = value / peer_value if peer_value else float("inf")
-    print(f"BENCH name={name} value={value:.6g} unit={unit} peer={peer} "
-          f"peer_value={peer_value:.6g} ratio={ratio:.3f}", flush=True)
+bench_line = benchlib.line
 
 
 def say(msg):
@@ -181,7 +181,7 @@ def sse_bench():
     if not os.path.exists(SUBS_EXE):
         say(f"{SUBS_EXE} not built (make bench builds it)")
         return
-    best = {"luarig": {}, "node": {}}
+    runs = {"luarig": {}, "node": {}}  # kind -> n -> [results], round by round
     hwm = {"luarig": [], "node": []}
     per_input = None
     for run in range(RUNS):
@@ -195,7 +195,7 @@ def sse_bench():
                     if not res:
                         continue
                     say(f"{kind} {n} subscribers: {json.dumps(res)}")
-                    best[kind][n] = better(best[kind].get(n), res)
+                    runs[kind].setdefault(n, []).append(res)
                     if kind == "luarig" and n == 1:
                         per_input = per_input or max(1, round(res["events_max"] / TURNS))
                     if n == MANY:
@@ -204,20 +204,24 @@ def sse_bench():
                 srv.close()
             if srv.errors:
                 say(f"{kind} said: " + " | ".join(srv.errors))
-    ours, peer = best["luarig"], best["node"]
+    ours, peer = runs["luarig"], runs["node"]
     for n in (1, MANY):
         if not ours.get(n):
             continue
         for q in ("p50", "p99"):
-            v = ours[n][q + "_ms"]
+            v = [r[q + "_ms"] for r in ours[n]]
             bench_line(f"serve_sse_latency_{q}_{n}", v, "ms", "goal", 10)
             if peer.get(n):
-                bench_line(f"serve_sse_latency_{q}_{n}", v, "ms", NODE_PEER, peer[n][q + "_ms"])
+                pv = [r[q + "_ms"] for r in peer[n]]
+                k = min(len(v), len(pv))
+                bench_line(f"serve_sse_latency_{q}_{n}", v[:k], "ms", NODE_PEER, pv[:k])
     if hwm["luarig"] and hwm["node"]:
-        o, p = min(hwm["luarig"]), min(hwm["node"])
-        bench_line(f"serve_rss_{MANY}_subscribers", o[0], "KiB", NODE_PEER, p[0])
-        bench_line(f"serve_rss_per_subscriber_{MANY}", min(x[1] for x in hwm["luarig"]),
-                   "KiB/subscriber", NODE_PEER, min(x[1] for x in hwm["node"]))
+        k = min(len(hwm["luarig"]), len(hwm["node"]))
+        o, p = hwm["luarig"][:k], hwm["node"][:k]
+        bench_line(f"serve_rss_{MANY}_subscribers", [x[0] for x in o], "KiB", NODE_PEER,
+                   [x[0] for x in p])
+        bench_line(f"serve_rss_per_subscriber_{MANY}", [x[1] for x in o],
+                   "KiB/subscriber", NODE_PEER, [x[1] for x in p])
     elif hwm["luarig"]:
         o = min(hwm["luarig"])
         say(f"luarig VmHWM with {MANY} subscribers: {o[0]} KiB ({o[1]:.2f} KiB each)")

@@ -1,25 +1,37 @@
 #!/usr/bin/env python3
-"""Sessions (issue 6, Performance): luarig against @openai/agents (npm).
+"""Sessions: luarig against @openai/agents (npm). Every figure is the median
+of RUNS rounds with min-max (tests/bench/benchlib.py, tests/bench/README.md).
 
-1. session_turn_{cpu,rss}_n{10,100}: N sessions x 10 turns, the sessions
-   running concurrently, each turn one tool call ("lookup", a local function
+1. N sessions x 10 turns (N = 1, 10, 100, 1000), the sessions running
+   concurrently, each turn one tool call ("lookup", a local function
    returning a fixed string) and a final answer, against a local mock
    OpenAI-compatible chat-completions server (tests/bench/mock_openai.py,
    streaming SSE with a usage chunk, its own process so its CPU is counted
-   for neither). luarig runs tests/bench/session_workload.lua; the peer runs
+   for neither). luarig runs tests/bench/session_workload.lua, once with the
+   memory store and once with the LMDB store (durable: every record
+   fsynced before it is acknowledged); the peer runs
    tests/bench/session_agents.js (agent runs streamed through
    OpenAIChatCompletionsModel, tracing disabled, history carried across the
-   10 runs of a session). Each process reports its own CPU seconds (all
-   threads, around the workload, after start-up) and peak RSS (whole
-   process). Figures per session-turn: CPU in ms, peak RSS in KiB. The mock
-   counts the requests and the messages they carried; both clients must
-   send the same conversations, else the figures are not printed. Two
-   processes per client and N, alternating; the least of each figure.
+   10 runs of a session, nothing durable). Each round runs the three one
+   after the other. Each process reports its own CPU seconds (all threads,
+   around the workload, after start-up) and peak RSS (whole process). The
+   mock counts the requests and the messages they carried; every client
+   must send the conversations of the workload, else its figures are not
+   printed. Lines:
+     session_turn_cpu_n{N}, session_turn_rss_n{N}    memory store vs the SDK
+     session_turn_cpu_lmdb_n{N}                      LMDB store vs the SDK
+     session_turn_cpu_lmdb_vs_memory_n{N}            LMDB vs memory, luarig
+     session_turn_cpu_scaling_{memory,lmdb,peer}_n1000_vs_n100
+                                  CPU per session-turn at N=1000 over N=100
+     session_live_memory_n1000    (peak RSS - RSS before any session) / N
+     session_shutdown_lmdb_n1000  wall (and _sys_: system CPU) seconds to
+                                  shut down the 1,000 LMDB sessions after
+                                  the work, vs the goal and the memory store
 2. session_step_overhead: the same workload with a zero-latency scripted
    model in-process (rig.model.script with function steps; the SDK's own
    ScriptedModel with responder steps for the peer), wall time per model
-   step, the best of three processes each. Also printed against the
-   absolute goal (peer=goal, 50 us).
+   step, alternating processes. Also printed against the absolute goal
+   (peer=goal, 50 us).
 3. session_idle_memory_{memory,lmdb}: RSS growth per idle session with
    10,000 sessions open in one process (tests/bench/session_idle.lua),
    against the absolute goal (peer=goal, 64 KiB). An LMDB session keeps its
@@ -27,11 +39,10 @@
    to the hard limit; with a hard limit too low the count is lowered and
    said so.
 
-Until the session API works, the luarig figures are skipped with a
-"# session bench: ..." line (the peer's figures are still printed as
-comments), so `make bench` never breaks. Environment: SESSION_BENCH_NS
-(default "10,100"), SESSION_BENCH_TURNS (10), SESSION_BENCH_IDLE (10000),
-SESSION_BENCH_RUNS (2).
+Environment: SESSION_BENCH_NS (default "1,10,100,1000"), SESSION_BENCH_PEER_MAX_N
+(the largest N the peer runs at; default: every N), SESSION_BENCH_STORES
+("memory,lmdb"; memory must be in it), SESSION_BENCH_TURNS (10),
+SESSION_BENCH_IDLE (10000), SESSION_BENCH_RUNS (BENCH_RUNS, 5).
 """
 import json
 import os
@@ -41,24 +52,29 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.join(ROOT, "tests", "bench")
 BUILD = os.path.join(ROOT, os.environ.get("BUILD") or "build")
 LUARIG = os.environ.get("LUARIG", os.path.join(BUILD, "luarig"))
 NPM_DIR = os.path.join(ROOT, "build", "bench", "npm")
 AGENTS_VERSION = "0.20.0"
-NS = [int(x) for x in os.environ.get("SESSION_BENCH_NS", "10,100").split(",") if x]
+NS = [int(x) for x in os.environ.get("SESSION_BENCH_NS", "1,10,100,1000").split(",") if x]
+# The peer runs at every N up to this one (default: all of them); above it
+# only luarig runs, its lines against the goals and against itself at N=100.
+PEER_MAX_N = int(os.environ.get("SESSION_BENCH_PEER_MAX_N", "0")) or None
+STORES = [x for x in os.environ.get("SESSION_BENCH_STORES", "memory,lmdb").split(",") if x]
 TURNS = int(os.environ.get("SESSION_BENCH_TURNS", "10"))
 IDLE = int(os.environ.get("SESSION_BENCH_IDLE", "10000"))
 STEP_N = 100  # sessions in the step-overhead run (x TURNS turns x 2 steps)
-STEP_RUNS = 3
-RUNS = int(os.environ.get("SESSION_BENCH_RUNS", "2"))  # processes per client and N
+STEP_RUNS = benchlib.RUNS
+RUNS = int(os.environ.get("SESSION_BENCH_RUNS", str(benchlib.RUNS)))  # rounds per N
 
 
-def bench_line(name, value, unit, peer, peer_value):
-    ratio = value / peer_value if peer_value else float("inf")
-    print(f"BENCH name={name} value={value:.6g} unit={unit} peer={peer} "
-          f"peer_value={peer_value:.6g} ratio={ratio:.3f}", flush=True)
+bench_line = benchlib.line
+median = benchlib.median
 
 
 def say(msg):
@@ -148,64 +164,143 @@ def conversation_ok(who, got, stats, n):
     return True
 
 
-def best(a, b):
-    """The least CPU, RSS and wall of two results of one client."""
-    if a is None:
-        return dict(b)
-    out = dict(a)
-    for k in ("cpu_s", "maxrss_kib", "wall_s"):
-        out[k] = min(a[k], b[k])
-    return out
+def lmdb_root():
+    """A fresh state root on a real disk (tmpfs would fake fsync)."""
+    tmp = tempfile.gettempdir()
+    fs = subprocess.run(["stat", "-f", "-c", "%T", tmp], capture_output=True, text=True).stdout
+    if "tmpfs" in fs or "ramfs" in fs:
+        tmp = BUILD
+    return tempfile.mkdtemp(prefix="session-bench-", dir=tmp)
+
+
+def nofile_limits(want):
+    target, hard = raise_nofile(want)
+
+    def limits(t=target, h=hard):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (t, h))
+    return limits
+
+
+def run_ours(mock, n, kind):
+    """One luarig process of the workload; its result or None."""
+    argv = [LUARIG, os.path.join(HERE, "session_workload.lua"), "mock", mock.base, str(n),
+            str(TURNS)]
+    root = None
+    if kind == "lmdb":
+        root = lmdb_root()
+        argv += ["lmdb", root]
+    try:
+        o = last_json(run(argv, limits=nofile_limits(n + 256)), f"luarig ({kind}) at N={n}")
+    finally:
+        if root:
+            shutil.rmtree(root, ignore_errors=True)
+    stats = mock.stats()
+    if not (o and conversation_ok(f"luarig ({kind})", o, stats, n)):
+        return None, stats
+    return o, stats
 
 
 def workload(mock, version):
+    """RUNS rounds per N; each round runs @openai/agents, luarig with the
+    memory store and luarig with the LMDB store, one after the other, so the
+    three see the same machine. Every figure is the median of the rounds."""
     peer = f"openai-agents-{version}"
     agents_js = os.path.join(HERE, "session_agents.js")
-    lua = os.path.join(HERE, "session_workload.lua")
+    res = {}  # n -> {"peer": [...], "memory": [...], "lmdb": [...]}
     for n in NS:
-        # RUNS processes per client, alternating; each figure is the least
-        # (the other core's noise only ever adds), CPU and RSS separately.
-        theirs = ours = None
-        tstats = ostats = None
+        turns = n * TURNS
+        got = {"peer": [], "memory": [], "lmdb": []}
+        msgs = {}
+        with_peer = PEER_MAX_N is None or n <= PEER_MAX_N
+        if not with_peer:
+            say(f"N={n}: @openai/agents not run (SESSION_BENCH_PEER_MAX_N={PEER_MAX_N})")
         for _ in range(RUNS):
-            p = run(["node", agents_js, "mock", mock.base, str(n), str(TURNS)], env=node_env())
-            t = last_json(p, f"@openai/agents at N={n}")
-            tstats = mock.stats()
-            if t and conversation_ok("@openai/agents", t, tstats, n):
-                theirs = best(theirs, t)
-            p = run([LUARIG, lua, "mock", mock.base, str(n), str(TURNS)])
-            o = last_json(p, f"luarig at N={n}")
-            ostats = mock.stats()
-            if not (o and conversation_ok("luarig", o, ostats, n)):
-                ours = None
-                break
-            ours = best(ours, o)
-        if ours and theirs and ostats["messages"] != tstats["messages"]:
+            t = None
+            if with_peer:
+                p = run(["node", agents_js, "mock", mock.base, str(n), str(TURNS)],
+                        env=node_env())
+                t = last_json(p, f"@openai/agents at N={n}")
+                tstats = mock.stats()
+                if not (t and conversation_ok("@openai/agents", t, tstats, n)):
+                    break
+                msgs["peer"] = tstats["messages"]
+            for kind in STORES:
+                o, ostats = run_ours(mock, n, kind)
+                if not o:
+                    break
+                msgs[kind] = ostats["messages"]
+                got[kind].append(o)
+            else:
+                if t:
+                    got["peer"].append(t)
+                continue
+            break
+        k = min(len(got[x]) for x in STORES + (["peer"] if with_peer else []))
+        if k == 0:
+            say(f"N={n}: figures skipped (a client failed, above)")
+            continue
+        for key in got:
+            got[key] = got[key][:k]
+        res[n] = got
+        if with_peer and msgs.get("memory") != msgs.get("peer"):
             # Not fatal: the two may frame the history differently (a system
             # message, an empty assistant text); say it next to the figures.
-            say(f"N={n}: luarig sent {ostats['messages']} messages in all, "
-                f"@openai/agents {tstats['messages']}")
-        turns = n * TURNS
-        if theirs and not ours:
-            say(f"N={n}: luarig figures skipped; @openai/agents: "
-                f"{theirs['cpu_s'] * 1e3 / turns:.3f} ms CPU and "
-                f"{theirs['maxrss_kib'] / turns:.1f} KiB peak RSS per session-turn "
-                f"({theirs['cpu_s']:.2f} s, {theirs['maxrss_kib'] / 1024:.0f} MiB, "
-                f"{theirs['wall_s']:.1f} s wall)")
-        if ours and theirs:
-            bench_line(f"session_turn_cpu_n{n}", ours["cpu_s"] * 1e3 / turns, "ms/session-turn",
-                       peer, theirs["cpu_s"] * 1e3 / turns)
-            bench_line(f"session_turn_rss_n{n}", ours["maxrss_kib"] / turns, "KiB/session-turn",
-                       peer, theirs["maxrss_kib"] / turns)
-            print(f"# N={n}: luarig {ours['cpu_s']:.3f} s CPU, {ours['maxrss_kib'] / 1024:.1f} MiB "
-                  f"peak, {ours['wall_s']:.2f} s wall; @openai/agents {theirs['cpu_s']:.3f} s CPU, "
-                  f"{theirs['maxrss_kib'] / 1024:.1f} MiB peak, {theirs['wall_s']:.2f} s wall",
-                  flush=True)
+            say(f"N={n}: luarig sent {msgs.get('memory')} messages in all, "
+                f"@openai/agents {msgs.get('peer')}")
+        cpu = {x: [r["cpu_s"] * 1e3 / turns for r in got[x]] for x in got}
+        rss = {x: [r["maxrss_kib"] / turns for r in got[x]] for x in got}
+        if with_peer:
+            bench_line(f"session_turn_cpu_n{n}", cpu["memory"], "ms/session-turn", peer,
+                       cpu["peer"])
+            bench_line(f"session_turn_rss_n{n}", rss["memory"], "KiB/session-turn", peer,
+                       rss["peer"])
+        if "lmdb" in STORES and with_peer:
+            bench_line(f"session_turn_cpu_lmdb_n{n}", cpu["lmdb"], "ms/session-turn", peer,
+                       cpu["peer"])
+        if "lmdb" in STORES:
+            bench_line(f"session_turn_cpu_lmdb_vs_memory_n{n}", cpu["lmdb"], "ms/session-turn",
+                       "luarig-memory-store", cpu["memory"])
+        for x in got:
+            for r in got[x]:
+                benchlib.record("session_curve", client=x, n=n, cpu_ms_per_turn=r["cpu_s"] * 1e3 / turns,
+                                maxrss_kib=r["maxrss_kib"], wall_s=r["wall_s"])
+        print(f"# N={n}, medians of {k}: luarig (memory) {median([r['cpu_s'] for r in got['memory']]):.3f} s "
+              f"CPU, {median([r['maxrss_kib'] for r in got['memory']]) / 1024:.1f} MiB peak; "
+              + (f"luarig (lmdb) {median([r['cpu_s'] for r in got['lmdb']]):.3f} s CPU, "
+                 f"{median([r['maxrss_kib'] for r in got['lmdb']]) / 1024:.1f} MiB peak; "
+                 if "lmdb" in STORES else "")
+              + (f"@openai/agents {median([r['cpu_s'] for r in got['peer']]):.3f} s CPU, "
+                 f"{median([r['maxrss_kib'] for r in got['peer']]) / 1024:.1f} MiB peak"
+                 if got["peer"] else "@openai/agents not run"),
+              flush=True)
+        # Memory per live session: the peak RSS over the RSS before any session, per session.
+        live = [(r["maxrss_kib"] - r["base_rss_kib"]) / n for r in got["memory"]]
+        if n == max(NS):
+            bench_line(f"session_live_memory_n{n}", live, "KiB/session", "goal", 64)
+        if "lmdb" in STORES and n == max(NS):
+            sw = [r["shutdown_wall_s"] for r in got["lmdb"]]
+            bench_line(f"session_shutdown_lmdb_n{n}", sw, "s", "goal", 0.5)
+            bench_line(f"session_shutdown_lmdb_n{n}", sw, "s", "luarig-memory-store",
+                       [r["shutdown_wall_s"] for r in got["memory"]])
+            bench_line(f"session_shutdown_lmdb_sys_n{n}", [r["shutdown_sys_s"] for r in got["lmdb"]],
+                       "s", "goal", 0.5)
+    # Scaling: CPU per session-turn at the largest N against N=100, each store
+    # and the peer, round by round.
+    if 100 in res and max(NS) > 100:
+        big = max(NS)
+        for x, label in (("memory", "memory"), ("lmdb", "lmdb"), ("peer", "peer")):
+            if not res[big].get(x) or not res[100].get(x):
+                continue
+            a = [r["cpu_s"] * 1e3 / (big * TURNS) for r in res[big][x]]
+            b = [r["cpu_s"] * 1e3 / (100 * TURNS) for r in res[100][x]]
+            k = min(len(a), len(b))
+            who = f"openai-agents-{version}" if x == "peer" else f"luarig-{label}"
+            bench_line(f"session_turn_cpu_scaling_{label}_n{big}_vs_n100", a[:k], "ms/session-turn",
+                       f"{who}-n100", b[:k])
 
 
 def step_overhead(version):
-    """Best (least) wall time of STEP_RUNS processes each: the other core's
-    noise only ever adds time."""
+    """STEP_RUNS processes of each, alternating; the medians."""
     turns = STEP_N * TURNS
     steps = 2 * turns
     mine, theirs, cpu = [], [], []
@@ -233,14 +328,16 @@ def step_overhead(version):
     if not mine:
         if theirs:
             say(f"step overhead skipped for luarig; @openai/agents ScriptedModel: "
-                f"{min(theirs):.1f} us/step")
+                f"{median(theirs):.1f} us/step")
         return
     if theirs:
-        bench_line("session_step_overhead", min(mine), "us/step",
-                   f"openai-agents-{version}-ScriptedModel", min(theirs))
-    bench_line("session_step_overhead", min(mine), "us/step", "goal", 50)
+        k = min(len(mine), len(theirs))
+        bench_line("session_step_overhead", mine[:k], "us/step",
+                   f"openai-agents-{version}-ScriptedModel", theirs[:k])
+    bench_line("session_step_overhead", mine, "us/step", "goal", 50)
+    bench_line("session_step_overhead_cpu", cpu, "us/step", "goal", 50)
     print(f"# step overhead: {STEP_N} sessions x {TURNS} turns x 2 steps, zero-latency "
-          f"scripted model, best of {len(mine)}; luarig {min(cpu):.1f} us CPU/step", flush=True)
+          f"scripted model, wall per step, median of {len(mine)}", flush=True)
 
 
 def raise_nofile(want):

@@ -1,6 +1,6 @@
 -- The luarig side of tests/bench/session_bench.py.
 --
---   luarig session_workload.lua mock BASE_URL N TURNS
+--   luarig session_workload.lua mock BASE_URL N TURNS [memory | lmdb ROOT]
 --     N sessions of one rig run concurrently (one task each); each submits
 --     TURNS messages in a row, waiting for the session to be idle after
 --     each. Every turn: the model (openai-compatible, the mock server at
@@ -8,20 +8,27 @@
 --   luarig session_workload.lua scripted N TURNS
 --     the same with a zero-latency rig.model.script (one function step per
 --     model call, same rule as the mock): the runtime's cost per step.
+--   The last arguments choose the store: rig.store.memory() (the default)
+--   or rig.store.lmdb{ root = ROOT } (durable: every record fsynced).
 --
 -- Prints one JSON line: cpu_s (os.clock: every thread of the process),
--- wall_s, maxrss_kib (VmHWM), turns, steps, texts (turns that ended with
--- TurnDone, counted from the journals after the clock stopped), failed.
+-- wall_s, maxrss_kib (VmHWM), base_rss_kib (VmRSS after the rig is
+-- defined, before any session), turns, steps, texts (turns that ended with
+-- TurnDone, counted from the journals after the clock stopped), failed,
+-- and the shutdown of every session after the work (counted apart):
+-- shutdown_wall_s, shutdown_sys_s, shutdown_cpu_s.
 
 local mode = arg[1]
-local base, n, turns
+local base, n, turns, kind, root
 if mode == "mock" then
-  base, n, turns = arg[2], tonumber(arg[3]), tonumber(arg[4])
+  base, n, turns, kind, root = arg[2], tonumber(arg[3]), tonumber(arg[4]), arg[5], arg[6]
 elseif mode == "scripted" then
-  n, turns = tonumber(arg[2]), tonumber(arg[3])
+  n, turns, kind, root = tonumber(arg[2]), tonumber(arg[3]), arg[4], arg[5]
 end
-if not n or not turns then
-  io.stderr:write("usage: session_workload.lua mock BASE_URL N TURNS | scripted N TURNS\n")
+kind = kind or "memory"
+if not n or not turns or (kind ~= "memory" and kind ~= "lmdb") or (kind == "lmdb" and not root) then
+  io.stderr:write("usage: session_workload.lua mock BASE_URL N TURNS [memory | lmdb ROOT] | "
+                  .. "scripted N TURNS [memory | lmdb ROOT]\n")
   os.exit(2)
 end
 
@@ -32,18 +39,35 @@ local function status_kib(field)
   return tonumber(s:match(field .. ":%s*(%d+)"))
 end
 
+-- System CPU seconds of this process (every thread), from /proc/self/stat.
+local function sys_s()
+  local f = assert(io.open("/proc/self/stat"))
+  local s = f:read("a")
+  f:close()
+  local rest = s:match("%) (.*)$")
+  local fields = {}
+  for x in rest:gmatch("%S+") do fields[#fields + 1] = x end
+  return tonumber(fields[13]) / 100 -- stime, in clock ticks (USER_HZ = 100)
+end
+
 local model
 if mode == "mock" then
   model = rig.model{ provider = "openai-compatible", base_url = base, name = "mock",
                      retry = { attempts = 1 } }
 else
   -- The mock server's rule: a tool call after the user, a text after a tool result.
+  -- Each step gives its usage, as the SDK's ScriptedModel responses do (zero):
+  -- without it rig.model.script estimates tokens by JSON-encoding the whole
+  -- request every step (a quarter of the step's CPU, the test double's and
+  -- not the runtime's).
   local k = 0
+  local usage = { input_tokens = 10, output_tokens = 5 }
   local function step(req)
     local last = req.messages[#req.messages]
-    if last.role == "tool" then return { text = "The answer is 42." } end
+    if last.role == "tool" then return { text = "The answer is 42.", usage = usage } end
     k = k + 1
-    return { tool_calls = { { name = "lookup", input = { q = "question" }, id = "call_" .. k } } }
+    return { tool_calls = { { name = "lookup", input = { q = "question" }, id = "call_" .. k } },
+             usage = usage }
   end
   local steps = {}
   for i = 1, n * turns * 2 do steps[i] = step end
@@ -64,7 +88,10 @@ local g = rig.gate{
 local l = rig.loop{ name = "assistant", model = model,
                     system = "You are a benchmark assistant. Use lookup once, then answer.",
                     tools = { lookup }, gate = g, policy_revision = "bench" }
-local r = rig.define{ loops = { l }, primers = { "assistant" }, store = rig.store.memory() }
+local store = kind == "memory" and rig.store.memory() or rig.store.lmdb{ root = root }
+local r = rig.define{ loops = { l }, primers = { "assistant" }, store = store }
+collectgarbage("collect")
+local base_rss = status_kib("VmRSS")
 
 local sessions = {}
 local c0, w0 = os.clock(), rig.now()
@@ -98,9 +125,19 @@ for i = 1, n do
       end
     end
   end
-  sessions[i]:shutdown()
 end
 
-print(string.format('{"cpu_s":%.6f,"wall_s":%.6f,"maxrss_kib":%d,"turns":%d,"steps":%d,"texts":%d,"failed":%s}',
-  cpu, wall, hwm, n * turns, steps, texts,
-  failed[1] and rig.json.encode(failed) or "[]"))
+-- The shutdown tail: every session shut down, concurrently (as a host
+-- shutting down does), timed apart from the work.
+local sc0, ss0, sw0 = os.clock(), sys_s(), rig.now()
+for i = 1, n do
+  tasks[i] = rig.spawn(function() sessions[i]:shutdown() return true end)
+end
+for i = 1, n do assert(tasks[i]:wait()) end
+local shut_wall, shut_sys, shut_cpu = rig.now() - sw0, sys_s() - ss0, os.clock() - sc0
+
+print(string.format('{"cpu_s":%.6f,"wall_s":%.6f,"maxrss_kib":%d,"base_rss_kib":%d,"turns":%d,'
+  .. '"steps":%d,"texts":%d,"failed":%s,"shutdown_wall_s":%.6f,"shutdown_sys_s":%.6f,'
+  .. '"shutdown_cpu_s":%.6f}',
+  cpu, wall, hwm, base_rss, n * turns, steps, texts,
+  failed[1] and rig.json.encode(failed) or "[]", shut_wall, shut_sys, shut_cpu))

@@ -11,8 +11,15 @@ as git's does) against:
   capture_one_changed  `git add -A && git write-tree` after one file changed
   restore            `git checkout <tree> -- .` into an empty work tree
 
-Each figure is the best of RUNS. The tree is aged past the 2 s "racy"
-window before timing, as both tools distrust fresher stat data.
+Then trees of small files (100 B - 8 KiB) in directories of 100 files
+each, of SNAP_BENCH_SMALL (1000,10000,30000) files: capture_first and
+capture_unchanged again, named snapshot_capture_{first,unchanged}_small<N>
+(the 10k tree is "10k small files in 100 dirs").
+
+Each figure is the median of RUNS (BENCH_RUNS, 5), luarig and git
+alternating, with min-max (tests/bench/benchlib.py). The tree is aged past
+the 2 s "racy" window before timing, as both tools distrust fresher stat
+data.
 """
 import os
 import random
@@ -26,13 +33,62 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 LUARIG = os.environ.get("LUARIG", os.path.join(ROOT, "build", "luarig"))
 FILES = int(os.environ.get("SNAP_BENCH_FILES", "10000"))
 TOTAL = int(os.environ.get("SNAP_BENCH_BYTES", str(200 << 20)))
-RUNS = int(os.environ.get("SNAP_BENCH_RUNS", "3"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
+RUNS = int(os.environ.get("SNAP_BENCH_RUNS", str(benchlib.RUNS)))
+SMALL = [int(x) for x in os.environ.get("SNAP_BENCH_SMALL", "1000,10000,30000").split(",") if x]
 
 
-def bench_line(name, value, unit, peer, peer_value):
-    ratio = value / peer_value if peer_value else float("inf")
-    print(f"BENCH name={name} value={value:.6g} unit={unit} peer={peer} "
-          f"peer_value={peer_value:.6g} ratio={ratio:.3g}", flush=True)
+def bench_line(name, ours, unit, peer, theirs):
+    benchlib.line(name, ours, unit, peer, theirs)
+    if name.startswith("snapshot_capture_"):
+        benchlib.record("snapshot_curve", figure=name, luarig_s=benchlib.median(ours),
+                        git_s=benchlib.median(theirs))
+
+
+def generate_small(w, n):
+    """n files of 100 B - 8 KiB, 100 to a directory."""
+    rnd = random.Random(7)
+    block = rnd.randbytes(8192)
+    for i in range(n):
+        d = os.path.join(w, f"d{i // 100:04d}")
+        if i % 100 == 0:
+            os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"f{i:06d}.txt"), "wb") as f:
+            f.write(i.to_bytes(4, "little") + block[:rnd.randint(100, 8000)])
+
+
+def small_trees(base, genv):
+    for n in SMALL:
+        w = os.path.join(base, f"small{n}")
+        generate_small(w, n)
+        subprocess.run(["sync"])
+        time.sleep(2.2)
+        tag = f"small{n // 1000}k" if n % 1000 == 0 else f"small{n}"
+        ours, peer = [], []
+        for k in range(RUNS):
+            st = os.path.join(base, f"sstate{n}-{k}")
+            ours.append(timed([LUARIG, "snapshot", "--state", st, "capture", w])[0])
+            gd = os.path.join(base, f"sgit{n}-{k}")
+            subprocess.run(["git", "init", "-q", "--bare", gd], check=True)
+            t = time.perf_counter()
+            subprocess.run(git(gd, w, "add", "-A"), check=True, env=genv)
+            subprocess.run(git(gd, w, "write-tree"), check=True, env=genv, stdout=subprocess.DEVNULL)
+            peer.append(time.perf_counter() - t)
+        bench_line(f"snapshot_capture_first_{tag}", ours, "s", "git_add_write_tree", peer)
+        st, gd = os.path.join(base, f"sstate{n}-0"), os.path.join(base, f"sgit{n}-0")
+        timed([LUARIG, "snapshot", "--state", st, "capture", w])
+        subprocess.run(git(gd, w, "status", "--porcelain"), check=True, stdout=subprocess.DEVNULL)
+        ours, peer = [], []
+        for _ in range(RUNS):
+            ours.append(timed([LUARIG, "snapshot", "--state", st, "capture", w])[0])
+            peer.append(timed(git(gd, w, "status", "--porcelain"))[0])
+        bench_line(f"snapshot_capture_unchanged_{tag}", ours, "s", "git_status", peer)
+        for k in range(RUNS):
+            shutil.rmtree(os.path.join(base, f"sstate{n}-{k}"), ignore_errors=True)
+            shutil.rmtree(os.path.join(base, f"sgit{n}-{k}"), ignore_errors=True)
+        shutil.rmtree(w, ignore_errors=True)
 
 
 def generate(w):
@@ -104,14 +160,16 @@ def main():
                                stdout=subprocess.PIPE)
             peer.append(time.perf_counter() - t)
             tree = r.stdout.decode().strip()
-        bench_line("snapshot_capture_first", min(ours), "s", "git_add_write_tree", min(peer))
+        bench_line("snapshot_capture_first", ours, "s", "git_add_write_tree", peer)
         st, gd = os.path.join(base, "state0"), os.path.join(base, "git0")
 
         # Unchanged re-capture (stat cache warm) against git status (index warm).
         subprocess.run(git(gd, w, "status", "--porcelain"), check=True, stdout=subprocess.DEVNULL)
-        ours = [timed([LUARIG, "snapshot", "--state", st, "capture", w])[0] for _ in range(RUNS)]
-        peer = [timed(git(gd, w, "status", "--porcelain"))[0] for _ in range(RUNS)]
-        bench_line("snapshot_capture_unchanged", min(ours), "s", "git_status", min(peer))
+        ours, peer = [], []
+        for _ in range(RUNS):
+            ours.append(timed([LUARIG, "snapshot", "--state", st, "capture", w])[0])
+            peer.append(timed(git(gd, w, "status", "--porcelain"))[0])
+        bench_line("snapshot_capture_unchanged", ours, "s", "git_status", peer)
 
         # One file changed (a new version each run) against the same git step.
         victim = os.path.join(w, "d03", "s04", "t0", "f00083.dat")
@@ -126,7 +184,7 @@ def main():
             subprocess.run(git(gd, w, "add", "-A"), check=True)
             subprocess.run(git(gd, w, "write-tree"), check=True, stdout=subprocess.DEVNULL)
             peer.append(time.perf_counter() - t)
-        bench_line("snapshot_capture_one_changed", min(ours), "s", "git_add_write_tree", min(peer))
+        bench_line("snapshot_capture_one_changed", ours, "s", "git_add_write_tree", peer)
 
         # Restore into an empty directory against git checkout of the same tree.
         ours, peer = [], []
@@ -143,7 +201,8 @@ def main():
                     print("snapshot bench: restored trees differ", file=sys.stderr)
             shutil.rmtree(out)
             shutil.rmtree(gout)
-        bench_line("snapshot_restore", min(ours), "s", "git_checkout", min(peer))
+        bench_line("snapshot_restore", ours, "s", "git_checkout", peer)
+        small_trees(base, genv)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -4,7 +4,8 @@ provider stream (shared fixture openai_chat_parallel_tool_calls.sse, ~300
 bytes an event, repeated) is served on loopback by a sendfile() server, so
 the server is never the bottleneck. luarig reads it with rig.http.stream and
 touches every event in Lua; the peer is `curl -N` writing the same stream to
-/dev/null. Both are timed as whole processes in the same run, alternating.
+/dev/null. Both are timed as whole processes in the same run, alternating,
+SSE_BENCH_ROUNDS (BENCH_RUNS, 5) times: medians with min-max.
 """
 import http.server
 import os
@@ -19,7 +20,10 @@ import time
 LUARIG = os.environ.get("LUARIG", "build/luarig")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SIZE = int(os.environ.get("SSE_BENCH_BYTES", 100 * 1000 * 1000))
-ROUNDS = int(os.environ.get("SSE_BENCH_ROUNDS", 3))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
+ROUNDS = int(os.environ.get("SSE_BENCH_ROUNDS", benchlib.RUNS))
 
 
 def fixture():
@@ -101,13 +105,12 @@ def main():
     finally:
         srv.shutdown()
         os.unlink(path)
-    o, p = min(ours), min(peer)
-    print(f"BENCH name=sse_100mb value={o:.4g} unit=s peer=curl-N peer_value={p:.4g} "
-          f"ratio={o / p:.3f}", flush=True)
-    print(f"BENCH name=sse_per_event value={o / nevents * 1e9:.4g} unit=ns peer=curl-N "
-          f"peer_value={p / nevents * 1e9:.4g} ratio={o / p:.3f}", flush=True)
+    benchlib.line("sse_100mb", ours, "s", "curl-N", peer)
+    benchlib.line("sse_per_event", [x / nevents * 1e9 for x in ours], "ns", "curl-N",
+                  [x / nevents * 1e9 for x in peer])
+    o, p = benchlib.median(ours), benchlib.median(peer)
     print(f"# {total / 1e6:.0f} MB, {nevents} events of ~{total // nevents} bytes; "
-          f"luarig {total / o / 1e6:.0f} MB/s, curl {total / p / 1e6:.0f} MB/s", flush=True)
+          f"luarig {total / o / 1e6:.0f} MB/s, curl {total / p / 1e6:.0f} MB/s (medians)", flush=True)
 
 
 if __name__ == "__main__":

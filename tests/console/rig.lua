@@ -9,6 +9,12 @@ local function reply(req)
              usage = { input_tokens = 210, output_tokens = 9, cost = 0.0021 } }
   end
   local text = last.content[1].text or ""
+  for _, b in ipairs(last.content) do
+    if b.type == "image" or b.type == "document" then
+      return { text = "you sent " .. b.type .. " " .. tostring(b.name) .. " (" .. b.media_type .. ", "
+        .. tostring(b.size) .. " bytes)" }
+    end
+  end
   if text == "stream" then
     return { text = "Streaming, two bytes at a time, from the scripted model.", chunk = 2,
              chunk_delay = 0.04, usage = { input_tokens = 120, output_tokens = 14, cost = 0.0013 } }
@@ -31,8 +37,11 @@ local gate = rig.gate{ access = { ["filesystem.read"] = "allow", ["filesystem.wr
   network = "gated", ["command.execute"] = "allow" }, approver = "interactive" }
 local steps = {}
 for i = 1, 1000 do steps[i] = reply end
+-- "forbidden …" trips an input guardrail (the page draws the trip)
 local loop = rig.loop{ name = "assistant", model = rig.model.script(steps), system = "console test",
-  tools = { fetch }, gate = gate, policy_revision = "console-v1" }
+  tools = { fetch }, gate = gate, policy_revision = "console-v1",
+  guardrails = { input = { { name = "no_forbidden", check = function(input)
+    return input.text:find("^forbidden") and "a forbidden request" end } } } }
 -- CONSOLE_STORE: an LMDB root, so a second server finds what a killed one left
 local dir = os.getenv("CONSOLE_STORE")
 return rig.define{ loops = { loop }, primers = { "assistant" },

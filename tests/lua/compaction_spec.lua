@@ -215,7 +215,8 @@ describe("compaction", function()
       for i = 1, 10 do t[i] = { error = { message = "down", code = "overloaded" } } end
       return t
     end)() }
-    local release = false
+    -- the tool runs until the case lets it go: the turn is busy in its step meanwhile
+    local running, release, go = false, false, rig.cond()
     local big = { input_tokens = 990, output_tokens = 5 }
     local model = rig.model.script{ steps = {
       { tool_calls = { { name = "echo", input = { text = "x" } } }, usage = big },
@@ -225,7 +226,12 @@ describe("compaction", function()
     local slow = rig.tool{ name = "echo", description = "slow echo",
       schema = { type = "object", properties = { text = { type = "string" } } },
       prepare = function() return { summary = "echo", requirements = {} } end,
-      run = function() while not release do rig.sleep(0.01) end return "ok" end }
+      run = function()
+        running = true
+        go:signal()
+        while not release do go:wait() end
+        return "ok"
+      end }
     local function rig_of(m)
       local loop = rig.loop{ name = "assistant", model = m, tools = { slow },
         gate = allow_all(), policy_revision = "v1",
@@ -235,11 +241,12 @@ describe("compaction", function()
     local s = assert(rig_of(model):session())
     local sub = s:subscribe{ ephemeral = false }
     s:submit("go")
-    rig.sleep(0.05)
+    while not running do go:wait() end
     local none, _, code = s:compact()
     expect(none).to_be_nil()
     expect(code).to_be("busy")
     release = true
+    go:signal()
     local seen, last = {}, nil
     for ev in sub:events(10) do
       seen[#seen + 1] = ev.type
@@ -298,9 +305,16 @@ describe("compaction", function()
   end)
 
   it("queues input submitted during a manual compaction and runs it after", function()
+    -- the summary waits until "three" is submitted, which waits until the summary started
+    local compacting, submitted, step = false, false, rig.cond()
     local r, model = define({
       { text = "a" }, { text = "b" },
-      { text = "the summary", delay = 0.2 },
+      function()
+        compacting = true
+        step:signal()
+        while not submitted do step:wait() end
+        return { text = "the summary" }
+      end,
       function(req)
         expect(is_summary(req.messages[1])).to_be(true)
         return { text = "c" }
@@ -311,8 +325,11 @@ describe("compaction", function()
     turn(s, "two")
     local sub = s:subscribe{ ephemeral = false }
     local t = rig.spawn(function()
-      rig.sleep(0.05)
-      return s:submit("three")
+      while not compacting do step:wait() end
+      local cid = s:submit("three")
+      submitted = true
+      step:signal()
+      return cid
     end)
     local res = assert(s:compact())
     expect(res.replaced).to_be(3)

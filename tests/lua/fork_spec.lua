@@ -7,6 +7,8 @@
 -- untouched), a restore brings its tree back, a busy origin is refused, and a
 -- failure after the hand-over says how to get the origin back.
 
+local core = require "rig.core" -- the stdlib's private binding: what the public API does not show
+
 local luarig = os.getenv("LUARIG") or "build/luarig"
 local json = rig.json
 
@@ -14,7 +16,7 @@ local function tmpdir()
   local p = os.tmpname()
   os.remove(p)
   assert(os.execute("mkdir -p '" .. p .. "'"))
-  return rig.core.ws_realpath(p)
+  return core.ws_realpath(p)
 end
 
 local function read(path)
@@ -67,11 +69,11 @@ end
 -- The catalog entry of id, once its asynchronous write landed.
 local function entry(store, id, want)
   for _ = 1, 200 do
-    local e = rig.core.catalog_get(store, id)
+    local e = core.catalog_get(store, id)
     if e and want(e) then return e end
     rig.sleep(0.02)
   end
-  return rig.core.catalog_get(store, id)
+  return core.catalog_get(store, id)
 end
 
 local STEPS = {
@@ -270,7 +272,7 @@ describe("s:fork", function()
 
   -- the raw journal of a session, shut down or not: { seq, kind, body }
   local function raw(store, id)
-    local recs = assert(rig.core.journal_read(store, id, 1, 0))
+    local recs = assert(core.journal_read(store, id, 1, 0))
     local out = {}
     for i, rec in ipairs(recs) do
       out[i] = rec.seq .. " " .. rec.kind .. " " .. (rec.body or ("epoch " .. tostring(rec.epoch)))
@@ -387,7 +389,7 @@ describe("s:fork", function()
     turn(s, "second")
     expect(#s:snapshots()).to_be(0)
     local f = assert(s:fork{ at = seqs_of(s, "TurnDone")[1] })
-    expect(rig.core.ws_dir_empty(root)).to_be(true)
+    expect(core.ws_dir_empty(root)).to_be(true)
     expect(event_types(f)).to_be("SessionForked SessionStarted LoopStarted")
     expect(#f:history()).to_be(4)
     -- the fork hands the root over by itself, then the origin comes back
@@ -400,7 +402,7 @@ describe("s:fork", function()
     o:shutdown()
     -- and the fork gets its (empty) tree back
     f = assert(r:restore(f.id))
-    expect(rig.core.ws_dir_empty(root)).to_be(true)
+    expect(core.ws_dir_empty(root)).to_be(true)
     f:shutdown()
     os.execute("rm -rf '" .. d .. "'")
   end)
@@ -420,7 +422,7 @@ describe("s:fork", function()
     local shutdown, thief = Session.shutdown, nil
     Session.shutdown = function(S, ...)
       local a, b, c = shutdown(S, ...)
-      thief = assert(rig.core.lease_acquire(store, "workspace-roots/" .. rig.core.sha256_hex(root)))
+      thief = assert(core.lease_acquire(store, "workspace-roots/" .. core.sha256_hex(root)))
       return a, b, c
     end
     local f, msg, code = s:fork{ at = at }
@@ -490,7 +492,7 @@ describe("s:fork", function()
     expect(read(f.workspace .. "/a.txt")).to_be("one")
     expect(read(f.workspace .. "/c.txt")).to_be("fork")
     expect(read(f.workspace .. "/b.txt")).to_be(nil)
-    expect(rig.core.catalog_get(store, fid).forked_from.session).to_be(sid)
+    expect(core.catalog_get(store, fid).forked_from.session).to_be(sid)
     turn(f, "again")
     expect(texts(f:history())).to_match("user:again / assistant:after the crash$")
     -- the origin restores too, with its own later files and its full history

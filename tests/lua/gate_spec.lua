@@ -201,6 +201,62 @@ describe("rig.gate evaluation", function()
   end)
 end)
 
+describe("rig.gate and a tool's own needs_approval (kind tool)", function()
+  local function tl(name) return { kind = "tool", match = name } end
+
+  it("is gated whatever the access source, unless the access table says otherwise", function()
+    local g = rig.gate{ access = {}, approver = "interactive" }
+    local d = g:evaluate(req(tl("send")))
+    expect(d.verdict).to_be("gated")
+    expect(d.candidates[1]).to_equal({ effect = "allow", kind = "tool", match = "send" })
+    expect(rig.gate{ access = {}, approver = "headless" }:evaluate(req(tl("send"))).reason)
+      .to_be("permission denied: approval required")
+    expect(rig.gate{ access = { tool = "allow" }, approver = "headless" }:evaluate(req(tl("send")))
+      .verdict).to_be("allow")
+    expect(rig.gate{ access = { tool = "deny" }, approver = "interactive" }:evaluate(req(tl("send")))
+      .verdict).to_be("deny")
+    local p = rig.sandbox.profile{ workspace_root = scratch() }
+    expect(rig.gate{ access = p, approver = "interactive" }:evaluate(req(tl("send"))).verdict)
+      .to_be("gated")
+  end)
+
+  it("saved rules settle it by the tool's name or *", function()
+    local path = rules_file{ { effect = "allow", kind = "tool", match = "send" },
+                             { effect = "deny", kind = "tool", match = "wipe" } }
+    local g = rig.gate{ access = {}, rules = rig.permissions.file(path), approver = "interactive" }
+    expect(g:evaluate(req(tl("send"))).source).to_be("rule")
+    expect(g:evaluate(req(tl("send"))).verdict).to_be("allow")
+    expect(g:evaluate(req(tl("wipe"))).verdict).to_be("deny")
+    expect(g:evaluate(req(tl("other"))).verdict).to_be("gated")
+    local perms = require "rig.permissions"
+    expect(perms.check_rule{ effect = "allow", kind = "tool", match = "*" }).to_be_truthy()
+    local _, why = perms.check_rule{ effect = "allow", kind = "tool", match = "a b" }
+    expect(why).to_match("match must be a tool name")
+  end)
+end)
+
+describe("rig.gate.default", function()
+  it("allows what declares nothing, allows delegation, asks for anything else", function()
+    local g = rig.gate.default()
+    expect(g.approver).to_be("interactive")
+    expect(g:evaluate(req()).verdict).to_be("allow")
+    expect(g:evaluate(req({ kind = "delegate", match = "researcher" })).verdict).to_be("allow")
+    for _, r in ipairs { net("example.org:443"), cmd("ls"), rd("/etc/passwd"),
+                         { kind = "filesystem.write", match = "/x" }, { kind = "tool", match = "t" },
+                         { kind = "mcp", match = "s/t" } } do
+      expect(g:evaluate(req(r)).verdict).to_be("gated")
+    end
+  end)
+
+  it("takes overrides per kind, rules and approver, and refuses anything else", function()
+    local g = rig.gate.default{ network = "deny", approver = "headless" }
+    expect(g:evaluate(req(net("a:1"))).verdict).to_be("deny")
+    expect(g:evaluate(req(cmd("ls"))).reason).to_be("permission denied: approval required")
+    expect(function() rig.gate.default{ netwrok = "deny" } end).to_fail("unknown option 'netwrok'")
+    expect(function() rig.gate.default{ network = "maybe" } end).to_fail("access.network")
+  end)
+end)
+
 describe("rig.permissions.file", function()
   it("refuses a relative path", function()
     expect(function() rig.permissions.file("perms.json") end).to_fail("absolute path")

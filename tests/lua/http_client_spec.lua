@@ -22,8 +22,12 @@ end
 -- notices a disconnect either as a failed write or by cancelling the
 -- handler's task (which raises "cancelled" at its next wait).
 local gone = {}
+-- and the handlers that started (a request in flight), with a condition to wait on
+local arrived, arrival = {}, rig.cond()
 
 local function keep_writing(key, res)
+  arrived[key] = true
+  arrival:signal()
   pcall(function()
     while res:write(": keep-alive\n") do rig.sleep(0.05) end
   end)
@@ -135,6 +139,20 @@ local srv = http.server{ listen = "127.0.0.1:0", max_body = 1 << 20, routes = {
 
 local base = srv.url
 
+-- Runs f in a task of its own and returns the task once it waits inside f:
+-- the task signals just before it calls f, and this one runs again only when
+-- the task yields (the scheduler is cooperative), that is, blocked in f.
+local function blocked_in(f)
+  local c, entered = rig.cond(), false
+  local t = rig.spawn(function()
+    entered = true
+    c:signal()
+    return f()
+  end)
+  while not entered do c:wait() end
+  return t
+end
+
 -- Waits (polling) until f() is true or the deadline passes.
 local function eventually(f, secs)
   local deadline = rig.now() + (secs or 2)
@@ -226,7 +244,7 @@ describe("rig.http.request", function()
 
   it("is cancelled within a second and the server sees the disconnect", function()
     local t = rig.spawn(function() return http.request{ url = base .. "/slow-body/req" } end)
-    rig.sleep(0.2)
+    while not arrived.req do arrival:wait() end -- the server is sending the body
     local t0 = rig.now()
     t:cancel()
     local ok, err, code = t:wait()
@@ -318,8 +336,7 @@ describe("rig.http.stream", function()
   it("is cancelled within a second while blocked in next()", function()
     local st = assert(http.stream{ url = base .. "/hang/next" })
     expect(st:next().data).to_be("first")
-    local t = rig.spawn(function() return st:next() end)
-    rig.sleep(0.2)
+    local t = blocked_in(function() return st:next() end)
     local t0 = rig.now()
     t:cancel()
     local ok, _, code = t:wait()
@@ -331,8 +348,8 @@ describe("rig.http.stream", function()
 
   it("close() from another task ends a blocked next() with cancelled", function()
     local st = assert(http.stream{ url = base .. "/hang/close" })
-    local t = rig.spawn(function() st:next(); return st:next() end)
-    rig.sleep(0.2)
+    expect(st:next().data).to_be("first")
+    local t = blocked_in(function() return st:next() end)
     st:close()
     local ok, err, code = t:wait(1)
     expect(ok).to_be_nil(); expect(code).to_be("cancelled")

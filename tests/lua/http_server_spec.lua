@@ -140,6 +140,35 @@ describe("rig.http.server", function()
     expect(body).to_be("")
   end)
 
+  it("round-trips JSON through req:json() and json = with rig.json ([] stays [], 1 stays 1)", function()
+    local json = rig.json
+    local seen
+    local srv <close> = assert(rig.http.server{
+      listen = "127.0.0.1:0",
+      routes = {
+        ["POST /echo"] = function(req)
+          local v = assert(req:json())
+          seen = { int = math.type(v.int), empty = json.is_array(v.empty), null = v.null == json.null }
+          return { status = 200, json = v }
+        end,
+      },
+    })
+    -- keys in bytewise order, as rig.json writes them: the echo must be byte-identical
+    local text = '{"big":9007199254740993,"empty":[],"float":1.5,"int":1,'
+      .. '"nested":{"list":[1,2],"obj":{}},"null":null,"text":"\\u00e9 caf\\u00e9"}'
+    local want = json.encode(assert(json.decode(text)))
+    local resp = assert(rig.http.request{ url = srv.url .. "/echo", method = "POST", body = text,
+      headers = { ["content-type"] = "application/json" }, timeout = 10 })
+    expect(resp.status).to_be(200)
+    expect(resp.body).to_be(want)
+    expect(resp.body:find('"empty":[]', 1, true) ~= nil).to_be(true)
+    expect(resp.body:find('"int":1,', 1, true) ~= nil).to_be(true)
+    expect(resp.body:find('"big":9007199254740993', 1, true) ~= nil).to_be(true)
+    expect(seen.int).to_be("integer")
+    expect(seen.empty).to_be(true)
+    expect(seen.null).to_be(true)
+  end)
+
   it("takes JSON in and sends JSON out", function()
     local srv <close> = assert(rig.http.server{
       listen = "127.0.0.1:0",

@@ -11,9 +11,15 @@ end
 local model = rig.model.script{ { text = "hi" } }
 local gate = rig.gate{ access = { network = "gated" }, approver = "headless" }
 
+local base_gate = rig.gate{ access = { network = "gated", delegate = "allow" }, approver = "headless" }
+local NONE = {} -- an override that removes the field
 local function loop(over)
-  local def = { name = "assistant", model = model, system = "be brief", tools = { tool() } }
-  for k, v in pairs(over or {}) do def[k] = v end
+  local def = { name = "assistant", model = model, system = "be brief", tools = { tool() },
+                gate = base_gate, policy_revision = "p0" }
+  for k, v in pairs(over or {}) do
+    if v == NONE then v = nil end
+    def[k] = v
+  end
   return rig.loop(def)
 end
 
@@ -35,8 +41,31 @@ describe("rig.loop", function()
     expect(l.limits).to_equal({ iterations = 25, calls = 100, parallel = 8, result_bytes = 32768 })
     expect(l.limits.max_tokens).to_be_nil()
     expect(#l.delegates).to_be(0)
-    expect(l.gate).to_be_nil()
-    expect(l.policy_revision).to_be_nil()
+    expect(l.gate).to_be(base_gate)
+    expect(l.policy_revision).to_be("p0")
+    local bare = loop{ tools = NONE, gate = NONE, policy_revision = NONE }
+    expect(bare.gate).to_be_nil()
+    expect(bare.policy_revision).to_be_nil()
+  end)
+
+  it("refuses at definition what would deny every call mid-turn, with the fix", function()
+    expect(raises(loop, { gate = NONE, policy_revision = NONE }))
+      .to_match('a loop with tools needs a gate %(without one every call is denied%): add gate = '
+        .. 'rig%.gate%.default%(%), policy_revision = "v1"')
+    expect(raises(loop, { tools = NONE, gate = NONE, delegates = { "b" } }))
+      .to_match("a loop with delegates needs a gate")
+    expect(raises(loop, { policy_revision = NONE }))
+      .to_match('policy_revision.*: add policy_revision = "v1"')
+    -- an access table that leaves delegate out denies every start_agent: refused
+    local no_deleg = rig.gate{ access = { network = "gated" }, approver = "interactive" }
+    expect(raises(loop, { gate = no_deleg, delegates = { "b" } }))
+      .to_match("field 'delegates%[1%]': the gate can never allow delegate 'b'.*delegate = \"allow\"")
+    -- gated (a person decides) and a headless gate with saved rules are ways to decide
+    loop{ gate = rig.gate{ access = { delegate = "gated" }, approver = "interactive" }, delegates = { "b" } }
+    loop{ gate = rig.gate{ access = { delegate = "gated" }, approver = "headless" }, delegates = { "b" } }
+    -- the newcomer's gate: one expression, and delegation runs through it
+    local l = loop{ gate = rig.gate.default(), delegates = { "b" } }
+    expect(l.gate:evaluate{ summary = "x", requirements = {} }.verdict).to_be("allow")
   end)
 
   it("raises at the caller's line naming the field", function()
@@ -49,7 +78,7 @@ describe("rig.loop", function()
     expect(raises(loop, { tools = { 1 } })).to_match("field 'tools%[1%]' must be a rig.tool")
     expect(raises(loop, { tools = { tool(), tool() } })).to_match("duplicate tool name 'lookup'")
     expect(raises(loop, { gate = {} })).to_match("field 'gate' must be a rig.gate")
-    expect(raises(loop, { gate = gate })).to_match("field 'policy_revision' is required with a gate")
+    expect(raises(loop, { gate = gate, policy_revision = NONE })).to_match("field 'policy_revision' is required with a gate")
     expect(raises(loop, { limits = { iteration = 3 } })).to_match("unknown field 'limits.iteration'")
     expect(raises(loop, { limits = { calls = 0 } })).to_match("field 'limits.calls' must be at least 1")
     expect(raises(loop, { limits = { parallel = 1.5 } })).to_match("field 'limits.parallel' must be an integer")
@@ -164,6 +193,21 @@ describe("rig.define", function()
     expect(raises(define, { delegation_limits = { deep = 1 } })).to_match("unknown field 'delegation_limits.deep'")
   end)
 
+  it("adds delegates given as loop objects, transitively, and refuses a name clash", function()
+    local helper = loop{ name = "helper", tools = NONE, gate = NONE, policy_revision = NONE }
+    local researcher = loop{ name = "researcher", delegates = { helper } }
+    local planner = loop{ name = "planner", delegates = { researcher, "helper" } }
+    expect(planner.delegates).to_equal({ "researcher", "helper" })
+    expect(planner:revision()).to_be(loop{ name = "planner", delegates = { "researcher", "helper" } }:revision())
+    local r = define{ loops = { planner }, primers = { "planner" } }
+    expect(#r.loops).to_be(3)
+    expect(r:loop("researcher")).to_be(researcher)
+    expect(r:loop("helper")).to_be(helper)
+    local other = loop{ name = "helper", tools = NONE, gate = NONE, policy_revision = NONE }
+    expect(raises(define, { loops = { planner, other }, primers = { "planner" } }))
+      .to_match("delegates to a loop named 'helper' that is not the rig's loop of that name")
+  end)
+
   it("takes an explicit active primer among several", function()
     local x = loop{ name = "second" }
     local r = define{ loops = { loop(), x }, primers = { "assistant", "second" }, active_primer = "second" }
@@ -203,5 +247,105 @@ describe("rig.define", function()
     expect(type(r.sessions)).to_be("function")
     expect(r.restore).to_be_nil()
     expect(r[1]).to_be_nil()
+  end)
+end)
+
+describe("rig.loop hooks, guardrails and handoffs", function()
+  it("keeps hooks and names their points in the revision", function()
+    local plain = loop()
+    local f = function() end
+    local l = loop{ hooks = { before_tool = f, turn_end = f } }
+    expect(l.hooks.before_tool).to_be(f)
+    expect(l:revision() ~= plain:revision()).to_be(true)
+    expect(l:canonical()).to_match('"hooks":%["before_tool","turn_end"%]')
+    -- the same points, other functions: the same revision (functions are not hashed)
+    expect(loop{ hooks = { before_tool = print, turn_end = print } }:revision()).to_be(l:revision())
+    expect(plain:canonical():find("hooks", 1, true)).to_be_nil()
+  end)
+
+  it("refuses unknown hook points and non-functions", function()
+    expect(raises(loop, { hooks = { before_everything = print } }))
+      .to_match("unknown field 'hooks.before_everything'")
+    expect(raises(loop, { hooks = { after_tool = "x" } }))
+      .to_match("field 'hooks.after_tool' must be a function")
+    expect(raises(loop, { hooks = 3 })).to_match("field 'hooks' must be a table")
+  end)
+
+  it("takes guardrails as functions, checks and guard models", function()
+    local guard = rig.model.script{ { text = '{"tripped":false}' } }
+    local l = loop{ guardrails = { input = { print, { name = "pii", check = print } },
+      output = { { name = "judge", model = guard, instructions = "judge it" } } } }
+    local g = l.guardrails
+    expect(g.input[1].name).to_be("input_1")
+    expect(g.input[2].name).to_be("pii")
+    expect(g.output[1].model).to_be(guard)
+    expect(l:canonical()).to_match('"guardrails"')
+    expect(l:canonical()).to_match('"judge it"')
+  end)
+
+  it("refuses malformed guardrails, naming the field", function()
+    expect(raises(loop, { guardrails = { middle = {} } })).to_match("unknown field 'guardrails.middle'")
+    expect(raises(loop, { guardrails = { input = { 3 } } }))
+      .to_match("field 'guardrails.input%[1%]' must be a function or a table")
+    expect(raises(loop, { guardrails = { input = { { name = "a" } } } }))
+      .to_match("needs exactly one of 'check'")
+    expect(raises(loop, { guardrails = { input = { { name = "a", model = model } } } }))
+      .to_match("instructions' is required with a guard model")
+    expect(raises(loop, { guardrails = { input = { { name = "a", check = print },
+      { name = "a", check = print } } } })).to_match("duplicate guardrail name 'a'")
+    expect(raises(loop, { guardrails = { output = { { name = "a", check = print, bogus = 1 } } } }))
+      .to_match("unknown field 'guardrails.output%[1%].bogus'")
+  end)
+
+  it("takes handoffs by name or table, and rig.define resolves them", function()
+    local a = loop{ name = "triage", handoffs = { "billing", { loop = "refunds", filter = "no_tools",
+      description = "money back" } } }
+    expect(#a.handoffs).to_be(2)
+    expect(a.handoffs[1].filter).to_be("all")
+    expect(a.handoffs[2].filter).to_be("no_tools")
+    expect(a:canonical()).to_match('"handoffs"')
+    local b = loop{ name = "billing" }
+    local c = loop{ name = "refunds" }
+    local r = rig.define{ loops = { a, b, c }, primers = { "triage" }, store = rig.store.memory() }
+    expect(r:loop("refunds")).to_be(c)
+    -- a handoff target that is no loop of the rig
+    expect(raises(rig.define, { loops = { a, b }, primers = { "triage" }, store = rig.store.memory() }))
+      .to_match("field 'handoffs%[2%]' names no loop of this rig %('refunds'%)")
+    -- without the handoff edge, billing is unreachable
+    expect(raises(rig.define, { loops = { loop{ name = "triage" }, b }, primers = { "triage" },
+      store = rig.store.memory() })).to_match("unreachable %(no primer reaches it through delegates or handoffs%)")
+  end)
+
+  it("refuses bad handoffs", function()
+    expect(raises(loop, { handoffs = { "assistant" } })).to_match("names the loop itself")
+    expect(raises(loop, { handoffs = { "a", "a" } })).to_match("lists 'a' twice")
+    expect(raises(loop, { handoffs = { { loop = "a", filter = "some" } } }))
+      .to_match("field 'handoffs%[1%].filter' must be")
+    expect(raises(loop, { handoffs = { "a b" } })).to_match("field 'handoffs%[1%].loop' must be a loop name")
+    expect(raises(loop, { handoffs = { "x" }, tools = { tool("transfer_to_x") } }))
+      .to_match("tool 'transfer_to_x' is the handoff's own")
+  end)
+end)
+
+describe("rig.define budget", function()
+  it("takes a session budget and fingerprints it", function()
+    local l = loop()
+    local store = rig.store.memory()
+    local plain = rig.define{ loops = { l }, primers = { "assistant" }, store = store }
+    local r = rig.define{ loops = { l }, primers = { "assistant" }, store = store,
+      budget = { max_tokens = 1000, max_cost = 0.5 } }
+    expect(r.budget).to_equal({ max_tokens = 1000, max_cost = 0.5 })
+    expect(plain.budget).to_be_nil()
+    expect(r:fingerprint() ~= plain:fingerprint()).to_be(true)
+  end)
+
+  it("refuses a malformed budget", function()
+    local l = loop()
+    local function def(b)
+      return rig.define{ loops = { l }, primers = { "assistant" }, store = rig.store.memory(), budget = b }
+    end
+    expect(raises(def, { max_tokens = 0 })).to_match("'budget.max_tokens' must be a positive integer")
+    expect(raises(def, { max_cost = -1 })).to_match("'budget.max_cost' must be a positive number")
+    expect(raises(def, { tokens = 3 })).to_match("unknown field 'budget.tokens'")
   end)
 end)

@@ -3,7 +3,7 @@
 -- scripted model driving a loop through their tools, gated and journaled.
 local json = require "rig.json"
 local jsonrpc = require "rig.mcp.jsonrpc"
-local core = rig.core
+local core = require "rig.core"
 
 local ROOT = assert(core.fs_realpath(os.getenv("LUARIG_ROOT") or "."))
 local NM = ROOT .. "/build/npm/node_modules"
@@ -255,6 +255,11 @@ describe("rig.mcp stdio servers", function()
     expect(out.text).to_match("%[image: image/png, %d+ bytes%]")
     expect(out.details.content[2].type).to_be("image")
     expect(type(out.details.content[2].data)).to_be("string")
+    -- and handed to the model: a media spec the session checks and stores (rig.media)
+    expect(out.media[1].type).to_be("image")
+    expect(out.media[1].media_type).to_be("image/png")
+    local checked = assert(require("rig.media").check(out.media[1]))
+    expect(checked.media_type).to_be("image/png")
     -- an embedded resource and resource links
     out = names["ev__get-resource-reference"].run(nil, { prepared = { resourceType = "Text", resourceId = 1 } })
     expect(out.text).to_match("%[resource demo://resource/dynamic/text/1 %(text/plain%)%]")
@@ -278,6 +283,63 @@ describe("rig.mcp stdio servers", function()
 end)
 
 describe("rig.mcp confined", function()
+  it("a confined server's own network is none: a direct connection fails where unconfined it works", function()
+    -- a listener on the host's loopback (the sandbox has a loopback of its own)
+    local port
+    local srv = assert(rig.http.server{ listen = "127.0.0.1:0",
+      routes = { ["GET /"] = function() return { body = "hello" } end } })
+    port = srv.port
+    local NET = ROOT .. "/tests/mcp/net_server.js"
+    local open = assert(rig.mcp.stdio{ name = "net_open", command = "node", args = { NET }, unconfined = true })
+    local r = assert(open:call("connect", { host = "127.0.0.1", port = port }))
+    open:close()
+    expect(r.content[1].text).to_be("connected: HTTP/1.1 200 OK") -- positive control: it answers
+    local ws = tmpdir("netws")
+    dirs[#dirs + 1] = ws
+    local p = rig.sandbox.profile{ workspace_root = ws, workspace_write = "allow", network = "deny",
+      roots = { { path = ROOT .. "/tests/mcp", read = "allow" } } }
+    local boxed = assert(rig.mcp.stdio{ name = "net_boxed", command = "node", args = { NET }, profile = p })
+    r = assert(boxed:call("connect", { host = "127.0.0.1", port = port }))
+    expect(r.isError).to_be(true)
+    expect(r.content[1].text).to_match("^error: E") -- ECONNREFUSED: its loopback is its own
+    boxed:close()
+    srv:close()
+  end, { timeout = 60 })
+
+  it("a confined server reaches what `network` names, through the egress proxy only", function()
+    local srv = assert(rig.http.server{ listen = "127.0.0.1:0",
+      routes = { ["GET /"] = function() return { body = "hello" } end } })
+    local other = assert(rig.http.server{ listen = "127.0.0.1:0",
+      routes = { ["GET /"] = function() return { body = "other" } end } })
+    local NET = ROOT .. "/tests/mcp/net_server.js"
+    local ws = tmpdir("netws2")
+    dirs[#dirs + 1] = ws
+    local p = rig.sandbox.profile{ workspace_root = ws, workspace_write = "allow", network = "gated",
+      roots = { { path = ROOT .. "/tests/mcp", read = "allow" } } }
+    local target = "127.0.0.1:" .. srv.port
+    local c = assert(rig.mcp.stdio{ name = "net_allowed", command = "node", args = { NET }, profile = p,
+                                    network = { target } })
+    local r = assert(c:call("fetch", { host = "127.0.0.1", port = srv.port }))
+    expect(r.content[1].text).to_be("fetched: HTTP/1.1 200 OK")
+    -- the proxy refuses a target the list does not name
+    r = assert(c:call("fetch", { host = "127.0.0.1", port = other.port }))
+    expect(r.content[1].text:find("200 OK", 1, true)).to_be_nil()
+    expect(r.content[1].text).to_match("^fetched: HTTP/1%.1 4%d%d")
+    -- and a direct connection, even to the allowed target, goes nowhere
+    r = assert(c:call("connect", { host = "127.0.0.1", port = srv.port }))
+    expect(r.isError).to_be(true)
+    c:close()
+    -- a profile that denies the network refuses the targets at the start
+    local deny = rig.sandbox.profile{ workspace_root = ws, workspace_write = "allow", network = "deny",
+      roots = { { path = ROOT .. "/tests/mcp", read = "allow" } } }
+    local none, msg = rig.mcp.stdio{ name = "net_denied", command = "node", args = { NET }, profile = deny,
+                                     network = { target } }
+    expect(none).to_be_nil()
+    expect(msg).to_match("denied by the profile")
+    srv:close()
+    other:close()
+  end, { timeout = 60 })
+
   it("server-filesystem sees only the workspace: a path outside is refused by the sandbox, not the server", function()
     need_npm()
     local ws = tmpdir("ws")

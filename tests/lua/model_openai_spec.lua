@@ -339,9 +339,14 @@ describe("openai chat request", function()
   end)
 
   it("refuses blocks it cannot send", function()
-    local req = { messages = { { role = "user", content = { { type = "image", url = "x" } } } } }
+    local req = { messages = { { role = "user", content = { { type = "audio", url = "x" } } } } }
     local body, err = codec.encode(OPENAI, req)
     expect(body).to_be_nil()
-    expect(err).to_be("openai: unsupported block 'image' in a user message")
+    expect(err).to_be("openai: unsupported block 'audio' in a user message")
+    -- a PDF by URL: chat completions has no way to send it
+    body, err = codec.encode(OPENAI, { messages = { { role = "user", content = { { type = "document",
+      media_type = "application/pdf", url = "https://example.com/a.pdf" } } } } })
+    expect(body).to_be_nil()
+    expect(err).to_be("openai: a PDF by URL is not supported: give its bytes")
   end)
 end)

@@ -70,8 +70,16 @@ describe("rig.model{}", function()
     raises(function() m:invoke{ messages = {} } end, "request.messages")
     raises(function() m:invoke{ messages = { { role = "robot", content = "x" } } } end,
       "request.messages%[1%].role")
+    raises(function() m:invoke{ messages = { { role = "user", content = { { type = "video" } } } } } end,
+      "request.messages%[1%].content%[1%].type: unknown block type 'video'")
     raises(function() m:invoke{ messages = { { role = "user", content = { { type = "image" } } } } } end,
-      "request.messages%[1%].content%[1%].type: unknown block type 'image'")
+      "request.messages%[1%].content%[1%].media_type: an image block needs media_type image/png")
+    raises(function() m:invoke{ messages = { { role = "user", content = { { type = "image",
+      media_type = "image/png", data = "x", url = "https://a/b.png" } } } } } end,
+      "content%[1%]: needs exactly one of data, blob and url")
+    raises(function() m:invoke{ messages = { { role = "assistant", content = { { type = "image",
+      media_type = "image/png", data = "x" } } } } } end,
+      "an assistant message cannot hold a 'image' block")
     raises(function() m:invoke{ messages = { { role = "user", content = "x" } }, tool_choice = "required" } end,
       "'required' needs at least one tool")
     raises(function() m:invoke{ messages = { { role = "user", content = "x" } },
@@ -156,6 +164,17 @@ describe("rig.model.script", function()
     raises(function() rig.model.script{ { error = { message = "x", code = "boom" } } } end,
       "unknown failure code 'boom'")
     raises(function() rig.model.script{ { chunk = 0, text = "x" } } end, "chunk")
+  end)
+
+  it("rejects a tool call's unknown keys instead of calling with {}", function()
+    raises(function() rig.model.script{ { tool_calls = { { name = "t", args = { q = 1 } } } } } end,
+      "steps%[1%]%.tool_calls%[1%]: unknown field 'args'")
+    raises(function() rig.model.script{ { tool_calls = { { name = "t", arguments = {} } } } } end,
+      "unknown field 'arguments'")
+    raises(function() rig.model.script{ { tool_calls = { { name = "t", input = {}, input_json = "{}" } } } } end,
+      "both input and input_json")
+    local m = rig.model.script{ { tool_calls = { { name = "t", id = "c1", input = { q = 1 } } } } }
+    expect(assert(m:invoke(user("x"))).message.content[1].input.q).to_be(1)
   end)
 
   it("waits for a delayed step without blocking other tasks", function()

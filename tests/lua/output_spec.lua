@@ -1,7 +1,9 @@
 -- Structured output: a loop's output_schema, natively (a model with
 -- structured_output gets request.output_schema and answers in text) and
 -- through the runner's reserved final tool (tool_choice "required"); valid
--- answers end in TurnDone{ output }, invalid ones in TurnFailed{ invalid_output }.
+-- answers end in TurnDone{ output }, invalid ones go back to the model with
+-- the validation message (output_schema.repair times, default 2) and then end
+-- in TurnFailed{ invalid_output }.
 
 local json = rig.json
 
@@ -27,7 +29,8 @@ local function define(steps, opts)
   local model = rig.model.script{ steps = steps, structured_output = opts.native == true }
   local loop = rig.loop{ name = "assistant", model = model, system = "answer in JSON",
     tools = opts.tools or {}, gate = allow_all(), policy_revision = "v1",
-    output_schema = { name = "city_info", schema = SCHEMA, description = "a city" } }
+    output_schema = { name = "city_info", schema = SCHEMA, description = "a city",
+                      repair = opts.repair } }
   local store = opts.store or rig.store.memory()
   return rig.define{ loops = { loop }, primers = { "assistant" }, store = store }, model, store
 end
@@ -40,7 +43,9 @@ local function turn(s, input)
     if ev.ends_turn then last = ev break end
   end
   sub:close()
-  expect(s:wait_idle(5)).to_be(true)
+  -- wait_idle reports a failed turn (issue 19 §2)
+  local ok, _, code = s:wait_idle(5)
+  expect(ok or code).to_be(last.type == "TurnDone" and true or "turn_failed")
   return last
 end
 
@@ -73,7 +78,7 @@ describe("structured output", function()
 
   it("fails a native answer that is not valid: bad JSON, a schema violation", function()
     local r = define({ { text = '{"city": "Lyon", "population": -3}' }, { text = "Lyon, I think" },
-                       { text = '["Lyon"]' } }, { native = true })
+                       { text = '["Lyon"]' } }, { native = true, repair = 0 })
     local s = assert(r:session())
     local ev = turn(s, "one")
     expect(ev.type).to_be("TurnFailed")
@@ -130,7 +135,7 @@ describe("structured output", function()
       { tool_calls = { { name = "final_answer", input = { city = "Oslo" } } } },
       { tool_calls = { { name = "final_answer", input_json = '{"city": "Oslo", ' } } },
       { text = "Oslo has 709037 people." },
-    })
+    }, { repair = 0 })
     local s = assert(r:session())
     local ev = turn(s, "one")
     expect(ev.type).to_be("TurnFailed")
@@ -208,5 +213,84 @@ describe("structured output", function()
     local s2 = assert(r2:restore(id))
     expect(json.encode(s2:history())).to_be(before)
     s2:shutdown()
+  end)
+end)
+
+describe("structured output repair", function()
+  it("sends a native answer that fails back with its JSON path, and takes the corrected one", function()
+    local r, model = define({ { text = '{"city": "Lyon", "population": -3}', usage = { input_tokens = 10,
+      output_tokens = 5 } }, { text = '{"city": "Lyon", "population": 522250}', usage = {
+      input_tokens = 30, output_tokens = 6 } } }, { native = true })
+    local s = assert(r:session())
+    local ev = turn(s, "Lyon?")
+    expect(ev.type).to_be("TurnDone")
+    expect(ev.output.population).to_be(522250)
+    -- the second call read the first answer and the validation message, with the path
+    local msgs = model:calls()[2].messages
+    expect(#msgs).to_be(3)
+    expect(msgs[3].role).to_be("user")
+    expect(msgs[3].content[1].text).to_match("^%[output repair 1 of 2%]")
+    expect(msgs[3].content[1].text).to_match("%$%.population")
+    -- journaled: the failed step with its repair, the feedback folded in
+    local folded = journaled(s, "TurnFoldedInto")
+    expect(folded.repair.attempt).to_be(1)
+    expect(folded.repair.of).to_be(2)
+    expect(folded.repair.error).to_match("%$%.population")
+    -- usage counts every attempt
+    expect(ev.usage.input_tokens).to_be(40)
+    expect(ev.usage.output_tokens).to_be(11)
+    local id, h = s.id, json.encode(s:history())
+    s:shutdown()
+    local s2 = assert(r:restore(id))
+    expect(json.encode(s2:history())).to_be(h)
+    s2:shutdown()
+  end)
+
+  it("fails after the configured attempts, counting each one", function()
+    local bad = { text = '{"city": 3, "population": 1}', usage = { input_tokens = 10, output_tokens = 1 } }
+    local r, model = define({ bad, bad, bad, bad }, { native = true, repair = 1 })
+    local s = assert(r:session())
+    local ev = turn(s, "x")
+    expect(ev.type).to_be("TurnFailed")
+    expect(ev.error.code).to_be("invalid_output")
+    expect(ev.error.message).to_match("%$%.city")
+    expect(#model:calls()).to_be(2)
+    expect(ev.usage.input_tokens).to_be(20)
+    s:shutdown()
+    -- the default is 2: three answers before the turn fails
+    local r2, m2 = define({ bad, bad, bad, bad }, { native = true })
+    local s2 = assert(r2:session())
+    expect(turn(s2, "x").type).to_be("TurnFailed")
+    expect(#m2:calls()).to_be(3)
+    s2:shutdown()
+  end)
+
+  it("repairs final tool arguments through the tool's error result", function()
+    local r, model = define({
+      { tool_calls = { { name = "final_answer", input = { city = "Oslo" } } } },
+      { tool_calls = { { name = "final_answer", input = { city = "Oslo", population = 709037 } } } },
+    })
+    local s = assert(r:session())
+    local ev = turn(s, "Oslo?")
+    expect(ev.type).to_be("TurnDone")
+    expect(ev.output.population).to_be(709037)
+    local msgs = model:calls()[2].messages
+    local res = msgs[#msgs].content[1]
+    expect(res.is_error).to_be(true)
+    expect(res.content).to_match("population")
+    local step = journaled(s, "StepDone")
+    expect(step.repair.attempt).to_be(1)
+    s:shutdown()
+  end)
+
+  it("does not repair a refusal, and refuses a bad repair count", function()
+    local r, model = define({ { refusal = "I cannot" }, { text = "{}" } }, { native = true })
+    local s = assert(r:session())
+    local ev = turn(s, "x")
+    expect(ev.type).to_be("TurnFailed")
+    expect(ev.error.message).to_match("refused")
+    expect(#model:calls()).to_be(1)
+    s:shutdown()
+    expect(function() define({}, { repair = 11 }) end).to_fail("'output_schema.repair' must be an integer from 0 to 10")
   end)
 end)

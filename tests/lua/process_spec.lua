@@ -2,6 +2,20 @@
 
 local process = rig.process
 
+-- Runs f in a task of its own and returns the task once it waits inside f:
+-- the task signals just before it calls f, and this one runs again only when
+-- the task yields (the scheduler is cooperative), that is, blocked in f.
+local function blocked_in(f)
+  local c, entered = rig.cond(), false
+  local t = rig.spawn(function()
+    entered = true
+    c:signal()
+    return f()
+  end)
+  while not entered do c:wait() end
+  return t
+end
+
 local function my_pid()
   local f = assert(io.open("/proc/self/stat"))
   local pid = f:read("n")
@@ -365,16 +379,14 @@ describe("rig.process.spawn", function()
 
   it("kills the group when a task blocked in read or wait is cancelled", function()
     local p = assert(process.spawn{ argv = { "sleep", "100" } })
-    local t = rig.spawn(function() return p:read("stdout") end)
-    rig.sleep(0.05)
+    local t = blocked_in(function() return p:read("stdout") end)
     t:cancel()
     expect(select(3, t:wait())).to_be("cancelled")
     local st = assert(p:wait(2))
     expect(st.signal).to_be("SIGKILL")
     p:close()
     p = assert(process.spawn{ argv = { "sleep", "100" } })
-    t = rig.spawn(function() return p:wait() end)
-    rig.sleep(0.05)
+    t = blocked_in(function() return p:wait() end)
     t:cancel()
     expect(select(3, t:wait())).to_be("cancelled")
     expect(assert(p:wait(2)).signal).to_be("SIGKILL")
@@ -383,8 +395,7 @@ describe("rig.process.spawn", function()
 
   it("wakes a reader when another task closes the handle", function()
     local p = assert(process.spawn{ argv = { "sleep", "100" } })
-    local t = rig.spawn(function() return p:read() end)
-    rig.sleep(0.05)
+    local t = blocked_in(function() return p:read() end)
     p:close()
     local ok, msg, code = t:wait(2)
     expect(ok).to_be_nil(); expect(code).to_be("closed")

@@ -2,6 +2,8 @@
 -- workspace (compaction_spec, workspace_spec): a faulted session says why
 -- once, and the scripted model keeps a bounded number of requests.
 
+local core = require "rig.core" -- the stdlib's private binding: what the public API does not show
+
 local function define(steps, store)
   local model = rig.model.script(steps)
   local echo = rig.tool{ name = "echo", description = "echoes",
@@ -25,7 +27,7 @@ describe("a faulted session", function()
     local r = define({ { text = "", tool_calls = { { name = "echo", input = {} } } },
                        { text = "never" } }, store)
     local s = assert(r:session())
-    rig.core.store_inject_failure(store, "append", 3)
+    core.store_inject_failure(store, "append", 3)
     s:submit("go")
     local head = "session " .. s.id:gsub("%-", "%%-") .. " is faulted: "
     local msgs = {}
@@ -44,7 +46,7 @@ describe("a faulted session", function()
       expect(m).to_match("injected failure")
       expect(count(m, "is faulted")).to_be(1)
     end
-    rig.core.store_inject_failure(store, "append", -1)
+    core.store_inject_failure(store, "append", -1)
     s:shutdown()
   end)
 end)

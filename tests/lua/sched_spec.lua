@@ -12,6 +12,16 @@ describe("rig.spawn", function()
     expect(rig.now() - t0).at_most(0.35)  -- ran concurrently, not 0.4s in sequence
   end)
 
+  it("passes any number of arguments to a task", function()
+    local args = {}
+    for i = 1, 300 do args[i] = i end
+    local t = rig.spawn(function(...) return select("#", ...), (select(300, ...)) end,
+      table.unpack(args))
+    local n, last = t:wait()
+    expect(n).to_be(300)
+    expect(last).to_be(300)
+  end)
+
   it("starts a task on the next loop round, not inside spawn", function()
     local ran = false
     local t = rig.spawn(function() ran = true end)

@@ -5,7 +5,7 @@
 
 local json = rig.json
 
-local release = rig.core.cond()
+local release = rig.cond()
 local released = false
 
 local function rig_under_test()

@@ -4,6 +4,8 @@
 -- right, the cut turn is resumable (session_resume_spec.lua resumes such
 -- turns), and completes a new turn. Then a stale writer across processes.
 
+local core = require "rig.core" -- the stdlib's private binding: what the public API does not show
+
 local luarig = os.getenv("LUARIG") or "build/luarig"
 local here = (os.getenv("LUARIG_ROOT") or ".") .. "/tests/lua/session/"
 local define = dofile(here .. "rig.lua")
@@ -30,7 +32,7 @@ local function run_child(dir, point)
 end
 
 local function check_journal(store, id)
-  local recs, tip = assert(rig.core.journal_read(store, id, 1, 0))
+  local recs, tip = assert(core.journal_read(store, id, 1, 0))
   expect(#recs).to_be(tip)
   for i, r in ipairs(recs) do expect(r.seq).to_be(i) end
   local types = {}
@@ -139,13 +141,13 @@ describe("sessions after SIGKILL", function()
     local store <close> = rig.store.lmdb{ root = dir }
     local rg = define(store, { { text = "x" } })
     local s = assert(rg:restore(id))
-    local tip = select(2, rig.core.journal_read(store, id, 1, 0))
+    local tip = select(2, core.journal_read(store, id, 1, 0))
     p:write("go\n")
     local result = lines()
     expect(result).to_match("^RESULT faulted")
     p:wait(10)
     p:close()
-    local tip2 = select(2, rig.core.journal_read(store, id, 1, 0))
+    local tip2 = select(2, core.journal_read(store, id, 1, 0))
     expect(tip2).to_be(tip)
     s:shutdown()
   end, { timeout = 60 })

@@ -2,6 +2,8 @@
 -- one nats-server this spec starts on a free loopback port (and stops).
 -- The processes use a 1 s lease TTL so takeovers happen quickly.
 
+local core = require "rig.core" -- the stdlib's private binding: what the public API does not show
+
 local luarig = os.getenv("LUARIG") or "build/luarig"
 local here = (os.getenv("LUARIG_ROOT") or ".") .. "/tests/lua/session/"
 local define = dofile(here .. "rig.lua")
@@ -102,7 +104,7 @@ end
 -- twice (kind, id and body bytes), every event id once, and every event
 -- the child saw acknowledged is there at its seq. Returns the records.
 local function check_journal(store, id, seen)
-  local recs, tip = assert(rig.core.journal_read(store, id, 1, 0))
+  local recs, tip = assert(core.journal_read(store, id, 1, 0))
   expect(#recs).to_be(tip)
   local bytes, at = {}, {}
   for i, r in ipairs(recs) do
@@ -245,14 +247,14 @@ describe("rig.store.nats", function()
       rig.sleep(0.1)
     end
     assert(s)
-    local tip = select(2, rig.core.journal_read(store, id, 1, 0))
+    local tip = select(2, core.journal_read(store, id, 1, 0))
     p:kill("SIGCONT")
     p:write("go\n")
     local result = lines()
     expect(result).to_match("^RESULT faulted")
     p:wait(10)
     p:close()
-    local tip2 = select(2, rig.core.journal_read(store, id, 1, 0))
+    local tip2 = select(2, core.journal_read(store, id, 1, 0))
     expect(tip2).to_be(tip)
     s:shutdown()
     end)
@@ -351,7 +353,7 @@ describe("rig.store.nats", function()
         local store <close> = assert(rig.store.nats{ url = url, namespace = "part", lease_ttl = 2 })
         local s = assert(restore_when_free(store, c.id))
         local epoch = s.epoch
-        local _, tip = assert(rig.core.journal_read(store, c.id, 1, 0))
+        local _, tip = assert(core.journal_read(store, c.id, 1, 0))
         -- the partition heals: whatever the child had sent arrives now
         x.say("thaw")
         c.upto(function(l) return l == "DONE" end)

@@ -6,6 +6,8 @@
 -- fetch against a real local server (caps, same-origin redirects, no secrets in
 -- messages); then one session end to end.
 
+local core = require "rig.core" -- the stdlib's private binding: what the public API does not show
+
 local process = rig.process
 local json = rig.json
 
@@ -24,7 +26,7 @@ end
 
 local base = "/tmp/lr-tools-spec-" .. my_pid() .. "-" .. math.random(1 << 30)
 sh("mkdir -p '" .. base .. "'")
-base = rig.core.fs_realpath(base)
+base = core.fs_realpath(base)
 local n_ws = 0
 
 -- A fresh workspace (canonical) and a directory outside it.
@@ -97,7 +99,7 @@ describe("rig.tools.read_file", function()
     expect(out).to_be("   1\tone\n   2\ttwo\n   3\tthree\n")
     expect(req.requirements[1].kind).to_be("filesystem.read")
     expect(req.requirements[1].match).to_be(ws .. "/a.txt")
-    expect(ctx.observations.reads[ws .. "/a.txt"]).to_be(rig.core.sha256_hex("one\ntwo\nthree\n"))
+    expect(ctx.observations.reads[ws .. "/a.txt"]).to_be(core.sha256_hex("one\ntwo\nthree\n"))
     out = call(t, { path = "./a.txt", start_line = 2, end_line = 2 }, ctx_for(ws))
     expect(out).to_be("   2\ttwo\n")
     out = call(t, { path = ws .. "/a.txt", start_line = 9 }, ctx_for(ws))

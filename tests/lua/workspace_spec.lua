@@ -3,11 +3,13 @@
 -- capture succeeds), rewind, seed, restore re-materializing or checking the
 -- last checkpoint.
 
+local core = require "rig.core" -- the stdlib's private binding: what the public API does not show
+
 local function tmpdir()
   local p = os.tmpname()
   os.remove(p)
   assert(os.execute("mkdir -p '" .. p .. "'"))
-  return rig.core.ws_realpath(p)
+  return core.ws_realpath(p)
 end
 
 local function write(path, text)
@@ -58,7 +60,7 @@ put = rig.tool{ name = "put", description = "writes a file in the workspace",
     seen_ws.run = ctx.workspace
     local path, text = req.summary:match("^put ([^=]*)=(.*)$")
     if text == "!rmroot" then
-      assert(rig.core.ws_remove_tree(ctx.workspace))
+      assert(core.ws_remove_tree(ctx.workspace))
       return "removed"
     end
     if text == "!slow" then rig.sleep(1) return "slept" end
@@ -149,7 +151,7 @@ describe("placements", function()
     local a, b = assert(r:session()), assert(r:session())
     expect(a.workspace).to_be(d .. "/b/" .. a.id)
     expect(b.workspace).to_be(d .. "/b/" .. b.id)
-    expect(rig.core.fs_lstat(a.workspace).type).to_be("dir")
+    expect(core.fs_lstat(a.workspace).type).to_be("dir")
     a:shutdown() b:shutdown()
   end)
 
@@ -375,7 +377,7 @@ describe("a failing required snapshot", function()
     expect(ref).to_be_nil()
     expect(cmsg).to_be_truthy()
     expect(select(3, s:submit("still"))).to_be("workspace_faulted")
-    assert(rig.core.ws_mkdirs(d .. "/ws"))
+    assert(core.ws_mkdirs(d .. "/ws"))
     assert(s:checkpoint())
     assert(s:submit("again"))
     assert(s:wait_idle(10))
@@ -445,7 +447,7 @@ describe("workspace faults in the journal", function()
     expect(faulted.message).to_match("cannot open")
     expect(faulted.turn_id).to_be_truthy()
     expect(fault_events(s)).to_match("^WorkspaceFaulted%(turn_done,[%w_]+%)$")
-    assert(rig.core.ws_mkdirs(d .. "/ws"))
+    assert(core.ws_mkdirs(d .. "/ws"))
     local ref = assert(s:checkpoint())
     expect(fault_events(s)).to_match("^WorkspaceFaulted%(turn_done,[%w_]+%) "
       .. "WorkspaceCheckpointed%(manual%) WorkspaceFaultCleared%(checkpoint%)$")
@@ -606,7 +608,7 @@ describe("seed", function()
   it("populates a new per-session workspace and is journaled first", function()
     local d = tmpdir()
     local src = d .. "/src"
-    assert(rig.core.ws_mkdirs(src .. "/sub"))
+    assert(core.ws_mkdirs(src .. "/sub"))
     write(src .. "/sub/readme", "seeded")
     local store = rig.store.memory()
     local seed = assert(store:snapshot(src))
@@ -637,7 +639,7 @@ describe("seed", function()
   it("exclusive roots take a seed only when empty; shared ones never", function()
     local d = tmpdir()
     local store = rig.store.memory()
-    assert(rig.core.ws_mkdirs(d .. "/src"))
+    assert(core.ws_mkdirs(d .. "/src"))
     write(d .. "/src/f", "1")
     local seed = assert(store:snapshot(d .. "/src"))
     local r = define({ { text = "x" } }, { store = store,
@@ -684,7 +686,7 @@ describe("restore", function()
     local done = restored()
     expect(done.workspace).to_be("diverged")
     expect(read(d .. "/ws/a")).to_be("changed")   -- attached, never overwritten
-    assert(rig.core.ws_remove_tree(d .. "/ws"))
+    assert(core.ws_remove_tree(d .. "/ws"))
     done = restored()
     expect(done.workspace).to_be("materialized")
     expect(done.workspace_ref).to_be(ref)
@@ -702,12 +704,12 @@ describe("restore", function()
     local id, ws = s.id, s.workspace
     s:shutdown()
     -- a crash between "rename the root away" and "rename staging in"
-    assert(rig.core.ws_rename(ws, d .. "/." .. id .. ".old"))
-    assert(rig.core.ws_mkdirs(d .. "/." .. id .. ".staging/junk"))
+    assert(core.ws_rename(ws, d .. "/." .. id .. ".old"))
+    assert(core.ws_mkdirs(d .. "/." .. id .. ".staging/junk"))
     local s2 = assert(r:restore(id))
     expect(read(ws .. "/a")).to_be("1")
-    expect(rig.core.fs_lstat(d .. "/." .. id .. ".old")).to_be_nil()
-    expect(rig.core.fs_lstat(d .. "/." .. id .. ".staging")).to_be_nil()
+    expect(core.fs_lstat(d .. "/." .. id .. ".old")).to_be_nil()
+    expect(core.fs_lstat(d .. "/." .. id .. ".staging")).to_be_nil()
     s2:shutdown()
   end)
 
@@ -726,7 +728,7 @@ describe("restore", function()
     local s2, msg = r:restore(id)
     expect(s2).to_be_nil()
     expect(msg).to_match("cannot materialize")
-    local recs = assert(rig.core.journal_read(store, id, 1, 0))
+    local recs = assert(core.journal_read(store, id, 1, 0))
     expect(rig.json.decode(recs[#recs].body).type).to_be("RestoreErrored")
   end)
 end)

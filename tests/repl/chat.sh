@@ -77,6 +77,17 @@ type_line ':chat one more'
 check ":chat TEXT sends one line" wait_for '^  stream_line_two one more$'
 type_line '"still_lua"'
 check "... and stays in Lua" wait_for '^"still_lua"$'
+# :file: an image for the next chat line, checked by its bytes (issue 21 §1)
+printf '\211PNG\r\n\032\n\0\0\0\rIHDR0123456789abcdef0' >"$tmp/shot.png"
+printf 'not an image' >"$tmp/fake.png"
+type_line ":file $tmp/fake.png"
+check ":file refuses a file that is no image or document, saying why" wait_for '^error: file: .*fake\.png: not a document this runtime takes'
+type_line ":file $tmp/shot.png"
+check ":file takes a PNG for the next line" wait_for '^── image shot\.png \(image/png, 33 bytes\) goes with the next chat line$'
+type_line ':chat what is this'
+check "... which goes with that line" wait_for '^  stream_line_two what is this$'
+type_line 'h = s:history(); b = h[#h - 1].content[2]; print(b.type, b.media_type, b.size, #b.blob)'
+check "the session holds the image as a stored reference" wait_for '^image[[:space:]]+image/png[[:space:]]+33[[:space:]]+64$'
 type_line ':quit'
 check ":quit leaves the REPL with status 0" wait_for '^EXIT=0$'
 

@@ -123,6 +123,9 @@ describe("rig.repl_render inspecting", function()
       .to_be("tokens 12.3k/20k left, $0.4175/$0.50 left")
     expect(bt({ max_tokens = 1500000 }, { input_tokens = 2000000 })).to_be("tokens 0/1.5M left")
     expect(bt({ max_cost = 2 }, { cost = 0.5 })).to_be("$1.50/$2.00 left")
+    -- cache reads and writes count as the runner counts them (rig.budget)
+    expect(bt({ max_tokens = 20000 }, { input_tokens = 1000, output_tokens = 500, cache_read_tokens = 8000,
+      cache_creation_tokens = 500 })).to_be("tokens 10k/20k left")
     expect(bt({ iterations = 25 }, {})).to_be_nil()
     expect(bt(nil, {})).to_be_nil()
   end)
@@ -229,5 +232,53 @@ describe("rig.repl_render faults", function()
     expect(lines[2]).to_be("   out after 60 s")
     expect(lines[3]).to_be("── workspace fault cleared (checkpoint)")
     expect(lines[4]).to_be("── compacted: the summary failed; 6 older messages dropped,…")
+  end)
+end)
+
+-- Issue 21 §3 and §4: hook decisions, guardrail trips, handoffs.
+describe("rig.repl_render hooks, guardrails and handoffs", function()
+  it("draws a hook's deny and rewrite, a trip and a handoff; continue and allow stay quiet", function()
+    local rd = render.new{ color = false, width = 60 }
+    local lines = all(rd, {
+      { type = "HookDecided", hook = "before_tool", action = "allow", tool = "echo" },
+      { type = "HookDecided", hook = "before_tool", action = "deny", tool = "bash",
+        message = "no deleting" },
+      { type = "HookDecided", hook = "after_tool", action = "rewrite", tool = "echo" },
+      { type = "HookDecided", hook = "before_model", action = "continue" },
+      { type = "GuardrailTripped", stage = "input", guardrail = "no_homework",
+        reason = "asks for homework answers" },
+      { type = "ActiveLoopChanged", from = "triage", to = "billing", reason = "handoff" },
+      { type = "ActiveLoopChanged", from = "triage", to = "billing", reason = "fork" },
+    })
+    expect(no_escapes(lines)).to_be(true)
+    expect(fits(lines, 60)).to_be(true)
+    expect(lines).to_equal({
+      "  ⚑ hook before_tool: deny bash — no deleting",
+      "  ⚑ hook after_tool: rewrite echo",
+      "── guardrail no_homework tripped on the input: asks for",
+      "   homework answers",
+      "── triage hands the conversation to billing",
+      "── triage hands the conversation to billing (fork)",
+    })
+  end)
+end)
+
+-- Issue 21 §1: images and documents in the history.
+describe("rig.repl_render media", function()
+  it("draws an image and a document as one line each, in messages and tool results", function()
+    local rd = render.new{ color = false, width = 70 }
+    local lines = rd:history_lines{
+      { role = "user", content = { { type = "text", text = "look" },
+        { type = "image", media_type = "image/png", blob = string.rep("a", 64), size = 2048, name = "shot.png" },
+        { type = "document", media_type = "application/pdf", url = "https://example.com/r.pdf" } } },
+      { role = "tool", content = { { type = "tool_result", tool_use_id = "c1", content = {
+        { type = "text", text = "the screen" },
+        { type = "image", media_type = "image/jpeg", blob = string.rep("b", 64), size = 99 } } } } },
+    }
+    expect(no_escapes(lines)).to_be(true)
+    expect(lines[3]).to_be("  [image shot.png: image/png, 2.0 KiB, blob aaaaaaaaaaaa]")
+    expect(lines[4]).to_be("  [document: application/pdf, https://example.com/r.pdf]")
+    local all_text = table.concat(lines, "\n")
+    expect(all_text).to_match("%[image: image/jpeg, 99 bytes, blob bbbbbbbbbbbb%]")
   end)
 end)

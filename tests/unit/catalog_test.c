@@ -325,6 +325,85 @@ TEST(note_append_and_repair)
 	lr_store_close(s);
 }
 
+/* lr_catalog_update_many: each job on its own (a lost race retried alone,
+ * a skip, a bad id), on the memory store and on LMDB (one commit). */
+static void update_many_on(struct lr_store *s)
+{
+	struct lr_err e;
+	race_store = s;
+	CHECK_EQ_INT(lr_catalog_update(s, SID_B, bump_loops, NULL, &e), 0);
+	race_calls = 0;
+	struct lr_catalog_job jobs[4] = {
+		{ .sid = SID_A, .fn = bump_loops },
+		{ .sid = SID_B, .fn = racing, .arg = (void *)SID_B },
+		{ .sid = SID_C, .fn = no_change },
+		{ .sid = "not-a-session-id", .fn = bump_loops },
+	};
+	lr_catalog_update_many(s, 4, jobs);
+	CHECK_EQ_INT(jobs[0].rc, 0);
+	CHECK_EQ_INT(jobs[1].rc, 0);
+	CHECK_EQ_INT(jobs[2].rc, 0);
+	CHECK(jobs[3].rc != 0);
+	CHECK(jobs[3].err.msg[0] != 0);
+	CHECK_EQ_INT(race_calls, 2); /* lost its race once inside the batch, then alone */
+	struct lr_catalog_entry c;
+	CHECK_EQ_INT(lr_catalog_get(s, SID_A, &c, &e), 0);
+	CHECK_EQ_INT(c.loop_count, 1);
+	CHECK_EQ_INT(lr_catalog_get(s, SID_B, &c, &e), 0);
+	CHECK_EQ_INT(c.loop_count, 1 + 1 + 10); /* neither update lost */
+	CHECK_EQ_INT(lr_catalog_get(s, SID_C, &c, &e), LR_ENOTFOUND);
+	/* Many at once: every entry written. */
+	enum { MANY = 300 };
+	static char sids[MANY][37];
+	static struct lr_catalog_job many[MANY];
+	for (int i = 0; i < MANY; i++) {
+		snprintf(sids[i], sizeof sids[i], "0d000000-0000-4000-8000-%012d", i);
+		many[i] = (struct lr_catalog_job){ .sid = sids[i], .fn = bump_loops };
+	}
+	lr_catalog_update_many(s, MANY, many);
+	lr_catalog_update_many(s, MANY, many);
+	for (int i = 0; i < MANY; i++) {
+		CHECK_EQ_INT(many[i].rc, 0);
+		CHECK_EQ_INT(lr_catalog_get(s, sids[i], &c, &e), 0);
+		CHECK_EQ_INT(c.loop_count, 2);
+	}
+	lr_catalog_update_many(s, 0, NULL);
+}
+
+TEST(update_many_each_on_its_own)
+{
+	struct lr_store *s = mem();
+	update_many_on(s);
+	lr_store_close(s);
+	char root[] = "/tmp/catalog-test-XXXXXX";
+	CHECK(mkdtemp(root) != NULL);
+	struct lr_lmdb_opts o = { root, 0, 0, 1 };
+	struct lr_err e;
+	CHECK_EQ_INT(lr_store_lmdb_open(&o, &s, &e), 0);
+	update_many_on(s);
+	/* kv puts together: a stale revision fails alone. */
+	struct lr_kv_put p[3] = {
+		{ .key = "t/a", .expected_rev = 0, .val = "1", .len = 1 },
+		{ .key = "t/b", .expected_rev = 7, .val = "2", .len = 1 },
+		{ .key = "t/c", .expected_rev = 0, .val = "3", .len = 1 },
+	};
+	lr_store_kv_put_many(s, 3, p);
+	CHECK_EQ_INT(p[0].rc, 0);
+	CHECK_EQ_INT(p[1].rc, LR_ECONFLICT);
+	CHECK_EQ_INT(p[2].rc, 0);
+	CHECK(p[0].new_rev > 0 && p[2].new_rev > 0);
+	struct lr_bytes b = { NULL, 0 };
+	uint64_t rev = 0;
+	CHECK_EQ_INT(lr_store_kv_get(s, "t/c", &b, &rev, &e), 0);
+	CHECK_EQ_INT(rev, p[2].new_rev);
+	lr_bytes_release(&b);
+	CHECK_EQ_INT(lr_store_kv_get(s, "t/b", &b, &rev, &e), LR_ENOTFOUND);
+	lr_store_close(s);
+	char cmd[600];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+	CHECK_EQ_INT(system(cmd), 0);
+}
+
 int main(void)
 {
 	RUN(update_creates_and_get_reads);
@@ -333,5 +412,6 @@ int main(void)
 	RUN(list_is_sorted_and_strict);
 	RUN(note_append_and_repair);
 	RUN(forked_from_round_trip_and_strict);
+	RUN(update_many_each_on_its_own);
 	return test_summary();
 }

@@ -470,7 +470,7 @@ int main(int argc, char **argv)
 		perror("mkdtemp");
 		return 1;
 	}
-	struct conformance h = { "lmdb", lm_open, lm_second, lm_spawn_holder, NULL, small };
+	struct conformance h = { "lmdb", lm_open, lm_second, lm_spawn_holder, NULL, small, NULL };
 	conformance_run(&h);
 	RUN(durable_group_commit_and_reopen);
 	RUN(two_processes_one_root);

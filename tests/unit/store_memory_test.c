@@ -15,7 +15,7 @@ static int mem_open(struct lr_store **out, void *ctx, struct lr_err *e)
 int main(void)
 {
 	struct conformance h = { "memory", mem_open, NULL, NULL, NULL,
-				 getenv("ASAN_OPTIONS") != NULL };
+				 getenv("ASAN_OPTIONS") != NULL, NULL };
 	conformance_run(&h);
 	return test_summary();
 }

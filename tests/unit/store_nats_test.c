@@ -250,6 +250,13 @@ TEST(credentials_are_not_printed)
 	CHECK(strstr(e.msg, "s3kr1t") == NULL);
 	CHECK(strstr(e.msg, "alice") == NULL);
 	CHECK(strstr(e.msg, "127.0.0.1:1") != NULL);
+	/* a cluster's list: each server's credentials hidden */
+	o.url = "nats://alice:s3kr1t@127.0.0.1:1, nats://bob:hunter2@127.0.0.1:2";
+	CHECK(lr_store_nats_open(&o, &s, &e) != 0);
+	CHECK(strstr(e.msg, "s3kr1t") == NULL);
+	CHECK(strstr(e.msg, "hunter2") == NULL);
+	CHECK(strstr(e.msg, "bob") == NULL);
+	CHECK(strstr(e.msg, "127.0.0.1:2") != NULL);
 	o.url = "nats://127.0.0.1:1";
 	o.user = "alice";
 	o.password = "s3kr1t";
@@ -393,7 +400,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	struct conformance h = { "nats", n_open, n_second, n_spawn_holder, NULL,
-				 getenv("ASAN_OPTIONS") != NULL };
+				 getenv("ASAN_OPTIONS") != NULL, NULL };
 	conformance_run(&h);
 	RUN(append_zero_on_a_nonempty_ledger_conflicts);
 	RUN(long_reads_stream_every_record_in_order);

@@ -166,7 +166,9 @@
       this.steps = new Map();  // step_id -> { el, blocks: Map(index -> block) }
       this.calls = new Map();  // call_id -> tool card
       this.gates = new Map();  // gate_id -> card
+      this.inputs = new Map(); // input_id -> card (an MCP server's question)
       this.gateOfCall = new Map(); // call_id -> gate card: drawn in that call's card
+      this.inputsOfCall = new Map(); // call_id -> question cards: drawn in that call's card
       this.requests = new Map(); // gate_id -> PermissionRequested
       this.resumable = new Set(); // loops with a turn a crash or a shutdown cut (RestoreDone)
       this.log = $('log');
@@ -366,6 +368,8 @@
       // the gate that asked about this call: under the call, above its result
       const gate = id && this.gateOfCall.get(id);
       if (gate) card.appendChild(gate);
+      // and the questions its server asked meanwhile (MCP elicitation)
+      for (const q of (id && this.inputsOfCall.get(id)) || []) card.appendChild(q);
       return card;
     }
 
@@ -464,6 +468,127 @@
       this.setState('waiting_on_gate');
     }
 
+    // An MCP server's question (elicitation) within a tool call: one field per
+    // property of its schema, filled with the defaults; Accept sends them.
+    inputRequested(ev) {
+      const card = el('div', 'gate question');
+      card.dataset.input = ev.input_id;
+      card.appendChild(el('div', 'what', (ev.server || 'A server') + ' asks: ' + (ev.message || '')));
+      const props = (ev.schema && typeof ev.schema.properties === 'object') ? ev.schema.properties : {};
+      const fields = {};
+      for (const name of Object.keys(props).sort()) {
+        const p = props[name] || {};
+        const row = card.appendChild(el('label', 'field'));
+        row.appendChild(el('span', 'name', (p.title || name) + (p.description ? ' — ' + p.description : '')));
+        // the choices of an enum: plain (enum), titled (oneOf/anyOf of const + title)
+        // or the legacy enumNames beside enum (SEP-1330)
+        const choices = (q) => {
+          if (!q) return null;
+          if (Array.isArray(q.enum)) {
+            return q.enum.map((v, i) => [String(v), Array.isArray(q.enumNames) && q.enumNames[i] ? q.enumNames[i] : String(v)]);
+          }
+          const alts = q.oneOf || q.anyOf;
+          if (Array.isArray(alts) && alts.every((a) => a && a.const !== undefined)) {
+            return alts.map((a) => [String(a.const), a.title || String(a.const)]);
+          }
+          return null;
+        };
+        let input;
+        const single = choices(p);
+        const multi = p.type === 'array' ? choices(p.items) : null;
+        if (multi) {
+          // a multi-select: one box per choice
+          input = el('span', 'choices');
+          input.name = name;
+          for (const [v, label] of multi) {
+            const l = input.appendChild(el('label', 'choice'));
+            const box = l.appendChild(document.createElement('input'));
+            box.type = 'checkbox';
+            box.value = v;
+            box.dataset.field = name;
+            if (Array.isArray(p.default) && p.default.map(String).includes(v)) box.checked = true;
+            l.appendChild(document.createTextNode(' ' + label));
+          }
+          row.appendChild(input);
+          fields[name] = { input, type: 'array' };
+          continue;
+        }
+        if (single) {
+          input = document.createElement('select');
+          for (const [v, label] of single) {
+            const o = input.appendChild(document.createElement('option'));
+            o.value = v; o.textContent = label;
+          }
+        } else {
+          input = document.createElement('input');
+          input.type = p.type === 'boolean' ? 'checkbox' : (p.type === 'number' || p.type === 'integer') ? 'number' : 'text';
+        }
+        input.name = name;
+        if (p.default !== undefined) {
+          if (input.type === 'checkbox') input.checked = !!p.default; else input.value = String(p.default);
+        }
+        row.appendChild(input);
+        fields[name] = { input, type: p.type };
+      }
+      const actions = card.appendChild(el('div', 'actions'));
+      for (const [action, label, cls] of [['accept', 'Accept', 'approve'], ['decline', 'Decline', 'deny'], ['cancel', 'Cancel', 'cancel']]) {
+        const b = actions.appendChild(el('button', cls, label));
+        b.type = 'button';
+        b.dataset.action = action;
+        b.addEventListener('click', () => {
+          const content = {};
+          if (action === 'accept') {
+            for (const [name, f] of Object.entries(fields)) {
+              if (f.type === 'array') {
+                content[name] = [...f.input.querySelectorAll('input[type=checkbox]')].filter((b) => b.checked).map((b) => b.value);
+              } else if (f.input.type === 'checkbox') content[name] = f.input.checked;
+              else if (f.type === 'integer') content[name] = parseInt(f.input.value, 10);
+              else if (f.type === 'number') content[name] = Number(f.input.value);
+              else content[name] = f.input.value;
+            }
+          }
+          this.respond(ev.input_id, action, content, card);
+        });
+      }
+      const call = ev.call_id && this.calls.get(ev.call_id);
+      if (ev.call_id) {
+        const list = this.inputsOfCall.get(ev.call_id) || [];
+        list.push(card);
+        this.inputsOfCall.set(ev.call_id, list);
+      }
+      if (call && call.isConnected) call.insertBefore(card, call.querySelector('.result'));
+      else if (ev.step_id) this.step(ev).box.appendChild(card);
+      else this.turn(ev.turn_id).el.appendChild(card);
+      this.inputs.set(ev.input_id, card);
+    }
+
+    async respond(inputId, action, content, card) {
+      for (const b of card.querySelectorAll('button')) b.disabled = true;
+      try {
+        await api('POST', '/v1/sessions/' + encodeURIComponent(this.id) + '/inputs/' +
+          encodeURIComponent(inputId), action === 'accept' ? { action, content } : { action });
+      } catch (e) {
+        if (e instanceof AuthError) return;
+        if (e.code !== 'input_not_open') {
+          for (const b of card.querySelectorAll('button')) b.disabled = false;
+        }
+        flash('question ' + inputId + ': ' + e.message);
+      }
+    }
+
+    inputResolved(ev) {
+      const card = this.inputs.get(ev.input_id);
+      if (!card) return;
+      card.classList.add('resolved');
+      const actions = card.querySelector('.actions');
+      if (actions) actions.remove();
+      for (const i of card.querySelectorAll('input, select')) i.disabled = true;
+      const words = { accept: 'answered', decline: 'declined', cancel: 'cancelled' };
+      card.appendChild(el('div', 'outcome', (words[ev.action] || ev.action) +
+        (ev.source && ev.source !== 'user' ? ' (' + ev.source + ')' : '')));
+      this.inputs.delete(ev.input_id);
+    }
+
     async answer(gateId, action, card) {
       for (const b of card.querySelectorAll('button')) b.disabled = true;
       try {
@@ -510,7 +635,8 @@
       case 'TurnStarted': {
         const t = this.turn(ev.turn_id);
         const blocks = (ev.message && ev.message.content) || [];
-        const text = blocks.map((b) => (b.type === 'text' ? b.text : '[' + b.type + ']')).join('\n');
+        const text = blocks.map((b) => (b.type === 'text' ? b.text
+          : '[' + b.type + (b.name ? ' ' + b.name : '') + (b.media_type ? ', ' + b.media_type : '') + ']')).join('\n');
         t.el.insertBefore(el('div', 'user', text), t.el.firstChild);
         this.setState('running');
         if (!this.title) {
@@ -543,6 +669,8 @@
         break;
       case 'GateOpened': this.gateOpened(ev); break;
       case 'GateResolved': this.gateResolved(ev); break;
+      case 'UserInputRequested': this.inputRequested(ev); break;
+      case 'UserInputResolved': this.inputResolved(ev); break;
       case 'TurnDone':
         this.turnEnd(ev, 'turn-end', 'turn done · ' + this.usage(ev.usage));
         break;
@@ -566,6 +694,22 @@
         break;
       case 'RestoreErrored': this.log.appendChild(el('div', 'error', 'restore failed: ' + (ev.reason || ''))); break;
       case 'CompactionCommitted': this.log.appendChild(el('div', 'note', 'context compacted')); break;
+      case 'GuardrailTripped':
+        this.log.appendChild(el('div', 'note error-text', 'guardrail ' + ev.guardrail + ' tripped on the ' +
+          ev.stage + (ev.reason ? ': ' + ev.reason : '')));
+        break;
+      case 'ActiveLoopChanged':
+        if (ev.from !== ev.to) {
+          this.log.appendChild(el('div', 'note', ev.from + ' hands the conversation to ' + ev.to +
+            (ev.reason && ev.reason !== 'handoff' ? ' (' + ev.reason + ')' : '')));
+        }
+        break;
+      case 'HookDecided':
+        if (ev.action === 'deny' || ev.action === 'rewrite' || ev.action === 'error') {
+          this.log.appendChild(el('div', 'note', 'hook ' + ev.hook + ': ' + ev.action +
+            (ev.tool ? ' ' + ev.tool : '') + (ev.message ? ' — ' + ev.message : '')));
+        }
+        break;
       default: break;
       }
       // Resume: a cut turn is waiting (a new or resumed turn on its loop ends that)
@@ -578,6 +722,7 @@
 
   function select(id, title) {
     if (view && view.id === id) return;
+    closeFlowView();
     if (view) view.close();
     $('restore').hidden = true;
     $('resume').hidden = true;
@@ -596,18 +741,19 @@
   // empty and its title is that input. It is created, its stream opened,
   // then the input sent: text streams only to a subscriber that was there
   // when the step began (POST /v1/sessions {text} would start the turn first).
-  async function newSession(text) {
+  async function newSession(text, body) {
     const r = await api('POST', '/v1/sessions', {});
     select(r.session_id, titleOf(text));
     const v = view;
     await v.whenLive(3000);
-    await api('POST', '/v1/sessions/' + encodeURIComponent(r.session_id) + '/input', { text });
+    await api('POST', '/v1/sessions/' + encodeURIComponent(r.session_id) + '/input', body);
     await refreshList();
     return r;
   }
 
   // "New session" creates nothing: it clears the view for a first message.
   $('new-session').addEventListener('click', () => {
+    closeFlowView();
     if (view) view.close();
     view = null;
     $('restore').hidden = true;
@@ -625,18 +771,54 @@
     $('input').focus();
   });
 
+  // Attached files go as image or document blocks, their bytes in base64
+  // (the server checks their type by the bytes and stores each once).
+  function base64Of(buf) {
+    const bytes = new Uint8Array(buf);
+    let s = '';
+    for (let i = 0; i < bytes.length; i += 0x8000) {
+      s += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+    }
+    return btoa(s);
+  }
+
+  async function mediaBlocks(files) {
+    const out = [];
+    for (const f of files) {
+      const block = { type: f.type.startsWith('image/') ? 'image' : 'document',
+                      base64: base64Of(await f.arrayBuffer()), name: f.name };
+      if (f.type) block.media_type = f.type;
+      out.push(block);
+    }
+    return out;
+  }
+
+  $('attach').addEventListener('change', () => {
+    const names = [...$('attach').files].map((f) => f.name);
+    $('attached').textContent = names.join(', ');
+    $('attached').title = names.join('\n');
+  });
+
   $('composer').addEventListener('submit', async (e) => {
     e.preventDefault();
     const text = $('input').value;
-    if (!text.trim()) return;
+    const files = [...$('attach').files];
+    if (!text.trim() && !files.length) return;
     $('send').disabled = true;
     try {
+      let body = { text };
+      if (files.length) {
+        const blocks = text.trim() ? [{ type: 'text', text }] : [];
+        body = { blocks: blocks.concat(await mediaBlocks(files)) };
+      }
       if (!view) {
-        await newSession(text);
+        await newSession(text || files[0].name, body);
       } else {
-        await api('POST', '/v1/sessions/' + encodeURIComponent(view.id) + '/input', { text });
+        await api('POST', '/v1/sessions/' + encodeURIComponent(view.id) + '/input', body);
       }
       $('input').value = '';
+      $('attach').value = '';
+      $('attached').textContent = '';
     } catch (err) {
       if (!(err instanceof AuthError)) flash(err.message);
     } finally {
@@ -682,6 +864,7 @@
   async function start() {
     if (!(await refreshList())) return;
     scheduleList();
+    refreshFlows().then(scheduleFlows);
     const id = decodeURIComponent(location.hash.slice(1));
     // (after a new token, a view whose stream was refused starts again)
     if (view && view.conn !== 'live' && view.mode === 'stream') {
@@ -691,9 +874,202 @@
     if (id && (!view || view.id !== id)) select(id);
   }
 
+  // ---- flow runs (rig.flow; the server's /v1/flows routes, when it serves flows) ----
+
+  let flowView = null; // { flow, id, timer }
+  let flowTimer = null;
+  const SVGNS = 'http://www.w3.org/2000/svg';
+
+  function svg(tag, attrs) {
+    const e = document.createElementNS(SVGNS, tag);
+    for (const k of Object.keys(attrs || {})) e.setAttribute(k, attrs[k]);
+    return e;
+  }
+
+  async function refreshFlows() {
+    let flows;
+    try {
+      flows = (await api('GET', '/v1/flows')).flows || [];
+    } catch (e) {
+      return; // no flows served (404), or the server is away: the session list says so
+    }
+    const ul = $('flows');
+    const rows = [];
+    for (const f of flows) {
+      try {
+        for (const r of (await api('GET', '/v1/flows/' + encodeURIComponent(f.name) + '/runs')).runs || []) {
+          rows.push(Object.assign({ flowName: f.name }, r));
+        }
+      } catch (e) { /* the next poll tries again */ }
+    }
+    $('flows-head').hidden = flows.length === 0;
+    ul.hidden = flows.length === 0;
+    ul.textContent = '';
+    for (const r of rows) {
+      const li = el('li');
+      li.dataset.id = r.id;
+      if (flowView && flowView.id === r.id) li.classList.add('current');
+      li.appendChild(el('span', 'title', r.flowName));
+      li.appendChild(el('span', 'badge ' + (r.status || ''), r.status || '?'));
+      li.appendChild(el('span', 'id', r.id.slice(0, 8)));
+      li.addEventListener('click', () => openFlowRun(r.flowName, r.id));
+      ul.appendChild(li);
+    }
+  }
+
+  function scheduleFlows() {
+    clearTimeout(flowTimer);
+    flowTimer = setTimeout(async () => { await refreshFlows(); scheduleFlows(); }, 3000);
+  }
+
+  function closeFlowView() {
+    if (flowView) clearTimeout(flowView.timer);
+    flowView = null;
+    for (const li of $('flows').children) li.classList.remove('current');
+  }
+
+  // Layers by distance from start (edges back to an earlier layer stay drawn).
+  function drawGraph(g) {
+    const layer = new Map([['start', 0]]);
+    const queue = ['start'];
+    while (queue.length) {
+      const v = queue.shift();
+      for (const e of g.edges) {
+        if (e.from === v && !layer.has(e.to)) { layer.set(e.to, layer.get(v) + 1); queue.push(e.to); }
+      }
+    }
+    let deepest = 0;
+    for (const v of g.vertices) { if (!layer.has(v)) layer.set(v, 1); deepest = Math.max(deepest, layer.get(v)); }
+    layer.set('end', Math.max(deepest + 1, layer.get('end') || 0));
+    const rows = new Map();
+    for (const [v, l] of layer) { if (!rows.has(l)) rows.set(l, []); rows.get(l).push(v); }
+    const W = 120, H = 30, GX = 30, GY = 50;
+    let cols = 1;
+    for (const r of rows.values()) cols = Math.max(cols, r.length);
+    const pos = new Map();
+    for (const [l, vs] of rows) {
+      vs.forEach((v, i) => pos.set(v, { x: 10 + i * (W + GX) + (cols - vs.length) * (W + GX) / 2, y: 10 + l * (H + GY) }));
+    }
+    const width = 80 + cols * (W + GX), height = 20 + (layer.get('end') + 1) * (H + GY);
+    const root = svg('svg', { width, height, viewBox: '0 0 ' + width + ' ' + height, role: 'img' });
+    const defs = svg('defs');
+    const m = svg('marker', { id: 'arrow', markerWidth: 8, markerHeight: 8, refX: 7, refY: 4, orient: 'auto' });
+    m.appendChild(svg('path', { d: 'M0,0 L8,4 L0,8 z', fill: '#52606d' }));
+    defs.appendChild(m);
+    root.appendChild(defs);
+    for (const e of g.edges) {
+      const a = pos.get(e.from), b = pos.get(e.to);
+      if (!a || !b) continue;
+      const cls = e.conditional ? 'conditional' : '';
+      if (layer.get(e.to) > layer.get(e.from)) {
+        root.appendChild(svg('line', { x1: a.x + W / 2, y1: a.y + H, x2: b.x + W / 2, y2: b.y,
+          class: cls, 'marker-end': 'url(#arrow)' }));
+      } else {
+        // back to an earlier layer (or a vertex to itself): a curve on the right
+        const bend = 45 + 12 * (layer.get(e.from) - layer.get(e.to));
+        root.appendChild(svg('path', { d: 'M' + (a.x + W) + ',' + (a.y + H / 2) + ' C' + (a.x + W + bend) + ',' +
+          (a.y + H / 2) + ' ' + (b.x + W + bend) + ',' + (b.y + H / 2) + ' ' + (b.x + W) + ',' + (b.y + H / 2),
+          class: 'back ' + cls, fill: 'none', 'marker-end': 'url(#arrow)' }));
+      }
+    }
+    const pending = new Set(g.pending || []);
+    for (const [v, p] of pos) {
+      const node = svg('g', { class: 'vertex' + (pending.has(v) ? ' current' : '') +
+        (v === 'start' || v === 'end' ? ' terminal' : ''), 'data-vertex': v });
+      node.appendChild(svg('rect', { x: p.x, y: p.y, width: W, height: H, rx: 6 }));
+      const t = svg('text', { x: p.x + W / 2, y: p.y + H / 2 + 4, 'text-anchor': 'middle' });
+      t.textContent = v;
+      node.appendChild(t);
+      root.appendChild(node);
+    }
+    return root;
+  }
+
+  async function showFlowRun(fv) {
+    const base = '/v1/flows/' + encodeURIComponent(fv.flow) + '/runs/' + encodeURIComponent(fv.id);
+    let st, g;
+    try {
+      st = await api('GET', base + '/status');
+      g = await api('GET', '/v1/flows/' + encodeURIComponent(fv.flow) + '/graph?format=json&run=' +
+        encodeURIComponent(fv.id));
+    } catch (e) {
+      if (!(e instanceof AuthError)) flash(e.message);
+      return;
+    }
+    if (flowView !== fv) return;
+    const b = $('view-state');
+    b.className = 'badge ' + st.status;
+    b.textContent = st.status;
+    for (const li of $('flows').children) {
+      const lb = li.dataset.id === fv.id && li.querySelector('.badge');
+      if (lb) { lb.className = 'badge ' + st.status; lb.textContent = st.status; }
+    }
+    const log = $('log');
+    const key = JSON.stringify([st.status, st.step, g.pending, st.interrupts.map((i) => i.key)]);
+    if (fv.drawn === key) return;
+    fv.drawn = key;
+    log.textContent = '';
+    log.appendChild(el('div', 'note', 'flow ' + fv.flow + ' · run ' + fv.id + ' · step ' + st.step +
+      (st.forked_from ? ' · forked from ' + st.forked_from.run.slice(0, 8) + ' at step ' + st.forked_from.step : '')));
+    const box = el('div', 'flow-graph');
+    box.appendChild(drawGraph(g));
+    log.appendChild(box);
+    for (const it of st.interrupts || []) {
+      const card = el('div', 'gate question');
+      card.appendChild(el('div', 'what', 'interrupt at ' + it.vertex + ': ' + summarize(it.value, 400)));
+      const input = el('input');
+      input.type = 'text';
+      input.className = 'answer';
+      input.placeholder = 'answer (JSON, or text)';
+      const send = el('button', 'approve', 'Answer');
+      send.type = 'button';
+      send.addEventListener('click', async () => {
+        let v = input.value;
+        try { v = JSON.parse(v); } catch (e) { /* text */ }
+        send.disabled = true;
+        try {
+          await api('POST', base + '/resume', { value: v, key: it.key });
+          card.classList.add('resolved');
+        } catch (e) { if (!(e instanceof AuthError)) flash(e.message); send.disabled = false; }
+        fv.drawn = null;
+      });
+      const actions = el('div', 'actions');
+      actions.appendChild(input);
+      actions.appendChild(send);
+      card.appendChild(actions);
+      log.appendChild(card);
+    }
+    if (st.status === 'done') log.appendChild(el('div', 'turn-end', 'output ' + summarize(st.output, 600)));
+    if (st.status === 'failed') log.appendChild(el('div', 'error', 'failed: ' + (st.error || '')));
+    const vals = el('div', 'flow-values', 'values ' + summarize(st.values, 2000));
+    log.appendChild(vals);
+  }
+
+  function openFlowRun(flow, id) {
+    if (view) view.close();
+    view = null;
+    for (const li of $('sessions').children) li.classList.remove('current');
+    closeFlowView();
+    const fv = { flow, id };
+    flowView = fv;
+    for (const li of $('flows').children) li.classList.toggle('current', li.dataset.id === id);
+    $('view-title').textContent = 'flow run ' + id.slice(0, 8) + ' (' + flow + ')';
+    $('view-title').title = id;
+    $('interrupt').disabled = true;
+    $('restore').hidden = true;
+    $('resume').hidden = true;
+    $('log').textContent = '';
+    const tick = async () => {
+      await showFlowRun(fv);
+      if (flowView === fv) fv.timer = setTimeout(tick, 1000);
+    };
+    tick();
+  }
+
   // for tests and the curious: the open view, and a way to cut its stream
   window.luarigConsole = {
     get view() { return view; },
+    get flowView() { return flowView; },
     dropStream() { if (view) view.drop(); },
   };
 

@@ -3,7 +3,8 @@
 -- rig.mcp.stdio{…} is the user-facing constructor, in rig.mcp).
 --
 --   local t, err, code = stdio.open{ argv = { … }, env = { … }, cwd = …,
---     executor = ex | nil, unconfined = true | nil, max_line = 16 << 20, name = "fs" }
+--     executor = ex | nil, unconfined = true | nil, max_line = 16 << 20, name = "fs",
+--     network = { "host:port" } | nil }
 --   t:start(on_message(text), on_oversized(total, head, tail), on_close(message, code))
 --   t:send(msg) -> true | nil, message, code
 --   t:close([grace]) -- closes stdin, waits up to grace seconds (2), then kills the group
@@ -38,8 +39,18 @@ function M.open(o)
     local token = o.executor:grant{ kind = "command.execute", target = line, command = line,
                                     cwd = o.cwd }
     if token then grants = { { token = token, kind = "command.execute", target = line } } end
+    -- the network targets the rig's author named: a grant each where the profile gates
+    -- the network (a denied network stays denied: the spawn refuses the targets)
+    for _, t in ipairs(o.network or {}) do
+      local nt = o.executor:grant{ kind = "network", target = t, command = line, cwd = o.cwd }
+      if nt then
+        grants = grants or {}
+        grants[#grants + 1] = { token = nt, kind = "network", target = t }
+      end
+    end
     proc, err, code = o.executor:spawn{ argv = o.argv, env = o.env, cwd = o.cwd, stdin = "pipe",
-                                        stdout = "pipe", stderr = "pipe", grants = grants }
+                                        stdout = "pipe", stderr = "pipe", grants = grants,
+                                        network = o.network }
   elseif o.unconfined then
     proc, err, code = core.process_spawn{ argv = o.argv, env = o.env, cwd = o.cwd, stdin = "pipe",
                                           stdout = "pipe", stderr = "pipe" }

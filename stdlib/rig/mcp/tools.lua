@@ -167,7 +167,25 @@ local function block(b)
 end
 M.block = block
 
--- text, is_error, details for one tools/call result.
+-- The media spec (rig.media) of an image or an embedded PDF the model can
+-- read, or nil: the session checks and stores it, and the model gets it with
+-- the result's text.
+local MEDIA_IMAGES = { ["image/png"] = true, ["image/jpeg"] = true, ["image/webp"] = true,
+                       ["image/gif"] = true }
+function M.media_of(b)
+  if type(b) ~= "table" then return nil end
+  if b.type == "image" and type(b.data) == "string" and MEDIA_IMAGES[b.mimeType] then
+    return { type = "image", base64 = b.data, media_type = b.mimeType }
+  end
+  local r = b.type == "resource" and type(b.resource) == "table" and b.resource
+  if r and type(r.blob) == "string" and r.mimeType == "application/pdf" then
+    return { type = "document", base64 = r.blob, media_type = "application/pdf",
+             name = type(r.uri) == "string" and r.uri:match("([^/]+)$") or nil }
+  end
+  return nil
+end
+
+-- text, is_error, details, media? for one tools/call result.
 function M.result(server, tool, result, output_schema)
   local details = { mcp = { server = server, tool = tool } }
   if type(result) ~= "table" or json.is_array(result) then
@@ -176,11 +194,13 @@ function M.result(server, tool, result, output_schema)
       .. "object", true, details
   end
   local is_error = result.isError == true
-  local texts, blocks = {}, {}
+  local texts, blocks, media = {}, {}, {}
   local content = result.content
   if type(content) == "table" and json.is_array(content) then
     for i, b in ipairs(content) do
       texts[i], blocks[i] = block(b)
+      local m = M.media_of(b)
+      if m then media[#media + 1] = m end
     end
   elseif content ~= nil and content ~= null then
     texts[1] = "[content that is not a list]"
@@ -207,7 +227,7 @@ function M.result(server, tool, result, output_schema)
   local text = table.concat(texts, "\n")
   if text == "" then text = is_error and "the tool failed (no message)" or "(no content)" end
   if is_error and not text:find("^error:") then text = "error: " .. text end
-  return text, is_error, details
+  return text, is_error, details, #media > 0 and media or nil
 end
 
 -- ---- the rig tool ----
@@ -245,8 +265,8 @@ function M.wrap(client, t, rig_name)
           details = { mcp = { server = server, tool = t.name }, is_error = true,
                       code = code } }
       end
-      local text, is_error, details = M.result(server, t.name, result, out_schema)
-      return tool_mod.result{ text = text, is_error = is_error, details = details }
+      local text, is_error, details, media = M.result(server, t.name, result, out_schema)
+      return tool_mod.result{ text = text, is_error = is_error, details = details, media = media }
     end,
   }
   -- rig.tool's own checks (copy, then the subset): a schema that still fails them

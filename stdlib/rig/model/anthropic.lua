@@ -7,6 +7,7 @@
 
 local json = require "rig.json"
 local cache = require "rig.model.cache"
+local media = require "rig.model.media"
 
 local codec = {}
 
@@ -40,18 +41,7 @@ local function array(t) return json.array(t or {}) end
 
 -- A tool call's input: the raw argument text when it is a JSON object (kept
 -- byte for byte), else the decoded table; never an array, so {} not [].
-local function tool_input(b)
-  local raw = b.input_json
-  if type(raw) == "string" and raw:match("^%s*{") then
-    local ok, v = pcall(json.raw, raw)
-    if ok and v ~= nil then return v end
-  end
-  local input = b.input
-  if type(input) ~= "table" or next(input) == nil or json.is_array(input) or input[1] ~= nil then
-    return {}
-  end
-  return input
-end
+local tool_input = require("rig.model.request").tool_input
 
 local function text_block(text)
   if type(text) ~= "string" or text == "" then return nil end  -- the API rejects empty text
@@ -79,12 +69,28 @@ local function assistant_block(b)
   return nil
 end
 
+-- An image or document block: base64 (or text) source, or a URL.
+local function media_block(b)
+  local src
+  if b.url then
+    src = { type = "url", url = b.url }
+  elseif b.media_type == "text/plain" then
+    src = { type = "text", media_type = "text/plain", data = media.text(b) }
+  else
+    src = { type = "base64", media_type = b.media_type, data = media.b64(b) }
+  end
+  local out = { type = b.type, source = src }
+  if b.type == "document" and b.name then out.title = b.name end
+  return out
+end
+
 local function tool_result_block(b)
   local content = b.content
   if type(content) == "table" then
     local list = {}
     for _, c in ipairs(content) do
-      local tb = text_block(c.text)
+      local tb
+      if media.is_media(c.type) then tb = media_block(c) else tb = text_block(c.text) end
       if tb then list[#list + 1] = tb end
     end
     content = array(list)
@@ -114,7 +120,8 @@ local function wire_blocks(m, hinted)
     if b.type == "tool_result" then
       results[#results + 1] = tool_result_block(b)
     else
-      local wb = text_block(b.text)
+      local wb
+      if media.is_media(b.type) then wb = media_block(b) else wb = text_block(b.text) end
       if wb then
         others[#others + 1] = wb
         if b.cache then hinted[#hinted + 1] = wb end

@@ -30,6 +30,7 @@
 
 local json = require "rig.json"
 local shared = require("rig.model.openai").shared
+local media = require "rig.model.media"
 
 local null = json.null
 local tointeger = math.tointeger
@@ -88,18 +89,7 @@ end
 
 -- A call's arguments: the raw object text the model sent (kept byte for
 -- byte), else the decoded table; always an object.
-local function tool_args(b)
-  local raw = b.input_json
-  if type(raw) == "string" and raw:match("^%s*{") then
-    local ok, v = pcall(json.raw, raw)
-    if ok and v ~= nil then return v end
-  end
-  local input = b.input
-  if type(input) ~= "table" or next(input) == nil or json.is_array(input) or input[1] ~= nil then
-    return {}
-  end
-  return input
-end
+local tool_args = require("rig.model.request").tool_input
 
 -- Gemini-issued thinking: whether it can be sent back, and how.
 local function own_thinking(b)
@@ -139,7 +129,20 @@ local function model_parts(m)
   return parts
 end
 
+-- An image or document as a part: inlineData (base64), fileData (a URL),
+-- plain text as a text part.
+local function media_part(b)
+  if b.media_type == "text/plain" then
+    local text = media.text(b)
+    if not text then return fail("a text document by URL is not supported: give its text") end
+    return { text = "[" .. media.filename(b) .. "]\n" .. text }
+  end
+  if b.url then return { fileData = { mimeType = b.media_type, fileUri = b.url } } end
+  return { inlineData = { mimeType = b.media_type, data = media.b64(b) } }
+end
+
 -- The function response of a tool result: {output = text} or {error = text}.
+-- Its images and documents follow it as parts of the same user content.
 local function function_response(b, names)
   local name = names[b.tool_use_id]
   if not name then
@@ -151,11 +154,24 @@ local function function_response(b, names)
     text = c
   else
     local list = {}
-    for _, p in ipairs(c or {}) do list[#list + 1] = p.text end
+    for _, p in ipairs(c or {}) do
+      if p.type == "text" then list[#list + 1] = p.text
+      else list[#list + 1] = "[" .. p.type .. " " .. (p.name or p.media_type) .. " follows]" end
+    end
     text = table.concat(list, "\n")
   end
+  local extra = {}
+  if type(c) == "table" then
+    for _, p in ipairs(c) do
+      if media.is_media(p.type) then
+        local part, err = media_part(p)
+        if not part then return nil, err end
+        extra[#extra + 1] = part
+      end
+    end
+  end
   return { functionResponse = { name = name,
-    response = b.is_error and { error = text } or { output = text } } }
+    response = b.is_error and { error = text } or { output = text } } }, extra
 end
 
 -- Consecutive messages of one wire role make one content; in a user content
@@ -181,9 +197,14 @@ local function encode_contents(messages)
     else
       for _, b in ipairs(m.content) do
         if b.type == "tool_result" then
-          local p, err = function_response(b, names)
-          if not p then return nil, err end
+          local p, extra = function_response(b, names)
+          if not p then return nil, extra end
           results[#results + 1] = p
+          for _, x in ipairs(extra) do others[#others + 1] = x end
+        elseif media.is_media(b.type) then
+          local p, err = media_part(b)
+          if not p then return nil, err end
+          others[#others + 1] = p
         elseif b.type == "text" then
           if b.text ~= "" then others[#others + 1] = { text = b.text } end
         else

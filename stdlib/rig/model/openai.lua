@@ -18,6 +18,7 @@
 
 local json = require "rig.json"
 local cache = require "rig.model.cache"
+local media = require "rig.model.media"
 
 local array, null = json.array, json.null
 local tointeger = math.tointeger
@@ -140,7 +141,11 @@ function shared.tool_result_text(b)
   else
     local parts = {}
     for _, p in ipairs(c or {}) do
-      if p.type == "text" then parts[#parts + 1] = p.text end
+      if p.type == "text" then
+        parts[#parts + 1] = p.text
+      elseif p.type == "image" or p.type == "document" then
+        parts[#parts + 1] = "[" .. p.type .. " " .. (p.name or p.media_type) .. " attached]"
+      end
     end
     text = table.concat(parts, "\n")
   end
@@ -179,15 +184,38 @@ local function fail(model, what)
   return nil, model.provider .. ": " .. what
 end
 
+-- An image or document as a content part: image_url (a data: URL or the
+-- image's URL), a PDF as a file part (its bytes as a data: URL; chat
+-- completions fetches no document by URL), plain text as a text part.
+local function media_part(model, b)
+  if b.type == "image" then
+    return { type = "image_url", image_url = { url = media.data_url(b) } }
+  end
+  if b.media_type == "text/plain" then
+    local text = media.text(b)
+    if not text then return fail(model, "a text document by URL is not supported: give its text") end
+    return { type = "text", text = "[" .. media.filename(b) .. "]\n" .. text }
+  end
+  if b.url then return fail(model, "a PDF by URL is not supported: give its bytes") end
+  return { type = "file", file = { filename = media.filename(b), file_data = media.data_url(b) } }
+end
+
 local function user_message(model, m)
   local parts = array({})
+  local plain = true
   for _, b in ipairs(m.content) do
-    if b.type ~= "text" then
+    if media.is_media(b.type) then
+      local part, err = media_part(model, b)
+      if not part then return nil, err end
+      parts[#parts + 1] = part
+      plain = false
+    elseif b.type ~= "text" then
       return fail(model, "unsupported block '" .. tostring(b.type) .. "' in a user message")
+    else
+      parts[#parts + 1] = { type = "text", text = b.text }
     end
-    parts[#parts + 1] = { type = "text", text = b.text }
   end
-  if #parts == 1 then return { role = "user", content = parts[1].text } end
+  if #parts == 1 and plain then return { role = "user", content = parts[1].text } end
   return { role = "user", content = parts }
 end
 
@@ -244,13 +272,32 @@ function codec.encode(model, req)
       if msg == nil then return nil, err end
       if msg then messages[#messages + 1] = msg end
     elseif m.role == "tool" then
+      -- a tool message carries text only: a result's images and documents
+      -- follow the tool messages as one user message that names the call
+      local extra = array({})
       for _, b in ipairs(m.content) do
         if b.type ~= "tool_result" then
           return fail(model, "unsupported block '" .. tostring(b.type) .. "' in a tool message")
         end
         messages[#messages + 1] = { role = "tool", tool_call_id = b.tool_use_id,
                                     content = shared.tool_result_text(b) }
+        if type(b.content) == "table" then
+          local head = false
+          for _, c in ipairs(b.content) do
+            if media.is_media(c.type) then
+              if not head then
+                extra[#extra + 1] = { type = "text", text = "[the result of tool call "
+                  .. tostring(b.tool_use_id) .. " holds:]" }
+                head = true
+              end
+              local part, err = media_part(model, c)
+              if not part then return nil, err end
+              extra[#extra + 1] = part
+            end
+          end
+        end
       end
+      if #extra > 0 then messages[#messages + 1] = { role = "user", content = extra } end
     else
       return fail(model, "unsupported role '" .. tostring(m.role) .. "'")
     end

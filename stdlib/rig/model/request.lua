@@ -9,11 +9,12 @@
 --   ("request.messages[2].content[1].type").
 
 local json = require "rig.json"
+local media = require "rig.model.media"
 
 local R = {}
 
 local request_fields = { system = true, messages = true, tools = true, tool_choice = true,
-                         output_schema = true, cache_key = true }
+                         output_schema = true, cache_key = true, blobs = true }
 
 local function fail(path, msg)
   error("rig.model: " .. path .. ": " .. msg, 0)
@@ -128,7 +129,7 @@ local block_fields = {
 }
 
 local allowed_blocks = {
-  user = { text = true },
+  user = { text = true, image = true, document = true },
   assistant = { text = true, refusal = true, thinking = true, tool_use = true },
   tool = { tool_result = true },
 }
@@ -136,12 +137,18 @@ local allowed_blocks = {
 local function copy_block(b, role, path, level)
   if type(b) ~= "table" then fail(path, "must be a block table", level + 1) end
   local t = b.type
+  if media.is_media(t) then
+    if not allowed_blocks[role][t] then
+      fail(path .. ".type", (role == "assistant" and "an " or "a ") .. role .. " message cannot hold a '" .. t .. "' block", level + 1)
+    end
+    return media.copy(b, path, function(p, m) fail(p, m, level + 2) end)
+  end
   local allowed = block_fields[t]
   if not allowed then
     fail(path .. ".type", "unknown block type '" .. tostring(t) .. "'", level + 1)
   end
   if not allowed_blocks[role][t] then
-    fail(path .. ".type", "a " .. role .. " message cannot hold a '" .. t .. "' block", level + 1)
+    fail(path .. ".type", (role == "assistant" and "an " or "a ") .. role .. " message cannot hold a '" .. t .. "' block", level + 1)
   end
   check_fields(b, allowed, path, level + 1)
   local out = { type = t }
@@ -180,11 +187,15 @@ local function copy_block(b, role, path, level)
       for i = 1, n do
         local p = path .. ".content[" .. i .. "]"
         local x = c[i]
-        if type(x) ~= "table" or x.type ~= "text" then
-          fail(p, "must be a {type=\"text\"} block", level + 1)
+        if type(x) == "table" and media.is_media(x.type) then
+          list[i] = media.copy(x, p, function(pp, m) fail(pp, m, level + 2) end)
+        else
+          if type(x) ~= "table" or x.type ~= "text" then
+            fail(p, "must be a {type=\"text\"}, image or document block", level + 1)
+          end
+          check_fields(x, block_fields.text, p, level + 1)
+          list[i] = { type = "text", text = str(x.text, p .. ".text", level + 1) }
         end
-        check_fields(x, block_fields.text, p, level + 1)
-        list[i] = { type = "text", text = str(x.text, p .. ".text", level + 1) }
       end
       out.content = list
     elseif c == nil then
@@ -218,6 +229,10 @@ function R.normalize(request, model, level, cache)
     fail("request.cache_key", "must be a string of 1 to 256 bytes", level)
   end
   out.cache_key = ck
+  if request.blobs ~= nil and type(request.blobs) ~= "function" then
+    fail("request.blobs", "must be a function(sha256) -> bytes", level)
+  end
+  out.blobs = request.blobs
   -- with a cache the caller vouches for its list (a strict check is O(n) per call)
   local n
   if cache and type(request.messages) == "table" then
@@ -350,6 +365,23 @@ function R.normalize(request, model, level, cache)
       strict = os_.strict ~= false }
   end
   return out
+end
+
+-- For a codec's request body: a tool_use block's input as one JSON object —
+-- the raw argument text the model sent when it is an object (kept byte for
+-- byte, through json.raw), else the decoded table; never an array, so {}
+-- and not [] for no arguments.
+function R.tool_input(b)
+  local raw = b.input_json
+  if type(raw) == "string" and raw:match("^%s*{") then
+    local ok, v = pcall(json.raw, raw)
+    if ok and v ~= nil then return v end
+  end
+  local input = b.input
+  if type(input) ~= "table" or next(input) == nil or json.is_array(input) or input[1] ~= nil then
+    return {}
+  end
+  return input
 end
 
 return R

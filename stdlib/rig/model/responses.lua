@@ -17,6 +17,7 @@
 local json = require "rig.json"
 local shared = require("rig.model.openai").shared
 local cache = require "rig.model.cache"
+local media = require "rig.model.media"
 
 local array = json.array
 local tointeger = math.tointeger
@@ -55,14 +56,60 @@ local function reasoning_item(b)
   return { type = "reasoning", id = b.id, encrypted_content = b.signature, summary = summary }
 end
 
+-- An image or document as an input part: input_image (a data: URL or the
+-- image's URL), a PDF as input_file (file_data as a data: URL, or file_url),
+-- plain text as input_text.
+local function media_part(b)
+  if b.type == "image" then
+    return { type = "input_image", image_url = media.data_url(b), detail = "auto" }
+  end
+  if b.media_type == "text/plain" then
+    local text = media.text(b)
+    if not text then return fail("a text document by URL is not supported: give its text") end
+    return { type = "input_text", text = "[" .. media.filename(b) .. "]\n" .. text }
+  end
+  if b.url then return { type = "input_file", file_url = b.url } end
+  return { type = "input_file", filename = media.filename(b), file_data = media.data_url(b) }
+end
+
+-- A function_call_output's output: its text, or a list of input parts when the
+-- result holds images or documents.
+local function call_output(b)
+  local c = b.content
+  local has = false
+  if type(c) == "table" then
+    for _, x in ipairs(c) do if media.is_media(x.type) then has = true break end end
+  end
+  if not has then return shared.tool_result_text(b) end
+  local parts = array({})
+  if b.is_error then parts[1] = { type = "input_text", text = "Error:" } end
+  for _, x in ipairs(c) do
+    if media.is_media(x.type) then
+      local p, err = media_part(x)
+      if not p then return nil, err end
+      parts[#parts + 1] = p
+    else
+      parts[#parts + 1] = { type = "input_text", text = x.text }
+    end
+  end
+  return parts
+end
+
 -- Appends the input items of one message to `items`.
 local function add_items(items, m)
   local role = m.role
   if role == "user" then
     local parts = array({})
     for _, b in ipairs(m.content) do
-      if b.type ~= "text" then return fail("unsupported block '" .. tostring(b.type) .. "' in a user message") end
-      parts[#parts + 1] = { type = "input_text", text = b.text }
+      if media.is_media(b.type) then
+        local p, err = media_part(b)
+        if not p then return nil, err end
+        parts[#parts + 1] = p
+      elseif b.type ~= "text" then
+        return fail("unsupported block '" .. tostring(b.type) .. "' in a user message")
+      else
+        parts[#parts + 1] = { type = "input_text", text = b.text }
+      end
     end
     items[#items + 1] = { role = "user", content = parts }
   elseif role == "assistant" then
@@ -93,8 +140,9 @@ local function add_items(items, m)
   elseif role == "tool" then
     for _, b in ipairs(m.content) do
       if b.type ~= "tool_result" then return fail("unsupported block '" .. tostring(b.type) .. "' in a tool message") end
-      items[#items + 1] = { type = "function_call_output", call_id = b.tool_use_id,
-                            output = shared.tool_result_text(b) }
+      local out, err = call_output(b)
+      if out == nil then return nil, err end
+      items[#items + 1] = { type = "function_call_output", call_id = b.tool_use_id, output = out }
     end
   else
     return fail("unsupported role '" .. tostring(role) .. "'")

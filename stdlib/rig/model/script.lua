@@ -32,6 +32,7 @@
 -- estimated: a token per 4 bytes of request JSON in, of content out.
 
 local json = require "rig.json"
+local estimable -- below
 
 local S = {}
 
@@ -93,6 +94,15 @@ local function check_step(step, path, level)
       local p = path .. ".tool_calls[" .. i .. "]"
       if type(c) ~= "table" or type(c.name) ~= "string" then
         fail(p, "must be { name = …, input = { … } }", level + 1)
+      end
+      for k in pairs(c) do
+        if k ~= "name" and k ~= "input" and k ~= "input_json" and k ~= "id" then
+          fail(p, "unknown field '" .. tostring(k) .. "' (a call takes name, input or input_json, "
+            .. "id)", level + 1)
+        end
+      end
+      if c.input ~= nil and c.input_json ~= nil then
+        fail(p, "gives both input and input_json", level + 1)
       end
       if c.input ~= nil and type(c.input) ~= "table" then fail(p .. ".input", "must be a table", level + 1) end
       if c.input_json ~= nil and type(c.input_json) ~= "string" then
@@ -181,6 +191,50 @@ end
 -- The codec of a script model: the "wire" carries chunk tables.
 local codec = { path = "", lazy_body = true }
 function codec.encode(_, req) return req end
+
+-- The request as JSON can hold it for the usage estimate: no blobs function,
+-- media blocks as their type and size (a base64 image would count ~1.33 × its
+-- bytes as text, which no provider bills).
+local function media_stub(b)
+  return { type = b.type, media_type = b.media_type, size = b.size or (b.data and #b.data), url = b.url }
+end
+estimable = function(req)
+  local out = {}
+  for k, v in pairs(req) do if k ~= "blobs" then out[k] = v end end
+  local msgs
+  for i, m in ipairs(req.messages or {}) do
+    local content
+    for j, b in ipairs(m.content) do
+      local nb = b
+      if b.type == "image" or b.type == "document" then
+        nb = media_stub(b)
+      elseif b.type == "tool_result" and type(b.content) == "table" then
+        local c
+        for k2, x in ipairs(b.content) do
+          if x.type == "image" or x.type == "document" then
+            c = c or { table.unpack(b.content) }
+            c[k2] = media_stub(x)
+          end
+        end
+        if c then
+          nb = {}
+          for k3, v3 in pairs(b) do nb[k3] = v3 end
+          nb.content = json.array(c)
+        end
+      end
+      if nb ~= b then
+        content = content or { table.unpack(m.content) }
+        content[j] = nb
+      end
+    end
+    if content then
+      msgs = msgs or { table.unpack(req.messages) }
+      msgs[i] = { role = m.role, content = json.array(content) }
+    end
+  end
+  if msgs then out.messages = json.array(msgs) end
+  return out
+end
 function codec.headers() return {} end
 function codec.classify() return "server" end
 function codec.decoder(_, emit)
@@ -272,7 +326,7 @@ function S.new(def, M)
     if step.delay and step.delay > 0 then rig.sleep(step.delay) end
     local body = st.body
     if not step.usage and not step.error then
-      body = assert(json.encode(st.req))
+      body = assert(json.encode(estimable(st.req)))
     end
     local items = plan(step, n, body)
     if items[1].error then return nil, items[1].error[1], items[1].error[2] end

@@ -8,7 +8,7 @@ printf 'print("PLANTED rig.extra ran") return {}\n' > lib/rig/extra.lua
 sed 's/^return json$/json.patched = true\nreturn json/' "$LUARIG_ROOT"/stdlib/rig/json.lua > lib/rig/json.lua
 sed 's/^local rig = {$/local rig = { from_disk = true,/' "$LUARIG_ROOT"/stdlib/rig/init.lua > lib/rig/init.lua
 printf 'PLANTED console page\n' > lib/rig/console/index.html
-printf 'print("init", rig.from_disk)\nprint("patched", rig.json.patched)\nprint("extra", (pcall(require, "rig.extra")))\nprint("console", rig.core.asset("rig/console/index.html"):find("PLANTED"))\n' > app/main.lua
+printf 'print("init", rig.from_disk)\nprint("patched", rig.json.patched)\nprint("extra", (pcall(require, "rig.extra")))\nprint("console", require("rig.core").asset("rig/console/index.html"):find("PLANTED"))\n' > app/main.lua
 "$LUARIG" pack app -o app.rig >/dev/null
 LUARIG_PATH=$PWD/lib "$LUARIG" run app.rig
 echo "run: $?"

@@ -17,6 +17,8 @@ echo "== global options";    comp --
 echo "== after an option";   comp --debug re
 echo "== serve options";     comp serve --
 echo "== a rig file";        touch rig.lua notes.txt; comp serve r
+echo "== mcp";               comp mcp ''
+echo "== mcp serve options"; comp mcp serve rig.lua --
 echo "== sessions options";  comp sessions --
 echo "== log options";       comp log --
 echo "== snapshot commands"; comp snapshot ''

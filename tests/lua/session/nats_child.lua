@@ -1,6 +1,6 @@
 -- A session on a NATS store (URL mode) running one slow turn, for the
 -- fault tests in store_nats_spec.lua:
---   luarig nats_child.lua URL NAMESPACE LEASE_TTL TIMEOUT STEPS DELAY
+--   luarig nats_child.lua URL NAMESPACE LEASE_TTL TIMEOUT STEPS DELAY [REPLICAS]
 -- Prints "SESSION <id>", waits for a line on stdin, submits a turn of
 -- STEPS echo tool calls (each model step DELAY seconds late) and a final
 -- text, then prints one line per enduring event its subscriber sees —
@@ -10,7 +10,7 @@
 local url, ns, ttl, timeout, nsteps, delay = arg[1], arg[2], tonumber(arg[3]),
   tonumber(arg[4]), tonumber(arg[5]), tonumber(arg[6])
 local store = assert(rig.store.nats{ url = url, namespace = ns, lease_ttl = ttl,
-  timeout = timeout })
+  timeout = timeout, replicas = tonumber(arg[7] or "1") })
 local steps = {}
 for i = 1, nsteps do
   steps[i] = { text = "", delay = delay,

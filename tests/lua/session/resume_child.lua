@@ -71,7 +71,7 @@ if point == "final" then
     if o.type == "TurnDone" then
       local deadline = rig.now() + 10
       while rig.now() < deadline do
-        local recs = rig.core.journal_read(r.store, s.id, 1, 0)
+        local recs = require("rig.core").journal_read(r.store, s.id, 1, 0)
         local last = recs[#recs]
         if last and last.body:find('"StepDone"', 1, true) then rig.crash_now() end
         rig.sleep(0.01)

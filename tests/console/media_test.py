@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""The web console attaches a file (issue 21 §1), in headless Chromium with
+the browser and server helpers of console_test.py: a PNG is set on the
+composer's file input over the DevTools protocol (DOM.setFileInputFiles, as
+a person's file dialog would), sent with a line of text; the page posts
+image blocks with the bytes in base64, the model receives the stored image
+(the test rig answers with its type and size), the page draws the user's
+message with the attachment named, and the session's journal holds a blob
+reference, never the bytes. A file that is not an image the runtime takes
+is refused with the server's reason, shown on the page. An input guardrail
+that trips is drawn with its reason.
+
+Prints TAP lines "ok - console media: …" / "not ok - console media: …".
+"""
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import console_test as ct  # noqa: E402
+
+failed = 0
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + b"console-media-test" * 4
+
+
+def ok(cond, name, detail=""):
+    global failed
+    if cond:
+        print("ok - console media: " + name)
+    else:
+        failed += 1
+        print("not ok - console media: " + name)
+        if detail:
+            print("#   " + detail.replace("\n", "\n#   "))
+
+
+def journal(base, sid):
+    req = urllib.request.Request(base + "/v1/sessions/" + sid + "/journal?limit=1000")
+    req.add_header("Authorization", "Bearer " + ct.TOKEN)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.load(r)["events"]
+
+
+def set_files(c, paths):
+    root = c.call("DOM.getDocument")["root"]["nodeId"]
+    node = c.call("DOM.querySelector", {"nodeId": root, "selector": "#attach"})["nodeId"]
+    c.call("DOM.setFileInputFiles", {"nodeId": node, "files": paths})
+
+
+def run(c, base, tmp):
+    c.open_page()
+    c.call("Page.navigate", {"url": base + "/"})
+    c.wait("document.readyState === 'complete' && !document.getElementById('auth').hidden", "the token form")
+    c.type("#token", ct.TOKEN)
+    c.click("#token-save")
+    c.wait("document.getElementById('conn').textContent === 'connected'", "the session list")
+
+    png = os.path.join(tmp, "shot.png")
+    with open(png, "wb") as f:
+        f.write(PNG)
+    set_files(c, [png])
+    c.wait("document.getElementById('attached').textContent === 'shot.png'", "the attachment's name")
+    ok(True, "the composer names the attached file")
+    c.type("#input", "look at this")
+    c.click("#send")
+    c.wait("[...document.querySelectorAll('.assistant, .text, .turn')].some((e) =>"
+           " e.textContent.includes('you sent image shot.png'))", "the model's answer", 15)
+    answer = c.eval("document.getElementById('log').innerText")
+    ok("you sent image shot.png (image/png, %d bytes)" % len(PNG) in answer,
+       "the model received the stored image (type and size)", answer[-400:])
+    ok("[image shot.png, image/png]" in answer, "the user's message names the attachment", answer[-400:])
+    inputs = [r for r in c.requests if r["request"]["method"] == "POST" and r["request"]["url"].endswith("/input")]
+    body = json.loads(inputs[-1]["request"].get("postData") or "{}")
+    blocks = body.get("blocks") or []
+    ok(len(blocks) == 2 and blocks[0] == {"type": "text", "text": "look at this"} and
+       blocks[1].get("type") == "image" and base64.b64decode(blocks[1].get("base64", "")) == PNG and
+       blocks[1].get("name") == "shot.png",
+       "the page posted a text block and the image's bytes as base64", repr(blocks)[:300])
+    ok(c.eval("document.getElementById('attached').textContent") == "" and
+       c.eval("document.getElementById('attach').files.length") == 0, "sending clears the attachment")
+
+    sid = c.eval("window.luarigConsole.view.id")
+    evs = journal(base, sid)
+    b64 = base64.b64encode(PNG).decode()
+    started = [e["event"] for e in evs if e["event"].get("type") == "TurnStarted"]
+    img = started[0]["message"]["content"][1] if started else {}
+    ok(img.get("blob") and img.get("size") == len(PNG) and not any(b64 in json.dumps(e) for e in evs),
+       "the journal holds a blob reference, not the bytes", repr(img))
+
+    # a PDF named .png is refused with the server's reason
+    bad = os.path.join(tmp, "fake.png")
+    with open(bad, "wb") as f:
+        f.write(b"%PDF-1.4\n%not an image\n")
+    set_files(c, [bad])
+    c.type("#input", "and this")
+    c.click("#send")
+    c.wait("document.body.innerText.includes('not an image this runtime takes')", "the refusal")
+    ok(True, "a file that is no image is refused with the reason shown")
+    # an input guardrail's trip is drawn with its reason (issue 21 §3)
+    c.eval("document.getElementById('attach').value = ''; document.getElementById('input').value = ''")
+    c.type("#input", "forbidden words")
+    c.click("#send")
+    try:
+        c.wait("document.getElementById('log').innerText.includes("
+               "'guardrail no_forbidden tripped on the input: a forbidden request')", "the trip")
+    except ct.Step:
+        raise ct.Step("no trip drawn; the log ends: " + c.eval("document.getElementById('log').innerText")[-600:])
+    ok(True, "an input guardrail's trip is drawn with its reason")
+    ok(not c.errors, "no script error, console error or CSP violation", repr(c.errors))
+
+
+def main():
+    exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not exe:
+        print("not ok - console media: chromium not found (tools/deps.sh installs Debian's chromium)")
+        return 1
+    tmp = tempfile.mkdtemp(prefix="luarig-console-media-")
+    server = chrome = None
+    try:
+        server, base, log_path = ct.start_server(tmp)
+        chrome = ct.Chrome(exe, tmp)
+        try:
+            run(chrome, base, tmp)
+        except ct.Step as e:
+            ok(False, "the flow stopped", str(e))
+            with open(log_path) as f:
+                sys.stderr.write(f.read()[-2000:])
+    except ct.Step as e:
+        ok(False, "setting up", str(e))
+    finally:
+        if chrome:
+            chrome.close()
+        if server:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(15)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
