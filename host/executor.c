@@ -648,7 +648,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 		   against the profile and grants by build_spec), or any public one */
 		if (r->network && r->network[0]) {
 			for (char *const *t = r->network; *t && !rc; t++)
-				rc = lr_egress_rule_check(*t, err->msg, sizeof err->msg) ? LR_EREFUSED
+				rc = lr_egress_rule_check(*t, err) ? LR_EREFUSED
 										   : allow_add(l, *t);
 		} else {
 			l->allow_any = 1;
@@ -913,7 +913,7 @@ static int proxy_serve(struct lr_loop *loop, uint64_t exec_id, int ctl_fd, char 
 		.arg = log,
 	};
 	struct lr_err err = { "" };
-	rc = lr_egress_open(loop, &cfg, tcp, udp, out, err.msg, sizeof err.msg);
+	rc = lr_egress_open(loop, &cfg, tcp, udp, out, &err);
 	if (rc)
 		lr_buf_printf(log, "fail proxy: %s\n", err.msg);
 	free(rules); /* copied by lr_egress_open */
