@@ -456,11 +456,24 @@ static int store_kind(lua_State *L)
 }
 
 /* Wraps an open backend in a handle; takes s (and closes it on failure). */
-static int push_store(lua_State *L, struct lr_store *s, const char *cache_dir, int threads)
+/*
+ * A store handle is made closed (*p NULL) before the store it will own is
+ * opened, as Lua's own io library does: raising (out of memory, a
+ * --max-memory stop) while the userdata is made then leaks nothing, and
+ * once the store is open only C runs until the handle owns it.
+ */
+static struct shared **store_new_closed(lua_State *L)
 {
 	struct shared **p = lua_newuserdatauv(L, sizeof *p, 0);
 	*p = NULL;
 	luaL_setmetatable(L, STORE_MT);
+	return p; /* stack: ... ud */
+}
+
+/* Gives s (open) to the closed handle p; on failure s is closed, then the error raised. */
+static int store_adopt(lua_State *L, struct shared **p, struct lr_store *s, const char *cache_dir,
+		       int threads)
+{
 	struct shared *sh = calloc(1, sizeof *sh);
 	struct lr_err e;
 	struct lr_snap_opts o = { .cache_dir = cache_dir, .threads = threads };
@@ -478,12 +491,13 @@ static int push_store(lua_State *L, struct lr_store *s, const char *cache_dir, i
 /* rig.core.store_memory() */
 static int core_store_memory(lua_State *L)
 {
+	struct shared **p = store_new_closed(L);
 	struct lr_store *s;
 	struct lr_err e;
 	int rc = lr_store_memory_open(&s, &e);
 	if (rc)
 		return lr_pushfail(L, rc, "%s", e.msg);
-	return push_store(L, s, NULL, 0);
+	return store_adopt(L, p, s, NULL, 0);
 }
 
 /* rig.core.store_lmdb{ root = "/abs/dir" } */
@@ -504,14 +518,14 @@ static int core_store_lmdb(lua_State *L)
 	char cache[PATH_MAX];
 	snprintf(cache, sizeof cache, "%s/statcache", root);
 	struct lr_lmdb_opts o = { .root = root };
+	struct shared **p = store_new_closed(L);
 	struct lr_store *s;
 	struct lr_err e;
 	int rc = lr_store_lmdb_open(&o, &s, &e);
 	if (rc)
 		return lr_pushfail(L, rc, "%s", e.msg);
 	/* Many puts in flight let the LMDB writer group them into few commits. */
-	push_store(L, s, cache, 32);
-	struct shared **p = lua_touserdata(L, -1);
+	store_adopt(L, p, s, cache, 32);
 	(*p)->root = strdup(root);
 	if (!(*p)->root)
 		return luaL_error(L, "rig.store: out of memory");
@@ -602,12 +616,13 @@ static int core_store_nats(lua_State *L)
 	char cache[PATH_MAX];
 	if (o.embedded_dir)
 		snprintf(cache, sizeof cache, "%s/statcache", o.embedded_dir);
+	struct shared **p = store_new_closed(L);
 	struct lr_store *s;
 	struct lr_err e;
 	int rc = lr_store_nats_open(&o, &s, &e);
 	if (rc)
 		return lr_pushfail(L, rc, "%s", e.msg);
-	return push_store(L, s, o.embedded_dir ? cache : NULL, 32);
+	return store_adopt(L, p, s, o.embedded_dir ? cache : NULL, 32);
 }
 
 void lr__store_open(lua_State *L)
