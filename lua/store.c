@@ -289,14 +289,11 @@ static struct shared *check_store(lua_State *L)
 }
 
 /* Starts op (already filled) and waits; raises on misuse before anything is submitted. */
+/* The op made by sop_new, its userdata on top of the stack, goes to the pool. */
 static int sop_start(lua_State *L, struct shared *sh, struct sop *op)
 {
-	/* stack: ... ; the op userdata anchors the wait on the coroutine stack */
-	struct opud *ud = lua_newuserdatauv(L, sizeof *ud, 0);
-	memset(ud, 0, sizeof *ud);
-	luaL_setmetatable(L, STOREOP_MT);
-	ud->op = op;
-	op->ud = ud;
+	/* stack: ... ud; the op userdata anchors the wait on the coroutine stack */
+	struct opud *ud = op->ud;
 	op->sh = sh;
 	sh->refs++;
 	op->work.work = sop_work;
@@ -313,20 +310,28 @@ static int sop_start(lua_State *L, struct shared *sh, struct sop *op)
 	return lr_sched_await(L, &ud->wait, (lua_KContext)ud, sop_k);
 }
 
+/*
+ * An op and its userdata, pushed: the userdata first (closed), then the op
+ * it owns from here on, so a raise anywhere after (out of memory, a
+ * --max-memory stop) leaves the op to the userdata's __gc. Callers add to
+ * the op, push nothing that stays, and hand it to sop_start.
+ */
 static struct sop *sop_new(lua_State *L, enum kind kind, int nstr)
 {
 	const char *a = nstr >= 1 ? luaL_checkstring(L, 2) : NULL;
 	const char *b = nstr >= 2 ? luaL_checkstring(L, 3) : NULL;
+	struct opud *ud = lua_newuserdatauv(L, sizeof *ud, 0);
+	memset(ud, 0, sizeof *ud);
+	luaL_setmetatable(L, STOREOP_MT);
+	/* stack: ... ud */
 	struct sop *op = calloc(1, sizeof *op);
-	if (!op || (a && !(op->a = strdup(a))) || (b && !(op->b = strdup(b)))) {
-		if (op) {
-			free(op->a);
-			free(op);
-		}
+	if (!op)
 		luaL_error(L, "rig.store: out of memory");
-		return NULL;
-	}
+	ud->op = op;
+	op->ud = ud;
 	op->kind = kind;
+	if ((a && !(op->a = strdup(a))) || (b && !(op->b = strdup(b))))
+		luaL_error(L, "rig.store: out of memory");
 	return op;
 }
 
@@ -369,10 +374,8 @@ static int store_blob_put(lua_State *L)
 	lr_sched_enter(L);
 	struct sop *op = sop_new(L, K_BLOB_PUT, 1);
 	op->bytes.data = malloc(n ? n : 1);
-	if (!op->bytes.data) {
-		sop_free(op);
-		return luaL_error(L, "rig.store: out of memory");
-	}
+	if (!op->bytes.data)
+		return luaL_error(L, "rig.store: out of memory"); /* the op goes with its userdata */
 	memcpy(op->bytes.data, data, n);
 	op->bytes.len = n;
 	return sop_start(L, sh, op);
@@ -391,10 +394,8 @@ static int store_gc(lua_State *L)
 	lua_pop(L, (int)n);
 	struct sop *op = sop_new(L, K_GC, 0);
 	op->live = calloc((size_t)n + 1, sizeof *op->live);
-	if (!op->live) {
-		free(op);
-		return luaL_error(L, "rig.store: out of memory");
-	}
+	if (!op->live)
+		return luaL_error(L, "rig.store: out of memory"); /* the op goes with its userdata */
 	for (lua_Integer i = 1; i <= n; i++) {
 		lua_geti(L, 2, i);
 		op->live[op->nlive] = strdup(lua_tostring(L, -1));
