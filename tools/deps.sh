@@ -1,14 +1,15 @@
 #!/bin/sh
 # Installs the Debian 12 packages luarig needs to build, test and benchmark.
 # Idempotent: prints nothing when everything is already installed. gnuplot-nox draws
-# the charts of the benchmark report (make bench, tests/bench/report.py).
+# the charts of the benchmark report (make bench, tests/bench/report.py); graphviz's dot
+# renders a flow's graph as SVG (luarig flow dot --svg, docs/flow.md).
 set -e
 pkgs="build-essential pkg-config clang libclang-rt-14-dev cppcheck
 liblua5.4-dev lua5.4 lua-cjson lua-cjson-dev
 libevent-dev libcurl4-openssl-dev libarchive-dev libjansson-dev libedit-dev
 libssl-dev liblmdb-dev libsqlite3-dev libseccomp-dev libnats-dev
 tmux curl python3 nats-server hyperfine nodejs git bubblewrap passwd iproute2 chromium wrk
-man-db groff-base gnuplot-nox"
+man-db groff-base gnuplot-nox graphviz"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -48,8 +49,12 @@ flow_npm_deps() {
 		{ echo "deps: npm ci in build/npm/flow failed" >&2; return 1; }
 	echo "$want" >build/npm/flow/.stamp
 }
+# LangGraph.js is only the benchmark's peer, and its SQLite checkpointer compiles
+# SQLite from source when no prebuilt binary can be fetched (minutes): plain
+# `make deps` (CI, `make demo`) leaves it out; `make bench` asks for it ("bench").
+peers() { [ "${1:-}" = bench ] && flow_npm_deps || return 0; }
 if [ -z "$missing" ]; then
-	npm_deps && flow_npm_deps
+	npm_deps && peers "${1:-}"
 	exit $?
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -64,4 +69,4 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends $missing >/dev/null || {
 	apt-get install -y -qq --no-install-recommends $(echo "$missing" | sed 's/ nodejs//; s/ npm//') >/dev/null
 }
-npm_deps && flow_npm_deps
+npm_deps && peers "${1:-}"

@@ -421,7 +421,8 @@ local function now() return core.time() end
 local function emit(R, etype, fields, enduring)
   fields.v = 1
   fields.type = etype
-  fields.run_id = R.id
+  -- the journal is the run's own: only FlowStarted names it (bytes per step count)
+  if etype == "FlowStarted" then fields.run_id = R.id end
   fields.created_at = fields.created_at or now()
   local text, err = json.encode(fields)
   if not text then return nil, "cannot encode " .. etype .. ": " .. tostring(err), "encode" end
@@ -605,8 +606,8 @@ local function finish(R, st, fields)
   if not ok then R.error, R.code = msg, "faulted" end
   local sess = R.sess
   R.sess = nil
-  R.st = st
-  index_put(R)
+  index_put(R, { status = st })
+  R.st = st -- after the index: a waiter that sees it may close the store
   if sess then sess:close() end
   wake(R)
 end
@@ -653,23 +654,38 @@ local function drive(R)
       paused = paused or r.interrupted ~= nil
     end
     if paused then
-      local keep = {}
-      for i, r in ipairs(results) do if not r.interrupted then keep[i] = r end end
+      local keep, open = {}, false
+      for i, r in ipairs(results) do
+        if not r.interrupted then keep[i] = r end
+        -- an answer may have come while the vertex ran (resume right after attach)
+        if r.interrupted and R.answers[r.interrupted] == nil then open = true end
+      end
+      if open then
+        index_put(R, { status = "interrupted" })
+        -- answers given while the index was written (resume saw "running") count too
+        open = false
+        for _, r in ipairs(results) do
+          if r.interrupted and R.answers[r.interrupted] == nil then open = true end
+        end
+      end
       R.partial = keep
-      index_put(R, { status = "interrupted" })
-      set_status(R, "interrupted")
-      return
+      if open then
+        set_status(R, "interrupted")
+        return
+      end
+      -- every question got its answer meanwhile: the loop runs those vertices again
+    else
+      local change, err = apply_writes(p, R.values, results, step)
+      if not change then return fail_run(R, err, "write") end
+      local pending, rerr = route(p, R.values, results)
+      if not pending then return fail_run(R, rerr, "route") end
+      local rec = { step = step, set = change.set, add = change.add, pending = json.array(pending) }
+      local seq, msg, code = emit(R, "FlowStep", rec)
+      if not seq then return fail_run(R, msg, code) end
+      R.step, R.pending = step, pending
+      R.cps[#R.cps + 1] = { step = step, seq = seq, time = rec.created_at,
+        pending = pending, set = change.set, add = change.add }
     end
-    local change, err = apply_writes(p, R.values, results, step)
-    if not change then return fail_run(R, err, "write") end
-    local pending, rerr = route(p, R.values, results)
-    if not pending then return fail_run(R, rerr, "route") end
-    local rec = { step = step, set = change.set, add = change.add, pending = json.array(pending) }
-    local seq, msg, code = emit(R, "FlowStep", rec)
-    if not seq then return fail_run(R, msg, code) end
-    R.step, R.pending = step, pending
-    R.cps[#R.cps + 1] = { step = step, seq = seq, time = rec.created_at,
-      pending = pending, set = change.set, add = change.add }
   end
 end
 
@@ -806,7 +822,7 @@ end
 
 -- Folds a run's records: values and pending as of the last checkpoint (or
 -- of step `upto`), the checkpoints, interrupts, answers and effects.
-local function fold(p, recs, upto)
+local function fold_raw(p, recs, upto)
   local st = { values = initial_values(p), pending = {}, step = -1, checkpoints = {},
                interrupts = {}, answers = {}, effects = {} }
   for _, ev in ipairs(recs) do
@@ -842,6 +858,16 @@ local function fold(p, recs, upto)
     elseif t == "FlowResumed" and ev.fingerprint then
       st.accepted = ev.fingerprint
     end
+  end
+  return st
+end
+
+-- The journal is read back as untrusted bytes: a record of the wrong shape
+-- is an error naming the run, never a raise from deep inside.
+local function fold(p, recs, upto, id)
+  local ok, st = pcall(fold_raw, p, recs, upto)
+  if not ok then
+    return nil, "flow run " .. tostring(id) .. ": a record is malformed (" .. tostring(st) .. ")", "corrupt"
   end
   return st
 end
@@ -898,7 +924,9 @@ function Flow:attach(id, opts)
   recs, msg, code = read_records(store, id)
   if not recs then sess:close() return nil, msg, code end
   local p = self._p
-  local st = fold(p, recs)
+  local st
+  st, msg, code = fold(p, recs, nil, id)
+  if not st then sess:close() return nil, msg, code end
   if not st.started then
     sess:close()
     return nil, "flow run " .. id .. " has no FlowStarted (not a flow run)", "not_found"
@@ -1102,7 +1130,9 @@ local function fork_from(F, store, id, opts, fn)
   local recs, msg, code = read_records(store, id)
   if not recs then return nil, msg, code end
   local p = F._p
-  local all = fold(p, recs)
+  local all
+  all, msg, code = fold(p, recs, nil, id)
+  if not all then return nil, msg, code end
   if not all.started then return nil, "flow run " .. id .. " not found", "not_found" end
   local at = opts.at
   if at == nil then at = all.step end
@@ -1112,7 +1142,7 @@ local function fork_from(F, store, id, opts, fn)
   if not found then
     return nil, "flow run " .. id .. " has no checkpoint at step " .. at, "not_found"
   end
-  local st = fold(p, recs, at)
+  local st = assert(fold(p, recs, at, id))
   local vals = st.values
   if opts.values ~= nil then
     if type(opts.values) ~= "table" then fail(fn, "option 'values' must be a table", 3) end
@@ -1189,7 +1219,7 @@ function M.log(store, id)
 end
 
 -- A summary of a run read from its journal (no lease, no graph needed).
-function M.show(store, id)
+local function show_raw(store, id)
   local recs, msg, code = read_records(store, id)
   if not recs then return nil, msg, code end
   local s = { id = id, checkpoints = {}, interrupts = {}, status = "running", values = {} }
@@ -1228,6 +1258,14 @@ function M.show(store, id)
   table.sort(s.interrupts, function(a, b) return a.key < b.key end)
   if s.status == "running" and #s.interrupts > 0 then s.status = "interrupted" end
   return s
+end
+
+function M.show(store, id)
+  local ok, s, msg, code = pcall(show_raw, store, id)
+  if not ok then
+    return nil, "flow run " .. tostring(id) .. ": a record is malformed (" .. tostring(s) .. ")", "corrupt"
+  end
+  return s, msg, code
 end
 
 return setmetatable(M, { __call = function(_, def) return M.new(def) end })

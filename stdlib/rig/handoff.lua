@@ -21,7 +21,8 @@
 -- history) and starts the target's turn when a crash came between the handoff
 -- and it; a fork keeps the active loop of its cut. Only top-level loops hand
 -- off (a delegated child answers its parent instead); a target busy with a
--- turn of its own refuses the call.
+-- turn of its own refuses the call (one that became busy after the call keeps
+-- its history: ActiveLoopChanged{ busy = true } without one, the input queued).
 
 local json = require "rig.json"
 local tool_mod = require "rig.tool"
@@ -30,18 +31,11 @@ local M = {}
 
 M.PREFIX = "transfer_to_"
 
--- The session's shared parts, and the runner's { enqueue, new_instance }
--- (rig.session_turn is above this module: looked up when first used).
+-- The session's shared parts. What starts a loop's work, rig.session_turn's
+-- runner { enqueue, new_instance }, is handed in (that module is above this one).
 local base = require "rig.session_base"
-local RT
-local function rt()
-  if not RT then
-    local runner = require("rig.session_turn").runner
-    RT = setmetatable({ enqueue = runner.enqueue, new_instance = runner.new_instance,
-                        command = base.emit_command_record }, { __index = base })
-  end
-  return RT
-end
+local emit, next_id, user_message = base.emit, base.next_id, base.user_message
+local command = base.emit_command_record
 
 local MAX_TEXT = 64 * 1024
 
@@ -133,45 +127,50 @@ end
 
 -- After the caller's TurnDone{ handoff } is queued: the target gets the
 -- conversation and a turn. cid: a command id already journaled (a restore).
-function M.perform(S, inst, turn, h)
-  local R = rt()
+function M.perform(S, inst, turn, h, runner)
   if S.stopping or S.closed or S.faulted_msg then return end
   local target = S.loops[h.to]
   local ok, msg, code
   if not target then
     local def = S.rig:loop(h.to)
-    target = R.new_instance(S, def, h.to)
-    ok, msg, code = R.emit(S, "LoopStarted", { loop_id = h.to, loop = h.to,
+    target = runner.new_instance(S, def, h.to)
+    ok, msg, code = emit(S, "LoopStarted", { loop_id = h.to, loop = h.to,
       revision = def:revision(), handoff_from = inst.id }, false)
   end
   local history, ferr = M.filter(inst.history, h.filter, h.call_id)
   if not history then
     -- the conversation stays: the caller's loop remains active
-    R.emit(S, "ActiveLoopChanged", { from = inst.id, to = inst.id, reason = "handoff_failed",
+    emit(S, "ActiveLoopChanged", { from = inst.id, to = inst.id, reason = "handoff_failed",
       turn_id = turn.id, call_id = h.call_id, error = ferr }, false)
     return
   end
-  ok, msg, code = R.emit(S, "ActiveLoopChanged", { from = inst.id, to = h.to, reason = "handoff",
-    turn_id = turn.id, call_id = h.call_id, history = json.array(history) })
+  -- a target that started a turn of its own since the call keeps its history
+  -- (its turn reads it); the handoff's input queues behind that turn
+  local busy = target.busy or nil
+  ok, msg, code = emit(S, "ActiveLoopChanged", { from = inst.id, to = h.to, reason = "handoff",
+    turn_id = turn.id, call_id = h.call_id, history = not busy and json.array(history) or nil,
+    busy = busy })
   if not ok then
     S.faulted_msg = S.faulted_msg or S.core:faulted() or tostring(msg)
     return
   end
   S.active = h.to
-  target.history = history
-  target.context_tokens = nil
+  if not busy then
+    target.history = history
+    target.context_tokens = nil
+  end
   local text = "[conversation handed over from loop '" .. inst.id .. "']"
   if h.message and h.message:find("%S") then text = text .. "\n\n" .. h.message end
-  local um = R.user_message(text)
-  local cid = R.next_id(S, "c")
-  ok = R.command(S, { type = "HandoffInput", command_id = cid, loop_id = h.to,
+  local um = user_message(text)
+  local cid = next_id(S, "c")
+  ok = command(S, { type = "HandoffInput", command_id = cid, loop_id = h.to,
     from_loop_id = inst.id, message = um }, true)
   if not ok then
     S.faulted_msg = S.faulted_msg or S.core:faulted() or "the journal append failed"
     return
   end
   if M.before_input then M.before_input(S, h) end
-  R.enqueue(S, target, { command_id = cid, message = um, hand_back = true })
+  runner.enqueue(S, target, { command_id = cid, message = um, hand_back = true })
 end
 
 -- ---- restore ----
@@ -193,12 +192,12 @@ function M.fold(f, ev)
 end
 
 -- After a restore committed: the handoff turns a crash kept from starting.
-function M.redeliver(S, f)
+function M.redeliver(S, f, runner)
   for _, cid in ipairs(f.order) do
     local ev = f.inputs[cid]
     local target = S.loops[ev.loop_id]
     if not f.consumed[cid] and target then
-      rt().enqueue(S, target, { command_id = cid, message = ev.message, hand_back = true })
+      runner.enqueue(S, target, { command_id = cid, message = ev.message, hand_back = true })
     end
   end
 end

@@ -337,6 +337,21 @@ function M.tripped_early(set)
   return false
 end
 
+-- Have all guardrails of the set finished without a trip?
+function M.passed(set)
+  if not set then return true end
+  for i, t in ipairs(set.tasks) do
+    if not (set.done and set.done[i]) then
+      if t:status() ~= "done" then return false end
+      local r = t:wait()
+      set.done = set.done or {}
+      set.done[i] = r
+      if not r or r.tripped then return false end
+    end
+  end
+  return true
+end
+
 function M.cancel(set)
   if not set then return end
   for _, t in ipairs(set.tasks) do t:cancel() end

@@ -46,13 +46,17 @@ local function human(n)
   return n .. " bytes"
 end
 
+-- The file's bytes (at most cap + 1 of them: more is refused anyway), and
+-- its whole size.
 local function read_file(path, cap)
   local f, err = io.open(path, "rb")
   if not f then return nil, "cannot read '" .. path .. "': " .. tostring(err) end
+  local size = f:seek("end")
+  f:seek("set", 0)
   local data = f:read(cap + 1)
   f:close()
   if data == nil then data = "" end
-  return data
+  return data, nil, size
 end
 
 -- Checks one media spec; returns a block { type, media_type, data | url | blob,
@@ -114,9 +118,9 @@ function M.check(spec, where)
     return out
   end
   local cap = t == "image" and M.LIMITS.image or M.LIMITS.document
-  local data, err
+  local data, err, whole
   if spec.path then
-    data, err = read_file(spec.path, cap)
+    data, err, whole = read_file(spec.path, cap)
     if not data then return nil, where .. ": " .. err end
   elseif spec.base64 then
     if #spec.base64 > (cap // 3 + 1) * 4 then
@@ -144,7 +148,8 @@ function M.check(spec, where)
     return nil, where .. ": media_type says " .. declared .. " but the bytes are " .. mt
   end
   if #data > cap then
-    return nil, where .. ": the " .. t .. " is " .. human(#data) .. ", over the limit of " .. human(cap)
+    return nil, where .. ": the " .. t .. " is " .. human(whole or #data) .. ", over the limit of "
+      .. human(cap)
   end
   if #data == 0 then return nil, where .. ": the " .. t .. " is empty" end
   out.media_type, out.data, out.size = mt, data, #data

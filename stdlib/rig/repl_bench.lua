@@ -787,7 +787,8 @@ local COMMANDS = {
   end,
   resume = resume_cmd,
   -- :answer ID accept|decline|cancel [FIELD=VALUE …]: an MCP server's question
-  -- (numbers, true and false are typed; anything else is a string)
+  -- (typed as the schema says: a string field takes the text, an array field
+  -- VALUE,VALUE; otherwise numbers, true and false are typed, anything else a string)
   answer = function(arg)
     local S = need_session()
     local id, action, rest = arg:match("^(%S+)%s+(%a+)%s*(.-)%s*$")
@@ -796,8 +797,18 @@ local COMMANDS = {
       error("answer: the action must be accept, decline or cancel", 0)
     end
     local content = {}
+    local q = S.open_inputs and S.open_inputs[id]
+    local props = q and type(q.schema) == "table" and type(q.schema.properties) == "table"
+      and q.schema.properties or {}
     for k, v in rest:gmatch("([%w_%-]+)=(%S+)") do
-      if v == "true" then content[k] = true
+      local p = props[k]
+      if type(p) == "table" and p.type == "array" then
+        -- a multiple choice: VALUE,VALUE
+        local list = {}
+        for item in v:gmatch("[^,]+") do list[#list + 1] = item end
+        content[k] = require("rig.json").array(list)
+      elseif type(p) == "table" and p.type == "string" then content[k] = v
+      elseif v == "true" then content[k] = true
       elseif v == "false" then content[k] = false
       elseif math.tointeger(tonumber(v)) then content[k] = math.tointeger(tonumber(v))
       elseif tonumber(v) then content[k] = tonumber(v)
@@ -992,7 +1003,9 @@ function M.budget_text(limits, used)
   used = used or {}
   local parts = {}
   if limits.max_tokens then
-    local left = limits.max_tokens - ((used.input_tokens or 0) + (used.output_tokens or 0))
+    -- every token read or written counts, as the runner counts them (rig.budget)
+    local left = limits.max_tokens - ((used.input_tokens or 0) + (used.output_tokens or 0)
+      + (used.cache_read_tokens or 0) + (used.cache_creation_tokens or 0))
     parts[#parts + 1] = "tokens " .. short_num(left) .. "/" .. short_num(limits.max_tokens) .. " left"
   end
   if limits.max_cost then
@@ -1005,6 +1018,9 @@ local function add_used(sum, u)
   if type(u) ~= "table" then return end
   sum.input_tokens = (sum.input_tokens or 0) + (tonumber(u.input_tokens) or 0)
   sum.output_tokens = (sum.output_tokens or 0) + (tonumber(u.output_tokens) or 0)
+  sum.cache_read_tokens = (sum.cache_read_tokens or 0) + (tonumber(u.cache_read_tokens) or 0)
+  sum.cache_creation_tokens = (sum.cache_creation_tokens or 0)
+    + (tonumber(u.cache_creation_tokens) or 0)
   sum.cost = (sum.cost or 0) + (tonumber(u.cost) or 0)
 end
 
@@ -1020,7 +1036,8 @@ function M.show_budget()
   if not S or S.closed then state.budget = nil; return set(with_chat(nil)) end
   if not b or b.S ~= S then
     local rig = S.rig or {}
-    b = { S = S, loop_id = rig.active_primer or (rig.primers and rig.primers[1]) or S.loop_order[1], used = {} }
+    b = { S = S, loop_id = S.active or rig.active_primer or (rig.primers and rig.primers[1])
+      or S.loop_order[1], used = {} }
     state.budget = b
   end
   local inst = S.loops and S.loops[b.loop_id]
@@ -1042,6 +1059,9 @@ function M.note_budget(S, ev)
   elseif ev.ends_turn and ev.turn_id == b.turn_id and type(ev.usage) == "table" then
     b.used = {}
     add_used(b.used, ev.usage)
+  elseif t == "ActiveLoopChanged" and ev.to and ev.to ~= b.loop_id then
+    -- a handoff: the prompt follows the conversation to its new loop
+    b.loop_id, b.turn_id, b.used = ev.to, nil, {}
   elseif t == "SessionStopped" then
     local set = R().set_prompt
     if set then set(state.chat and "chat" or nil) end -- a shut-down session has no budget to show

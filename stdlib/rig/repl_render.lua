@@ -186,6 +186,26 @@ function R:input_lines(q)
       local p = props[k]
       local d = type(p) == "table" and p.default
       local kind = type(p) == "table" and tostring(p.type or "any") or "any"
+      -- the choices, when the schema lists them (SEP-1330: enum, oneOf/anyOf of const)
+      local function choices(x)
+        if type(x) ~= "table" then return nil end
+        if type(x.enum) == "table" then
+          local t = {}
+          for i, v in ipairs(x.enum) do t[i] = tostring(v) end
+          return t
+        end
+        local alts = x.oneOf or x.anyOf
+        if type(alts) == "table" and #alts > 0 then
+          local t = {}
+          for i, a in ipairs(alts) do
+            if type(a) ~= "table" or a.const == nil then return nil end
+            t[i] = tostring(a.const) .. (type(a.title) == "string" and (" \"" .. a.title .. "\"") or "")
+          end
+          return t
+        end
+      end
+      local ch = type(p) == "table" and (kind == "array" and choices(p.items) or choices(p))
+      if ch then kind = kind .. (kind == "array" and " of " or ": ") .. table.concat(ch, " | ") end
       local line = "  " .. k .. " (" .. kind .. ")"
       if d ~= nil and d ~= require("rig.json").null then
         line = line .. " = " .. (type(d) == "string" and string.format("%q", d) or tostring(d))

@@ -572,36 +572,50 @@ local function run_turn(S, inst, item)
     end
     local deltas = S.want_ephemeral > 0
     local early = false
+    -- while input guardrails run, the step's deltas wait: a trip drops them
+    -- with the step, so no subscriber sees what it would not have been shown
+    local held = guard_in and deltas and {} or nil
+    local function delta(chunk)
+      emit(S, "TokenDelta", { loop_id = inst.id, turn_id = turn.id, step_id = step_id,
+        delta = chunk })
+    end
     for chunk in st:chunks() do
-      if deltas then
-        emit(S, "TokenDelta", { loop_id = inst.id, turn_id = turn.id, step_id = step_id,
-          delta = chunk })
-      end
       if guard_in and hooks.tripped_early(guard_in) then early = true break end
+      if held then
+        held[#held + 1] = chunk
+        if hooks.passed(guard_in) then
+          for _, c in ipairs(held) do delta(c) end
+          held = nil
+        end
+      elseif deltas then
+        delta(chunk)
+      end
     end
     local resp, rerr, rcode
     if not early then resp, rerr, rcode = st:result() end
     st:close()
     if guard_in then
-      -- nothing of the step is committed when an input guardrail trips
-      local gu = new_usage()
-      add_usage(gu, resp and resp.usage)
-      local trip = hooks.finish(S, inst, turn, guard_in, gu, add_usage)
+      -- nothing of the step is committed when an input guardrail trips;
+      -- guard: what the guard models cost (GuardrailChecked carries it)
+      local guard = new_usage()
+      local trip = hooks.finish(S, inst, turn, guard_in, guard, add_usage)
+      add_usage(sum, guard)
+      add_usage(S.usage_sum, guard)
       if trip then
-        add_usage(sum, gu)
-        add_usage(S.usage_sum, gu)
+        -- the dropped step's cost goes with the trip
+        add_usage(sum, resp and resp.usage)
+        add_usage(S.usage_sum, resp and resp.usage)
+        local gu = new_usage()
+        add_usage(gu, guard)
+        add_usage(gu, resp and resp.usage)
         if inst.history[#inst.history] == item.message then inst.history[#inst.history] = nil end
         local gerr, gmsg, gcode = hooks.tripped(S, inst, turn, "input", trip, gu, #inst.history)
         if not gerr then return nil, gmsg, gcode end
         return "TurnFailed", { error = gerr }
       end
-      if gu.input_tokens > 0 and resp then
-        -- the guard models' part: the step's own usage is committed with it
-        local only = new_usage()
-        for k, v in pairs(gu) do only[k] = v - ((resp.usage or {})[k] or 0) end
-        add_usage(sum, only)
-        add_usage(S.usage_sum, only)
-      end
+      -- passed: the deltas held back go out now, in order
+      for _, c in ipairs(held or {}) do delta(c) end
+      held = nil
     end
     if not resp then
       return "TurnFailed", { error = { code = rcode or "model", message = tostring(rerr) } }
@@ -851,7 +865,7 @@ local function drive(S, inst)
     -- a handoff: the target loop takes the conversation and a turn before
     -- this one can go idle
     if etype == "TurnDone" and fields.handoff and turn.handoff then
-      handoff().perform(S, inst, turn, turn.handoff)
+      handoff().perform(S, inst, turn, turn.handoff, runner)
     end
     note_usage(S)
     catalog(S, { state = state })
@@ -944,10 +958,12 @@ local function enqueue(S, inst, item)
   -- a new or resumed turn ends what a restore left resumable on this loop
   if S.resumable_turns then S.resumable_turns[inst.id] = nil end
   if S.busy == 1 then emit(S, "SessionActive", {}, false) end
-  -- a driver started from inside another loop's turn (a delegated request,
-  -- a hand-back) must outlive that turn's cancellation
-  local spawn = (item.no_fold or item.hand_back) and core.spawn_detached or core.spawn
-  inst.driver = spawn(drive, S, inst)
+  -- the driver belongs to the session, not to the task that submitted: a
+  -- submitter that is cancelled later (an HTTP handler whose client left, a
+  -- delegating loop's interrupted turn) must not take the turn with it, which
+  -- left it unjournaled and the session busy for good. s:interrupt() and
+  -- shutdown end a turn, through inst.driver.
+  inst.driver = core.spawn_detached(drive, S, inst)
   return true
 end
 

@@ -12,7 +12,7 @@ local core = require "rig.core"
 local json = rig.json
 local graph, kind, dir = arg[1], arg[2], arg[3]
 
-local store = kind == "lmdb" and rig.store.lmdb{ root = dir } or rig.store.memory()
+local store = (kind == "lmdb" and graph ~= "resume") and rig.store.lmdb{ root = dir } or rig.store.memory()
 
 local defs = {
   fanout = {
@@ -47,6 +47,31 @@ local defs = {
     edges = { { from = "start", to = "write" }, { from = "write", to = "review" } },
   },
 }
+
+-- Resume after kill -9 (the loop graph on LMDB):
+--   luarig flow_graphs.lua crash lmdb DIR      runs it, printing RUN id and STEP n
+--   luarig flow_graphs.lua resume lmdb DIR ID  attaches; prints { resume_s }: from
+--     before the store opens to the first checkpoint committed after the attach
+if graph == "crash" then
+  local run = assert(rig.flow(defs.loop):start({}, { store = store }))
+  print("RUN " .. run.id)
+  io.stdout:flush()
+  for ev in run:subscribe():events() do
+    if ev.type == "FlowStep" then print("STEP " .. ev.step) io.stdout:flush() end
+  end
+  return
+end
+if graph == "resume" then
+  local t0 = rig.now()
+  local rstore = rig.store.lmdb{ root = dir }
+  local run = assert(rig.flow(defs.loop):attach(arg[4], { store = rstore }))
+  local from = run.step
+  for ev in run:subscribe():events() do
+    if ev.type == "FlowStep" and ev.step > from then break end
+  end
+  print(json.encode({ resume_s = rig.now() - t0, from_step = from }))
+  os.exit(0)
+end
 
 local f = rig.flow(defs[graph])
 local c0, t0 = os.clock(), rig.now()

@@ -52,6 +52,31 @@ function bytesOf(v) {
   return 0;
 }
 
+// Resume after kill -9 (the loop graph on SQLite), as flow_graphs.lua does it:
+//   node flow_langgraph.mjs crash sqlite DIR      prints STEP n per superstep
+//   node flow_langgraph.mjs resume sqlite DIR     { resume_s }: from before the saver
+//     opens to the first superstep finished after resuming from the last checkpoint
+if (graph === "crash" || graph === "resume") {
+  const t0 = process.hrtime.bigint();
+  const saver = SqliteSaver.fromConnString(dir + "/lg.sqlite");
+  const S = Annotation.Root({ items: Annotation(append), n: Annotation({ reducer: (_, b) => b, default: () => 0 }) });
+  const app = new StateGraph(S)
+    .addNode("step", (s) => ({ items: ["item " + s.n], n: s.n + 1 }))
+    .addEdge(START, "step")
+    .addConditionalEdges("step", (s) => (s.n < 1000 ? "step" : END))
+    .compile({ checkpointer: saver });
+  const config = { configurable: { thread_id: "t1" }, recursionLimit: 2000 };
+  if (graph === "crash") {
+    let n = 0;
+    for await (const _ of await app.stream({}, { ...config, streamMode: "updates" })) console.log("STEP " + ++n);
+  } else {
+    for await (const _ of await app.stream(null, { ...config, streamMode: "updates" })) break;
+    console.log(JSON.stringify({ resume_s: Number(process.hrtime.bigint() - t0) / 1e9 }));
+    process.exit(0);
+  }
+  process.exit(0);
+}
+
 const saver = kind === "sqlite" ? SqliteSaver.fromConnString(dir + "/lg.sqlite") : new MemorySaver();
 const app = build().compile({ checkpointer: saver });
 const config = { configurable: { thread_id: "t1" }, recursionLimit: 2000 };

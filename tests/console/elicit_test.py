@@ -133,6 +133,32 @@ def run(c, base):
     ok(c.eval("[...document.querySelectorAll('.gate.question .outcome')].map((e) => e.textContent).join(',')")
        == "answered,declined", "the second card says declined")
 
+    # every enum form of SEP-1330: lists for single choices (titles shown), boxes for many
+    c.type("#input", "enums please")
+    c.click("#send")
+    c.wait("document.querySelector('.gate.question select[name=untitledSingle]')", "the enums card", 30)
+    opts = c.eval("""(() => { const o = {}; for (const s of document.querySelectorAll('.gate.question:not(.resolved) select'))
+      o[s.name] = [...s.options].map((x) => x.value + '=' + x.textContent); return o; })()""")
+    ok(opts == {"legacyEnum": ["opt1=Option One", "opt2=Option Two", "opt3=Option Three"],
+                "titledSingle": ["value1=First Option", "value2=Second Option", "value3=Third Option"],
+                "untitledSingle": ["option1=option1", "option2=option2", "option3=option3"]},
+       "single choices are lists: plain, titled (oneOf) and legacy (enumNames)", repr(opts))
+    boxes = c.eval("[...document.querySelectorAll('.gate.question:not(.resolved) input[type=checkbox]')]"
+                   ".map((b) => b.dataset.field + ':' + b.value + ':' + b.parentNode.textContent.trim())")
+    ok(boxes == ["titledMulti:value1:First Choice", "titledMulti:value2:Second Choice", "titledMulti:value3:Third Choice",
+                 "untitledMulti:option1:option1", "untitledMulti:option2:option2", "untitledMulti:option3:option3"],
+       "multiple choices are boxes, titled where the schema titles them", repr(boxes))
+    c.eval("(() => { document.querySelector('.gate.question:not(.resolved) select[name=titledSingle]').value = 'value2'; })()")
+    c.click(".gate.question:not(.resolved) input[data-field=untitledMulti][value=option3]")
+    c.click(".gate.question:not(.resolved) input[data-field=titledMulti][value=value1]")
+    c.click(".gate.question:not(.resolved) input[data-field=titledMulti][value=value3]")
+    c.click(".gate.question:not(.resolved) .actions button[data-action=accept]")
+    c.wait("document.querySelectorAll('.turn-end').length === 3", "the third turn's end", 30)
+    text = c.eval("document.getElementById('log').innerText").replace("\n", "")
+    ok('"titledMulti":["value1","value3"]' in text and '"untitledMulti":["option3"]' in text and
+       '"titledSingle":"value2"' in text and '"legacyEnum":"opt1"' in text,
+       "the choices reach the server as the schema types them (arrays for the boxes)", text[-500:])
+
 
 def main():
     exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")

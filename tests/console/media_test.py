@@ -7,7 +7,8 @@ image blocks with the bytes in base64, the model receives the stored image
 (the test rig answers with its type and size), the page draws the user's
 message with the attachment named, and the session's journal holds a blob
 reference, never the bytes. A file that is not an image the runtime takes
-is refused with the server's reason, shown on the page.
+is refused with the server's reason, shown on the page. An input guardrail
+that trips is drawn with its reason.
 
 Prints TAP lines "ok - console media: …" / "not ok - console media: …".
 """
@@ -101,6 +102,16 @@ def run(c, base, tmp):
     c.click("#send")
     c.wait("document.body.innerText.includes('not an image this runtime takes')", "the refusal")
     ok(True, "a file that is no image is refused with the reason shown")
+    # an input guardrail's trip is drawn with its reason (issue 21 §3)
+    c.eval("document.getElementById('attach').value = ''; document.getElementById('input').value = ''")
+    c.type("#input", "forbidden words")
+    c.click("#send")
+    try:
+        c.wait("document.getElementById('log').innerText.includes("
+               "'guardrail no_forbidden tripped on the input: a forbidden request')", "the trip")
+    except ct.Step:
+        raise ct.Step("no trip drawn; the log ends: " + c.eval("document.getElementById('log').innerText")[-600:])
+    ok(True, "an input guardrail's trip is drawn with its reason")
     ok(not c.errors, "no script error, console error or CSP violation", repr(c.errors))
 
 

@@ -37,8 +37,11 @@ local gate = rig.gate{ access = { ["filesystem.read"] = "allow", ["filesystem.wr
   network = "gated", ["command.execute"] = "allow" }, approver = "interactive" }
 local steps = {}
 for i = 1, 1000 do steps[i] = reply end
+-- "forbidden …" trips an input guardrail (the page draws the trip)
 local loop = rig.loop{ name = "assistant", model = rig.model.script(steps), system = "console test",
-  tools = { fetch }, gate = gate, policy_revision = "console-v1" }
+  tools = { fetch }, gate = gate, policy_revision = "console-v1",
+  guardrails = { input = { { name = "no_forbidden", check = function(input)
+    return input.text:find("^forbidden") and "a forbidden request" end } } } }
 -- CONSOLE_STORE: an LMDB root, so a second server finds what a killed one left
 local dir = os.getenv("CONSOLE_STORE")
 return rig.define{ loops = { loop }, primers = { "assistant" },

@@ -192,3 +192,43 @@ describe("handoffs", function()
     s:shutdown()
   end)
 end)
+
+describe("handoffs to a busy loop", function()
+  it("a target busy with a turn of its own refuses the call; the conversation stays", function()
+    local tm = rig.model.script{ function()
+      return { tool_calls = { { name = "transfer_to_billing", input = {} } } } end,
+      { text = "billing is busy, I stay" } }
+    local release = rig.cond()
+    local released = false
+    local bm = rig.model.script{ function()
+      while not released do release:wait(5) end
+      return { text = "billing's own answer" }
+    end }
+    local triage = rig.loop{ name = "triage", model = tm, gate = rig.gate{ access = { delegate = "allow" },
+      approver = "headless" }, policy_revision = "v1", handoffs = { "billing" } }
+    local billing = rig.loop{ name = "billing", model = bm }
+    local r = rig.define{ loops = { triage, billing }, primers = { "triage", "billing" },
+      active_primer = "triage", store = rig.store.memory() }
+    local s = assert(r:session())
+    s:submit("an invoice question", { loop = "billing" })
+    s:submit("refund please")
+    local deadline = rig.now() + 10
+    local refused
+    while rig.now() < deadline and not refused do
+      for ev in s:journal() do
+        if ev.type == "StepDone" and ev.loop_id == "triage" and ev.results then
+          refused = ev.results.content[1]
+        end
+      end
+      if not refused then rig.sleep(0.02) end
+    end
+    released = true
+    release:signal()
+    idle(s)
+    expect(refused.is_error).to_be(true)
+    expect(refused.content).to_match("refused: loop 'billing' is busy")
+    expect(s.active).to_be("triage")
+    for ev in s:journal() do expect(ev.type ~= "ActiveLoopChanged").to_be(true) end
+    s:shutdown()
+  end)
+end)

@@ -320,9 +320,53 @@ describe("guardrails", function()
       if ev.ends_turn then term = ev break end
     end
     expect(term.error.code).to_be("guardrail_tripped")
-    -- 40 chunks at 50 ms would take 2 s; the trip comes before the fifth
-    expect(deltas < 40).to_be(true)
+    -- the step's deltas were held while the guardrail ran, and dropped with the step
+    expect(deltas).to_be(0)
     expect(#model:calls()).to_be(1)
     s:shutdown()
+  end)
+
+  it("deltas held while input guardrails run all go out, in order, once they pass", function()
+    local gate = rig.cond()
+    local released = false
+    local r = define({ { text = { "one ", "two ", "three" }, chunk_delay = 0.01 } }, { loop = {
+      guardrails = { input = { function()
+        while not released do gate:wait(5) end
+        return false
+      end } } } })
+    local s = assert(r:session())
+    local sub = s:subscribe{}
+    s:submit("hi")
+    local seen, term = {}, nil
+    rig.spawn(function() rig.sleep(0.2) released = true gate:signal() end)
+    for ev in sub:events(10) do
+      if ev.type == "TokenDelta" then seen[#seen + 1] = ev.delta.text end
+      if ev.ends_turn then term = ev break end
+    end
+    expect(term.type).to_be("TurnDone")
+    expect(table.concat(seen)).to_be("one two three")
+    s:shutdown()
+  end)
+end)
+
+describe("guardrail usage", function()
+  it("a guard model that passes is counted once, live and after a restore", function()
+    local guard = rig.model.script{ { text = '{"tripped": false}', usage = { input_tokens = 7, output_tokens = 2 } },
+      { text = '{"tripped": false}', usage = { input_tokens = 7, output_tokens = 2 } } }
+    local r = define({ { text = "fine", usage = { input_tokens = 10, output_tokens = 1 } } }, { loop = {
+      guardrails = { input = { { name = "topic", model = guard, instructions = "judge" } },
+                     output = { { name = "judge", model = guard, instructions = "judge" } } } } })
+    local s, evs, term = turn(r)
+    expect(term.type).to_be("TurnDone")
+    local checked = of_type(evs, "GuardrailChecked")
+    expect(#checked).to_be(2)
+    expect(checked[1].usage.input_tokens).to_be(7)
+    expect(s:usage().input_tokens).to_be(24)
+    expect(term.usage.input_tokens).to_be(24)
+    local id = s.id
+    s:shutdown()
+    local s2 = assert(r:restore(id))
+    expect(s2:usage().input_tokens).to_be(24)
+    s2:shutdown()
   end)
 end)

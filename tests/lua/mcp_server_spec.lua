@@ -244,6 +244,16 @@ describe("rig.mcp.server over Streamable HTTP", function()
     expect(c:call("add", { a = 1, b = 2 }).content[1].text).to_be("3")
     c:close()
     h:close()
+    -- sessions are capped: an initialize beyond max_sessions is 503, one ended makes room
+    local h3 = assert(srv:serve_http{ listen = "127.0.0.1:0", max_sessions = 1 })
+    local first = assert(rig.mcp.http{ name = "one", url = h3.url, legacy = false })
+    local second, smsg = rig.mcp.http{ name = "two", url = h3.url, legacy = false }
+    expect(second).to_be_nil()
+    expect(smsg).to_match("503")
+    first:close()
+    second = assert(rig.mcp.http{ name = "two", url = h3.url, legacy = false })
+    second:close()
+    h3:close()
     -- off loopback without a token: refused
     local h2, msg, code = srv:serve_http{ listen = "0.0.0.0:0" }
     expect(h2).to_be_nil()

@@ -33,6 +33,26 @@ local function tmpfile(bytes, ext)
   return p
 end
 
+describe("core.base64", function()
+  it("encodes and decodes the RFC 4648 vectors, strictly", function()
+    local v = { [""] = "", f = "Zg==", fo = "Zm8=", foo = "Zm9v", foob = "Zm9vYg==", fooba = "Zm9vYmE=",
+                foobar = "Zm9vYmFy" }
+    for plain, enc in pairs(v) do
+      expect(core.base64_encode(plain)).to_be(enc)
+      expect(core.base64_decode(enc)).to_be(plain)
+    end
+    local all = {}
+    for i = 0, 255 do all[#all + 1] = string.char(i) end
+    all = table.concat(all)
+    expect(core.base64_decode(core.base64_encode(all))).to_be(all)
+    for _, bad in ipairs { "Zg=", "Zg=a", "Z===", "Zm9v\n", "Zm 9", "Zm9-", "====" } do
+      local d, err = core.base64_decode(bad)
+      expect(d).to_be_nil()
+      expect(err).to_match("^base64: ")
+    end
+  end)
+end)
+
 describe("rig.media checks", function()
   it("knows each type by its bytes", function()
     expect(media.sniff(PNG)).to_be("image/png")
@@ -75,6 +95,9 @@ describe("rig.media checks", function()
     refused({ type = "image", data = PNG, colour = 1 }, "unknown field 'colour'")
     refused({ type = "image", data = PNG .. string.rep("x", media.LIMITS.image) },
       "the image is 5%.0 MiB, over the limit of 5%.0 MiB")
+    local big = tmpfile(PNG .. string.rep("x", 6 * 1024 * 1024), ".png")
+    refused({ type = "image", path = big }, "the image is 6%.0 MiB, over the limit of 5%.0 MiB")
+    os.remove(big)
   end)
 end)
 

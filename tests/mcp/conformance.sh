@@ -34,6 +34,13 @@ for sc in initialize tools_call elicitation-sep1034-client-defaults sse-retry; d
 	fi
 done
 
+# the client scenarios not run, named as skips (an OAuth client each; see above)
+for sc in $(node "$CONF" list 2>/dev/null | sed -n '/^Client scenarios/,/^$/p' | sed -n 's/^  - //p'); do
+	case $sc in
+	auth/*) echo "ok - conformance client $sc # SKIP needs an OAuth client (luarig's client sends a bearer header only)" ;;
+	esac
+done
+
 # ---- the server scenarios ----
 urlfile="$work/server.url"
 "$LUARIG" "$ROOT/tests/mcp/everything_server.lua" http "$urlfile" 2>"$work/server.err" &

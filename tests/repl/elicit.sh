@@ -55,6 +55,16 @@ id=$(screen | sed -n 's/^  y, n or c (answering \(i[0-9.]*\)).*/\1/p' | tail -n 
 type_line ":answer $id accept name=Ada age=36"
 check ":answer fills the fields, the defaults the rest" \
 	wait_for '^  content=\{"age":36,"name":"Ada","score":95.5,"status":"active","verified":true\}$' 20
+# the enum forms of SEP-1330: the choices are shown; :answer takes VALUE,VALUE for many
+type_line 's:submit("enums")'
+check "single choices are listed" wait_for '^  titledSingle \(string: value1 "First Option" \| value2 "Second Option" \| value3 "Third Option"\)$' 20
+check "multiple choices are listed" wait_for '^  untitledMulti \(array of option1 \| option2 \| option3\)$'
+T send-keys x
+wait_count '^  y, n or c \(answering' 2 10 || fail "the key mode is left for :answer"
+id=$(screen | sed -n 's/^  y, n or c (answering \(i[0-9.]*\)).*/\1/p' | tail -n 1)
+type_line ":answer $id accept untitledSingle=option2 untitledMulti=option1,option3 titledMulti=value2"
+check ":answer types a multiple choice as a list" \
+	wait_for '"titledMulti":\["value2"\],"untitledMulti":\["option1","option3"\],"untitledSingle":"option2"' 20
 type_line ':answer nope accept'
 check ":answer of no open question is one line" wait_for "^error: answer: "
 T send-keys C-d

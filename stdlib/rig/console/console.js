@@ -480,12 +480,44 @@
         const p = props[name] || {};
         const row = card.appendChild(el('label', 'field'));
         row.appendChild(el('span', 'name', (p.title || name) + (p.description ? ' — ' + p.description : '')));
+        // the choices of an enum: plain (enum), titled (oneOf/anyOf of const + title)
+        // or the legacy enumNames beside enum (SEP-1330)
+        const choices = (q) => {
+          if (!q) return null;
+          if (Array.isArray(q.enum)) {
+            return q.enum.map((v, i) => [String(v), Array.isArray(q.enumNames) && q.enumNames[i] ? q.enumNames[i] : String(v)]);
+          }
+          const alts = q.oneOf || q.anyOf;
+          if (Array.isArray(alts) && alts.every((a) => a && a.const !== undefined)) {
+            return alts.map((a) => [String(a.const), a.title || String(a.const)]);
+          }
+          return null;
+        };
         let input;
-        if (Array.isArray(p.enum)) {
+        const single = choices(p);
+        const multi = p.type === 'array' ? choices(p.items) : null;
+        if (multi) {
+          // a multi-select: one box per choice
+          input = el('span', 'choices');
+          input.name = name;
+          for (const [v, label] of multi) {
+            const l = input.appendChild(el('label', 'choice'));
+            const box = l.appendChild(document.createElement('input'));
+            box.type = 'checkbox';
+            box.value = v;
+            box.dataset.field = name;
+            if (Array.isArray(p.default) && p.default.map(String).includes(v)) box.checked = true;
+            l.appendChild(document.createTextNode(' ' + label));
+          }
+          row.appendChild(input);
+          fields[name] = { input, type: 'array' };
+          continue;
+        }
+        if (single) {
           input = document.createElement('select');
-          for (const v of p.enum) {
+          for (const [v, label] of single) {
             const o = input.appendChild(document.createElement('option'));
-            o.value = String(v); o.textContent = String(v);
+            o.value = v; o.textContent = label;
           }
         } else {
           input = document.createElement('input');
@@ -507,7 +539,9 @@
           const content = {};
           if (action === 'accept') {
             for (const [name, f] of Object.entries(fields)) {
-              if (f.input.type === 'checkbox') content[name] = f.input.checked;
+              if (f.type === 'array') {
+                content[name] = [...f.input.querySelectorAll('input[type=checkbox]')].filter((b) => b.checked).map((b) => b.value);
+              } else if (f.input.type === 'checkbox') content[name] = f.input.checked;
               else if (f.type === 'integer') content[name] = parseInt(f.input.value, 10);
               else if (f.type === 'number') content[name] = Number(f.input.value);
               else content[name] = f.input.value;
@@ -660,6 +694,22 @@
         break;
       case 'RestoreErrored': this.log.appendChild(el('div', 'error', 'restore failed: ' + (ev.reason || ''))); break;
       case 'CompactionCommitted': this.log.appendChild(el('div', 'note', 'context compacted')); break;
+      case 'GuardrailTripped':
+        this.log.appendChild(el('div', 'note error-text', 'guardrail ' + ev.guardrail + ' tripped on the ' +
+          ev.stage + (ev.reason ? ': ' + ev.reason : '')));
+        break;
+      case 'ActiveLoopChanged':
+        if (ev.from !== ev.to) {
+          this.log.appendChild(el('div', 'note', ev.from + ' hands the conversation to ' + ev.to +
+            (ev.reason && ev.reason !== 'handoff' ? ' (' + ev.reason + ')' : '')));
+        }
+        break;
+      case 'HookDecided':
+        if (ev.action === 'deny' || ev.action === 'rewrite' || ev.action === 'error') {
+          this.log.appendChild(el('div', 'note', 'hook ' + ev.hook + ': ' + ev.action +
+            (ev.tool ? ' ' + ev.tool : '') + (ev.message ? ' — ' + ev.message : '')));
+        }
+        break;
       default: break;
       }
       // Resume: a cut turn is waiting (a new or resumed turn on its loop ends that)

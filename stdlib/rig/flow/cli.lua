@@ -6,8 +6,9 @@
 --   luarig flow runs [--state DIR | --store URL] [--json]
 --   luarig flow show [--state DIR | --store URL] ID [--json]
 --   luarig flow log  [--state DIR | --store URL] ID       (one JSON event per line)
---   luarig flow dot FLOW.lua [--svg]                       (the script returns a rig.flow)
---   luarig flow mermaid FLOW.lua
+--   luarig flow dot FLOW.lua [--svg] [--run ID [--state DIR | --store URL]]
+--   luarig flow mermaid FLOW.lua [--run ID …]   (the script returns a rig.flow; with
+--     --run, the vertices of the run's next superstep are marked)
 --
 -- ID is a run id or a unique start of one. A read never creates a store.
 -- Exit codes: 0 ok, 1 the work failed, 2 usage.
@@ -17,14 +18,14 @@ local flow = require "rig.flow"
 
 local M = {}
 
-local USAGE = [[
+local USAGE = [=[
 usage: luarig flow runs [--state DIR | --store URL] [--json]
        luarig flow show [--state DIR | --store URL] ID [--json]
        luarig flow log [--state DIR | --store URL] ID
-       luarig flow dot FLOW.lua [--svg]
-       luarig flow mermaid FLOW.lua
+       luarig flow dot FLOW.lua [--svg] [--run ID [--state DIR | --store URL]]
+       luarig flow mermaid FLOW.lua [--run ID [--state DIR | --store URL]]
 (ID: a run id, or the start of one that no other run shares)
-]]
+]=]
 
 local function usage(fmt, ...)
   io.stderr:write("luarig: ", string.format(fmt, ...), "\n", USAGE)
@@ -82,13 +83,13 @@ local function when(t)
   return t and os.date("!%Y-%m-%dT%H:%M:%SZ", math.floor(t)) or "-"
 end
 
-local function render(cmd, path, svg)
+local function render(cmd, path, svg, view)
   local chunk, err = loadfile(path)
   if not chunk then die("%s", err) end
   local ok, f = pcall(chunk)
   if not ok then die("%s: %s", path, tostring(f)) end
   if not flow.is_flow(f) then die("%s does not return a rig.flow", path) end
-  local text = cmd == "dot" and f:dot() or f:mermaid()
+  local text = cmd == "dot" and f:dot(view) or f:mermaid(view)
   if not svg then io.write(text) return end
   local p, err = rig.process.run{ argv = { "dot", "-Tsvg" }, stdin = text }
   if not p then die("--svg needs Graphviz's dot on PATH (Debian: graphviz): %s", tostring(err)) end
@@ -100,7 +101,7 @@ function M.cli(...)
   local args = { ... }
   local cmd = args[1]
   if cmd == nil or cmd == "help" or cmd == "--help" then io.write(USAGE) return 0 end
-  local state, url, as_json, svg, id
+  local state, url, as_json, svg, id, run_id
   local i = 2
   while args[i] do
     local a = args[i]
@@ -110,6 +111,10 @@ function M.cli(...)
       i = i + 1
     elseif a:match("^%-%-state=") then state = a:sub(9)
     elseif a:match("^%-%-store=") then url = a:sub(9)
+    elseif a == "--run" then
+      if not args[i + 1] then usage("'%s' needs a value", a) end
+      run_id = args[i + 1]
+      i = i + 1
     elseif a == "--json" then as_json = true
     elseif a == "--svg" then svg = true
     elseif a:sub(1, 2) == "--" then usage("flow %s: unknown option '%s'", cmd, a)
@@ -121,7 +126,15 @@ function M.cli(...)
   if cmd == "dot" or cmd == "mermaid" then
     if not id then usage("flow %s needs a script that returns a rig.flow", cmd) end
     if svg and cmd ~= "dot" then usage("flow mermaid: unknown option '--svg'") end
-    render(cmd, id, svg)
+    local view
+    if run_id then
+      local store = open_store(state, url)
+      local sh, msg = flow.show(store, resolve(store, run_id))
+      if not sh then die("%s", msg) end
+      view = { pending = {} }
+      for i, v in ipairs(sh.pending or {}) do view.pending[i] = { vertex = v } end
+    end
+    render(cmd, id, svg, view)
     return 0
   end
   if cmd ~= "runs" and cmd ~= "show" and cmd ~= "log" then usage("unknown flow command '%s'", cmd) end

@@ -227,6 +227,7 @@ end
 --  [--insecure-public-bind] [--allow-host NAME]... [--name NAME]`
 function M.cli(...)
   local args = { ... }
+  if args[1] == nil then usage("mcp needs a command: luarig mcp serve RIG.lua [--http HOST:PORT]") end
   if args[1] ~= "serve" then
     usage("mcp: unknown command '%s' (luarig mcp serve RIG.lua [--http HOST:PORT])", tostring(args[1]))
   end

@@ -10,6 +10,7 @@
 --     retry = 1000,                 -- ms: the SSE retry: a client waits before resuming
 --     keep_events = 1000,           -- events a stream keeps for a resuming client
 --     session_ttl = 3600,           -- s: a session idle this long (no request, no stream) ends
+--     max_sessions = 1024,          -- sessions at once: an initialize beyond is refused (503)
 --     max_body = 4 << 20,
 --   } -> h | nil, message, code;  h.url (…/mcp), h.port, h:close()
 --
@@ -39,7 +40,7 @@ for _, v in ipairs(require("rig.mcp.client").VERSIONS) do SUPPORTED[v] = true en
 
 local KNOWN = { listen = true, path = true, auth = true, insecure_public_bind = true,
                 allowed_hosts = true, retry = true, keep_events = true, session_ttl = true,
-                max_body = true }
+                max_body = true, max_sessions = true }
 
 local function bad(msg) error("rig.mcp.server: serve_http: " .. msg, 4) end
 
@@ -149,7 +150,11 @@ function M.serve(server, o)
   local retry = o.retry or 1000
   local keep = o.keep_events or 1000
   local ttl = o.session_ttl or 3600
-  local sessions = {}
+  local max_sessions = o.max_sessions or 1024
+  if math.type(max_sessions) ~= "integer" or max_sessions < 1 then
+    bad("option 'max_sessions' must be a positive integer")
+  end
+  local sessions, nsessions = {}, 0
   local h = { sessions = sessions }
   local names = checks.host_names(host, extra)
   local bound_port
@@ -229,12 +234,14 @@ function M.serve(server, o)
       end
     end
     sessions[sid] = S
+    nsessions = nsessions + 1
     return S
   end
 
   local function end_session(S, why)
     if sessions[S.id] ~= S then return end
     sessions[S.id] = nil
+    nsessions = nsessions - 1
     for _, st in pairs(S.streams) do
       st.done = true
       st.writer = nil
@@ -260,6 +267,10 @@ function M.serve(server, o)
     if msg.method == "initialize" and msg.id ~= nil then
       if req.headers["mcp-session-id"] ~= nil then
         return refuse(400, -32600, "Invalid Request: the session is already initialized")
+      end
+      if nsessions >= max_sessions then
+        return refuse(503, -32000, "Service Unavailable: " .. max_sessions .. " sessions are open "
+          .. "(end one with DELETE, or wait for idle ones to expire)", { ["retry-after"] = "5" })
       end
       S = open_session()
     else
