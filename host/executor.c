@@ -41,11 +41,11 @@ extern char **environ;
 #define RM_DEPTH 256
 
 __attribute__((format(printf, 2, 3)))
-static void seterr(char *err, const char *fmt, ...)
+static void seterr(struct lr_err *err, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(err, LR_EXEC_ERRLEN, fmt, ap);
+	lr_err_vset(err, fmt, ap);
 	va_end(ap);
 }
 
@@ -214,14 +214,14 @@ static void exec_after(struct lr_exec *x);
 
 int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
 			const char *scratch_root, size_t max, struct lr_executor_set **out,
-			char err[LR_EXEC_ERRLEN])
+			struct lr_err *err)
 {
 	*out = NULL;
-	err[0] = '\0';
-	char perr[LR_SBX_ERRLEN];
-	int rc = lr_profile_validate(p, perr);
+	lr_err_clear(err);
+	struct lr_err perr = { "" };
+	int rc = lr_profile_validate(p, &perr);
 	if (rc) {
-		seterr(err, "%s", perr);
+		seterr(err, "%s", perr.msg);
 		return rc;
 	}
 	struct lr_executor_set *s = calloc(1, sizeof *s);
@@ -236,9 +236,9 @@ int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
 	}
 	lr_profile_fingerprint(&s->profile, s->fingerprint);
 	s->caps = lr_sbx_probe();
-	rc = lr_sbx_report(&s->profile, s->caps, &s->report, perr);
+	rc = lr_sbx_report(&s->profile, s->caps, &s->report, &perr);
 	if (rc) {
-		seterr(err, "%s", perr);
+		seterr(err, "%s", perr.msg);
 		goto fail;
 	}
 	if ((rc = lr_grants_new(&s->grants)) != 0) {
@@ -301,7 +301,7 @@ static void abort_runs(struct lr_executor_set *s, struct lr_executor *only, cons
 		if (!x->finished) {
 			x->finished = 1;
 			x->res.signo = SIGKILL;
-			snprintf(x->res.err, sizeof x->res.err, "%s", why);
+			lr_err_set(&x->res.err, "%s", why);
 			x->res.aborted = 1;
 			if (!x->inherit) {
 				capture_finish(&x->cap[1], &x->res.out);
@@ -370,7 +370,7 @@ static int valid_key(const char *k)
 }
 
 int lr_executor_get(struct lr_executor_set *s, const char *key, struct lr_executor **out,
-		    char err[LR_EXEC_ERRLEN])
+		    struct lr_err *err)
 {
 	*out = NULL;
 	if (!valid_key(key)) {
@@ -450,7 +450,7 @@ struct redeemed {
  * consumed by its first attempt, successful or not.
  */
 static int redeem_all(struct lr_executor *e, const struct lr_exec_request *r, struct redeemed *out,
-		      char *err)
+		      struct lr_err *err)
 {
 	struct lr_executor_set *s = e->set;
 	struct lr_buf cmd;
@@ -475,9 +475,9 @@ static int redeem_all(struct lr_executor *e, const struct lr_exec_request *r, st
 			rc = -EINVAL;
 			break;
 		}
-		char gerr[LR_SBX_ERRLEN];
-		if ((rc = lr_grant_redeem(s->grants, g->token, &q, gerr)) != 0) {
-			seterr(err, "%s", gerr);
+		struct lr_err gerr = { "" };
+		if ((rc = lr_grant_redeem(s->grants, g->token, &q, &gerr)) != 0) {
+			seterr(err, "%s", gerr.msg);
 			break;
 		}
 		char real[PATH_MAX];
@@ -521,17 +521,17 @@ static void after_free(struct lr_exec_after *a)
 	free(a);
 }
 
-int lr_exec_after_finish(struct lr_exec_after *a, struct lr_buf *moved, char err[LR_EXEC_ERRLEN])
+int lr_exec_after_finish(struct lr_exec_after *a, struct lr_buf *moved, struct lr_err *err)
 {
-	err[0] = '\0';
+	lr_err_clear(err);
 	if (!a)
 		return 0;
 	struct lr_buf sink;
 	lr_buf_init(&sink, 64u << 10);
-	char perr[LR_SBX_ERRLEN];
-	int rc = lr_protect_after(&a->plan, &a->o, moved ? moved : &sink, perr);
+	struct lr_err perr = { "" };
+	int rc = lr_protect_after(&a->plan, &a->o, moved ? moved : &sink, &perr);
 	if (rc)
-		seterr(err, "%s", perr);
+		seterr(err, "%s", perr.msg);
 	lr_buf_release(&sink);
 	if (a->cache && (!rc || rc == LR_ETOOBIG)) {
 		struct lr_protect_tree *t = lr_protect_plan_take_tree(&a->plan);
@@ -548,7 +548,7 @@ int lr_exec_after_finish(struct lr_exec_after *a, struct lr_buf *moved, char err
 
 /* The plan's placeholders made and held; a is the launch's to finish. */
 static int after_new(const struct lr_profile *p, const struct lr_exec_ctx *ctx,
-		     struct lr_protect_plan *plan, struct lr_exec_after **out, char *err)
+		     struct lr_protect_plan *plan, struct lr_exec_after **out, struct lr_err *err)
 {
 	*out = NULL;
 	struct lr_exec_after *a = calloc(1, sizeof *a);
@@ -568,9 +568,9 @@ static int after_new(const struct lr_profile *p, const struct lr_exec_ctx *ctx,
 		.git_readonly = p->git_readonly, .max_entries = p->protect_max_entries,
 		.granted = (const char *const *)a->granted.v, .ngranted = a->granted.n,
 	};
-	char perr[LR_SBX_ERRLEN];
-	if (!rc && (rc = lr_protect_place(&a->plan, &a->hold, perr)) != 0)
-		seterr(err, "%s", perr);
+	struct lr_err perr = { "" };
+	if (!rc && (rc = lr_protect_place(&a->plan, &a->hold, &perr)) != 0)
+		seterr(err, "%s", perr.msg);
 	if (rc) {
 		after_free(a);
 		return rc;
@@ -592,18 +592,18 @@ static int allow_add(struct lr_exec_launch *l, const char *target)
 }
 
 int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request *r,
-			    struct lr_exec_launch *l, char err[LR_EXEC_ERRLEN])
+			    struct lr_exec_launch *l, struct lr_err *err)
 {
 	memset(l, 0, sizeof *l);
 	l->spec_fd = -1;
 	l->ctl_fd = -1;
 	l->fds[1] = l->fds[2] = l->life_w = -1;
-	err[0] = '\0';
+	lr_err_clear(err);
 	struct lr_executor_set *s = e->set;
 	struct redeemed g = { 0 };
 	int rc = redeem_all(e, r, &g, err);
 	if (rc) {
-		if (!err[0])
+		if (!err->msg[0])
 			seterr(err, "executor: grants: %s", lr_strerror(rc));
 		goto out;
 	}
@@ -633,7 +633,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	/* the placeholders exist before the helper binds them, held until the run is over */
 	if ((rc = after_new(&s->profile, &ctx, &plan, &l->after, err)) != 0) {
 		lr_sbx_spec_release(&spec);
-		if (!err[0])
+		if (!err->msg[0])
 			seterr(err, "executor: %s", lr_strerror(rc));
 		goto out;
 	}
@@ -648,7 +648,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 		   against the profile and grants by build_spec), or any public one */
 		if (r->network && r->network[0]) {
 			for (char *const *t = r->network; *t && !rc; t++)
-				rc = lr_egress_rule_check(*t, err, LR_EXEC_ERRLEN) ? LR_EREFUSED
+				rc = lr_egress_rule_check(*t, err) ? LR_EREFUSED
 										   : allow_add(l, *t);
 		} else {
 			l->allow_any = 1;
@@ -708,8 +708,8 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	l->proc.n_extra = l->ctl_fd >= 0 ? 3 : 2;
 out:
 	if (rc && l->after) {
-		char aerr[LR_EXEC_ERRLEN];
-		lr_exec_after_finish(l->after, NULL, aerr);
+		struct lr_err aerr = { "" };
+		lr_exec_after_finish(l->after, NULL, &aerr);
 		l->after = NULL;
 	}
 	lr_strv_release(&g.rd);
@@ -723,8 +723,8 @@ out:
 void lr_executor_launch_release(struct lr_exec_launch *l)
 {
 	if (l->after) { /* never spawned, or a caller that did not take it */
-		char err[LR_EXEC_ERRLEN];
-		lr_exec_after_finish(l->after, NULL, err);
+		struct lr_err err = { "" };
+		lr_exec_after_finish(l->after, NULL, &err);
 		l->after = NULL;
 	}
 	if (l->spec_fd >= 0)
@@ -912,10 +912,10 @@ static int proxy_serve(struct lr_loop *loop, uint64_t exec_id, int ctl_fd, char 
 		.log = egress_log,
 		.arg = log,
 	};
-	char err[LR_EXEC_ERRLEN];
-	rc = lr_egress_open(loop, &cfg, tcp, udp, out, err, sizeof err);
+	struct lr_err err = { "" };
+	rc = lr_egress_open(loop, &cfg, tcp, udp, out, &err);
 	if (rc)
-		lr_buf_printf(log, "fail proxy: %s\n", err);
+		lr_buf_printf(log, "fail proxy: %s\n", err.msg);
 	free(rules); /* copied by lr_egress_open */
 	return rc;
 }
@@ -977,7 +977,7 @@ static void xproxy_ready(struct lr_watch *w, int events, void *arg)
 }
 
 int lr_exec_proxy_take(struct lr_executor *e, struct lr_exec_launch *l, struct lr_exec_proxy **out,
-		       char err[LR_EXEC_ERRLEN])
+		       struct lr_err *err)
 {
 	*out = NULL;
 	if (l->ctl_fd < 0)
@@ -1032,12 +1032,12 @@ static void exec_after(struct lr_exec *x)
 {
 	if (!x->after)
 		return;
-	char err[LR_EXEC_ERRLEN];
+	struct lr_err err = { "" };
 	x->after->cache = x->set ? &x->set->protect_cache : NULL;
-	int rc = lr_exec_after_finish(x->after, &x->res.moved, err);
+	int rc = lr_exec_after_finish(x->after, &x->res.moved, &err);
 	x->after = NULL;
 	if (rc)
-		lr_buf_printf(&x->res.moved, "%s\n", err);
+		lr_buf_printf(&x->res.moved, "%s\n", err.msg);
 }
 
 static void exec_deferred(struct lr_defer *d, void *arg)
@@ -1083,7 +1083,7 @@ static void exec_event(struct lr_proc *p, int events, void *arg)
 		    memcmp(r->err_out.data, prefix, sizeof prefix - 1) == 0) {
 			r->setup_failed = 1;
 			size_t n = strcspn(r->err_out.data, "\n");
-			snprintf(r->err, sizeof r->err, "%.*s", (int)n, r->err_out.data);
+			lr_err_set(&r->err, "%.*s", (int)n, r->err_out.data);
 		}
 	}
 	lr_defer_schedule(&x->defer);
@@ -1091,7 +1091,7 @@ static void exec_event(struct lr_proc *p, int events, void *arg)
 
 int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 		    void (*done)(struct lr_exec *x, void *arg), void *arg, struct lr_exec **out,
-		    char err[LR_EXEC_ERRLEN])
+		    struct lr_err *err)
 {
 	*out = NULL;
 	struct lr_executor_set *s = e->set;
@@ -1135,12 +1135,12 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 	l.proc.timeout = r->timeout > 0 ? r->timeout : 0;
 	l.proc.on_event = exec_event;
 	l.proc.arg = x;
-	char perr[LR_PROC_ERRLEN];
+	struct lr_err perr = { "" };
 	x->set = s;
 	x->owner = e;
 	x->after = l.after;
 	l.after = NULL;
-	rc = lr_proc_spawn(s->loop, &l.proc, &x->proc, perr);
+	rc = lr_proc_spawn(s->loop, &l.proc, &x->proc, &perr);
 	if (!rc && l.ctl_fd >= 0) {
 		/* the proxy starts once the helper hands over its listeners */
 		x->ctl_fd = l.ctl_fd;
@@ -1157,12 +1157,12 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 			rc = lr_watch_start(&x->ctl_watch, LR_READ);
 		}
 		if (rc)
-			snprintf(perr, sizeof perr, "cannot watch the proxy's control socket: %s",
+			snprintf(perr.msg, sizeof perr.msg, "cannot watch the proxy's control socket: %s",
 				 lr_strerror(rc));
 	}
 	lr_executor_launch_release(&l);
 	if (rc) {
-		seterr(err, "executor: cannot start the sandbox helper: %s", perr);
+		seterr(err, "executor: cannot start the sandbox helper: %s", perr.msg);
 		x->set = NULL;
 		x->owner = NULL;
 		lr_exec_free(x);

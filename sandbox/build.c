@@ -51,11 +51,11 @@ static const char *const env_allow[] = { "PATH", "LANG", "TERM", "TZ", "USER",
 #define DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 
 __attribute__((format(printf, 2, 3)))
-static void seterr(char *err, const char *fmt, ...)
+static void seterr(struct lr_err *err, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(err, LR_SBX_ERRLEN, fmt, ap);
+	lr_err_vset(err, fmt, ap);
 	va_end(ap);
 }
 
@@ -82,7 +82,7 @@ struct build {
 	struct lr_strv writable; /* canonical writable roots, for the protected walk */
 	const struct lr_exec_ctx *ctx;
 	const struct lr_sbx_caps *caps;
-	char *err;
+	struct lr_err *err;
 };
 
 /* Adds a bind (same path inside) and its Landlock rule; a later bind of the same path wins. */
@@ -348,11 +348,11 @@ static int protect_roots(struct build *b, const struct lr_profile *p)
 		.ngranted = ctx->ngranted_write,
 		.cache = ctx->protect_cache,
 	};
-	char perr[LR_SBX_ERRLEN];
+	struct lr_err perr = { "" };
 	if (!rc && n) {
-		rc = lr_protect_scan(roots, n, &o, &plan, perr);
+		rc = lr_protect_scan(roots, n, &o, &plan, &perr);
 		if (rc)
-			seterr(b->err, "%s", perr);
+			seterr(b->err, "%s", perr.msg);
 		else if ((rc = apply_plan(b, &plan)) != 0 || !ctx->plan)
 			lr_protect_plan_release(&plan);
 		else
@@ -522,7 +522,7 @@ static int in_view(const struct lr_sbx_spec *s, const char *path)
  * relative path is taken from cwd.
  */
 static int resolve_argv0(const struct lr_sbx_spec *s, const char *name, const char *path_var,
-			 const char *cwd, char **out, char *err)
+			 const char *cwd, char **out, struct lr_err *err)
 {
 	if (strchr(name, '/')) {
 		*out = name[0] == '/' ? strdup(name) : lr_asprintf("%s/%s", cwd, name);
@@ -655,10 +655,10 @@ static int build_view(struct build *b, const struct lr_profile *p)
 
 int lr_sbx_build_spec(const struct lr_profile *p, const struct lr_sbx_caps *caps,
 			   const struct lr_exec_request *r, const struct lr_exec_ctx *ctx,
-			   struct lr_sbx_spec *out, char err[LR_SBX_ERRLEN])
+			   struct lr_sbx_spec *out, struct lr_err *err)
 {
 	memset(out, 0, sizeof *out);
-	err[0] = '\0';
+	lr_err_clear(err);
 	if ((!r->argv || !r->argv[0] || !r->argv[0][0]) && !r->command) {
 		seterr(err, "executor: the request needs argv or command");
 		return -EINVAL;
@@ -709,7 +709,7 @@ int lr_sbx_build_spec(const struct lr_profile *p, const struct lr_sbx_caps *caps
 	}
 
 	if (!out->unconfined && (rc = build_view(&b, p)) != 0) {
-		if (!err[0])
+		if (!err->msg[0])
 			seterr(err, "executor: cannot build the view: %s", lr_strerror(rc));
 		goto fail;
 	}
@@ -789,7 +789,7 @@ int lr_sbx_build_spec(const struct lr_profile *p, const struct lr_sbx_caps *caps
 	lr_strv_release(&b.writable);
 	return 0;
 fail:
-	if (!err[0])
+	if (!err->msg[0])
 		seterr(err, "executor: %s", lr_strerror(rc));
 	if (ctx->plan)
 		lr_protect_plan_release(ctx->plan);

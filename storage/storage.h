@@ -46,12 +46,6 @@
 /* Names: 1..512 bytes. */
 #define LR_STORE_NAME_MAX 512
 
-/* A message about the last failure; fixed size, never allocated. */
-struct lr_err {
-	char msg[384];
-};
-void lr_err_set(struct lr_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 /*
  * The name grammar: 1..512 bytes, segments joined by single '/', each
  * segment [a-z0-9][a-z0-9_.-]* — so empty, "." and ".." segments cannot
