@@ -131,6 +131,7 @@ symbols: $(BUILD)/libluarig.a
 
 BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(wildcard tests/bench/*.c))
 bench: $(BUILD)/luarig $(BENCH_BIN)
+	@sh tools/deps.sh bench
 	@BUILD=$(BUILD) sh tests/bench/run.sh
 
 fuzz: $(FUZZ_BIN)

@@ -114,6 +114,39 @@ static void try_finish(struct lr_session *s);
 
 /* ---- opening ---- */
 
+/*
+ * The journal holds a fence from an epoch at or above the one the lease
+ * store just gave out: the lease store forgot epochs (make soak saw it
+ * after nats-server was killed with kill -9: a lease bucket write gone).
+ * Epochs are fencing tokens, so the lease is taken again (each release and
+ * acquire raises the epoch by one) until its epoch is above every fence in
+ * the journal, which is then opened and fenced again: a writer still
+ * holding one of the older epochs is fenced by that fence like by any
+ * other. Returns LR_ELEASELOST with e untouched when the journal's fences
+ * are all below the lease (the open failed for another reason).
+ */
+static int open_above_fences(struct lr_store *st, const char *name, const char *sid,
+			     struct lr_lease **lease, struct lr_journal **j, struct lr_err *e)
+{
+	uint64_t top = 0;
+	struct lr_err te;
+	if (lr_journal_top_epoch(st, sid, &top, &te) != 0 || top < (*lease)->epoch)
+		return LR_ELEASELOST;
+	int rc = 0;
+	for (uint64_t tries = top - (*lease)->epoch + 2; (*lease)->epoch <= top; tries--) {
+		struct lr_err re;
+		lr_store_release(*lease, &re);
+		*lease = NULL;
+		if (tries == 0) {
+			lr_err_set(e, "session %s: its lease stays below epoch %" PRIu64, sid, top);
+			return LR_ELEASELOST;
+		}
+		if ((rc = lr_store_acquire(st, name, lease, e)) != 0)
+			return rc;
+	}
+	return lr_journal_open(st, sid, *lease, j, e);
+}
+
 static void open_work(struct lr_work *w)
 {
 	struct lr_session_open *o = (struct lr_session_open *)w;
@@ -146,7 +179,13 @@ static void open_work(struct lr_work *w)
 	}
 	if (rc)
 		goto fail;
-	if ((rc = lr_journal_open(o->store, o->sid, lease, &j, &e)) != 0)
+	rc = lr_journal_open(o->store, o->sid, lease, &j, &e);
+	if (rc == LR_ELEASELOST && !created) {
+		int r2 = open_above_fences(o->store, name, o->sid, &lease, &j, &e);
+		if (r2 != LR_ELEASELOST || !lease)
+			rc = r2;
+	}
+	if (rc)
 		goto fail;
 	struct lr_session *s = calloc(1, sizeof *s);
 	if (!s) {

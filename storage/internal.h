@@ -19,6 +19,35 @@ struct lr_store {
 void lr__nats_redact(const char *url, char *out, size_t cap);
 
 /*
+ * nats.c: a JetStream message-get reply ($JS.API.STREAM.MSG.GET), bytes
+ * from the server. body is NUL-terminated and rewritten in place: the
+ * subject is NUL-terminated there, data and hdrs base64-decoded there (all
+ * pointers into body, NULL when absent). Returns 0 (a message), 1 (no
+ * message found), 2 (another error: err/err_len, maybe NULL, its
+ * description; busy set for a 503, which passes: no leader this moment)
+ * or LR_ECORRUPT (a reply this cannot read).
+ */
+struct lr__msgget {
+	int busy;
+	char *subject;
+	uint64_t seq;
+	char *data, *hdrs;
+	size_t data_len, hdrs_len;
+	const char *err;
+	size_t err_len;
+};
+int lr__nats_msgget_parse(char *body, struct lr__msgget *out);
+
+/*
+ * nats.c: the headers of a message-get reply, "NATS/1.0\r\n" then
+ * "Key: value\r\n" lines, rewritten in place: cb(arg, key, value) for
+ * each, both NUL-terminated in h. A non-zero return from cb stops and is
+ * returned.
+ */
+int lr__nats_hdrs_each(char *h, size_t len, int (*cb)(void *arg, const char *key,
+							 const char *val), void *arg);
+
+/*
  * store.c: a lease's loss notification. Backends call lr__lease_fire_lost
  * (once per lease: the first call wins) from whichever thread noticed; the
  * callback runs under one process-wide (recursive) lock, and

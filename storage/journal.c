@@ -735,6 +735,20 @@ static int scan_one(void *arg, const struct lr_journal_rec *r)
 	return 0;
 }
 
+int lr_journal_top_epoch(struct lr_store *store, const char *sid, uint64_t *epoch,
+			 struct lr_err *e)
+{
+	char name[LR_JOURNAL_NAME_LEN];
+	*epoch = 0;
+	int rc = ledger_name(name, sid, e);
+	if (rc)
+		return rc;
+	struct scan_ctx c = { 0, 0, 0 };
+	rc = replay_raw(store, name, 1, 0, 0, scan_one, &c, e);
+	*epoch = c.epoch;
+	return rc;
+}
+
 /*
  * The ledger moved under us (a conditional append conflicted): anything
  * after our tip was written by someone else. Say who fenced us, and stop

@@ -329,6 +329,70 @@ static int json_u64(const char *body, const char *key, uint64_t *v)
 	return 0;
 }
 
+int lr__nats_msgget_parse(char *body, struct lr__msgget *out)
+{
+	memset(out, 0, sizeof *out);
+	uint64_t code = 0;
+	size_t sl = 0;
+	if (strstr(body, "\"error\":")) {
+		if (json_u64(body, "err_code", &code) == 0 && code == 10037)
+			return 1; /* no message found */
+		out->err = json_str(body, "description", &out->err_len);
+		out->busy = json_u64(body, "code", &code) == 0 && code == 503;
+		return 2;
+	}
+	char *subj = json_str(body, "subject", &sl);
+	if (!subj || json_u64(body, "seq", &out->seq))
+		return LR_ECORRUPT;
+	/* the fields follow the subject (the server writes subject, seq, hdrs, data, time) */
+	char *rest = subj + sl + 1;
+	subj[sl] = 0;
+	out->subject = subj;
+	size_t dl = 0, hl = 0;
+	char *data = *rest ? json_str(rest, "data", &dl) : NULL;
+	char *hdrs = *rest ? json_str(rest, "hdrs", &hl) : NULL;
+	long dn = data ? b64decode(data, dl) : 0, hn = hdrs ? b64decode(hdrs, hl) : 0;
+	if (dn < 0 || hn < 0)
+		return LR_ECORRUPT;
+	out->data = data;
+	out->data_len = (size_t)dn;
+	out->hdrs = hdrs;
+	out->hdrs_len = (size_t)hn;
+	return 0;
+}
+
+int lr__nats_hdrs_each(char *h, size_t len, int (*cb)(void *arg, const char *key,
+							 const char *val), void *arg)
+{
+	char *end = h + len;
+	char *p = h ? memchr(h, '\n', len) : NULL; /* past the status line */
+	while (p && p < end) {
+		p++;
+		char *eol = memchr(p, '\n', (size_t)(end - p));
+		if (!eol)
+			break;
+		char *colon = memchr(p, ':', (size_t)(eol - p));
+		char *vend = eol > p && eol[-1] == '\r' ? eol - 1 : eol;
+		if (colon && colon < vend) {
+			*colon = 0;
+			char *v = colon + 1;
+			while (v < vend && *v == ' ')
+				v++;
+			*vend = 0;
+			int rc = cb(arg, p, v);
+			if (rc)
+				return rc;
+		}
+		p = eol;
+	}
+	return 0;
+}
+
+static int set_hdr(void *arg, const char *key, const char *val)
+{
+	return N.hdr_set(arg, key, val) == NATS_OK ? 0 : -ENOMEM;
+}
+
 /*
  * dget through the stream leader: a $JS.API.STREAM.MSG.GET request (which
  * only the leader answers), its reply made into a message like a direct
@@ -345,83 +409,60 @@ static int leader_get(struct nstore *n, const char *stream, const char *last_sub
 				      seq, next_subj);
 	natsMsg *reply = NULL;
 	natsStatus s;
+	char *body = NULL;
+	struct lr__msgget g;
+	int rc;
+	/* No responders, or a 503 (JetStream temporarily unavailable): the stream has
+	 * no leader this moment (see publish); asked again until the wait is over. */
 	int64_t deadline = now_ms(CLOCK_MONOTONIC) + n->wait_ms;
 	for (int64_t pause = 50;; pause = pause < 400 ? pause * 2 : 500) {
 		s = N.request(&reply, n->nc, api, req, rl, n->wait_ms);
-		if (s != NATS_NO_RESPONDERS || now_ms(CLOCK_MONOTONIC) + pause >= deadline)
-			break;
-		usleep((useconds_t)pause * 1000); /* no leader this moment: see publish */
-	}
-	if (s != NATS_OK)
-		return nfail(e, s, what);
-	int len = N.msg_len(reply);
-	char *body = malloc((size_t)len + 1);
-	if (!body) {
+		int again = now_ms(CLOCK_MONOTONIC) + pause < deadline;
+		if (s == NATS_NO_RESPONDERS && again) {
+			usleep((useconds_t)pause * 1000);
+			continue;
+		}
+		if (s != NATS_OK)
+			return nfail(e, s, what);
+		int len = N.msg_len(reply);
+		body = malloc((size_t)len + 1);
+		if (!body) {
+			N.msg_destroy(reply);
+			lr_err_set(e, "storage: %s: out of memory", what);
+			return -ENOMEM;
+		}
+		memcpy(body, N.msg_data(reply), (size_t)len);
+		body[len] = 0;
 		N.msg_destroy(reply);
-		lr_err_set(e, "storage: %s: out of memory", what);
-		return -ENOMEM;
-	}
-	memcpy(body, N.msg_data(reply), (size_t)len);
-	body[len] = 0;
-	N.msg_destroy(reply);
-	int rc = 0;
-	uint64_t code = 0;
-	char *subj, *data, *hdrs;
-	size_t sl = 0, dl = 0, hl = 0;
-	if (strstr(body, "\"error\":")) {
-		if (json_u64(body, "err_code", &code) == 0 && code == 10037) {
-			rc = LR_ENOTFOUND; /* no message found */
-		} else {
-			size_t l = 0;
-			char *d = json_str(body, "description", &l);
-			lr_err_set(e, "storage: %s: %.*s", what, d ? (int)(l > 200 ? 200 : l) : 5,
-				   d ? d : "error");
-			rc = -EIO;
-		}
-		free(body);
-		return rc;
-	}
-	if (!(subj = json_str(body, "subject", &sl)) || json_u64(body, "seq", sseq)) {
-		free(body);
-		lr_err_set(e, "storage: %s: a message-get reply without its subject or sequence", what);
-		return LR_ECORRUPT;
-	}
-	/* the fields follow the subject (the server writes subject, seq, hdrs, data, time) */
-	char *rest = subj + sl + 1;
-	subj[sl] = 0;
-	data = json_str(rest, "data", &dl);
-	hdrs = json_str(rest, "hdrs", &hl);
-	long dn = data ? b64decode(data, dl) : 0, hn = hdrs ? b64decode(hdrs, hl) : 0;
-	natsMsg *m = NULL;
-	if (dn < 0 || hn < 0) {
-		rc = LR_ECORRUPT;
-		lr_err_set(e, "storage: %s: a message-get reply that does not decode", what);
-	} else if ((s = N.msg_create(&m, subj, NULL, dn ? data : NULL, (int)dn)) != NATS_OK) {
-		rc = nfail(e, s, what);
-	}
-	/* headers: "NATS/1.0\r\n" then "Key: value\r\n" lines */
-	for (char *p = hdrs && hn > 0 ? memchr(hdrs, '\n', (size_t)hn) : NULL; !rc && p;) {
-		p++;
-		char *eol = memchr(p, '\n', (size_t)(hdrs + hn - p));
-		if (!eol)
+		rc = lr__nats_msgget_parse(body, &g);
+		if (rc != 2 || !g.busy || !again)
 			break;
-		char *colon = memchr(p, ':', (size_t)(eol - p));
-		char *vend = eol > p && eol[-1] == '\r' ? eol - 1 : eol;
-		if (colon) {
-			*colon = 0;
-			char *v = colon + 1;
-			while (v < vend && *v == ' ')
-				v++;
-			*vend = 0;
-			if ((s = N.hdr_set(m, p, v)) != NATS_OK)
-				rc = nfail(e, s, what);
-		}
-		p = eol;
+		free(body);
+		body = NULL;
+		usleep((useconds_t)pause * 1000);
 	}
-	char sq[24];
-	snprintf(sq, sizeof sq, "%" PRIu64, *sseq);
-	if (!rc && (s = N.hdr_set(m, "Nats-Sequence", sq)) != NATS_OK)
+	natsMsg *m = NULL;
+	if (rc == 1) {
+		rc = LR_ENOTFOUND;
+	} else if (rc == 2) {
+		lr_err_set(e, "storage: %s: %.*s", what, g.err ? (int)(g.err_len > 200 ? 200 : g.err_len) : 5,
+			   g.err ? g.err : "error");
+		rc = g.busy ? LR_ENETWORK : -EIO;
+	} else if (rc) {
+		lr_err_set(e, "storage: %s: a message-get reply this cannot read", what);
+	} else if ((s = N.msg_create(&m, g.subject, NULL, g.data_len ? g.data : NULL,
+				     (int)g.data_len)) != NATS_OK) {
 		rc = nfail(e, s, what);
+	} else if (lr__nats_hdrs_each(g.hdrs, g.hdrs_len, set_hdr, m)) {
+		lr_err_set(e, "storage: %s: out of memory", what);
+		rc = -ENOMEM;
+	} else {
+		char sq[24];
+		snprintf(sq, sizeof sq, "%" PRIu64, g.seq);
+		*sseq = g.seq;
+		if ((s = N.hdr_set(m, "Nats-Sequence", sq)) != NATS_OK)
+			rc = nfail(e, s, what);
+	}
 	free(body);
 	if (rc) {
 		if (m)
@@ -511,8 +552,11 @@ static int publish(struct nstore *n, const char *subj, uint64_t expect, const ch
 	 * taking its subjects for a moment): definite, so sent again until the wait is over */
 	int64_t deadline = now_ms(CLOCK_MONOTONIC) + n->wait_ms;
 	for (int64_t pause = 50;; pause = pause < 400 ? pause * 2 : 500) {
+		jerr = 0;
 		s = N.publish(&pa, n->js, m, &po, &jerr);
-		if (s != NATS_NO_RESPONDERS || now_ms(CLOCK_MONOTONIC) + pause >= deadline)
+		/* "JetStream system temporarily unavailable" is a refusal too: not stored */
+		if ((s != NATS_NO_RESPONDERS && jerr != JSClusterNotAvailErr) ||
+		    now_ms(CLOCK_MONOTONIC) + pause >= deadline)
 			break;
 		usleep((useconds_t)pause * 1000);
 	}
@@ -920,7 +964,11 @@ static int n_read(struct lr_store *s, const char *name, uint64_t from, uint64_t 
 		if (seq == end)
 			return 0;
 		seq++;
-		if (end - seq >= STREAM_MIN)
+		/* Not on a replicated stream: an ordered consumer may be placed on any replica,
+		 * and a replica can lack a record its leader has (nats-server 2.9 after a
+		 * node's kill -9: the consumer skipped it), so each record is asked of the
+		 * leader (one round trip per record). */
+		if (end - seq >= STREAM_MIN && !(n->leader_reads & stream_bit(n, n->s_ledgers)))
 			return read_stream(n, name, subj, sq + 1, seq, end, cb, arg, e);
 		rc = dget(n, n->s_ledgers, NULL, subj, sq + 1, &m, &sq, e, what);
 		if (rc == LR_ENOTFOUND)

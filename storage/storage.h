@@ -441,6 +441,9 @@ void lr_journal_append_slow(struct lr_journal_op *op);
 uint64_t lr_journal_tip(struct lr_journal *j);
 /* The lease epoch the journal was opened with. */
 uint64_t lr_journal_epoch(struct lr_journal *j);
+/* The highest epoch of any fence in session sid's journal (0: none). */
+int lr_journal_top_epoch(struct lr_store *store, const char *sid, uint64_t *epoch,
+			 struct lr_err *e);
 /*
  * Accepts NULL. Does not release the lease (the caller owns it). Waits
  * for an async append in flight (a slow one must be finished by its

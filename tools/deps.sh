@@ -49,8 +49,12 @@ flow_npm_deps() {
 		{ echo "deps: npm ci in build/npm/flow failed" >&2; return 1; }
 	echo "$want" >build/npm/flow/.stamp
 }
+# LangGraph.js is only the benchmark's peer, and its SQLite checkpointer compiles
+# SQLite from source when no prebuilt binary can be fetched (minutes): plain
+# `make deps` (CI, `make demo`) leaves it out; `make bench` asks for it ("bench").
+peers() { [ "${1:-}" = bench ] && flow_npm_deps || return 0; }
 if [ -z "$missing" ]; then
-	npm_deps && flow_npm_deps
+	npm_deps && peers "${1:-}"
 	exit $?
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -65,4 +69,4 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends $missing >/dev/null || {
 	apt-get install -y -qq --no-install-recommends $(echo "$missing" | sed 's/ nodejs//; s/ npm//') >/dev/null
 }
-npm_deps && flow_npm_deps
+npm_deps && peers "${1:-}"

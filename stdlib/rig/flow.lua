@@ -606,8 +606,8 @@ local function finish(R, st, fields)
   if not ok then R.error, R.code = msg, "faulted" end
   local sess = R.sess
   R.sess = nil
-  R.st = st
-  index_put(R)
+  index_put(R, { status = st })
+  R.st = st -- after the index: a waiter that sees it may close the store
   if sess then sess:close() end
   wake(R)
 end
@@ -654,23 +654,38 @@ local function drive(R)
       paused = paused or r.interrupted ~= nil
     end
     if paused then
-      local keep = {}
-      for i, r in ipairs(results) do if not r.interrupted then keep[i] = r end end
+      local keep, open = {}, false
+      for i, r in ipairs(results) do
+        if not r.interrupted then keep[i] = r end
+        -- an answer may have come while the vertex ran (resume right after attach)
+        if r.interrupted and R.answers[r.interrupted] == nil then open = true end
+      end
+      if open then
+        index_put(R, { status = "interrupted" })
+        -- answers given while the index was written (resume saw "running") count too
+        open = false
+        for _, r in ipairs(results) do
+          if r.interrupted and R.answers[r.interrupted] == nil then open = true end
+        end
+      end
       R.partial = keep
-      index_put(R, { status = "interrupted" })
-      set_status(R, "interrupted")
-      return
+      if open then
+        set_status(R, "interrupted")
+        return
+      end
+      -- every question got its answer meanwhile: the loop runs those vertices again
+    else
+      local change, err = apply_writes(p, R.values, results, step)
+      if not change then return fail_run(R, err, "write") end
+      local pending, rerr = route(p, R.values, results)
+      if not pending then return fail_run(R, rerr, "route") end
+      local rec = { step = step, set = change.set, add = change.add, pending = json.array(pending) }
+      local seq, msg, code = emit(R, "FlowStep", rec)
+      if not seq then return fail_run(R, msg, code) end
+      R.step, R.pending = step, pending
+      R.cps[#R.cps + 1] = { step = step, seq = seq, time = rec.created_at,
+        pending = pending, set = change.set, add = change.add }
     end
-    local change, err = apply_writes(p, R.values, results, step)
-    if not change then return fail_run(R, err, "write") end
-    local pending, rerr = route(p, R.values, results)
-    if not pending then return fail_run(R, rerr, "route") end
-    local rec = { step = step, set = change.set, add = change.add, pending = json.array(pending) }
-    local seq, msg, code = emit(R, "FlowStep", rec)
-    if not seq then return fail_run(R, msg, code) end
-    R.step, R.pending = step, pending
-    R.cps[#R.cps + 1] = { step = step, seq = seq, time = rec.created_at,
-      pending = pending, set = change.set, add = change.add }
   end
 end
 

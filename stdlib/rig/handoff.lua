@@ -31,14 +31,11 @@ local M = {}
 
 M.PREFIX = "transfer_to_"
 
--- The session's shared parts. The runner (rig.session_turn, above this
--- module) hands its { enqueue, new_instance } to perform and redeliver, as it
--- does to rig.delegation.
+-- The session's shared parts. What starts a loop's work, rig.session_turn's
+-- runner { enqueue, new_instance }, is handed in (that module is above this one).
 local base = require "rig.session_base"
-local function rt(runner)
-  return setmetatable({ enqueue = runner.enqueue, new_instance = runner.new_instance,
-                        command = base.emit_command_record }, { __index = base })
-end
+local emit, next_id, user_message = base.emit, base.next_id, base.user_message
+local command = base.emit_command_record
 
 local MAX_TEXT = 64 * 1024
 
@@ -131,27 +128,26 @@ end
 -- After the caller's TurnDone{ handoff } is queued: the target gets the
 -- conversation and a turn. cid: a command id already journaled (a restore).
 function M.perform(S, inst, turn, h, runner)
-  local R = rt(runner)
   if S.stopping or S.closed or S.faulted_msg then return end
   local target = S.loops[h.to]
   local ok, msg, code
   if not target then
     local def = S.rig:loop(h.to)
-    target = R.new_instance(S, def, h.to)
-    ok, msg, code = R.emit(S, "LoopStarted", { loop_id = h.to, loop = h.to,
+    target = runner.new_instance(S, def, h.to)
+    ok, msg, code = emit(S, "LoopStarted", { loop_id = h.to, loop = h.to,
       revision = def:revision(), handoff_from = inst.id }, false)
   end
   local history, ferr = M.filter(inst.history, h.filter, h.call_id)
   if not history then
     -- the conversation stays: the caller's loop remains active
-    R.emit(S, "ActiveLoopChanged", { from = inst.id, to = inst.id, reason = "handoff_failed",
+    emit(S, "ActiveLoopChanged", { from = inst.id, to = inst.id, reason = "handoff_failed",
       turn_id = turn.id, call_id = h.call_id, error = ferr }, false)
     return
   end
   -- a target that started a turn of its own since the call keeps its history
   -- (its turn reads it); the handoff's input queues behind that turn
   local busy = target.busy or nil
-  ok, msg, code = R.emit(S, "ActiveLoopChanged", { from = inst.id, to = h.to, reason = "handoff",
+  ok, msg, code = emit(S, "ActiveLoopChanged", { from = inst.id, to = h.to, reason = "handoff",
     turn_id = turn.id, call_id = h.call_id, history = not busy and json.array(history) or nil,
     busy = busy })
   if not ok then
@@ -165,16 +161,16 @@ function M.perform(S, inst, turn, h, runner)
   end
   local text = "[conversation handed over from loop '" .. inst.id .. "']"
   if h.message and h.message:find("%S") then text = text .. "\n\n" .. h.message end
-  local um = R.user_message(text)
-  local cid = R.next_id(S, "c")
-  ok = R.command(S, { type = "HandoffInput", command_id = cid, loop_id = h.to,
+  local um = user_message(text)
+  local cid = next_id(S, "c")
+  ok = command(S, { type = "HandoffInput", command_id = cid, loop_id = h.to,
     from_loop_id = inst.id, message = um }, true)
   if not ok then
     S.faulted_msg = S.faulted_msg or S.core:faulted() or "the journal append failed"
     return
   end
   if M.before_input then M.before_input(S, h) end
-  R.enqueue(S, target, { command_id = cid, message = um, hand_back = true })
+  runner.enqueue(S, target, { command_id = cid, message = um, hand_back = true })
 end
 
 -- ---- restore ----

@@ -570,6 +570,12 @@ function M.serve(opts)
       local e = list[i]
       forget(e.id)
       e.live = live[e.id] ~= nil
+      -- a busy live session's state is its live one, as /status says it (the
+      -- catalog's is written after the event's append: it lags behind a gate
+      -- opening); an idle one keeps the catalog's (idle, failed, interrupted)
+      local s = live[e.id]
+      local now = s and live_state(s)
+      if now and now ~= "idle" then e.state = now end
       page[#page + 1] = e
     end
     local done = skip + #page >= #list

@@ -70,10 +70,10 @@
 --   rig.session_fork     s:fork
 --   rig.session_resume   s:resume, continuing a cut turn
 -- They require one way, with no cycle (tests/lua/stdlib_layout_spec.lua):
--- base ← output ← compact; base ← rig.delegation ← session_resume; all of
--- those ← turn ← replay ← fork ← this module. What rig.delegation and
--- session_resume need from above (starting a loop's work) is handed to
--- them: session_turn's runner.
+-- base ← output ← compact; base ← rig.delegation ← session_resume; base ←
+-- rig.handoff, rig.hooks; all of those ← turn ← replay ← fork ← this module.
+-- What rig.delegation, rig.handoff and session_resume need from above
+-- (starting a loop's work) is handed to them: session_turn's runner.
 
 local core = require "rig.core"
 local json = require "rig.json"

@@ -1,11 +1,12 @@
 -- rig.session_base: what every part of the session runner shares — the
 -- session object's class, ids, events and command records, the catalog, the
--- fault message, usage sums, user messages, closing a gate. It requires only
--- rig.core and rig.json, so each part (rig.session_turn, _compact, _replay,
--- _fork, _resume) and rig.delegation build on it without a cycle. The one
--- thing that calls back up, starting a loop's work (a new instance, an
--- enqueued input), is handed to rig.delegation and rig.session_resume as an
--- argument: rig.session_turn's `runner`.
+-- fault message, usage sums, user messages, the options check, SessionStarted,
+-- closing a gate. It requires only rig.core and rig.json, so each part
+-- (rig.session_turn, _compact, _replay, _fork, _resume), rig.delegation,
+-- rig.handoff and rig.hooks build on it without a cycle. The one thing that calls back up, starting a loop's work
+-- (a new instance, an enqueued input), is handed to rig.delegation,
+-- rig.handoff and rig.session_resume as an argument: rig.session_turn's
+-- `runner`.
 
 local core = require "rig.core"
 local json = require "rig.json"
@@ -233,6 +234,13 @@ local function ws_hooks(S)
            catalog = function(t) catalog(S, t) end }
 end
 
+-- SessionStarted, the record a new session (created or forked) starts with.
+local function emit_started(S, r)
+  return emit(S, "SessionStarted", { fingerprint = r:fingerprint(),
+    loops = loop_revisions(r), primers = json.array({ table.unpack(r.primers) }),
+    active_primer = r.active_primer, workspace = S.workspace })
+end
+
 -- ---- gates and turns ----
 
 -- Closes an open gate (GateResolved): answered in its call, after a
@@ -260,13 +268,6 @@ M.add_usage, M.new_usage, M.note_usage = add_usage, new_usage, note_usage
 M.user_message, M.title_of = user_message, title_of
 M.new_session, M.check_open, M.check_options = new_session, check_open, check_options
 M.emit_command_record, M.emit_command = emit_command_record, emit_command
--- SessionStarted, the record a new session (created or forked) starts with.
-local function emit_started(S, r)
-  return emit(S, "SessionStarted", { fingerprint = r:fingerprint(),
-    loops = loop_revisions(r), primers = json.array({ table.unpack(r.primers) }),
-    active_primer = r.active_primer, workspace = S.workspace })
-end
-
 M.loop_revisions, M.ws_hooks, M.emit_started = loop_revisions, ws_hooks, emit_started
 M.close_gate, M.limit_failure = close_gate, limit_failure
 

@@ -8,6 +8,7 @@ local base = require "rig.session_base"
 local compaction = require "rig.session_compact"
 local turns = require "rig.session_turn"
 local delegation = require "rig.delegation"
+local handoff = require "rig.handoff"
 local resuming = require "rig.session_resume"
 local workspace = require "rig.workspace"
 
@@ -27,7 +28,7 @@ local function fold(records)
   local st = { loops = {}, order = {}, gates = {}, gate_order = {}, started = nil,
                last_quiescence = nil, counter = 0, usage = new_usage(), title = nil,
                children = 0, dg = delegation.new_fold(), rs = resuming.new_fold(),
-               ho = require("rig.handoff").new_fold() }
+               ho = handoff.new_fold() }
   local function inst(id)
     local l = st.loops[id]
     if not l then
@@ -37,7 +38,7 @@ local function fold(records)
     end
     return l
   end
-  local dfold, rfold, hfold = delegation.fold, resuming.fold, require("rig.handoff").fold
+  local dfold, rfold, hfold = delegation.fold, resuming.fold, handoff.fold
   for _, r in ipairs(records) do
     if r.kind == "command" then
       local c = json.decode(r.body)
@@ -264,7 +265,7 @@ local function restore(r, id, opts)
   note_usage(S)
   delegation.redeliver(S, handbacks, turns.runner)
   -- a handoff whose target turn a crash kept from starting starts now
-  require("rig.handoff").redeliver(S, st.ho, turns.runner)
+  handoff.redeliver(S, st.ho, turns.runner)
   return S
 end
 

@@ -958,10 +958,12 @@ local function enqueue(S, inst, item)
   -- a new or resumed turn ends what a restore left resumable on this loop
   if S.resumable_turns then S.resumable_turns[inst.id] = nil end
   if S.busy == 1 then emit(S, "SessionActive", {}, false) end
-  -- a driver started from inside another loop's turn (a delegated request,
-  -- a hand-back) must outlive that turn's cancellation
-  local spawn = (item.no_fold or item.hand_back) and core.spawn_detached or core.spawn
-  inst.driver = spawn(drive, S, inst)
+  -- the driver belongs to the session, not to the task that submitted: a
+  -- submitter that is cancelled later (an HTTP handler whose client left, a
+  -- delegating loop's interrupted turn) must not take the turn with it, which
+  -- left it unjournaled and the session busy for good. s:interrupt() and
+  -- shutdown end a turn, through inst.driver.
+  inst.driver = core.spawn_detached(drive, S, inst)
   return true
 end
 

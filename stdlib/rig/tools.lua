@@ -281,6 +281,30 @@ local function protected(p, names)
   return nil
 end
 
+-- At run: what prepare worked out (ctx.prepared), once the workspace is
+-- still the one it resolved against; or nil and the refusal.
+local function prepared_for(ctx)
+  local a = ctx and ctx.prepared
+  if not a then return nil, NOT_PREPARED end
+  local ok, err = check_root(ctx, a.p)
+  if not ok then return nil, err end
+  return a
+end
+
+-- At prepare, for write_file and edit_file: the resolved path of a file the
+-- tool may write (not the workspace itself, outside the write guard's deny
+-- list, not protected), or nil and the refusal.
+local function writable(pctx, path, o)
+  local p, err = resolve(pctx and pctx.workspace, path)
+  if not p then return nil, err end
+  if p.rel == "" then return nil, "the path names the workspace itself" end
+  local g = guarded(p.rel, o.deny)
+  if g then return nil, quote(p.rel) .. " is refused by the write guard (" .. g .. ")" end
+  local why = protected(p, o.protect)
+  if why then return nil, why end
+  return p
+end
+
 -- Messages from the C layer name workspace-relative paths already.
 local function fs_message(msg, code)
   msg = tostring(msg)
@@ -333,10 +357,8 @@ function M.read_file(opts)
       }, { p = p, s = s, e = e })
     end,
     run = function(req, ctx)
-      local a = ctx and ctx.prepared
-      if not a then return nil, NOT_PREPARED end
-      local ok, err = check_root(ctx, a.p)
-      if not ok then return nil, err end
+      local a, err = prepared_for(ctx)
+      if not a then return nil, err end
       local data, truncated, size = core.fs_read_beneath(a.p.root, a.p.rel, o.max_bytes)
       if not data then return nil, fs_message(truncated, size) end
       local reads = reads_of(ctx)
@@ -406,13 +428,8 @@ function M.write_file(opts)
     }, required = { "path", "content" } },
     sequential = true,
     prepare = function(args, pctx)
-      local p, err = resolve(pctx and pctx.workspace, args.path)
+      local p, err = writable(pctx, args.path, o)
       if not p then return nil, err end
-      if p.rel == "" then return nil, "the path names the workspace itself" end
-      local g = guarded(p.rel, o.deny)
-      if g then return nil, quote(p.rel) .. " is refused by the write guard (" .. g .. ")" end
-      local why = protected(p, o.protect)
-      if why then return nil, why end
       if #args.content > o.max_bytes then
         return nil, "the content is larger than " .. o.max_bytes .. " bytes"
       end
@@ -423,10 +440,8 @@ function M.write_file(opts)
       }, { p = p, content = args.content })
     end,
     run = function(req, ctx)
-      local a = ctx and ctx.prepared
-      if not a then return nil, NOT_PREPARED end
-      local ok, err = check_root(ctx, a.p)
-      if not ok then return nil, err end
+      local a, err = prepared_for(ctx)
+      if not a then return nil, err end
       local why = protected(a.p, o.protect)
       if why then return nil, why end
       local cur, existed = stale_check(ctx, a, 64 << 20)
@@ -512,13 +527,8 @@ function M.edit_file(opts)
     }, required = { "path", "old", "new" } },
     sequential = true,
     prepare = function(args, pctx)
-      local p, err = resolve(pctx and pctx.workspace, args.path)
+      local p, err = writable(pctx, args.path, o)
       if not p then return nil, err end
-      if p.rel == "" then return nil, "the path names the workspace itself" end
-      local g = guarded(p.rel, o.deny)
-      if g then return nil, quote(p.rel) .. " is refused by the write guard (" .. g .. ")" end
-      local why = protected(p, o.protect)
-      if why then return nil, why end
       if args.old == "" then return nil, "'old' is empty" end
       if args.old == args.new then return nil, "'old' and 'new' are the same" end
       local all = args.replace_all == true
@@ -529,10 +539,8 @@ function M.edit_file(opts)
       }, { p = p, old = args.old, new = args.new, all = all })
     end,
     run = function(req, ctx)
-      local a = ctx and ctx.prepared
-      if not a then return nil, NOT_PREPARED end
-      local ok, err = check_root(ctx, a.p)
-      if not ok then return nil, err end
+      local a, err = prepared_for(ctx)
+      if not a then return nil, err end
       local why = protected(a.p, o.protect)
       if why then return nil, why end
       local st = core.fs_lstat(a.p.abs)
@@ -637,10 +645,8 @@ function M.bash(opts)
       }, { p = p, cmd = cmd, timeout = timeout })
     end,
     run = function(req, ctx)
-      local a = ctx and ctx.prepared
-      if not a then return nil, NOT_PREPARED end
-      local ok, err = check_root(ctx, a.p)
-      if not ok then return nil, err end
+      local a, err = prepared_for(ctx)
+      if not a then return nil, err end
       local st = core.fs_lstat(a.p.abs)
       if not st or st.type ~= "dir" then
         return nil, "cwd " .. quote(show(a.p.rel)) .. " is not a directory (or it changed)"
@@ -802,10 +808,8 @@ function M.glob(opts)
       }, { p = p, segs = segs })
     end,
     run = function(req, ctx)
-      local a = ctx and ctx.prepared
-      if not a then return nil, NOT_PREPARED end
-      local ok, err = check_root(ctx, a.p)
-      if not ok then return nil, err end
+      local a, err = prepared_for(ctx)
+      if not a then return nil, err end
       local list, lerr, lcode = core.fs_list_beneath(a.p.root, a.p.rel)
       if not list then return nil, fs_message(lerr, lcode) end
       local found, more = {}, false
@@ -877,10 +881,8 @@ function M.grep(opts)
            ic = ic })
     end,
     run = function(req, ctx)
-      local a = ctx and ctx.prepared
-      if not a then return nil, NOT_PREPARED end
-      local ok, err = check_root(ctx, a.p)
-      if not ok then return nil, err end
+      local a, err = prepared_for(ctx)
+      if not a then return nil, err end
       local st = core.fs_lstat(a.p.abs)
       if not st then return nil, quote(show(a.p.rel)) .. " does not exist" end
       local out, more, timed = {}, false, false

@@ -11,7 +11,7 @@ blobs), per superstep; peak RSS is the process's VmHWM. One run per process mean
 V8 has not warmed LangGraph's code (that weighs most on the three-superstep fan-out;
 the 1,000-superstep loop amortizes it). Resume after kill: the loop killed with
 SIGKILL after superstep 300, then a new process's time from opening the store to the
-first superstep it finishes. LangGraph.js comes from build/npm/flow (make deps):
+first superstep it finishes. LangGraph.js comes from build/npm/flow (make bench installs it):
 without it there is no line.
 """
 import json
@@ -43,7 +43,7 @@ def once(argv, env=None):
 def main():
     node = shutil.which("node")
     if not node or not os.path.isdir(os.path.join(NPM, "node_modules", "@langchain", "langgraph")):
-        print("flow bench: LangGraph.js is not installed in build/npm/flow (make deps): no line",
+        print("flow bench: LangGraph.js is not installed in build/npm/flow (make bench installs it): no line",
               file=sys.stderr)
         return
     env = dict(os.environ, NODE_PATH=os.path.join(NPM, "node_modules"))

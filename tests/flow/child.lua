@@ -26,7 +26,9 @@ local function crash(where, ctx)
 end
 
 local flow = dofile(arg[0]:gsub("[^/]*$", "") .. "graph.lua")(effects, crash)
-local store = rig.store.lmdb{ root = dir }
+-- FLOW_NATS_URL: the run lives on that nats-server (a 1 s lease), not in DIR's LMDB
+local nats_url = os.getenv("FLOW_NATS_URL")
+local store = nats_url and rig.store.nats{ url = nats_url, lease_ttl = 1 } or rig.store.lmdb{ root = dir }
 local run = assert(flow:start({}, { store = store }))
 print("RUN " .. run.id)
 io.stdout:flush()

@@ -20,9 +20,9 @@ local function tmpdir()
   return p
 end
 
-local function run_child(dir, effects, point, k, kill_at_step)
+local function run_child(dir, effects, point, k, kill_at_step, env)
   local p = assert(rig.process.spawn{ argv = { luarig, here .. "child.lua", dir, effects, point,
-    tostring(k or 0) }, stdout = "pipe", stderr = "pipe" })
+    tostring(k or 0) }, stdout = "pipe", stderr = "pipe", env = env })
   local id
   for line in p:lines("stdout") do
     id = id or line:match("^RUN (%S+)")
@@ -203,5 +203,70 @@ describe("flow runs after SIGKILL", function()
     p:kill("SIGKILL")
     p:wait(10)
     p:close()
+  end)
+end)
+
+-- nats-server -js on 127.0.0.1, a port it picks (read from its ports file).
+local function start_nats(dir)
+  local conf = dir .. "/server.conf"
+  local f = assert(io.open(conf, "w"))
+  f:write('listen: "127.0.0.1:-1"\njetstream { store_dir: "' .. dir .. '/js" }\n')
+  f:close()
+  local p = assert(rig.process.spawn{ argv = { "nats-server", "-c", conf, "-js",
+    "--ports_file_dir", dir }, stdout = "null", stderr = "null" })
+  local ports = dir .. "/nats-server_" .. p.pid .. ".ports"
+  for _ = 1, 200 do
+    local pf = io.open(ports)
+    if pf then
+      local u = pf:read("a"):match("(nats://127%.0%.0%.1:%d+)")
+      pf:close()
+      if u then return p, u end
+    end
+    rig.sleep(0.05)
+  end
+  p:kill("SIGKILL")
+  error("nats-server did not start")
+end
+
+describe("flow runs after SIGKILL on NATS JetStream", function()
+  it("resumes a run killed inside a vertex once the dead writer's lease expires", function()
+    if not os.execute("command -v nats-server >/dev/null 2>&1") then skip("nats-server is not installed") end
+    local dir = tmpdir()
+    local server, url = start_nats(dir)
+    local okr, err = pcall(function()
+      local effects = dir .. "/effects"
+      local id, r = run_child(dir, effects, "vertex", 4, nil, { FLOW_NATS_URL = url })
+      expect(id).to_be_truthy()
+      expect(r.signal).to_be("SIGKILL")
+      local store <close> = rig.store.nats{ url = url, lease_ttl = 1 }
+      local committed = check_journal(store, id)
+      expect(committed).to_be(3)
+      local flow = graph(effects)
+      local run, msg, code
+      local deadline = rig.now() + 20
+      repeat -- the killed writer's lease lives up to its TTL
+        run, msg, code = flow:attach(id, { store = store })
+        if not run and code == "held" then rig.sleep(0.2) end
+      until run or code ~= "held" or rig.now() > deadline
+      assert(run, msg)
+      local out
+      out, msg, code = run:wait(30)
+      expect(code).to_be("interrupted")
+      assert(run:resume("over nats"))
+      out = assert(run:wait(30))
+      expect(out.n).to_be(6)
+      expect(out.verdict).to_be("over nats")
+      local after = effects_of(effects)
+      for key, n in pairs(after) do
+        local s = step_of(key)
+        if s <= committed then expect(n).to_be(1) end
+        if s == committed + 1 then expect(n).to_be(2) end -- the cut count ran again
+      end
+    end)
+    server:kill("SIGTERM")
+    server:wait(10)
+    server:close()
+    os.execute("rm -rf '" .. dir .. "'")
+    if not okr then error(err, 0) end
   end)
 end)

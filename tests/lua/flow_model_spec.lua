@@ -347,6 +347,33 @@ describe("rig.flow interrupts", function()
     expect(out.got).to_equal({ "a=1", "b=2" })
   end)
 
+  it("asks a vertex's questions one after the other, each answer kept for the re-runs", function()
+    local runs = 0
+    local f = rig.flow{
+      name = "twoq",
+      channels = { name = "last", colour = "last" },
+      vertices = {
+        ask = function(_, ctx)
+          runs = runs + 1
+          local n = ctx:interrupt("name?")
+          local c = ctx:interrupt("colour of " .. n .. "?")
+          return { name = n, colour = c }
+        end,
+      },
+      edges = { { from = "start", to = "ask" } },
+    }
+    local run = assert(f:start())
+    expect(select(3, run:wait())).to_be("interrupted")
+    expect(run:interrupts()[1].value).to_be("name?")
+    assert(run:resume("ada"))
+    expect(select(3, run:wait())).to_be("interrupted")
+    expect(run:interrupts()[1].value).to_be("colour of ada?")
+    assert(run:resume("teal"))
+    local out = assert(run:wait())
+    expect(out).to_equal({ name = "ada", colour = "teal" })
+    expect(runs).to_be(3) -- asked, asked again with the first answer, then done
+  end)
+
   it("is answered by another process's attach after the first one let go (LMDB)", function()
     local dir = tmpdir()
     local id
@@ -362,6 +389,46 @@ describe("rig.flow interrupts", function()
     expect(select(3, run:wait())).to_be("interrupted")
     assert(run:resume("later"))
     expect(assert(run:wait()).verdict).to_be("later")
+  end)
+
+  it("takes an answer given while the rest of the superstep still runs", function()
+    local release = rig.cond()
+    local f = rig.flow{
+      name = "race",
+      channels = { a = "last", b = "last" },
+      vertices = {
+        a = function(_, ctx) return { a = ctx:interrupt("a?") } end,
+        b = function() release:wait(10) return { b = "done" } end,
+      },
+      edges = { { from = "start", to = { "a", "b" } } },
+    }
+    local run = assert(f:start())
+    local deadline = rig.now() + 10
+    while #run:interrupts() == 0 and rig.now() < deadline do rig.sleep(0.01) end
+    expect(run:status()).to_be("running") -- b still runs
+    assert(run:resume("yes"))
+    release:signal()
+    local out, msg = run:wait(10)
+    expect(assert(out, msg)).to_equal({ a = "yes", b = "done" })
+  end)
+
+  it("takes an answer given right after attach, while the superstep runs again", function()
+    local store = rig.store.memory()
+    local gate = rig.cond()
+    local f = rig.flow{
+      name = "slowask",
+      channels = { v = "last" },
+      vertices = { ask = function(_, ctx) gate:wait(0.2) return { v = ctx:interrupt("?") } end },
+      edges = { { from = "start", to = "ask" } },
+    }
+    local run = assert(f:start({}, { store = store }))
+    expect(select(3, run:wait())).to_be("interrupted")
+    run:close()
+    local again = assert(f:attach(run.id, { store = store }))
+    expect(again:status()).to_be("running")
+    assert(again:resume("early"))   -- the vertex has not reached its question yet
+    local out, msg = again:wait(10)
+    expect(assert(out, msg).v).to_be("early")
   end)
 end)
 

@@ -73,14 +73,16 @@ describe("rig.mcp.jsonrpc", function()
   end)
 
   it("cancelling the waiting task sends notifications/cancelled and cancels the handler", function()
-    local handler_cancelled = core.cond()
-    local seen = false
+    local handler_cancelled, handler_started = core.cond(), core.cond()
+    local seen, started = false, false
     local a = pair({ name = "a" }, { name = "b", on_request = function()
+      started = true
+      handler_started:signal()
       local ok, err = pcall(rig.sleep, 60)
       if not ok then seen = true handler_cancelled:signal() error(err, 0) end
     end })
     local t = rig.spawn(function() return a:request("slow") end)
-    rig.sleep(0.05)
+    while not started do handler_started:wait() end -- the request reached the handler
     t:cancel()
     local _, _, code = t:wait()
     expect(code).to_be("cancelled")

@@ -7,6 +7,8 @@
 --           end_after = n, drip = s, seed = n }
 --   p.url                                   -- base_url for a model
 --   p.requests                              -- { { method, path, raw_path, headers, body } … }
+--   p.stalled, p.changed                    -- responses gone quiet (stall_after), and a
+--                                           -- condition signalled when one does
 --   p:close()
 --
 -- Every request takes the next pushed response (a 500 when none is left) and is
@@ -78,7 +80,8 @@ function Provider:push(r) self.queue[#self.queue + 1] = r end
 function Provider:close() self.srv:close() end
 
 function M.start()
-  local p = setmetatable({ queue = {}, requests = {} }, Provider)
+  local p = setmetatable({ queue = {}, requests = {}, stalled = 0, changed = rig.cond() },
+    Provider)
   local function handle(req, res)
     p.requests[#p.requests + 1] = { method = req.method, path = req.path, headers = req.headers,
                                     body = req.body, raw_path = req.raw_path
@@ -110,6 +113,8 @@ function M.start()
       if r.stall_after and sent + #piece > r.stall_after then
         local keep = r.stall_after - sent
         if keep > 0 then res:write(piece:sub(1, keep)) end
+        p.stalled = p.stalled + 1
+        p.changed:signal()
         rig.sleep(60)
         return
       end

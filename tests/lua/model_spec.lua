@@ -397,7 +397,7 @@ describe("failures and retries", function()
     local body = mock.reply("openai", "never finishes")
     p:push{ body = body, stall_after = 40 }
     local t = rig.spawn(function() return model_for(p, "openai"):invoke(user("x")) end)
-    rig.sleep(0.2)
+    while p.stalled == 0 do p.changed:wait() end -- the stream went quiet midway
     local t0 = rig.now()
     t:cancel()
     local _, _, code = t:wait()

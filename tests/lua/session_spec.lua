@@ -113,6 +113,36 @@ describe("rig sessions", function()
     s:shutdown()
   end)
 
+  it("finishes a turn whose submitting task is cancelled mid-turn", function()
+    -- the tool holds the turn until the submitter is gone; before the driver
+    -- belonged to the session, cancelling the submitter took the turn with
+    -- it: no terminal event, and the session busy for good
+    local entered, release = rig.cond(), rig.cond()
+    local r = define({
+      { tool_calls = { { name = "echo", input = { text = "held" } } } },
+      { text = "finished" },
+    }, { tools = { echo_tool{ run = function(req)
+      entered:signal()
+      release:wait(10)
+      return "echo: " .. req.summary:sub(6)
+    end } } })
+    local s = assert(r:session())
+    local sub = s:subscribe{ loops = "all" }
+    local submitter = rig.spawn(function()
+      s:submit("echo held")
+      rig.sleep(60) -- a handler that goes on waiting until its client leaves
+    end)
+    expect(entered:wait(10)).to_be(true)
+    submitter:cancel()
+    release:signal()
+    local evs = until_terminal(sub)
+    expect(evs[#evs].type).to_be("TurnDone")
+    expect(evs[#evs].message.content[1].text).to_be("finished")
+    expect(s:wait_idle(5)).to_be(true)
+    expect(journal_types(s)).to_match("TurnDone")
+    s:shutdown()
+  end)
+
   it("delivers enduring events only after they are in the journal", function()
     local store = rig.store.memory()
     local r = define({ { text = "a" }, { text = "b" } }, { store = store })

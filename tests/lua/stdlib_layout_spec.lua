@@ -57,7 +57,7 @@ end
 
 local FAMILY = { "rig.session", "rig.session_base", "rig.session_output", "rig.session_compact",
   "rig.session_turn", "rig.session_replay", "rig.session_fork", "rig.session_resume",
-  "rig.delegation", "rig.workspace" }
+  "rig.delegation", "rig.handoff", "rig.hooks", "rig.budget", "rig.workspace" }
 
 describe("the stdlib's module graph", function()
   local mods = modules()

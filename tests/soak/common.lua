@@ -55,14 +55,18 @@ function C.rig(store)
   return rig.define{ loops = { loop }, primers = { "assistant" }, store = store }
 end
 
--- Restores id, retrying while a dead holder's lease lives (NATS: its TTL).
-function C.restore(r, id, tries)
+-- Restores id, retrying while a dead holder's lease lives (NATS: its TTL)
+-- and, for up to a minute, while the store is unreachable (a cluster
+-- electing a leader): what a user would do.
+local transient = { held = true, network = true, timeout = true, unavailable = true }
+function C.restore(r, id)
   local s, msg, code
-  for _ = 1, tries or 300 do
+  local deadline = rig.now() + 60
+  repeat
     s, msg, code = r:restore(id)
-    if s or code ~= "held" then break end
+    if s or not transient[code] then break end
     rig.sleep(0.05)
-  end
+  until rig.now() > deadline
   return s, msg, code
 end
 

@@ -22,10 +22,16 @@ local checked, lost, corrupt, rfail = 0, 0, 0, 0
 local function bad(fmt, ...) C.say("BAD " .. fmt, ...) end
 
 local function check(id)
-  local recs, tip = require("rig.core").journal_read(store, id, 1, 0)
+  local recs, tip, code
+  -- a cluster electing a leader answers "unavailable" for a while: wait that out
+  for _ = 1, 120 do
+    recs, tip, code = require("rig.core").journal_read(store, id, 1, 0)
+    if recs or code == "corrupt" then break end
+    rig.sleep(0.5)
+  end
   if not recs then
-    corrupt = corrupt + 1
-    bad("%s unreadable: %s", id, tostring(tip))
+    if code == "corrupt" then corrupt = corrupt + 1 else rfail = rfail + 1 end
+    bad("%s unreadable: %s %s", id, tostring(code), tostring(tip))
     return
   end
   if #recs ~= tip then

@@ -448,6 +448,64 @@ TEST(stale_writer_fenced)
 	lr_loop_free(loop);
 }
 
+/*
+ * The lease store forgot epochs (a fence in the journal from an epoch above
+ * the one it hands out, as after nats-server lost a lease bucket write in
+ * make soak): the session still opens, with an epoch above every fence, and
+ * takes appends; before, every open failed "was fenced by epoch N".
+ */
+static void lease_store_behind(int lmdb)
+{
+	struct lr_loop *loop;
+	CHECK_EQ_INT(lr_loop_new(&loop), 0);
+	struct lr_store *st = fresh(lmdb);
+	struct lr_session *s, *t;
+	char err[384], sid[40];
+	CHECK_EQ_INT(open_session(loop, st, "", &s, NULL), 0);
+	snprintf(sid, sizeof sid, "%s", lr_session_id(s));
+	uint64_t ep = lr_session_epoch(s) + 5;
+	close_session(loop, s);
+	/* a fence of an epoch the lease store does not know, at the tip */
+	struct lr_buf b;
+	lr_buf_init(&b, 4096);
+	unsigned char body[8] = { 0 };
+	for (int i = 0; i < 8; i++)
+		body[i] = (unsigned char)(ep >> (8 * i));
+	char fid[24], name[64];
+	snprintf(fid, sizeof fid, "%llu", (unsigned long long)ep);
+	snprintf(name, sizeof name, "sessions/%s", sid);
+	struct lr_err e;
+	uint64_t tip = 0;
+	CHECK_EQ_INT(lr_store_tip(st, name, &tip, &e), 0);
+	CHECK_EQ_INT(lr_journal_encode(&b, LR_JOURNAL_FENCE, fid, strlen(fid), body, 8), 0);
+	CHECK_EQ_INT(lr_store_append(st, name, tip, b.data, b.len, &e), 0);
+	lr_buf_release(&b);
+	CHECK_EQ_INT(open_session(loop, st, sid, &t, err), 0);
+	if (!t) {
+		fprintf(stderr, "reopen: %s\n", err);
+	} else {
+		CHECK(lr_session_epoch(t) > ep);
+		struct waited a = { 0 };
+		emit(t, "{}", NULL, LR_SESSION_EVENT, 1, &a);
+		lr_loop_run(loop);
+		CHECK_EQ_INT(a.rc, 0);
+		CHECK(lr_session_fault(t) == NULL);
+		close_session(loop, t);
+	}
+	lr_store_close(st);
+	lr_loop_free(loop);
+}
+
+TEST(lease_store_behind_memory)
+{
+	lease_store_behind(0);
+}
+
+TEST(lease_store_behind_lmdb)
+{
+	lease_store_behind(1);
+}
+
 TEST(catalog_coalesced)
 {
 	struct lr_loop *loop;
@@ -563,6 +621,8 @@ int main(void)
 	RUN(fault_on_injected_failure_lmdb);
 	RUN(held_and_not_found);
 	RUN(stale_writer_fenced);
+	RUN(lease_store_behind_memory);
+	RUN(lease_store_behind_lmdb);
 	RUN(catalog_coalesced);
 	RUN(free_while_in_flight);
 	RUN(idle_session_memory);

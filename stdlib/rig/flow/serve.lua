@@ -261,9 +261,7 @@ function M.routes(flows, h)
       local msg, code
       R, msg, code = f:attach(id, { store = store_of(f) })
       if not R then return run_error(msg, code, id) end
-      live[id] = R
-      -- the attached run's superstep runs again up to the interrupt
-      R:wait(30)
+      live[id] = R -- its superstep runs again and finds the answer given below
     end
     local done, msg, code = R:resume(b.value, b.key)
     if not done then
