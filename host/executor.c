@@ -40,15 +40,6 @@ extern char **environ;
 /* Removing the scratch root: deeper trees are left behind (and reported by the return value). */
 #define RM_DEPTH 256
 
-__attribute__((format(printf, 2, 3)))
-static void seterr(struct lr_err *err, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	lr_err_vset(err, fmt, ap);
-	va_end(ap);
-}
-
 /* ---- removing a scratch tree ---- */
 
 #ifndef SYS_fchmodat2
@@ -221,7 +212,7 @@ int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
 	struct lr_err perr = { "" };
 	int rc = lr_profile_validate(p, &perr);
 	if (rc) {
-		seterr(err, "%s", perr.msg);
+		lr_err_set(err, "%s", perr.msg);
 		return rc;
 	}
 	struct lr_executor_set *s = calloc(1, sizeof *s);
@@ -231,36 +222,36 @@ int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
 	s->max = max ? max : DEFAULT_MAX;
 	if ((rc = lr_profile_copy(p, &s->profile)) != 0) {
 		free(s);
-		seterr(err, "executor: cannot copy the profile: %s", lr_strerror(rc));
+		lr_err_set(err, "executor: cannot copy the profile: %s", lr_strerror(rc));
 		return rc;
 	}
 	lr_profile_fingerprint(&s->profile, s->fingerprint);
 	s->caps = lr_sbx_probe();
 	rc = lr_sbx_report(&s->profile, s->caps, &s->report, &perr);
 	if (rc) {
-		seterr(err, "%s", perr.msg);
+		lr_err_set(err, "%s", perr.msg);
 		goto fail;
 	}
 	if ((rc = lr_grants_new(&s->grants)) != 0) {
-		seterr(err, "executor: cannot make the grant store: %s", lr_strerror(rc));
+		lr_err_set(err, "executor: cannot make the grant store: %s", lr_strerror(rc));
 		goto fail;
 	}
 	if (scratch_root) {
 		if (mkdir(scratch_root, 0700) != 0) {
 			rc = -errno;
 			if (rc == -EEXIST)
-				seterr(err, "executor: scratch root '%s' already exists (the set makes it "
-					    "and removes it)", scratch_root);
+				lr_err_set(err, "executor: scratch root '%s' already exists (the set makes it "
+					   "and removes it)", scratch_root);
 			else
-				seterr(err, "executor: cannot create scratch root '%s': %s", scratch_root,
-				       strerror(errno));
+				lr_err_set(err, "executor: cannot create scratch root '%s': %s", scratch_root,
+					   strerror(errno));
 			goto fail;
 		}
 		char real[PATH_MAX];
 		if (!realpath(scratch_root, real) || !(s->root = strdup(real))) {
 			rc = -errno ? -errno : -ENOMEM;
 			rmdir(scratch_root);
-			seterr(err, "executor: cannot resolve scratch root '%s'", scratch_root);
+			lr_err_set(err, "executor: cannot resolve scratch root '%s'", scratch_root);
 			goto fail;
 		}
 	} else {
@@ -269,7 +260,7 @@ int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
 		char real[PATH_MAX];
 		if (!tmpl || !mkdtemp(tmpl) || !realpath(tmpl, real) || !(s->root = strdup(real))) {
 			rc = -errno ? -errno : -ENOMEM;
-			seterr(err, "executor: cannot create a scratch root: %s", strerror(errno));
+			lr_err_set(err, "executor: cannot create a scratch root: %s", strerror(errno));
 			free(tmpl);
 			goto fail;
 		}
@@ -374,7 +365,7 @@ int lr_executor_get(struct lr_executor_set *s, const char *key, struct lr_execut
 {
 	*out = NULL;
 	if (!valid_key(key)) {
-		seterr(err, "executor: key '%.64s' must be 1 to 64 of A-Z a-z 0-9 _ . - (not . or ..)", key);
+		lr_err_set(err, "executor: key '%.64s' must be 1 to 64 of A-Z a-z 0-9 _ . - (not . or ..)", key);
 		return -EINVAL;
 	}
 	for (struct lr_executor *e = s->executors; e; e = e->next) {
@@ -384,7 +375,7 @@ int lr_executor_get(struct lr_executor_set *s, const char *key, struct lr_execut
 		}
 	}
 	if (s->count >= s->max) {
-		seterr(err, "executor: the set already holds its maximum of %zu executors", s->max);
+		lr_err_set(err, "executor: the set already holds its maximum of %zu executors", s->max);
 		return LR_ETOOBIG;
 	}
 	struct lr_executor *e = calloc(1, sizeof *e);
@@ -405,7 +396,7 @@ int lr_executor_get(struct lr_executor_set *s, const char *key, struct lr_execut
 	else if (mkdir(dir, 0700) != 0 || mkdir(e->home, 0700) != 0 || mkdir(e->tmpdir, 0700) != 0)
 		rc = -errno;
 	if (rc) {
-		seterr(err, "executor: cannot create the dirs of '%s': %s", key, lr_strerror(rc));
+		lr_err_set(err, "executor: cannot create the dirs of '%s': %s", key, lr_strerror(rc));
 		rm_tree(dir);
 		free(dir);
 		free(e->home);
@@ -471,13 +462,13 @@ static int redeem_all(struct lr_executor *e, const struct lr_exec_request *r, st
 			.target = g->target ? g->target : "",
 		};
 		if (!g->token || grant_class(g->cls, &q.cls) != 0) {
-			seterr(err, "executor: grant %zu is malformed", i + 1);
+			lr_err_set(err, "executor: grant %zu is malformed", i + 1);
 			rc = -EINVAL;
 			break;
 		}
 		struct lr_err gerr = { "" };
 		if ((rc = lr_grant_redeem(s->grants, g->token, &q, &gerr)) != 0) {
-			seterr(err, "%s", gerr.msg);
+			lr_err_set(err, "%s", gerr.msg);
 			break;
 		}
 		char real[PATH_MAX];
@@ -486,7 +477,7 @@ static int redeem_all(struct lr_executor *e, const struct lr_exec_request *r, st
 		case LR_GRANT_FS_WRITE:
 			if (!realpath(q.target, real)) {
 				rc = -errno;
-				seterr(err, "executor: granted path '%s': %s", q.target, strerror(errno));
+				lr_err_set(err, "executor: granted path '%s': %s", q.target, strerror(errno));
 				break;
 			}
 			rc = lr_strv_add(q.cls == LR_GRANT_FS_READ ? &out->rd : &out->wr, strdup(real));
@@ -531,7 +522,7 @@ int lr_exec_after_finish(struct lr_exec_after *a, struct lr_buf *moved, struct l
 	struct lr_err perr = { "" };
 	int rc = lr_protect_after(&a->plan, &a->o, moved ? moved : &sink, &perr);
 	if (rc)
-		seterr(err, "%s", perr.msg);
+		lr_err_set(err, "%s", perr.msg);
 	lr_buf_release(&sink);
 	if (a->cache && (!rc || rc == LR_ETOOBIG)) {
 		struct lr_protect_tree *t = lr_protect_plan_take_tree(&a->plan);
@@ -570,7 +561,7 @@ static int after_new(const struct lr_profile *p, const struct lr_exec_ctx *ctx,
 	};
 	struct lr_err perr = { "" };
 	if (!rc && (rc = lr_protect_place(&a->plan, &a->hold, &perr)) != 0)
-		seterr(err, "%s", perr.msg);
+		lr_err_set(err, "%s", perr.msg);
 	if (rc) {
 		after_free(a);
 		return rc;
@@ -604,7 +595,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	int rc = redeem_all(e, r, &g, err);
 	if (rc) {
 		if (!err->msg[0])
-			seterr(err, "executor: grants: %s", lr_strerror(rc));
+			lr_err_set(err, "executor: grants: %s", lr_strerror(rc));
 		goto out;
 	}
 	struct lr_exec_ctx ctx = {
@@ -634,7 +625,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	if ((rc = after_new(&s->profile, &ctx, &plan, &l->after, err)) != 0) {
 		lr_sbx_spec_release(&spec);
 		if (!err->msg[0])
-			seterr(err, "executor: %s", lr_strerror(rc));
+			lr_err_set(err, "executor: %s", lr_strerror(rc));
 		goto out;
 	}
 	char *buf = NULL;
@@ -663,20 +654,20 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 		if (rc) {
 			free(buf);
 			if (rc != LR_EREFUSED) /* a refused rule already said why */
-				seterr(err, "executor: cannot prepare the egress proxy: %s",
-				       lr_strerror(rc));
+				lr_err_set(err, "executor: cannot prepare the egress proxy: %s",
+					   lr_strerror(rc));
 			goto out;
 		}
 	}
 	if (rc) {
-		seterr(err, "executor: cannot encode the spec: %s", lr_strerror(rc));
+		lr_err_set(err, "executor: cannot encode the spec: %s", lr_strerror(rc));
 		goto out;
 	}
 	int fd = lr_sbx_seal(buf, len);
 	free(buf);
 	if (fd < 0) {
 		rc = fd;
-		seterr(err, "executor: cannot seal the spec: %s", lr_strerror(rc));
+		lr_err_set(err, "executor: cannot seal the spec: %s", lr_strerror(rc));
 		goto out;
 	}
 	l->spec_fd = fd;
@@ -686,7 +677,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	int life[2];
 	if (pipe2(life, O_CLOEXEC) < 0) {
 		rc = -errno;
-		seterr(err, "executor: cannot make the run's lifeline: %s", lr_strerror(rc));
+		lr_err_set(err, "executor: cannot make the run's lifeline: %s", lr_strerror(rc));
 		goto out;
 	}
 	l->fds[1] = life[0];
@@ -696,7 +687,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 		rc = l->life_w < 0 ? -errno : 0;
 		close(life[1]);
 		if (rc) {
-			seterr(err, "executor: cannot make the run's lifeline: %s", lr_strerror(rc));
+			lr_err_set(err, "executor: cannot make the run's lifeline: %s", lr_strerror(rc));
 			goto out;
 		}
 	}
@@ -984,7 +975,7 @@ int lr_exec_proxy_take(struct lr_executor *e, struct lr_exec_launch *l, struct l
 		return 0;
 	struct lr_exec_proxy *p = calloc(1, sizeof *p);
 	if (!p) {
-		seterr(err, "executor: out of memory");
+		lr_err_set(err, "executor: out of memory");
 		return -ENOMEM;
 	}
 	p->loop = e->set->loop;
@@ -1004,7 +995,7 @@ int lr_exec_proxy_take(struct lr_executor *e, struct lr_exec_launch *l, struct l
 		rc = lr_watch_start(&p->watch, LR_READ);
 	}
 	if (rc) {
-		seterr(err, "executor: cannot watch the proxy's control socket: %s", lr_strerror(rc));
+		lr_err_set(err, "executor: cannot watch the proxy's control socket: %s", lr_strerror(rc));
 		lr_exec_proxy_free(p);
 		return rc;
 	}
@@ -1097,7 +1088,7 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 	struct lr_executor_set *s = e->set;
 	struct lr_exec *x = calloc(1, sizeof *x);
 	if (!x) {
-		seterr(err, "executor: out of memory");
+		lr_err_set(err, "executor: out of memory");
 		return -ENOMEM;
 	}
 	x->done = done;
@@ -1110,7 +1101,7 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 	int rc = lr_defer_init(s->loop, &x->defer, exec_deferred, x);
 	if (rc) {
 		free(x);
-		seterr(err, "executor: %s", lr_strerror(rc));
+		lr_err_set(err, "executor: %s", lr_strerror(rc));
 		return rc;
 	}
 	for (int i = 1; i <= 2 && !rc; i++)
@@ -1119,7 +1110,7 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 	if (!rc)
 		rc = lr_executor_launch_init(e, r, &l, err);
 	else
-		seterr(err, "executor: out of memory");
+		lr_err_set(err, "executor: out of memory");
 	if (rc) {
 		lr_exec_free(x);
 		return rc;
@@ -1162,7 +1153,7 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 	}
 	lr_executor_launch_release(&l);
 	if (rc) {
-		seterr(err, "executor: cannot start the sandbox helper: %s", perr.msg);
+		lr_err_set(err, "executor: cannot start the sandbox helper: %s", perr.msg);
 		x->set = NULL;
 		x->owner = NULL;
 		lr_exec_free(x);

@@ -1,6 +1,6 @@
 /*
  * storage.h — the storage contract every backend implements (memory, LMDB,
- * later NATS JetStream), and the layers built on it: the session journal,
+ * NATS JetStream), and the layers built on it: the session journal,
  * the catalog and workspace snapshots.
  *
  * C, no Lua; includable by host/, lua/ and tests. It includes only util/.
