@@ -37,13 +37,13 @@ endif
 CFLAGS_ALL = $(BASE_CFLAGS) $(CFLAGS)
 
 # Every .c under these folders is part of the library; lua/main.c is the executable.
-LIB_SRC := $(wildcard util/*.c storage/*.c sandbox/*.c host/*.c lua/*.c)
+LIB_SRC := $(wildcard util/*.c storage/*.c sandbox/*.c host/*.c cli/*.c lua/*.c)
 LIB_SRC := $(filter-out lua/main.c,$(LIB_SRC))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(BUILD)/gen/stdlib.o
 # (and the web console's files, served by rig.serve: docs/design/serve.md)
 STDLIB := $(sort $(wildcard stdlib/*.lua stdlib/*/*.lua stdlib/*/*/*.lua \
 	stdlib/rig/console/*.html stdlib/rig/console/*.js stdlib/rig/console/*.css))
-HEADERS := $(wildcard util/*.h storage/*.h sandbox/*.h host/*.h lua/*.h)
+HEADERS := $(wildcard util/*.h storage/*.h sandbox/*.h host/*.h cli/*.h lua/*.h)
 
 UNIT_SRC := $(wildcard tests/unit/*_test.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
@@ -114,9 +114,9 @@ check:
 lint: layering symbols
 	@cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
 		--suppress=missingIncludeSystem --inline-suppr -D_GNU_SOURCE \
-		util storage sandbox host lua && echo "lint: cppcheck clean"
+		util storage sandbox host cli lua && echo "lint: cppcheck clean"
 
-# Layering is one way: util -> storage, sandbox -> host -> lua. Only lua/ may
+# Layering is one way: util -> storage, sandbox -> host -> cli -> lua. Only lua/ may
 # include a Lua header; checked on the includes and on the objects' symbols
 # (tools/layering.sh says how).
 layering: $(BUILD)/libluarig.a

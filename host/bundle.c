@@ -11,9 +11,8 @@
  * libarchive is opened lazily (util/lazy.c): `luarig -e ''` never loads it.
  */
 #include "bundle.h"
+#include "../util/libarchive.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -30,68 +29,12 @@
 #define PATH_CAP 1024   /* bytes of one path inside a bundle */
 #define AUTHOR_CAP MIB  /* bytes of an author's rig.json */
 
-static const char *const la_sonames[] = { "libarchive.so.13", "libarchive.so", NULL };
-static const char *const la_names[] = {
-	"archive_read_new", "archive_read_support_filter_gzip",
-	"archive_read_support_format_tar", "archive_read_open",
-	"archive_read_next_header", "archive_read_data", "archive_read_free",
-	"archive_filter_bytes", "archive_error_string",
-	"archive_entry_pathname", "archive_entry_filetype", "archive_entry_hardlink",
-	"archive_entry_size", "archive_entry_size_is_set",
-	"archive_write_new", "archive_write_add_filter_gzip",
-	"archive_write_set_format_pax_restricted", "archive_write_set_filter_option",
-	"archive_write_set_bytes_in_last_block", "archive_write_open",
-	"archive_write_header", "archive_write_data", "archive_write_close",
-	"archive_write_free", "archive_entry_new", "archive_entry_free",
-	"archive_entry_set_pathname", "archive_entry_set_size",
-	"archive_entry_set_filetype", "archive_entry_set_perm",
-	"archive_entry_set_mtime", "archive_entry_set_symlink",
-	"archive_entry_set_hardlink", NULL
-};
-static struct {
-	__typeof__(archive_read_new) *read_new;
-	__typeof__(archive_read_support_filter_gzip) *read_gzip;
-	__typeof__(archive_read_support_format_tar) *read_tar;
-	__typeof__(archive_read_open) *read_open;
-	__typeof__(archive_read_next_header) *next_header;
-	__typeof__(archive_read_data) *read_data;
-	__typeof__(archive_read_free) *read_free;
-	__typeof__(archive_filter_bytes) *filter_bytes;
-	__typeof__(archive_error_string) *error_string;
-	__typeof__(archive_entry_pathname) *e_pathname;
-	__typeof__(archive_entry_filetype) *e_filetype;
-	__typeof__(archive_entry_hardlink) *e_hardlink;
-	__typeof__(archive_entry_size) *e_size;
-	__typeof__(archive_entry_size_is_set) *e_size_is_set;
-	__typeof__(archive_write_new) *write_new;
-	__typeof__(archive_write_add_filter_gzip) *write_gzip;
-	__typeof__(archive_write_set_format_pax_restricted) *write_pax;
-	__typeof__(archive_write_set_filter_option) *write_filter_option;
-	__typeof__(archive_write_set_bytes_in_last_block) *write_last_block;
-	__typeof__(archive_write_open) *write_open;
-	__typeof__(archive_write_header) *write_header;
-	__typeof__(archive_write_data) *write_data;
-	__typeof__(archive_write_close) *write_close;
-	__typeof__(archive_write_free) *write_free;
-	__typeof__(archive_entry_new) *e_new;
-	__typeof__(archive_entry_free) *e_free;
-	__typeof__(archive_entry_set_pathname) *e_set_pathname;
-	__typeof__(archive_entry_set_size) *e_set_size;
-	__typeof__(archive_entry_set_filetype) *e_set_filetype;
-	__typeof__(archive_entry_set_perm) *e_set_perm;
-	__typeof__(archive_entry_set_mtime) *e_set_mtime;
-	__typeof__(archive_entry_set_symlink) *e_set_symlink;
-	__typeof__(archive_entry_set_hardlink) *e_set_hardlink;
-} la;
-static struct lr_lazy libarchive = {
-	.sonames = la_sonames, .names = la_names, .slots = (void **)&la,
-};
-
 static int open_libarchive(char *err, size_t errlen)
 {
-	int rc = lr_lazy_open(&libarchive);
+	struct lr_err why;
+	int rc = lr_libarchive_open(&why);
 	if (rc)
-		snprintf(err, errlen, "%s", libarchive.err);
+		snprintf(err, errlen, "%s", why.msg);
 	return rc;
 }
 
@@ -573,7 +516,7 @@ struct reading {
 static int check_ratio(struct reading *r, const char *name, size_t produced)
 {
 	char q[SHOW_LEN];
-	la_int64_t out = la.filter_bytes(r->a, 0), in = la.filter_bytes(r->a, -1);
+	la_int64_t out = lr_la.filter_bytes(r->a, 0), in = lr_la.filter_bytes(r->a, -1);
 	if (out < 0 || (uint64_t)out < produced)
 		out = (la_int64_t)produced;
 	if (in < 1)
@@ -593,10 +536,10 @@ static int read_body(struct reading *r, const char *name, struct lr_buf *body)
 	char sz[32];
 	char chunk[65536];
 	for (;;) {
-		la_ssize_t n = la.read_data(r->a, chunk, sizeof chunk);
+		la_ssize_t n = lr_la.read_data(r->a, chunk, sizeof chunk);
 		if (n < 0)
 			return refuse(r->err, r->errlen, "entry '%s' is damaged: %s", show(name, q),
-				      la.error_string(r->a) ? la.error_string(r->a) : "read error");
+				      lr_la.error_string(r->a) ? lr_la.error_string(r->a) : "read error");
 		if (n == 0)
 			return 0;
 		if (body->len + (size_t)n > r->lim->max_entry)
@@ -619,9 +562,9 @@ static int read_body(struct reading *r, const char *name, struct lr_buf *body)
 
 static const char *type_problem(struct archive_entry *ae)
 {
-	if (la.e_hardlink(ae))
+	if (lr_la.e_hardlink(ae))
 		return "is a hard link";
-	switch (la.e_filetype(ae)) {
+	switch (lr_la.e_filetype(ae)) {
 	case AE_IFREG:
 	case AE_IFDIR:
 		return NULL;
@@ -651,11 +594,11 @@ static int read_entries(struct reading *r, struct lr_bundle *b, char *err, size_
 	int have_manifest = 0, rc = 0;
 	for (;;) {
 		struct archive_entry *ae;
-		int h = la.next_header(r->a, &ae);
+		int h = lr_la.next_header(r->a, &ae);
 		if (h == ARCHIVE_EOF)
 			break;
 		if (h < ARCHIVE_WARN) {
-			const char *msg = la.error_string(r->a) ? la.error_string(r->a) : "read error";
+			const char *msg = lr_la.error_string(r->a) ? lr_la.error_string(r->a) : "read error";
 			if (count)
 				rc = refuse(err, errlen, "archive is damaged after entry '%s': %s",
 					    show(name, q), msg);
@@ -663,7 +606,7 @@ static int read_entries(struct reading *r, struct lr_bundle *b, char *err, size_
 				rc = refuse(err, errlen, "not a bundle (gzip tar): %s", msg);
 			goto out;
 		}
-		const char *p = la.e_pathname(ae);
+		const char *p = lr_la.e_pathname(ae);
 		if (!p) {
 			rc = refuse(err, errlen, "entry %zu has no readable name", count + 1);
 			goto out;
@@ -686,14 +629,14 @@ static int read_entries(struct reading *r, struct lr_bundle *b, char *err, size_
 			rc = refuse(err, errlen, "entry '%s' %s", show(name, q), why);
 			goto out;
 		}
-		int dir = la.e_filetype(ae) == AE_IFDIR;
+		int dir = lr_la.e_filetype(ae) == AE_IFDIR;
 		if (dir && plen > 1 && name[plen - 1] == '/')
 			name[plen - 1] = '\0';
 		if ((why = path_problem(name))) {
 			rc = refuse(err, errlen, "entry '%s' %s", show(name, q), why);
 			goto out;
 		}
-		if (la.e_size_is_set(ae) && la.e_size(ae) > (la_int64_t)r->lim->max_entry) {
+		if (lr_la.e_size_is_set(ae) && lr_la.e_size(ae) > (la_int64_t)r->lim->max_entry) {
 			rc = refuse(err, errlen, "entry '%s' is over the %s entry cap",
 				    show(name, q), show_size(r->lim->max_entry, sz));
 			goto out;
@@ -796,18 +739,18 @@ int lr_bundle_read(const void *data, size_t len, const struct lr_bundle_limits *
 	if (rc)
 		return rc;
 	struct lr_bundle *b = calloc(1, sizeof *b);
-	struct archive *a = la.read_new();
+	struct archive *a = lr_la.read_new();
 	if (!b || !a) {
 		rc = -ENOMEM;
 		snprintf(err, errlen, "%s", lr_strerror(rc));
 		goto out;
 	}
-	la.read_gzip(a);
-	la.read_tar(a);
+	lr_la.read_gzip(a);
+	lr_la.read_tar(a);
 	struct source src = { .data = data, .len = len };
-	if (la.read_open(a, &src, NULL, source_read, NULL) != ARCHIVE_OK) {
+	if (lr_la.read_open(a, &src, NULL, source_read, NULL) != ARCHIVE_OK) {
 		rc = refuse(err, errlen, "not a bundle (gzip tar): %s",
-			    la.error_string(a) ? la.error_string(a) : "unreadable");
+			    lr_la.error_string(a) ? lr_la.error_string(a) : "unreadable");
 		goto out;
 	}
 	struct reading r = { .a = a, .lim = lim, .err = err, .errlen = errlen };
@@ -816,7 +759,7 @@ int lr_bundle_read(const void *data, size_t len, const struct lr_bundle_limits *
 		snprintf(err, errlen, "%s", lr_strerror(rc));
 out:
 	if (a)
-		la.read_free(a);
+		lr_la.read_free(a);
 	if (rc) {
 		lr_bundle_free(b);
 		return rc;
@@ -830,21 +773,7 @@ static int slurp_fd(int fd, size_t cap, char **data, size_t *len)
 {
 	struct lr_buf buf;
 	lr_buf_init(&buf, cap);
-	char chunk[65536];
-	int rc = 0;
-	for (;;) {
-		ssize_t n = read(fd, chunk, sizeof chunk);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = -errno;
-			break;
-		}
-		if (n == 0)
-			break;
-		if ((rc = lr_buf_add(&buf, chunk, (size_t)n)))
-			break;
-	}
+	int rc = lr_read_fd(fd, &buf, 0);
 	if (!rc && !buf.data)
 		rc = lr_buf_add(&buf, "", 0);
 	if (rc) {
@@ -909,47 +838,47 @@ int lr_bundle_archive(const struct lr_bundle_entry *e, size_t n, struct lr_buf *
 	int rc = open_libarchive(err, errlen);
 	if (rc)
 		return rc;
-	struct archive *a = la.write_new();
-	struct archive_entry *ae = la.e_new();
+	struct archive *a = lr_la.write_new();
+	struct archive_entry *ae = lr_la.e_new();
 	struct sink sink = { .out = out };
 	if (!a || !ae) {
 		rc = -ENOMEM;
 		goto fail;
 	}
 	/* No timestamp in the gzip header and no padding: the same tree gives the same bytes. */
-	if (la.write_gzip(a) != ARCHIVE_OK || la.write_pax(a) != ARCHIVE_OK ||
-	    la.write_filter_option(a, "gzip", "timestamp", NULL) != ARCHIVE_OK ||
-	    la.write_last_block(a, 1) != ARCHIVE_OK ||
-	    la.write_open(a, &sink, NULL, sink_write, NULL) != ARCHIVE_OK)
+	if (lr_la.write_gzip(a) != ARCHIVE_OK || lr_la.write_pax(a) != ARCHIVE_OK ||
+	    lr_la.write_filter_option(a, "gzip", "timestamp", NULL) != ARCHIVE_OK ||
+	    lr_la.write_last_block(a, 1) != ARCHIVE_OK ||
+	    lr_la.write_open(a, &sink, NULL, sink_write, NULL) != ARCHIVE_OK)
 		goto archive_fail;
 	for (size_t i = 0; i < n; i++) {
 		static const unsigned types[] = { AE_IFREG, AE_IFDIR, AE_IFLNK, AE_IFREG,
 						  AE_IFCHR, AE_IFIFO };
-		la.e_free(ae);
-		if (!(ae = la.e_new())) {
+		lr_la.e_free(ae);
+		if (!(ae = lr_la.e_new())) {
 			rc = -ENOMEM;
 			goto fail;
 		}
 		int t = e[i].type >= 0 && e[i].type <= LR_BUNDLE_FIFO ? e[i].type : LR_BUNDLE_REG;
-		la.e_set_pathname(ae, e[i].path);
-		la.e_set_filetype(ae, types[t]);
-		la.e_set_perm(ae, t == LR_BUNDLE_DIR ? 0755 : t == LR_BUNDLE_SYMLINK ? 0777 : 0644);
-		la.e_set_mtime(ae, 0, 0);
-		la.e_set_size(ae, t == LR_BUNDLE_REG ? (la_int64_t)e[i].size : 0);
+		lr_la.e_set_pathname(ae, e[i].path);
+		lr_la.e_set_filetype(ae, types[t]);
+		lr_la.e_set_perm(ae, t == LR_BUNDLE_DIR ? 0755 : t == LR_BUNDLE_SYMLINK ? 0777 : 0644);
+		lr_la.e_set_mtime(ae, 0, 0);
+		lr_la.e_set_size(ae, t == LR_BUNDLE_REG ? (la_int64_t)e[i].size : 0);
 		if (t == LR_BUNDLE_SYMLINK)
-			la.e_set_symlink(ae, e[i].link);
+			lr_la.e_set_symlink(ae, e[i].link);
 		if (t == LR_BUNDLE_HARDLINK)
-			la.e_set_hardlink(ae, e[i].link);
-		if (la.write_header(a, ae) < ARCHIVE_WARN)
+			lr_la.e_set_hardlink(ae, e[i].link);
+		if (lr_la.write_header(a, ae) < ARCHIVE_WARN)
 			goto archive_fail;
 		if (t == LR_BUNDLE_REG && e[i].size &&
-		    la.write_data(a, e[i].data, e[i].size) != (la_ssize_t)e[i].size)
+		    lr_la.write_data(a, e[i].data, e[i].size) != (la_ssize_t)e[i].size)
 			goto archive_fail;
 	}
-	if (la.write_close(a) != ARCHIVE_OK)
+	if (lr_la.write_close(a) != ARCHIVE_OK)
 		goto archive_fail;
-	la.e_free(ae);
-	la.write_free(a);
+	lr_la.e_free(ae);
+	lr_la.write_free(a);
 	return 0;
 archive_fail:
 	if (sink.rc) {
@@ -958,16 +887,16 @@ archive_fail:
 	} else {
 		rc = LR_EREFUSED;
 		snprintf(err, errlen, "archive: %s",
-			 la.error_string(a) ? la.error_string(a) : "write error");
+			 lr_la.error_string(a) ? lr_la.error_string(a) : "write error");
 	}
 	goto out;
 fail:
 	snprintf(err, errlen, "%s", lr_strerror(rc));
 out:
 	if (ae)
-		la.e_free(ae);
+		lr_la.e_free(ae);
 	if (a)
-		la.write_free(a);
+		lr_la.write_free(a);
 	return rc;
 }
 

@@ -260,7 +260,7 @@ struct rule {
 	int allow_private;
 };
 
-static int rule_parse(const char *pattern, struct rule *r, char *err, size_t errlen)
+static int rule_parse(const char *pattern, struct rule *r, struct lr_err *err)
 {
 	memset(r, 0, sizeof *r);
 	size_t n = strlen(pattern);
@@ -294,14 +294,14 @@ static int rule_parse(const char *pattern, struct rule *r, char *err, size_t err
 	return 0;
 bad:
 	if (err)
-		snprintf(err, errlen, "egress: bad rule '%s': %s", pattern, why);
+		lr_err_set(err, "egress: bad rule '%s': %s", pattern, why);
 	return -EINVAL;
 }
 
-int lr_egress_rule_check(const char *pattern, char *err, size_t errlen)
+int lr_egress_rule_check(const char *pattern, struct lr_err *err)
 {
 	struct rule r;
-	return rule_parse(pattern, &r, err, errlen);
+	return rule_parse(pattern, &r, err);
 }
 
 /* port 0: any port of the rule (the DNS stub's question). */
@@ -1216,7 +1216,7 @@ static void on_dns(struct lr_watch *w, int events, void *arg)
 }
 
 int lr_egress_open(struct lr_loop *loop, const struct lr_egress_config *cfg, int tcp_fd,
-		   int udp_fd, struct lr_egress **out, char *err, size_t errlen)
+		   int udp_fd, struct lr_egress **out, struct lr_err *err)
 {
 	*out = NULL;
 	struct lr_egress *e = calloc(1, sizeof *e);
@@ -1243,7 +1243,7 @@ int lr_egress_open(struct lr_loop *loop, const struct lr_egress_config *cfg, int
 			goto fail;
 		for (size_t i = 0; i < cfg->nrules; i++) {
 			rc = rule_parse(cfg->rules[i].pattern ? cfg->rules[i].pattern : "",
-					&e->rules[i], err, errlen);
+					&e->rules[i], err);
 			if (rc < 0)
 				goto fail;
 			e->rules[i].allow_private = cfg->rules[i].allow_private;
@@ -1269,7 +1269,7 @@ int lr_egress_open(struct lr_loop *loop, const struct lr_egress_config *cfg, int
 	return 0;
 fail:
 	if (rc == -ENOMEM && err)
-		snprintf(err, errlen, "egress: out of memory");
+		lr_err_set(err, "egress: out of memory");
 	if (tcp_fd >= 0)
 		close(tcp_fd);
 	if (udp_fd >= 0)

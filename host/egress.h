@@ -99,14 +99,14 @@ struct lr_egress_config {
  * bad rule 'x': ...") or -ENOMEM.
  */
 int lr_egress_open(struct lr_loop *loop, const struct lr_egress_config *cfg, int tcp_fd,
-		   int udp_fd, struct lr_egress **out, char *err, size_t errlen);
+		   int udp_fd, struct lr_egress **out, struct lr_err *err);
 /* Connections open now (accepted and not yet finished). */
 int lr_egress_conns(const struct lr_egress *e);
 /* Closes the listeners and every connection at once; accepts NULL. */
 void lr_egress_close(struct lr_egress *e);
 
 /* Checks one rule pattern; 0 or -EINVAL with a message in err. */
-int lr_egress_rule_check(const char *pattern, char *err, size_t errlen);
+int lr_egress_rule_check(const char *pattern, struct lr_err *err);
 
 /*
  * How the proxy judges an address (sa: AF_INET or AF_INET6). Returns NULL

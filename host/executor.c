@@ -40,15 +40,6 @@ extern char **environ;
 /* Removing the scratch root: deeper trees are left behind (and reported by the return value). */
 #define RM_DEPTH 256
 
-__attribute__((format(printf, 2, 3)))
-static void seterr(char *err, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, LR_EXEC_ERRLEN, fmt, ap);
-	va_end(ap);
-}
-
 /* ---- removing a scratch tree ---- */
 
 #ifndef SYS_fchmodat2
@@ -214,14 +205,14 @@ static void exec_after(struct lr_exec *x);
 
 int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
 			const char *scratch_root, size_t max, struct lr_executor_set **out,
-			char err[LR_EXEC_ERRLEN])
+			struct lr_err *err)
 {
 	*out = NULL;
-	err[0] = '\0';
-	char perr[LR_SBX_ERRLEN];
-	int rc = lr_profile_validate(p, perr);
+	lr_err_clear(err);
+	struct lr_err perr = { "" };
+	int rc = lr_profile_validate(p, &perr);
 	if (rc) {
-		seterr(err, "%s", perr);
+		lr_err_set(err, "%s", perr.msg);
 		return rc;
 	}
 	struct lr_executor_set *s = calloc(1, sizeof *s);
@@ -231,36 +222,36 @@ int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
 	s->max = max ? max : DEFAULT_MAX;
 	if ((rc = lr_profile_copy(p, &s->profile)) != 0) {
 		free(s);
-		seterr(err, "executor: cannot copy the profile: %s", lr_strerror(rc));
+		lr_err_set(err, "executor: cannot copy the profile: %s", lr_strerror(rc));
 		return rc;
 	}
 	lr_profile_fingerprint(&s->profile, s->fingerprint);
 	s->caps = lr_sbx_probe();
-	rc = lr_sbx_report(&s->profile, s->caps, &s->report, perr);
+	rc = lr_sbx_report(&s->profile, s->caps, &s->report, &perr);
 	if (rc) {
-		seterr(err, "%s", perr);
+		lr_err_set(err, "%s", perr.msg);
 		goto fail;
 	}
 	if ((rc = lr_grants_new(&s->grants)) != 0) {
-		seterr(err, "executor: cannot make the grant store: %s", lr_strerror(rc));
+		lr_err_set(err, "executor: cannot make the grant store: %s", lr_strerror(rc));
 		goto fail;
 	}
 	if (scratch_root) {
 		if (mkdir(scratch_root, 0700) != 0) {
 			rc = -errno;
 			if (rc == -EEXIST)
-				seterr(err, "executor: scratch root '%s' already exists (the set makes it "
-					    "and removes it)", scratch_root);
+				lr_err_set(err, "executor: scratch root '%s' already exists (the set makes it "
+					   "and removes it)", scratch_root);
 			else
-				seterr(err, "executor: cannot create scratch root '%s': %s", scratch_root,
-				       strerror(errno));
+				lr_err_set(err, "executor: cannot create scratch root '%s': %s", scratch_root,
+					   strerror(errno));
 			goto fail;
 		}
 		char real[PATH_MAX];
 		if (!realpath(scratch_root, real) || !(s->root = strdup(real))) {
 			rc = -errno ? -errno : -ENOMEM;
 			rmdir(scratch_root);
-			seterr(err, "executor: cannot resolve scratch root '%s'", scratch_root);
+			lr_err_set(err, "executor: cannot resolve scratch root '%s'", scratch_root);
 			goto fail;
 		}
 	} else {
@@ -269,7 +260,7 @@ int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
 		char real[PATH_MAX];
 		if (!tmpl || !mkdtemp(tmpl) || !realpath(tmpl, real) || !(s->root = strdup(real))) {
 			rc = -errno ? -errno : -ENOMEM;
-			seterr(err, "executor: cannot create a scratch root: %s", strerror(errno));
+			lr_err_set(err, "executor: cannot create a scratch root: %s", strerror(errno));
 			free(tmpl);
 			goto fail;
 		}
@@ -301,7 +292,7 @@ static void abort_runs(struct lr_executor_set *s, struct lr_executor *only, cons
 		if (!x->finished) {
 			x->finished = 1;
 			x->res.signo = SIGKILL;
-			snprintf(x->res.err, sizeof x->res.err, "%s", why);
+			lr_err_set(&x->res.err, "%s", why);
 			x->res.aborted = 1;
 			if (!x->inherit) {
 				capture_finish(&x->cap[1], &x->res.out);
@@ -370,11 +361,11 @@ static int valid_key(const char *k)
 }
 
 int lr_executor_get(struct lr_executor_set *s, const char *key, struct lr_executor **out,
-		    char err[LR_EXEC_ERRLEN])
+		    struct lr_err *err)
 {
 	*out = NULL;
 	if (!valid_key(key)) {
-		seterr(err, "executor: key '%.64s' must be 1 to 64 of A-Z a-z 0-9 _ . - (not . or ..)", key);
+		lr_err_set(err, "executor: key '%.64s' must be 1 to 64 of A-Z a-z 0-9 _ . - (not . or ..)", key);
 		return -EINVAL;
 	}
 	for (struct lr_executor *e = s->executors; e; e = e->next) {
@@ -384,7 +375,7 @@ int lr_executor_get(struct lr_executor_set *s, const char *key, struct lr_execut
 		}
 	}
 	if (s->count >= s->max) {
-		seterr(err, "executor: the set already holds its maximum of %zu executors", s->max);
+		lr_err_set(err, "executor: the set already holds its maximum of %zu executors", s->max);
 		return LR_ETOOBIG;
 	}
 	struct lr_executor *e = calloc(1, sizeof *e);
@@ -405,7 +396,7 @@ int lr_executor_get(struct lr_executor_set *s, const char *key, struct lr_execut
 	else if (mkdir(dir, 0700) != 0 || mkdir(e->home, 0700) != 0 || mkdir(e->tmpdir, 0700) != 0)
 		rc = -errno;
 	if (rc) {
-		seterr(err, "executor: cannot create the dirs of '%s': %s", key, lr_strerror(rc));
+		lr_err_set(err, "executor: cannot create the dirs of '%s': %s", key, lr_strerror(rc));
 		rm_tree(dir);
 		free(dir);
 		free(e->home);
@@ -450,7 +441,7 @@ struct redeemed {
  * consumed by its first attempt, successful or not.
  */
 static int redeem_all(struct lr_executor *e, const struct lr_exec_request *r, struct redeemed *out,
-		      char *err)
+		      struct lr_err *err)
 {
 	struct lr_executor_set *s = e->set;
 	struct lr_buf cmd;
@@ -471,13 +462,13 @@ static int redeem_all(struct lr_executor *e, const struct lr_exec_request *r, st
 			.target = g->target ? g->target : "",
 		};
 		if (!g->token || grant_class(g->cls, &q.cls) != 0) {
-			seterr(err, "executor: grant %zu is malformed", i + 1);
+			lr_err_set(err, "executor: grant %zu is malformed", i + 1);
 			rc = -EINVAL;
 			break;
 		}
-		char gerr[LR_SBX_ERRLEN];
-		if ((rc = lr_grant_redeem(s->grants, g->token, &q, gerr)) != 0) {
-			seterr(err, "%s", gerr);
+		struct lr_err gerr = { "" };
+		if ((rc = lr_grant_redeem(s->grants, g->token, &q, &gerr)) != 0) {
+			lr_err_set(err, "%s", gerr.msg);
 			break;
 		}
 		char real[PATH_MAX];
@@ -486,7 +477,7 @@ static int redeem_all(struct lr_executor *e, const struct lr_exec_request *r, st
 		case LR_GRANT_FS_WRITE:
 			if (!realpath(q.target, real)) {
 				rc = -errno;
-				seterr(err, "executor: granted path '%s': %s", q.target, strerror(errno));
+				lr_err_set(err, "executor: granted path '%s': %s", q.target, strerror(errno));
 				break;
 			}
 			rc = lr_strv_add(q.cls == LR_GRANT_FS_READ ? &out->rd : &out->wr, strdup(real));
@@ -521,17 +512,17 @@ static void after_free(struct lr_exec_after *a)
 	free(a);
 }
 
-int lr_exec_after_finish(struct lr_exec_after *a, struct lr_buf *moved, char err[LR_EXEC_ERRLEN])
+int lr_exec_after_finish(struct lr_exec_after *a, struct lr_buf *moved, struct lr_err *err)
 {
-	err[0] = '\0';
+	lr_err_clear(err);
 	if (!a)
 		return 0;
 	struct lr_buf sink;
 	lr_buf_init(&sink, 64u << 10);
-	char perr[LR_SBX_ERRLEN];
-	int rc = lr_protect_after(&a->plan, &a->o, moved ? moved : &sink, perr);
+	struct lr_err perr = { "" };
+	int rc = lr_protect_after(&a->plan, &a->o, moved ? moved : &sink, &perr);
 	if (rc)
-		seterr(err, "%s", perr);
+		lr_err_set(err, "%s", perr.msg);
 	lr_buf_release(&sink);
 	if (a->cache && (!rc || rc == LR_ETOOBIG)) {
 		struct lr_protect_tree *t = lr_protect_plan_take_tree(&a->plan);
@@ -548,7 +539,7 @@ int lr_exec_after_finish(struct lr_exec_after *a, struct lr_buf *moved, char err
 
 /* The plan's placeholders made and held; a is the launch's to finish. */
 static int after_new(const struct lr_profile *p, const struct lr_exec_ctx *ctx,
-		     struct lr_protect_plan *plan, struct lr_exec_after **out, char *err)
+		     struct lr_protect_plan *plan, struct lr_exec_after **out, struct lr_err *err)
 {
 	*out = NULL;
 	struct lr_exec_after *a = calloc(1, sizeof *a);
@@ -568,9 +559,9 @@ static int after_new(const struct lr_profile *p, const struct lr_exec_ctx *ctx,
 		.git_readonly = p->git_readonly, .max_entries = p->protect_max_entries,
 		.granted = (const char *const *)a->granted.v, .ngranted = a->granted.n,
 	};
-	char perr[LR_SBX_ERRLEN];
-	if (!rc && (rc = lr_protect_place(&a->plan, &a->hold, perr)) != 0)
-		seterr(err, "%s", perr);
+	struct lr_err perr = { "" };
+	if (!rc && (rc = lr_protect_place(&a->plan, &a->hold, &perr)) != 0)
+		lr_err_set(err, "%s", perr.msg);
 	if (rc) {
 		after_free(a);
 		return rc;
@@ -592,19 +583,19 @@ static int allow_add(struct lr_exec_launch *l, const char *target)
 }
 
 int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request *r,
-			    struct lr_exec_launch *l, char err[LR_EXEC_ERRLEN])
+			    struct lr_exec_launch *l, struct lr_err *err)
 {
 	memset(l, 0, sizeof *l);
 	l->spec_fd = -1;
 	l->ctl_fd = -1;
 	l->fds[1] = l->fds[2] = l->life_w = -1;
-	err[0] = '\0';
+	lr_err_clear(err);
 	struct lr_executor_set *s = e->set;
 	struct redeemed g = { 0 };
 	int rc = redeem_all(e, r, &g, err);
 	if (rc) {
-		if (!err[0])
-			seterr(err, "executor: grants: %s", lr_strerror(rc));
+		if (!err->msg[0])
+			lr_err_set(err, "executor: grants: %s", lr_strerror(rc));
 		goto out;
 	}
 	struct lr_exec_ctx ctx = {
@@ -633,8 +624,8 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	/* the placeholders exist before the helper binds them, held until the run is over */
 	if ((rc = after_new(&s->profile, &ctx, &plan, &l->after, err)) != 0) {
 		lr_sbx_spec_release(&spec);
-		if (!err[0])
-			seterr(err, "executor: %s", lr_strerror(rc));
+		if (!err->msg[0])
+			lr_err_set(err, "executor: %s", lr_strerror(rc));
 		goto out;
 	}
 	char *buf = NULL;
@@ -648,7 +639,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 		   against the profile and grants by build_spec), or any public one */
 		if (r->network && r->network[0]) {
 			for (char *const *t = r->network; *t && !rc; t++)
-				rc = lr_egress_rule_check(*t, err, LR_EXEC_ERRLEN) ? LR_EREFUSED
+				rc = lr_egress_rule_check(*t, err) ? LR_EREFUSED
 										   : allow_add(l, *t);
 		} else {
 			l->allow_any = 1;
@@ -663,20 +654,20 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 		if (rc) {
 			free(buf);
 			if (rc != LR_EREFUSED) /* a refused rule already said why */
-				seterr(err, "executor: cannot prepare the egress proxy: %s",
-				       lr_strerror(rc));
+				lr_err_set(err, "executor: cannot prepare the egress proxy: %s",
+					   lr_strerror(rc));
 			goto out;
 		}
 	}
 	if (rc) {
-		seterr(err, "executor: cannot encode the spec: %s", lr_strerror(rc));
+		lr_err_set(err, "executor: cannot encode the spec: %s", lr_strerror(rc));
 		goto out;
 	}
 	int fd = lr_sbx_seal(buf, len);
 	free(buf);
 	if (fd < 0) {
 		rc = fd;
-		seterr(err, "executor: cannot seal the spec: %s", lr_strerror(rc));
+		lr_err_set(err, "executor: cannot seal the spec: %s", lr_strerror(rc));
 		goto out;
 	}
 	l->spec_fd = fd;
@@ -686,7 +677,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	int life[2];
 	if (pipe2(life, O_CLOEXEC) < 0) {
 		rc = -errno;
-		seterr(err, "executor: cannot make the run's lifeline: %s", lr_strerror(rc));
+		lr_err_set(err, "executor: cannot make the run's lifeline: %s", lr_strerror(rc));
 		goto out;
 	}
 	l->fds[1] = life[0];
@@ -696,7 +687,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 		rc = l->life_w < 0 ? -errno : 0;
 		close(life[1]);
 		if (rc) {
-			seterr(err, "executor: cannot make the run's lifeline: %s", lr_strerror(rc));
+			lr_err_set(err, "executor: cannot make the run's lifeline: %s", lr_strerror(rc));
 			goto out;
 		}
 	}
@@ -708,8 +699,8 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	l->proc.n_extra = l->ctl_fd >= 0 ? 3 : 2;
 out:
 	if (rc && l->after) {
-		char aerr[LR_EXEC_ERRLEN];
-		lr_exec_after_finish(l->after, NULL, aerr);
+		struct lr_err aerr = { "" };
+		lr_exec_after_finish(l->after, NULL, &aerr);
 		l->after = NULL;
 	}
 	lr_strv_release(&g.rd);
@@ -723,8 +714,8 @@ out:
 void lr_executor_launch_release(struct lr_exec_launch *l)
 {
 	if (l->after) { /* never spawned, or a caller that did not take it */
-		char err[LR_EXEC_ERRLEN];
-		lr_exec_after_finish(l->after, NULL, err);
+		struct lr_err err = { "" };
+		lr_exec_after_finish(l->after, NULL, &err);
 		l->after = NULL;
 	}
 	if (l->spec_fd >= 0)
@@ -912,10 +903,10 @@ static int proxy_serve(struct lr_loop *loop, uint64_t exec_id, int ctl_fd, char 
 		.log = egress_log,
 		.arg = log,
 	};
-	char err[LR_EXEC_ERRLEN];
-	rc = lr_egress_open(loop, &cfg, tcp, udp, out, err, sizeof err);
+	struct lr_err err = { "" };
+	rc = lr_egress_open(loop, &cfg, tcp, udp, out, &err);
 	if (rc)
-		lr_buf_printf(log, "fail proxy: %s\n", err);
+		lr_buf_printf(log, "fail proxy: %s\n", err.msg);
 	free(rules); /* copied by lr_egress_open */
 	return rc;
 }
@@ -977,14 +968,14 @@ static void xproxy_ready(struct lr_watch *w, int events, void *arg)
 }
 
 int lr_exec_proxy_take(struct lr_executor *e, struct lr_exec_launch *l, struct lr_exec_proxy **out,
-		       char err[LR_EXEC_ERRLEN])
+		       struct lr_err *err)
 {
 	*out = NULL;
 	if (l->ctl_fd < 0)
 		return 0;
 	struct lr_exec_proxy *p = calloc(1, sizeof *p);
 	if (!p) {
-		seterr(err, "executor: out of memory");
+		lr_err_set(err, "executor: out of memory");
 		return -ENOMEM;
 	}
 	p->loop = e->set->loop;
@@ -1004,7 +995,7 @@ int lr_exec_proxy_take(struct lr_executor *e, struct lr_exec_launch *l, struct l
 		rc = lr_watch_start(&p->watch, LR_READ);
 	}
 	if (rc) {
-		seterr(err, "executor: cannot watch the proxy's control socket: %s", lr_strerror(rc));
+		lr_err_set(err, "executor: cannot watch the proxy's control socket: %s", lr_strerror(rc));
 		lr_exec_proxy_free(p);
 		return rc;
 	}
@@ -1032,12 +1023,12 @@ static void exec_after(struct lr_exec *x)
 {
 	if (!x->after)
 		return;
-	char err[LR_EXEC_ERRLEN];
+	struct lr_err err = { "" };
 	x->after->cache = x->set ? &x->set->protect_cache : NULL;
-	int rc = lr_exec_after_finish(x->after, &x->res.moved, err);
+	int rc = lr_exec_after_finish(x->after, &x->res.moved, &err);
 	x->after = NULL;
 	if (rc)
-		lr_buf_printf(&x->res.moved, "%s\n", err);
+		lr_buf_printf(&x->res.moved, "%s\n", err.msg);
 }
 
 static void exec_deferred(struct lr_defer *d, void *arg)
@@ -1083,7 +1074,7 @@ static void exec_event(struct lr_proc *p, int events, void *arg)
 		    memcmp(r->err_out.data, prefix, sizeof prefix - 1) == 0) {
 			r->setup_failed = 1;
 			size_t n = strcspn(r->err_out.data, "\n");
-			snprintf(r->err, sizeof r->err, "%.*s", (int)n, r->err_out.data);
+			lr_err_set(&r->err, "%.*s", (int)n, r->err_out.data);
 		}
 	}
 	lr_defer_schedule(&x->defer);
@@ -1091,13 +1082,13 @@ static void exec_event(struct lr_proc *p, int events, void *arg)
 
 int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 		    void (*done)(struct lr_exec *x, void *arg), void *arg, struct lr_exec **out,
-		    char err[LR_EXEC_ERRLEN])
+		    struct lr_err *err)
 {
 	*out = NULL;
 	struct lr_executor_set *s = e->set;
 	struct lr_exec *x = calloc(1, sizeof *x);
 	if (!x) {
-		seterr(err, "executor: out of memory");
+		lr_err_set(err, "executor: out of memory");
 		return -ENOMEM;
 	}
 	x->done = done;
@@ -1110,7 +1101,7 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 	int rc = lr_defer_init(s->loop, &x->defer, exec_deferred, x);
 	if (rc) {
 		free(x);
-		seterr(err, "executor: %s", lr_strerror(rc));
+		lr_err_set(err, "executor: %s", lr_strerror(rc));
 		return rc;
 	}
 	for (int i = 1; i <= 2 && !rc; i++)
@@ -1119,7 +1110,7 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 	if (!rc)
 		rc = lr_executor_launch_init(e, r, &l, err);
 	else
-		seterr(err, "executor: out of memory");
+		lr_err_set(err, "executor: out of memory");
 	if (rc) {
 		lr_exec_free(x);
 		return rc;
@@ -1135,12 +1126,12 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 	l.proc.timeout = r->timeout > 0 ? r->timeout : 0;
 	l.proc.on_event = exec_event;
 	l.proc.arg = x;
-	char perr[LR_PROC_ERRLEN];
+	struct lr_err perr = { "" };
 	x->set = s;
 	x->owner = e;
 	x->after = l.after;
 	l.after = NULL;
-	rc = lr_proc_spawn(s->loop, &l.proc, &x->proc, perr);
+	rc = lr_proc_spawn(s->loop, &l.proc, &x->proc, &perr);
 	if (!rc && l.ctl_fd >= 0) {
 		/* the proxy starts once the helper hands over its listeners */
 		x->ctl_fd = l.ctl_fd;
@@ -1157,12 +1148,12 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 			rc = lr_watch_start(&x->ctl_watch, LR_READ);
 		}
 		if (rc)
-			snprintf(perr, sizeof perr, "cannot watch the proxy's control socket: %s",
+			snprintf(perr.msg, sizeof perr.msg, "cannot watch the proxy's control socket: %s",
 				 lr_strerror(rc));
 	}
 	lr_executor_launch_release(&l);
 	if (rc) {
-		seterr(err, "executor: cannot start the sandbox helper: %s", perr);
+		lr_err_set(err, "executor: cannot start the sandbox helper: %s", perr.msg);
 		x->set = NULL;
 		x->owner = NULL;
 		lr_exec_free(x);

@@ -42,8 +42,6 @@ struct lr_executor_set;
 struct lr_executor;
 struct lr_exec;
 
-#define LR_EXEC_ERRLEN 320
-
 /* The request of one run and the dirs and grants of its executor: sandbox/sandbox.h. */
 struct lr_exec_request;
 struct lr_exec_ctx;
@@ -57,7 +55,7 @@ struct lr_exec_ctx;
  */
 int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
 			const char *scratch_root, size_t max, struct lr_executor_set **out,
-			char err[LR_EXEC_ERRLEN]);
+			struct lr_err *err);
 /*
  * Ends every run still going and waits until each is gone (and every
  * process closed before on the loop: lr_proc_reap_all), removes the
@@ -75,7 +73,7 @@ struct lr_grants *lr_executor_set_grants(struct lr_executor_set *s);
  * Errors: -EINVAL (bad key), LR_ETOOBIG (the set is full), -errno.
  */
 int lr_executor_get(struct lr_executor_set *s, const char *key, struct lr_executor **out,
-		    char err[LR_EXEC_ERRLEN]);
+		    struct lr_err *err);
 uint64_t lr_executor_id(const struct lr_executor *e);
 const char *lr_executor_home(const struct lr_executor *e);
 const char *lr_executor_tmpdir(const struct lr_executor *e);
@@ -118,7 +116,7 @@ struct lr_exec_launch {
 	struct lr_exec_after *after; /* see lr_exec_after_finish */
 };
 int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request *r,
-			    struct lr_exec_launch *l, char err[LR_EXEC_ERRLEN]);
+			    struct lr_exec_launch *l, struct lr_err *err);
 void lr_executor_launch_release(struct lr_exec_launch *l);
 
 /*
@@ -133,7 +131,7 @@ void lr_executor_launch_release(struct lr_exec_launch *l);
  * gone; launch_release finishes one that is left.
  */
 struct lr_exec_after;
-int lr_exec_after_finish(struct lr_exec_after *a, struct lr_buf *moved, char err[LR_EXEC_ERRLEN]);
+int lr_exec_after_finish(struct lr_exec_after *a, struct lr_buf *moved, struct lr_err *err);
 
 /*
  * The egress proxy of a launch whose process the caller spawns itself (a
@@ -147,7 +145,7 @@ int lr_exec_after_finish(struct lr_exec_after *a, struct lr_buf *moved, char err
  */
 struct lr_exec_proxy;
 int lr_exec_proxy_take(struct lr_executor *e, struct lr_exec_launch *l, struct lr_exec_proxy **out,
-		       char err[LR_EXEC_ERRLEN]);
+		       struct lr_err *err);
 const struct lr_buf *lr_exec_proxy_log(const struct lr_exec_proxy *p);
 void lr_exec_proxy_free(struct lr_exec_proxy *p);
 
@@ -170,11 +168,11 @@ struct lr_exec_result {
 				       "allow|deny|fail connect|http|dns TARGET: reason" */
 	struct lr_buf moved;        /* what the check after the run moved aside, one line each:
 				       "'PATH' moved to 'NEW': why" (and its failure, if any) */
-	char err[LR_EXEC_ERRLEN];
+	struct lr_err err;   /* what went wrong, when anything did */
 };
 int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 		    void (*done)(struct lr_exec *x, void *arg), void *arg, struct lr_exec **out,
-		    char err[LR_EXEC_ERRLEN]);
+		    struct lr_err *err);
 const struct lr_exec_result *lr_exec_result(const struct lr_exec *x);
 pid_t lr_exec_pid(const struct lr_exec *x);
 /* Kills the tree if it still runs, reaps, frees. Accepts NULL. */

@@ -228,18 +228,18 @@ static int timer_cb(CURLM *m, long ms, void *userp)
 }
 
 /* Loads libcurl and builds the multi on first use. */
-static int client_ready(struct lr_http *c, char *err)
+static int client_ready(struct lr_http *c, struct lr_err *err)
 {
 	if (c->multi)
 		return 0;
 	int rc = lr_lazy_open(&curl_lib);
 	if (rc) {
-		snprintf(err, 320, "http: libcurl is unavailable: %s", curl_lib.err);
+		lr_err_set(err, "http: libcurl is unavailable: %s", curl_lib.err);
 		return rc;
 	}
 	if (!curl_ready) {
 		if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-			snprintf(err, 320, "http: libcurl failed to initialise");
+			lr_err_set(err, "http: libcurl failed to initialise");
 			return LR_EUNAVAILABLE;
 		}
 		curl_ready = 1;
@@ -247,7 +247,7 @@ static int client_ready(struct lr_http *c, char *err)
 	c->timer = evtimer_new(lr_loop_base(c->loop), on_timeout, c);
 	c->multi = c->timer ? cu.multi_init() : NULL;
 	if (!c->multi) {
-		snprintf(err, 320, "http: out of memory");
+		lr_err_set(err, "http: out of memory");
 		return -ENOMEM;
 	}
 	cu.multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
@@ -297,7 +297,7 @@ static void req_seterr(struct lr_http_req *r, int rc, const char *fmt, ...)
 	r->own_rc = rc;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(r->resp.err, sizeof r->resp.err, fmt, ap);
+	lr_err_vset(&r->resp.err, fmt, ap);
 	va_end(ap);
 }
 
@@ -590,33 +590,33 @@ static int valid_token(const char *s)
 #define SET(opt, val)                                                        \
 	do {                                                                 \
 		if (cu.easy_setopt(r->easy, opt, val) != CURLE_OK) {         \
-			snprintf(err, 320, "http: libcurl rejects %s", #opt); \
+			lr_err_set(err, "http: libcurl rejects %s", #opt); \
 			goto fail;                                           \
 		}                                                            \
 	} while (0)
 
 int lr_http_start(struct lr_http *c, const struct lr_http_opts *o,
-		  void (*notify)(void *arg), void *arg, struct lr_http_req **out, char *err)
+		  void (*notify)(void *arg), void *arg, struct lr_http_req **out, struct lr_err *err)
 {
 	*out = NULL;
-	err[0] = '\0';
+	lr_err_clear(err);
 	if (strncmp(o->url, "http://", 7) != 0 && strncmp(o->url, "https://", 8) != 0) {
-		snprintf(err, 320, "http: url '%.200s' is not http:// or https://", o->url);
+		lr_err_set(err, "http: url '%.200s' is not http:// or https://", o->url);
 		return -EINVAL;
 	}
 	if (strpbrk(o->url, "\r\n ")) {
-		snprintf(err, 320, "http: url '%.200s' holds white space", o->url);
+		lr_err_set(err, "http: url '%.200s' holds white space", o->url);
 		return -EINVAL;
 	}
 	const char *method = o->method ? o->method : (o->has_body ? "POST" : "GET");
 	if (!valid_token(method)) {
-		snprintf(err, 320, "http: method '%.64s' is not a token", method);
+		lr_err_set(err, "http: method '%.64s' is not a token", method);
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < o->nheaders; i++) {
 		const char *h = o->headers[i], *colon = strchr(h, ':');
 		if (!colon || colon == h || strpbrk(h, "\r\n")) {
-			snprintf(err, 320, "http: header '%.64s' is malformed", h);
+			lr_err_set(err, "http: header '%.64s' is malformed", h);
 			return -EINVAL;
 		}
 	}
@@ -626,7 +626,7 @@ int lr_http_start(struct lr_http *c, const struct lr_http_opts *o,
 
 	struct lr_http_req *r = calloc(1, sizeof *r);
 	if (!r) {
-		snprintf(err, 320, "http: out of memory");
+		lr_err_set(err, "http: out of memory");
 		return -ENOMEM;
 	}
 	r->c = c;
@@ -645,7 +645,7 @@ int lr_http_start(struct lr_http *c, const struct lr_http_opts *o,
 	lr_sse_init(&r->sse, o->max_line, o->max_event);
 	url_host(o->url, r->host, sizeof r->host);
 	rc = -ENOMEM;
-	snprintf(err, 320, "http: out of memory");
+	lr_err_set(err, "http: out of memory");
 	if (lr_timer_init(c->loop, &r->header_timer, on_header_timeout, r) ||
 	    lr_timer_init(c->loop, &r->idle_timer, on_idle_timeout, r))
 		goto fail;
@@ -707,7 +707,7 @@ int lr_http_start(struct lr_http *c, const struct lr_http_opts *o,
 	if (r->header_timeout > 0)
 		lr_timer_start(&r->header_timer, r->header_timeout);
 	idle_rearm(r);
-	err[0] = '\0';
+	lr_err_clear(err);
 	*out = r;
 	return 0;
 fail:

@@ -76,7 +76,7 @@ struct lr_http_resp {
 	int headers_done;        /* the final header block arrived */
 	int done;                /* the transfer ended; rc is final */
 	int rc;                  /* 0 or a status code */
-	char err[320];           /* the message for rc */
+	struct lr_err err;       /* the message for rc */
 	long status;
 	struct lr_buf headers;   /* "name\0value\0" pairs in order, names lower-case */
 	struct lr_buf body;      /* buffered mode, a stream's non-2xx body, or a 2xx stream's
@@ -103,11 +103,11 @@ struct lr_http_event {
 /*
  * Starts a request. On success *out is owned by the caller, who must end it
  * with lr_http_req_free (which aborts it if it still runs). On failure
- * notify is never called and err (>= 320 bytes) says why: -EINVAL for a bad
+ * notify is never called and err says why: -EINVAL for a bad
  * option, LR_EUNAVAILABLE when libcurl cannot be loaded.
  */
 int lr_http_start(struct lr_http *c, const struct lr_http_opts *o,
-		  void (*notify)(void *arg), void *arg, struct lr_http_req **out, char *err);
+		  void (*notify)(void *arg), void *arg, struct lr_http_req **out, struct lr_err *err);
 const struct lr_http_resp *lr_http_resp(const struct lr_http_req *r);
 /*
  * Events queue in one contiguous buffer (no allocation per event). peek

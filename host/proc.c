@@ -342,12 +342,12 @@ static int dup_high(int fd, int min, int *tmp, int *ntmp)
 }
 
 int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
-		  struct lr_proc **out, char err[LR_PROC_ERRLEN])
+		  struct lr_proc **out, struct lr_err *err)
 {
 	*out = NULL;
-	err[0] = '\0';
+	lr_err_clear(err);
 	if (!o->argv || !o->argv[0] || o->n_extra < 0 || o->n_extra > 64) {
-		snprintf(err, LR_PROC_ERRLEN, "invalid arguments");
+		lr_err_set(err, "invalid arguments");
 		return -EINVAL;
 	}
 	const char *file = o->file ? o->file : o->argv[0];
@@ -362,7 +362,7 @@ int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
 
 	struct lr_proc *p = calloc(1, sizeof *p);
 	if (!p) {
-		snprintf(err, LR_PROC_ERRLEN, "out of memory");
+		lr_err_set(err, "out of memory");
 		return -ENOMEM;
 	}
 	p->loop = loop;
@@ -381,8 +381,8 @@ int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
 		cwdfd = open(o->cwd, O_PATH | O_DIRECTORY | O_CLOEXEC);
 		if (cwdfd < 0 || faccessat(cwdfd, ".", X_OK, 0) < 0) {
 			rc = -errno;
-			snprintf(err, LR_PROC_ERRLEN, "cannot change to directory '%s': %s",
-				 o->cwd, strerror(-rc));
+			lr_err_set(err, "cannot change to directory '%s': %s",
+				   o->cwd, strerror(-rc));
 			goto out;
 		}
 	}
@@ -471,7 +471,7 @@ int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
 		rc = posix_spawnp(&pid, file, &fa, &attr, o->argv, envp);
 	if (rc != 0) {
 		rc = -rc;
-		snprintf(err, LR_PROC_ERRLEN, "cannot run '%s': %s", file, strerror(-rc));
+		lr_err_set(err, "cannot run '%s': %s", file, strerror(-rc));
 		goto out;
 	}
 	p->pid = pid;
@@ -524,13 +524,13 @@ int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
 	goto out;
 
 fail_kill:
-	snprintf(err, LR_PROC_ERRLEN, "cannot watch process %d: %s", (int)pid, lr_strerror(rc));
+	lr_err_set(err, "cannot watch process %d: %s", (int)pid, lr_strerror(rc));
 	lr_proc_close(p);
 	lr_proc_reap_all(loop);
 	p = NULL;
 	goto out;
 fail_sys:
-	snprintf(err, LR_PROC_ERRLEN, "cannot start '%s': %s", file, lr_strerror(rc));
+	lr_err_set(err, "cannot start '%s': %s", file, lr_strerror(rc));
 out:
 	if (p) {
 		if (p->life >= 0)

@@ -49,7 +49,6 @@ enum {
 	LR_PROC_EV_OUTPUT = 2,  /* bytes or EOF on stdout or stderr */
 	LR_PROC_EV_INPUT = 4,   /* the stdin queue drained, or stdin failed */
 };
-#define LR_PROC_ERRLEN 256
 
 struct lr_proc_opts {
 	const char *file;          /* the program; NULL: argv[0]. Without a '/' it is searched in PATH */
@@ -86,7 +85,7 @@ struct lr_proc_opts {
  * directory 'x': ..."); on_event is then never called.
  */
 int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
-		  struct lr_proc **out, char err[LR_PROC_ERRLEN]);
+		  struct lr_proc **out, struct lr_err *err);
 pid_t lr_proc_pid(const struct lr_proc *p);
 /*
  * 1 once the child exited: *code is its exit status or -1, *signo the

@@ -397,7 +397,7 @@ static int run_k(lua_State *L, int status, lua_KContext ctx)
 	const struct lr_exec_result *r = lr_exec_result(x);
 	if (r->setup_failed || r->aborted) {
 		int rc = r->aborted ? LR_ECLOSED : LR_EREFUSED;
-		lua_pushstring(L, r->err);
+		lua_pushstring(L, r->err.msg);
 		op->x = NULL;
 		lr_exec_free(x);
 		return lr_pushfail(L, rc, "%s", lua_tostring(L, -1));
@@ -453,10 +453,10 @@ static int exec_run(lua_State *L)
 	struct runop *op = lua_newuserdatauv(L, sizeof *op, 0);
 	memset(op, 0, sizeof *op);
 	luaL_setmetatable(L, RUNOP_MT);
-	char err[LR_EXEC_ERRLEN];
-	int rc = lr_executor_run(u->e, &q.r, run_done, op, &op->x, err);
+	struct lr_err err = { "" };
+	int rc = lr_executor_run(u->e, &q.r, run_done, op, &op->x, &err);
 	if (rc)
-		return lr_pushfail(L, rc, "%s", err);
+		return lr_pushfail(L, rc, "%s", err.msg);
 	op->wait.cancel = run_cancel;
 	return lr_sched_await(L, &op->wait, (lua_KContext)op, run_k);
 }
@@ -470,9 +470,9 @@ struct spawned {
 static void spawn_after(void *arg)
 {
 	struct spawned *sp = arg;
-	char err[LR_EXEC_ERRLEN];
+	struct lr_err err = { "" };
 	if (sp->after)
-		lr_exec_after_finish(sp->after, NULL, err);
+		lr_exec_after_finish(sp->after, NULL, &err);
 	lr_exec_proxy_free(sp->proxy);
 	free(sp);
 }
@@ -484,21 +484,21 @@ static int exec_spawn(lua_State *L)
 	struct req q;
 	parse_req(L, 0, &q);
 	struct lr_exec_launch l;
-	char err[LR_EXEC_ERRLEN];
-	int rc = lr_executor_launch_init(u->e, &q.r, &l, err);
+	struct lr_err err = { "" };
+	int rc = lr_executor_launch_init(u->e, &q.r, &l, &err);
 	if (rc)
-		return lr_pushfail(L, rc, "%s", err);
+		return lr_pushfail(L, rc, "%s", err.msg);
 	/* the egress proxy (network targets) lives as long as the process: spawn_after ends it */
 	struct spawned *sp = calloc(1, sizeof *sp);
 	if (!sp) {
 		lr_executor_launch_release(&l);
 		return luaL_error(L, "out of memory");
 	}
-	rc = lr_exec_proxy_take(u->e, &l, &sp->proxy, err);
+	rc = lr_exec_proxy_take(u->e, &l, &sp->proxy, &err);
 	if (rc) {
 		free(sp);
 		lr_executor_launch_release(&l);
-		return lr_pushfail(L, rc, "%s", err);
+		return lr_pushfail(L, rc, "%s", err.msg);
 	}
 	sp->after = l.after;
 	l.proc.stdio[0] = (q.r.stdin_data || q.stdin_pipe) ? LR_PROC_PIPE : LR_PROC_NULL;
@@ -584,10 +584,11 @@ static int exec_grant(lua_State *L)
 		if (!(r.ttl > 0))
 			luaL_error(L, "%s: 'ttl' must be a positive number of seconds", fname);
 	}
-	char token[33], err[LR_SBX_ERRLEN];
-	int rc = lr_grant_mint(lr_executor_set_grants(u->set->s), &r, token, err);
+	char token[33];
+	struct lr_err err = { "" };
+	int rc = lr_grant_mint(lr_executor_set_grants(u->set->s), &r, token, &err);
 	if (rc)
-		return lr_pushfail(L, rc, "%s", err);
+		return lr_pushfail(L, rc, "%s", err.msg);
 	lua_pushstring(L, token);
 	return 1;
 }
@@ -662,12 +663,12 @@ static int set_get(lua_State *L)
 	}
 	lua_pop(L, 1);
 	struct lr_executor *e;
-	char err[LR_EXEC_ERRLEN];
-	int rc = lr_executor_get(su->s, key, &e, err);
+	struct lr_err err = { "" };
+	int rc = lr_executor_get(su->s, key, &e, &err);
 	if (rc == -EINVAL)
-		return luaL_error(L, "rig.sandbox: %s", err);
+		return luaL_error(L, "rig.sandbox: %s", err.msg);
 	if (rc)
-		return lr_pushfail(L, rc, "%s", err);
+		return lr_pushfail(L, rc, "%s", err.msg);
 	struct execud *u = lua_newuserdatauv(L, sizeof *u, 2);
 	u->e = e;
 	u->set = su;
@@ -764,10 +765,10 @@ static int sandbox_executors(lua_State *L)
 	luaL_setmetatable(L, SET_MT);
 	lua_newtable(L);
 	lua_setiuservalue(L, -2, 1);
-	char err[LR_EXEC_ERRLEN];
-	int rc = lr_executor_set_new(lr_state_of(L)->loop, p, root, max, &su->s, err);
+	struct lr_err err = { "" };
+	int rc = lr_executor_set_new(lr_state_of(L)->loop, p, root, max, &su->s, &err);
 	if (rc)
-		return lr_pushfail(L, rc, "%s", err);
+		return lr_pushfail(L, rc, "%s", err.msg);
 	return 1;
 }
 

@@ -130,19 +130,7 @@ static int fs_read_private(lua_State *L)
 	/* read into C memory first, so a raise (out of memory) cannot leak the fd */
 	struct lr_buf b;
 	lr_buf_init(&b, (size_t)max);
-	int rc = 0;
-	char chunk[4096];
-	for (;;) {
-		ssize_t n = read(fd, chunk, sizeof chunk);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = -errno;
-			break;
-		}
-		if (n == 0 || (rc = lr_buf_add(&b, chunk, (size_t)n)) != 0)
-			break;
-	}
+	int rc = lr_read_fd(fd, &b, 0);
 	close(fd);
 	if (rc) {
 		lr_buf_release(&b);
@@ -153,20 +141,6 @@ static int fs_read_private(lua_State *L)
 	lua_pushlstring(L, b.data ? b.data : "", b.len);
 	lr_buf_release(&b);
 	return 1;
-}
-
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
 }
 
 /*
@@ -206,7 +180,7 @@ static int fs_write_atomic(lua_State *L)
 		goto out;
 	}
 	step = "write";
-	if (fchmod(fd, 0600) != 0 || (rc = write_all(fd, data, n)) != 0 || fsync(fd) != 0) {
+	if (fchmod(fd, 0600) != 0 || (rc = lr_write_all(fd, data, n)) != 0 || fsync(fd) != 0) {
 		if (!rc)
 			rc = -errno;
 		goto out;
@@ -253,7 +227,6 @@ static int fs_realpath(lua_State *L)
 	return 1;
 }
 
-#define WALK_ERRLEN 512
 
 /*
  * Opens the directory holding rel's last component, beneath root, one
@@ -262,12 +235,12 @@ static int fs_realpath(lua_State *L)
  * Returns an fd or a negative status with err filled in.
  */
 static int walk_parent(const char *root, const char *rel, int mkdirs, const char **last,
-		       char err[WALK_ERRLEN])
+		       struct lr_err *err)
 {
 	int dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0) {
 		int e = errno;
-		snprintf(err, WALK_ERRLEN, "workspace '%s': %s", root, strerror(e));
+		lr_err_set(err, "workspace '%s': %s", root, strerror(e));
 		return -e;
 	}
 	const char *p = rel;
@@ -277,7 +250,7 @@ static int walk_parent(const char *root, const char *rel, int mkdirs, const char
 		if ((n == 0 && (slash || p != rel)) || (n == 1 && p[0] == '.') ||
 		    (n == 2 && p[0] == '.' && p[1] == '.') || n > NAME_MAX) {
 			close(dfd);
-			snprintf(err, WALK_ERRLEN, "'%s' is not a plain relative path", rel);
+			lr_err_set(err, "'%s' is not a plain relative path", rel);
 			return LR_EREFUSED;
 		}
 		if (!slash) {
@@ -292,8 +265,8 @@ static int walk_parent(const char *root, const char *rel, int mkdirs, const char
 			if (mkdirat(dfd, comp, 0755) != 0 && errno != EEXIST) {
 				int e = errno;
 				close(dfd);
-				snprintf(err, WALK_ERRLEN, "cannot make the directory '%.*s': %s",
-					 (int)(slash - rel), rel, strerror(e));
+				lr_err_set(err, "cannot make the directory '%.*s': %s",
+					   (int)(slash - rel), rel, strerror(e));
 				return -e;
 			}
 			fd = openat(dfd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -304,10 +277,10 @@ static int walk_parent(const char *root, const char *rel, int mkdirs, const char
 			int link = fstatat(dfd, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
 			close(dfd);
 			if (link) {
-				snprintf(err, WALK_ERRLEN, "'%.*s' is a symbolic link", (int)(slash - rel), rel);
+				lr_err_set(err, "'%.*s' is a symbolic link", (int)(slash - rel), rel);
 				return LR_EREFUSED;
 			}
-			snprintf(err, WALK_ERRLEN, "'%.*s': %s", (int)(slash - rel), rel, strerror(e));
+			lr_err_set(err, "'%.*s': %s", (int)(slash - rel), rel, strerror(e));
 			return -e;
 		}
 		close(dfd);
@@ -318,22 +291,22 @@ static int walk_parent(const char *root, const char *rel, int mkdirs, const char
 
 /* Opens rel's last component for reading, refusing a link or a non-regular file. */
 static int open_final(int dfd, const char *rel, const char *name, struct stat *st,
-		      char err[WALK_ERRLEN])
+		      struct lr_err *err)
 {
 	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
 		int e = errno;
 		if (e == ELOOP) {
-			snprintf(err, WALK_ERRLEN, "'%s' is a symbolic link", rel);
+			lr_err_set(err, "'%s' is a symbolic link", rel);
 			return LR_EREFUSED;
 		}
-		snprintf(err, WALK_ERRLEN, "'%s': %s", rel, strerror(e));
+		lr_err_set(err, "'%s': %s", rel, strerror(e));
 		return -e;
 	}
 	if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
 		int dir = S_ISDIR(st->st_mode);
 		close(fd);
-		snprintf(err, WALK_ERRLEN, "'%s' is %s", rel, dir ? "a directory" : "not a regular file");
+		lr_err_set(err, "'%s' is %s", rel, dir ? "a directory" : "not a regular file");
 		return LR_EREFUSED;
 	}
 	return fd;
@@ -345,38 +318,22 @@ static int fs_read_beneath(lua_State *L)
 	const char *rel = luaL_checkstring(L, 2);
 	lua_Integer max = luaL_checkinteger(L, 3);
 	luaL_argcheck(L, max >= 0 && max <= (1 << 30), 3, "must be 0 to 1 GiB");
-	char err[WALK_ERRLEN];
+	struct lr_err err = { "" };
 	const char *name;
 	int rc = 0;
-	int dfd = walk_parent(root, rel, 0, &name, err);
+	int dfd = walk_parent(root, rel, 0, &name, &err);
 	if (dfd < 0)
-		return lr_pushfail(L, dfd, "%s", err);
+		return lr_pushfail(L, dfd, "%s", err.msg);
 	struct stat st;
-	int fd = open_final(dfd, rel, name, &st, err);
+	int fd = open_final(dfd, rel, name, &st, &err);
 	close(dfd);
 	if (fd < 0)
-		return lr_pushfail(L, fd, "%s", err);
+		return lr_pushfail(L, fd, "%s", err.msg);
 	/* read into C memory first, so a raise (out of memory) cannot leak the fd */
 	struct lr_buf b;
 	lr_buf_init(&b, (size_t)max + 1);
 	int truncated = 0;
-	char chunk[16384];
-	for (;;) {
-		size_t want = sizeof chunk;
-		if (b.len + want > (size_t)max + 1)
-			want = (size_t)max + 1 - b.len;
-		if (want == 0)
-			break;
-		ssize_t n = read(fd, chunk, want);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = -errno;
-			break;
-		}
-		if (n == 0 || (rc = lr_buf_add(&b, chunk, (size_t)n)) != 0)
-			break;
-	}
+	rc = lr_read_fd(fd, &b, (size_t)max + 1);
 	close(fd);
 	if (rc) {
 		lr_buf_release(&b);
@@ -402,14 +359,14 @@ static int fs_write_beneath(lua_State *L)
 	const char *data = luaL_checklstring(L, 3, &n);
 	static const char *const hows[] = { "create", "replace", NULL };
 	int create = luaL_checkoption(L, 4, NULL, hows) == 0;
-	char err[WALK_ERRLEN];
+	struct lr_err err = { "" };
 	char tmp[64];
 	const char *name;
 	int rc = 0, fd = -1;
 	tmp[0] = '\0';
-	int dfd = walk_parent(root, rel, 1, &name, err);
+	int dfd = walk_parent(root, rel, 1, &name, &err);
 	if (dfd < 0)
-		return lr_pushfail(L, dfd, "%s", err);
+		return lr_pushfail(L, dfd, "%s", err.msg);
 	if (!*name) {
 		close(dfd);
 		return lr_pushfail(L, LR_EREFUSED, "'%s' is not a file path", rel);
@@ -419,20 +376,20 @@ static int fs_write_beneath(lua_State *L)
 	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
 		if (create) {
 			rc = -EEXIST;
-			snprintf(err, WALK_ERRLEN, "'%s' already exists", rel);
+			lr_err_set(&err, "'%s' already exists", rel);
 			goto out;
 		}
 		if (!S_ISREG(st.st_mode)) {
 			rc = LR_EREFUSED;
-			snprintf(err, WALK_ERRLEN, "'%s' is %s", rel,
-				 S_ISLNK(st.st_mode) ? "a symbolic link" :
-				 S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+			lr_err_set(&err, "'%s' is %s", rel,
+				   S_ISLNK(st.st_mode) ? "a symbolic link" :
+				   S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
 			goto out;
 		}
 		mode = st.st_mode & 07777;
 	} else if (!create) {
 		rc = -errno;
-		snprintf(err, WALK_ERRLEN, "'%s': %s", rel, strerror(errno));
+		lr_err_set(&err, "'%s': %s", rel, strerror(errno));
 		goto out;
 	}
 	for (int i = 0; i < 100 && fd < 0; i++) {
@@ -447,33 +404,33 @@ static int fs_write_beneath(lua_State *L)
 	if (fd < 0) {
 		rc = -errno;
 		tmp[0] = '\0';
-		snprintf(err, WALK_ERRLEN, "cannot create a temp file for '%s': %s", rel, strerror(errno));
+		lr_err_set(&err, "cannot create a temp file for '%s': %s", rel, strerror(errno));
 		goto out;
 	}
-	if ((rc = write_all(fd, data, n)) != 0 || fchmod(fd, mode) != 0 || fsync(fd) != 0) {
+	if ((rc = lr_write_all(fd, data, n)) != 0 || fchmod(fd, mode) != 0 || fsync(fd) != 0) {
 		if (!rc)
 			rc = -errno;
-		snprintf(err, WALK_ERRLEN, "cannot write '%s': %s", rel, lr_strerror(rc));
+		lr_err_set(&err, "cannot write '%s': %s", rel, lr_strerror(rc));
 		goto out;
 	}
 	if (create) {
 		/* link never replaces: a file that appeared since the check wins */
 		if (linkat(dfd, tmp, dfd, name, 0) != 0) {
 			rc = -errno;
-			snprintf(err, WALK_ERRLEN, rc == -EEXIST ? "'%s' already exists" : "cannot create '%s': %s",
-				 rel, strerror(errno));
+			lr_err_set(&err, rc == -EEXIST ? "'%s' already exists" : "cannot create '%s': %s",
+				   rel, strerror(errno));
 			goto out;
 		}
 	} else if (renameat(dfd, tmp, dfd, name) != 0) {
 		rc = -errno;
-		snprintf(err, WALK_ERRLEN, "cannot rename over '%s': %s", rel, strerror(errno));
+		lr_err_set(&err, "cannot rename over '%s': %s", rel, strerror(errno));
 		goto out;
 	} else {
 		tmp[0] = '\0';
 	}
 	if (fsync(dfd) != 0) {
 		rc = -errno;
-		snprintf(err, WALK_ERRLEN, "cannot sync the directory of '%s': %s", rel, strerror(errno));
+		lr_err_set(&err, "cannot sync the directory of '%s': %s", rel, strerror(errno));
 	}
 out:
 	if (fd >= 0)
@@ -482,7 +439,7 @@ out:
 		unlinkat(dfd, tmp, 0);
 	close(dfd);
 	if (rc)
-		return lr_pushfail(L, rc, "%s", err);
+		return lr_pushfail(L, rc, "%s", err.msg);
 	lua_pushboolean(L, 1);
 	return 1;
 }
@@ -503,11 +460,11 @@ static int fs_list_beneath(lua_State *L)
 {
 	const char *root = luaL_checkstring(L, 1);
 	const char *rel = luaL_checkstring(L, 2);
-	char err[WALK_ERRLEN];
+	struct lr_err err = { "" };
 	const char *name;
-	int dfd = walk_parent(root, rel, 0, &name, err);
+	int dfd = walk_parent(root, rel, 0, &name, &err);
 	if (dfd < 0)
-		return lr_pushfail(L, dfd, "%s", err);
+		return lr_pushfail(L, dfd, "%s", err.msg);
 	if (*name) { /* else rel is "": the root itself */
 		int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		int e = errno;

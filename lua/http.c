@@ -300,7 +300,7 @@ static int request_k(lua_State *L, int status, lua_KContext ctx)
 	lr_sched_resumed(L, &op->wait);
 	const struct lr_http_resp *resp = lr_http_resp(op->req);
 	if (resp->rc) {
-		lua_pushstring(L, resp->err);
+		lua_pushstring(L, resp->err.msg);
 		int rc = resp->rc;
 		lr_http_req_free(op->req);
 		op->req = NULL;
@@ -324,10 +324,10 @@ static int http_request(lua_State *L)
 	memset(op, 0, sizeof *op);
 	luaL_setmetatable(L, REQOP_MT);
 	op->wait.cancel = reqop_cancel;
-	char err[320];
-	int rc = lr_http_start(c, &o, reqop_notify, op, &op->req, err);
+	struct lr_err err = { "" };
+	int rc = lr_http_start(c, &o, reqop_notify, op, &op->req, &err);
 	if (rc)
-		return lr_pushfail(L, rc, "%s", err);
+		return lr_pushfail(L, rc, "%s", err.msg);
 	return lr_sched_await(L, &op->wait, (lua_KContext)op, request_k);
 }
 
@@ -342,7 +342,7 @@ struct stream {
 	int ended;                /* the end was reported */
 	int raw;                  /* the waiting call is read(): two strings, no table */
 	int rc;                   /* how it ended */
-	char err[320];
+	struct lr_err err;
 };
 
 static void stream_notify(void *arg)
@@ -417,10 +417,10 @@ static int stream_step(lua_State *L, struct stream *s)
 	if (s->cancelled || !s->req) {
 		if (!s->rc) {
 			s->rc = LR_ECANCELLED;
-			snprintf(s->err, sizeof s->err, "http: stream was closed");
+			lr_err_set(&s->err, "http: stream was closed");
 		}
 		s->ended = 1;
-		return lr_pushfail(L, s->rc, "%s", s->err);
+		return lr_pushfail(L, s->rc, "%s", s->err.msg);
 	}
 	struct lr_http_event e;
 	if (lr_http_peek(s->req, &e)) {
@@ -464,8 +464,8 @@ static int stream_step(lua_State *L, struct stream *s)
 		s->ended = 1;
 		s->rc = resp->rc;
 		if (resp->rc) {
-			memcpy(s->err, resp->err, sizeof s->err);
-			return lr_pushfail(L, s->rc, "%s", s->err);
+			s->err = resp->err;
+			return lr_pushfail(L, s->rc, "%s", s->err.msg);
 		}
 		lua_pushnil(L);
 		return 1;
@@ -490,7 +490,7 @@ static int stream_next(lua_State *L)
 	s->raw = 0;
 	if (s->ended) {
 		if (s->rc)
-			return lr_pushfail(L, s->rc, "%s", s->err);
+			return lr_pushfail(L, s->rc, "%s", s->err.msg);
 		lua_pushnil(L);
 		return 1;
 	}
@@ -512,7 +512,7 @@ static int stream_read(lua_State *L)
 	s->raw = 1;
 	if (s->ended) {
 		if (s->rc)
-			return lr_pushfail(L, s->rc, "%s", s->err);
+			return lr_pushfail(L, s->rc, "%s", s->err.msg);
 		lua_pushnil(L);
 		return 1;
 	}
@@ -553,7 +553,7 @@ static int stream_result(lua_State *L)
 	if (s->cancelled && !s->rc)
 		return lr_pushfail(L, LR_ECANCELLED, "http: stream was closed");
 	if (s->rc)
-		return lr_pushfail(L, s->rc, "%s", s->err);
+		return lr_pushfail(L, s->rc, "%s", s->err.msg);
 	lua_pushboolean(L, 1);
 	return 1;
 }
@@ -589,7 +589,7 @@ static int stream_open_step(lua_State *L, struct stream *s)
 		return stream_wait(L, s, stream_open_k);
 	if (!resp->headers_done) {
 		/* Failed before the headers: connect, header timeout, ... */
-		lua_pushstring(L, resp->err);
+		lua_pushstring(L, resp->err.msg);
 		int rc = resp->rc;
 		stream_abort(s);
 		s->closed = 1;
@@ -620,7 +620,7 @@ static int stream_open_step(lua_State *L, struct stream *s)
 		return stream_wait(L, s, stream_open_k);
 	if (resp->buffered && resp->rc) {
 		/* events = "auto": the whole body failed (cap, reset, timeout) */
-		lua_pushstring(L, resp->err);
+		lua_pushstring(L, resp->err.msg);
 		int rc = resp->rc;
 		stream_abort(s);
 		s->closed = 1;
@@ -664,11 +664,11 @@ static int http_stream(lua_State *L)
 	luaL_setmetatable(L, STREAM_MT);
 	lua_newtable(L);
 	lua_setiuservalue(L, -2, 1);
-	char err[320];
-	int rc = lr_http_start(c, &o, stream_notify, s, &s->req, err);
+	struct lr_err err = { "" };
+	int rc = lr_http_start(c, &o, stream_notify, s, &s->req, &err);
 	if (rc) {
 		s->closed = 1;
-		return lr_pushfail(L, rc, "%s", err);
+		return lr_pushfail(L, rc, "%s", err.msg);
 	}
 	return stream_open_step(L, s);
 }

@@ -233,24 +233,6 @@ int lr_bundle_run(struct lr_state *S, const char *path, int argc, char **argv);
 int lr_bundle_pack(const char *dir, const char *out);
 int lr_bundle_inspect(const char *path);
 int lr_repl_run(struct lr_state *S, const char *script);
-/* snapshot_cli.c: `luarig snapshot ...` (argv after "snapshot"); returns the exit code. */
-int lr_snapshot_cli(int argc, char **argv);
-/* snapshot_cli.c: the state root: opt, else $XDG_STATE_HOME/luarig, else ~/.local/state/luarig (absolute). */
-int lr__cli_state_root(const char *opt, char *out, size_t cap);
-/*
- * snapshot_cli.c: the store a CLI command works on: NATS at url when given, else LMDB under
- * the state root (state or its default; created first when create, else it must hold a
- * store already: a read never creates one). cache (cap bytes)
- * receives the snapshot stat-cache directory ("" for NATS). On failure prints
- * "luarig: message" and returns 1.
- */
-struct lr_store;
-int lr__cli_store_open(const char *state, const char *url, int create, struct lr_store **out,
-		       char *cache, size_t cap);
-/* session_cli.c: `luarig sessions|show|log ...` (cmd and the argv after it); returns the exit code. */
-int lr_session_cli(const char *cmd, int argc, char **argv);
-/* sandbox_cli.c: `luarig sandbox ...` (argv after "sandbox"); returns the exit code. */
-int lr_sandbox_cli(int argc, char **argv);
 
 /*
  * proc.c, for the sandbox executor: spawn o as a rig.process handle (pushes
@@ -265,8 +247,6 @@ int lr__proc_stdio_mode(lua_State *L, int idx, const char *fname, const char *fi
 const char *lr__signal_name(int signo, char *buf, size_t n);
 /* executor.c: rig.sandbox executor sets (rig.core.sandbox_executors). */
 void lr__executor_open(lua_State *L);
-/* sandbox_run.c: `luarig sandbox run ...` (argv after "run"); returns the exit code. */
-int lr_sandbox_run_cli(int argc, char **argv);
 /*
  * server.c: graceful shutdown. take_signal hands a SIGINT/SIGTERM to the
  * task waiting in rig.core.await_shutdown_signal (1) or finds none (0);

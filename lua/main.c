@@ -6,6 +6,7 @@
  */
 #include "internal.h"
 #include "../sandbox/sandbox.h"
+#include "../cli/cli.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -78,17 +79,9 @@ static void usage(FILE *f)
 	      f);
 }
 
-__attribute__((format(printf, 1, 2)))
-static int usage_error(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fputs("luarig: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\nluarig: try 'luarig help'\n", stderr);
-	return 2;
-}
+/* A usage error: "luarig: MESSAGE" and the hint, exit 2 (cli/cli.h). */
+static const struct lr_cli main_cli = { NULL, "luarig: try 'luarig help'\n", LR_CLI_USAGE,
+					LR_CLI_FAILED };
 
 static int parse_size(const char *s, size_t *out)
 {
@@ -296,23 +289,23 @@ int main(int argc, char **argv)
 			else if (a[12] == '\0' && i + 1 < argc)
 				val = argv[++i];
 			else if (a[12] == '\0')
-				return usage_error("'%s' needs a value", a);
+				return lr_cli_usage(&main_cli, "'%s' needs a value", a);
 			else
-				return usage_error("unknown option '%s'", a);
+				return lr_cli_usage(&main_cli, "unknown option '%s'", a);
 			if (parse_size(val, &max_mem) < 0)
-				return usage_error("invalid size '%s' for --max-memory", val);
+				return lr_cli_usage(&main_cli, "invalid size '%s' for --max-memory", val);
 		} else if (strncmp(a, "--max-instructions", 18) == 0) {
 			if (a[18] == '=')
 				val = a + 19;
 			else if (a[18] == '\0' && i + 1 < argc)
 				val = argv[++i];
 			else if (a[18] == '\0')
-				return usage_error("'%s' needs a value", a);
+				return lr_cli_usage(&main_cli, "'%s' needs a value", a);
 			else
-				return usage_error("unknown option '%s'", a);
+				return lr_cli_usage(&main_cli, "unknown option '%s'", a);
 			size_t n;
 			if (parse_size(val, &n) < 0)
-				return usage_error("invalid count '%s' for --max-instructions", val);
+				return lr_cli_usage(&main_cli, "invalid count '%s' for --max-instructions", val);
 			max_instr = n;
 		} else if (strcmp(a, "--debug") == 0) {
 			debug = 1;
@@ -320,7 +313,7 @@ int main(int argc, char **argv)
 			i++;
 			break;
 		} else if (a[0] == '-' && a[1] == '-' && strcmp(a, "--help") && strcmp(a, "--version")) {
-			return usage_error("unknown option '%s'", a);
+			return lr_cli_usage(&main_cli, "unknown option '%s'", a);
 		} else {
 			break;
 		}
@@ -342,14 +335,14 @@ int main(int argc, char **argv)
 			if (strcmp(argv[j], "-o") == 0 && j + 1 < argc)
 				out = argv[++j];
 			else if (strcmp(argv[j], "-o") == 0)
-				return usage_error("'%s' needs a file name", "-o");
+				return lr_cli_usage(&main_cli, "'%s' needs a file name", "-o");
 			else if (!dir && argv[j][0] != '-')
 				dir = argv[j];
 			else
-				return usage_error("unexpected argument '%s'", argv[j]);
+				return lr_cli_usage(&main_cli, "unexpected argument '%s'", argv[j]);
 		}
 		if (!dir)
-			return usage_error("%s", "pack needs a directory");
+			return lr_cli_usage(&main_cli, "%s", "pack needs a directory");
 		return lr_bundle_pack(dir, out);
 	}
 	if (cmd && strcmp(cmd, "snapshot") == 0)
@@ -363,7 +356,7 @@ int main(int argc, char **argv)
 		return lr_sandbox_cli(argc - i - 1, argv + i + 1);
 	if (cmd && strcmp(cmd, "inspect") == 0) {
 		if (i + 2 != argc)
-			return usage_error("%s", "inspect needs exactly one bundle");
+			return lr_cli_usage(&main_cli, "%s", "inspect needs exactly one bundle");
 		return lr_bundle_inspect(argv[i + 1]);
 	}
 
@@ -371,7 +364,7 @@ int main(int argc, char **argv)
 	int repl = 0, run = 0;
 	if (cmd && strcmp(cmd, "-e") == 0) {
 		if (i + 1 >= argc)
-			return usage_error("'%s' needs a chunk", "-e");
+			return lr_cli_usage(&main_cli, "'%s' needs a chunk", "-e");
 		chunk = argv[i + 1];
 		i += 2;
 	} else if (cmd && strcmp(cmd, "repl") == 0) {
@@ -379,7 +372,7 @@ int main(int argc, char **argv)
 		if (i + 1 < argc)
 			script = argv[i + 1];
 		if (i + 2 < argc)
-			return usage_error("unexpected argument '%s'", argv[i + 2]);
+			return lr_cli_usage(&main_cli, "unexpected argument '%s'", argv[i + 2]);
 		i = argc;
 	} else if (cmd && strcmp(cmd, "serve") == 0) {
 		/* rig.serve parses its own arguments (usage errors exit 2) */
@@ -395,12 +388,12 @@ int main(int argc, char **argv)
 		i++;
 	} else if (cmd && strcmp(cmd, "run") == 0) {
 		if (i + 1 >= argc)
-			return usage_error("%s", "run needs a script or a bundle");
+			return lr_cli_usage(&main_cli, "%s", "run needs a script or a bundle");
 		run = 1;
 		script = argv[i + 1];
 		i += 2;
 	} else if (cmd && cmd[0] == '-' && cmd[1] != '\0') {
-		return usage_error("unknown option '%s'", cmd);
+		return lr_cli_usage(&main_cli, "unknown option '%s'", cmd);
 	} else if (cmd) {
 		script = cmd;
 		run = 1; /* a .rig path runs as a bundle, like `luarig run` */

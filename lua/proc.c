@@ -260,10 +260,10 @@ static void parse_opts(lua_State *L, int is_run, struct spawn_req *r)
 /* Spawns; on failure pushes nil, message, code and returns 3, else 0. */
 static int do_spawn(lua_State *L, struct spawn_req *r, struct lr_proc **out)
 {
-	char err[LR_PROC_ERRLEN];
-	int rc = lr_proc_spawn(lr_state_of(L)->loop, &r->o, out, err);
+	struct lr_err err = { "" };
+	int rc = lr_proc_spawn(lr_state_of(L)->loop, &r->o, out, &err);
 	if (rc)
-		return lr_pushfail(L, rc, "process: %s", err);
+		return lr_pushfail(L, rc, "process: %s", err.msg);
 	if (r->stdin_data) {
 		rc = lr_proc_write(*out, r->stdin_data, r->stdin_len);
 		if (rc && rc != -EPIPE) { /* a child that ignores its stdin is fine */

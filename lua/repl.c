@@ -425,20 +425,6 @@ static int call_mod(struct repl *r, const char *name, int nargs, int nres)
 
 /* History: one entry per line, "\n" and "\\" escaped, so a multi-line statement stays one entry. */
 
-static int mkdirs(char *path)
-{
-	for (char *p = path + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		int rc = mkdir(path, 0700);
-		*p = '/';
-		if (rc < 0 && errno != EEXIST)
-			return -errno;
-	}
-	return 0;
-}
-
 static char *history_path(void)
 {
 	const char *base = getenv("XDG_STATE_HOME");
@@ -453,7 +439,12 @@ static char *history_path(void)
 		return NULL;
 	if (n < 0)
 		return NULL;
-	if (mkdirs(path) < 0) {
+	/* the directories above the file, 0700 */
+	char *slash = strrchr(path, '/');
+	*slash = '\0';
+	int rc = lr_mkdirs(path, 0700, NULL);
+	*slash = '/';
+	if (rc < 0) {
 		free(path);
 		return NULL;
 	}

@@ -62,9 +62,9 @@ static int raise_c(lua_State *L, const char *fn, const char *msg)
 
 static void finish(lua_State *L, struct profile_ud *u, const char *fn)
 {
-	char err[LR_SBX_ERRLEN];
-	if (lr_profile_validate(&u->p, err))
-		raise_c(L, fn, err);
+	struct lr_err err = { "" };
+	if (lr_profile_validate(&u->p, &err))
+		raise_c(L, fn, err.msg);
 	lr_profile_fingerprint(&u->p, u->fp);
 	if (!u->fp[0])
 		luaL_error(L, "%s: cannot compute the fingerprint (libcrypto missing)", fn);
@@ -279,9 +279,9 @@ static int profile_access_for(lua_State *L)
 	const char *kind = luaL_checkstring(L, 2);
 	const char *scope = luaL_optstring(L, 3, NULL);
 	enum lr_cap c;
-	char err[LR_SBX_ERRLEN];
-	if (lr_profile_access_for(&u->p, kind, scope, &c, err))
-		return raise_c(L, "profile:access_for", err);
+	struct lr_err err = { "" };
+	if (lr_profile_access_for(&u->p, kind, scope, &c, &err))
+		return raise_c(L, "profile:access_for", err.msg);
 	lua_pushstring(L, lr_cap_name(c));
 	return 1;
 }
@@ -383,9 +383,9 @@ static int sandbox_restrict(lua_State *L)
 {
 	struct profile_ud *a = check_ud(L, 1), *b = check_ud(L, 2);
 	struct profile_ud *u = push_ud(L);
-	char err[LR_SBX_ERRLEN];
-	if (lr_profile_restrict(&a->p, &b->p, &u->p, err))
-		return luaL_error(L, "rig.sandbox.%s", err);
+	struct lr_err err = { "" };
+	if (lr_profile_restrict(&a->p, &b->p, &u->p, &err))
+		return luaL_error(L, "rig.sandbox.%s", err.msg);
 	finish(L, u, "rig.sandbox.restrict");
 	return 1;
 }
@@ -409,7 +409,8 @@ static void set_bool(lua_State *L, const char *k, int v)
 static int sandbox_check(lua_State *L)
 {
 	struct lr_profile def, *p = &def;
-	char err[LR_SBX_ERRLEN] = "", cwd[PATH_MAX];
+	struct lr_err err = { "" };
+	char cwd[PATH_MAX];
 	lr_profile_init(&def);
 	if (!lua_isnoneornil(L, 1)) {
 		p = &check_ud(L, 1)->p;
@@ -420,7 +421,7 @@ static int sandbox_check(lua_State *L)
 	}
 	const struct lr_sbx_caps *c = lr_sbx_probe();
 	struct lr_sbx_report r;
-	int rc = lr_sbx_report(p, c, &r, err);
+	int rc = lr_sbx_report(p, c, &r, &err);
 
 	lua_createtable(L, 0, 8);
 	lua_pushstring(L, tier_name(c->tier));
@@ -431,7 +432,7 @@ static int sandbox_check(lua_State *L)
 	lua_setfield(L, -2, "cgroup");
 	set_bool(L, "ok", rc == 0);
 	if (rc) {
-		lua_pushstring(L, err);
+		lua_pushstring(L, err.msg);
 		lua_setfield(L, -2, "error");
 	}
 	lua_createtable(L, LR_G_COUNT, 0);
@@ -496,14 +497,14 @@ static int protect_path(lua_State *L)
 		}
 	}
 	struct lr_protect_opts o = { .names = names, .nnames = n };
-	char why[LR_SBX_ERRLEN];
-	int rc = lr_protect_path(root, rel, &o, why);
+	struct lr_err why = { "" };
+	int rc = lr_protect_path(root, rel, &o, &why);
 	if (rc < 0)
 		return lr_pushfail(L, rc, "protect_path: '%s': %s", root, lr_strerror(rc));
 	if (rc == 0)
 		lua_pushnil(L);
 	else
-		lua_pushstring(L, why);
+		lua_pushstring(L, why.msg);
 	return 1;
 }
 

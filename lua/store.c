@@ -289,14 +289,11 @@ static struct shared *check_store(lua_State *L)
 }
 
 /* Starts op (already filled) and waits; raises on misuse before anything is submitted. */
+/* The op made by sop_new, its userdata on top of the stack, goes to the pool. */
 static int sop_start(lua_State *L, struct shared *sh, struct sop *op)
 {
-	/* stack: ... ; the op userdata anchors the wait on the coroutine stack */
-	struct opud *ud = lua_newuserdatauv(L, sizeof *ud, 0);
-	memset(ud, 0, sizeof *ud);
-	luaL_setmetatable(L, STOREOP_MT);
-	ud->op = op;
-	op->ud = ud;
+	/* stack: ... ud; the op userdata anchors the wait on the coroutine stack */
+	struct opud *ud = op->ud;
 	op->sh = sh;
 	sh->refs++;
 	op->work.work = sop_work;
@@ -313,20 +310,28 @@ static int sop_start(lua_State *L, struct shared *sh, struct sop *op)
 	return lr_sched_await(L, &ud->wait, (lua_KContext)ud, sop_k);
 }
 
+/*
+ * An op and its userdata, pushed: the userdata first (closed), then the op
+ * it owns from here on, so a raise anywhere after (out of memory, a
+ * --max-memory stop) leaves the op to the userdata's __gc. Callers add to
+ * the op, push nothing that stays, and hand it to sop_start.
+ */
 static struct sop *sop_new(lua_State *L, enum kind kind, int nstr)
 {
 	const char *a = nstr >= 1 ? luaL_checkstring(L, 2) : NULL;
 	const char *b = nstr >= 2 ? luaL_checkstring(L, 3) : NULL;
+	struct opud *ud = lua_newuserdatauv(L, sizeof *ud, 0);
+	memset(ud, 0, sizeof *ud);
+	luaL_setmetatable(L, STOREOP_MT);
+	/* stack: ... ud */
 	struct sop *op = calloc(1, sizeof *op);
-	if (!op || (a && !(op->a = strdup(a))) || (b && !(op->b = strdup(b)))) {
-		if (op) {
-			free(op->a);
-			free(op);
-		}
+	if (!op)
 		luaL_error(L, "rig.store: out of memory");
-		return NULL;
-	}
+	ud->op = op;
+	op->ud = ud;
 	op->kind = kind;
+	if ((a && !(op->a = strdup(a))) || (b && !(op->b = strdup(b))))
+		luaL_error(L, "rig.store: out of memory");
 	return op;
 }
 
@@ -369,10 +374,8 @@ static int store_blob_put(lua_State *L)
 	lr_sched_enter(L);
 	struct sop *op = sop_new(L, K_BLOB_PUT, 1);
 	op->bytes.data = malloc(n ? n : 1);
-	if (!op->bytes.data) {
-		sop_free(op);
-		return luaL_error(L, "rig.store: out of memory");
-	}
+	if (!op->bytes.data)
+		return luaL_error(L, "rig.store: out of memory"); /* the op goes with its userdata */
 	memcpy(op->bytes.data, data, n);
 	op->bytes.len = n;
 	return sop_start(L, sh, op);
@@ -391,10 +394,8 @@ static int store_gc(lua_State *L)
 	lua_pop(L, (int)n);
 	struct sop *op = sop_new(L, K_GC, 0);
 	op->live = calloc((size_t)n + 1, sizeof *op->live);
-	if (!op->live) {
-		free(op);
-		return luaL_error(L, "rig.store: out of memory");
-	}
+	if (!op->live)
+		return luaL_error(L, "rig.store: out of memory"); /* the op goes with its userdata */
 	for (lua_Integer i = 1; i <= n; i++) {
 		lua_geti(L, 2, i);
 		op->live[op->nlive] = strdup(lua_tostring(L, -1));
@@ -456,11 +457,24 @@ static int store_kind(lua_State *L)
 }
 
 /* Wraps an open backend in a handle; takes s (and closes it on failure). */
-static int push_store(lua_State *L, struct lr_store *s, const char *cache_dir, int threads)
+/*
+ * A store handle is made closed (*p NULL) before the store it will own is
+ * opened, as Lua's own io library does: raising (out of memory, a
+ * --max-memory stop) while the userdata is made then leaks nothing, and
+ * once the store is open only C runs until the handle owns it.
+ */
+static struct shared **store_new_closed(lua_State *L)
 {
 	struct shared **p = lua_newuserdatauv(L, sizeof *p, 0);
 	*p = NULL;
 	luaL_setmetatable(L, STORE_MT);
+	return p; /* stack: ... ud */
+}
+
+/* Gives s (open) to the closed handle p; on failure s is closed, then the error raised. */
+static int store_adopt(lua_State *L, struct shared **p, struct lr_store *s, const char *cache_dir,
+		       int threads)
+{
 	struct shared *sh = calloc(1, sizeof *sh);
 	struct lr_err e;
 	struct lr_snap_opts o = { .cache_dir = cache_dir, .threads = threads };
@@ -478,12 +492,13 @@ static int push_store(lua_State *L, struct lr_store *s, const char *cache_dir, i
 /* rig.core.store_memory() */
 static int core_store_memory(lua_State *L)
 {
+	struct shared **p = store_new_closed(L);
 	struct lr_store *s;
 	struct lr_err e;
 	int rc = lr_store_memory_open(&s, &e);
 	if (rc)
 		return lr_pushfail(L, rc, "%s", e.msg);
-	return push_store(L, s, NULL, 0);
+	return store_adopt(L, p, s, NULL, 0);
 }
 
 /* rig.core.store_lmdb{ root = "/abs/dir" } */
@@ -504,14 +519,14 @@ static int core_store_lmdb(lua_State *L)
 	char cache[PATH_MAX];
 	snprintf(cache, sizeof cache, "%s/statcache", root);
 	struct lr_lmdb_opts o = { .root = root };
+	struct shared **p = store_new_closed(L);
 	struct lr_store *s;
 	struct lr_err e;
 	int rc = lr_store_lmdb_open(&o, &s, &e);
 	if (rc)
 		return lr_pushfail(L, rc, "%s", e.msg);
 	/* Many puts in flight let the LMDB writer group them into few commits. */
-	push_store(L, s, cache, 32);
-	struct shared **p = lua_touserdata(L, -1);
+	store_adopt(L, p, s, cache, 32);
 	(*p)->root = strdup(root);
 	if (!(*p)->root)
 		return luaL_error(L, "rig.store: out of memory");
@@ -602,12 +617,13 @@ static int core_store_nats(lua_State *L)
 	char cache[PATH_MAX];
 	if (o.embedded_dir)
 		snprintf(cache, sizeof cache, "%s/statcache", o.embedded_dir);
+	struct shared **p = store_new_closed(L);
 	struct lr_store *s;
 	struct lr_err e;
 	int rc = lr_store_nats_open(&o, &s, &e);
 	if (rc)
 		return lr_pushfail(L, rc, "%s", e.msg);
-	return push_store(L, s, o.embedded_dir ? cache : NULL, 32);
+	return store_adopt(L, p, s, o.embedded_dir ? cache : NULL, 32);
 }
 
 void lr__store_open(lua_State *L)

@@ -233,22 +233,13 @@ static int workspace_realpath(lua_State *L)
 static int workspace_mkdirs(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
-	char buf[PATH_MAX];
 	size_t n = strlen(path);
-	if (n == 0 || n >= sizeof buf)
+	if (n == 0 || n >= PATH_MAX)
 		return lr_pushfail(L, -ENAMETOOLONG, "'%s': %s", path, strerror(ENAMETOOLONG));
-	memcpy(buf, path, n + 1);
-	for (size_t i = 1; i <= n; i++) {
-		if (buf[i] != '/' && buf[i] != '\0')
-			continue;
-		char c = buf[i];
-		buf[i] = '\0';
-		if (mkdir(buf, 0700) != 0 && errno != EEXIST) {
-			int e = errno;
-			return lr_pushfail(L, -e, "cannot create '%s': %s", buf, strerror(e));
-		}
-		buf[i] = c;
-	}
+	struct lr_err e;
+	int rc = lr_mkdirs(path, 0700, &e);
+	if (rc)
+		return lr_pushfail(L, rc, "%s", e.msg);
 	struct stat st;
 	if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
 		return lr_pushfail(L, -ENOTDIR, "'%s' is not a directory", path);

@@ -50,15 +50,6 @@ static const char *const env_allow[] = { "PATH", "LANG", "TERM", "TZ", "USER",
 					 "LOGNAME", "SHELL", NULL };
 #define DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 
-__attribute__((format(printf, 2, 3)))
-static void seterr(char *err, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, LR_SBX_ERRLEN, fmt, ap);
-	va_end(ap);
-}
-
 /* 1 when path is root or below it (both canonical, absolute). */
 static int path_within(const char *path, const char *root)
 {
@@ -82,7 +73,7 @@ struct build {
 	struct lr_strv writable; /* canonical writable roots, for the protected walk */
 	const struct lr_exec_ctx *ctx;
 	const struct lr_sbx_caps *caps;
-	char *err;
+	struct lr_err *err;
 };
 
 /* Adds a bind (same path inside) and its Landlock rule; a later bind of the same path wins. */
@@ -298,11 +289,11 @@ static int apply_plan(struct build *b, const struct lr_protect_plan *plan)
 	}
 	/* a few binds of the helper's own (/dev nodes, /tmp, /run, /proc) come on top */
 	if (s->nmounts + 16 > LR_SBX_MAX_MOUNTS || s->nreadonly > LR_SBX_MAX_RULES) {
-		seterr(b->err, "executor: keeping the workspace's git directories and protected names "
+		lr_err_set(b->err, "executor: keeping the workspace's git directories and protected names "
 		       "as they are needs %zu binds and %zu read-only paths, more than the sandbox's %d "
 		       "and %d (too many repositories in the writable roots): refusing rather than "
 		       "leaving some unprotected", s->nmounts, s->nreadonly, LR_SBX_MAX_MOUNTS - 16,
-		       LR_SBX_MAX_RULES);
+			   LR_SBX_MAX_RULES);
 		return LR_EREFUSED;
 	}
 	return 0;
@@ -333,9 +324,9 @@ static int protect_roots(struct build *b, const struct lr_profile *p)
 	}
 	int rc = 0;
 	if (n && (!b->caps || b->caps->tier != LR_TIER_A)) {
-		seterr(b->err, "executor: '%s' is writable for this run, but without a mount namespace "
-		       "the git directories and protected names in it cannot be kept read-only "
-		       "(protected_files is not enforced on this machine)", roots[0]);
+		lr_err_set(b->err, "executor: '%s' is writable for this run, but without a mount namespace "
+			   "the git directories and protected names in it cannot be kept read-only "
+			   "(protected_files is not enforced on this machine)", roots[0]);
 		rc = LR_EREFUSED;
 	}
 	struct lr_protect_plan plan;
@@ -348,11 +339,11 @@ static int protect_roots(struct build *b, const struct lr_profile *p)
 		.ngranted = ctx->ngranted_write,
 		.cache = ctx->protect_cache,
 	};
-	char perr[LR_SBX_ERRLEN];
+	struct lr_err perr = { "" };
 	if (!rc && n) {
-		rc = lr_protect_scan(roots, n, &o, &plan, perr);
+		rc = lr_protect_scan(roots, n, &o, &plan, &perr);
 		if (rc)
-			seterr(b->err, "%s", perr);
+			lr_err_set(b->err, "%s", perr.msg);
 		else if ((rc = apply_plan(b, &plan)) != 0 || !ctx->plan)
 			lr_protect_plan_release(&plan);
 		else
@@ -522,7 +513,7 @@ static int in_view(const struct lr_sbx_spec *s, const char *path)
  * relative path is taken from cwd.
  */
 static int resolve_argv0(const struct lr_sbx_spec *s, const char *name, const char *path_var,
-			 const char *cwd, char **out, char *err)
+			 const char *cwd, char **out, struct lr_err *err)
 {
 	if (strchr(name, '/')) {
 		*out = name[0] == '/' ? strdup(name) : lr_asprintf("%s/%s", cwd, name);
@@ -548,7 +539,7 @@ static int resolve_argv0(const struct lr_sbx_spec *s, const char *name, const ch
 		if (*p == ':')
 			p++;
 	}
-	seterr(err, "executor: command '%s' not found in the sandbox's PATH", name);
+	lr_err_set(err, "executor: command '%s' not found in the sandbox's PATH", name);
 	return LR_ENOTFOUND;
 }
 
@@ -587,8 +578,8 @@ static int build_view(struct build *b, const struct lr_profile *p)
 			if (fd >= 0)
 				rc = mask_private(b, fd, path, strlen(path), 0, &left);
 			if (rc == -E2BIG)
-				seterr(b->err, "executor: more than %d files of /etc are private to root; "
-				       "refusing rather than leaving some readable", MASK_MAX);
+				lr_err_set(b->err, "executor: more than %d files of /etc are private to root; "
+					   "refusing rather than leaving some readable", MASK_MAX);
 		}
 	}
 	for (size_t i = 0; i < p->nroots && !rc; i++) {
@@ -655,18 +646,18 @@ static int build_view(struct build *b, const struct lr_profile *p)
 
 int lr_sbx_build_spec(const struct lr_profile *p, const struct lr_sbx_caps *caps,
 			   const struct lr_exec_request *r, const struct lr_exec_ctx *ctx,
-			   struct lr_sbx_spec *out, char err[LR_SBX_ERRLEN])
+			   struct lr_sbx_spec *out, struct lr_err *err)
 {
 	memset(out, 0, sizeof *out);
-	err[0] = '\0';
+	lr_err_clear(err);
 	if ((!r->argv || !r->argv[0] || !r->argv[0][0]) && !r->command) {
-		seterr(err, "executor: the request needs argv or command");
+		lr_err_set(err, "executor: the request needs argv or command");
 		return -EINVAL;
 	}
 	if (p->command == LR_CAP_DENY || (p->command == LR_CAP_GATED && !ctx->command_granted)) {
-		seterr(err, "executor: running commands is %s by the profile%s",
-		       p->command == LR_CAP_DENY ? "denied" : "gated",
-		       p->command == LR_CAP_DENY ? "" : " and no grant was given");
+		lr_err_set(err, "executor: running commands is %s by the profile%s",
+			   p->command == LR_CAP_DENY ? "denied" : "gated",
+			   p->command == LR_CAP_DENY ? "" : " and no grant was given");
 		return LR_EREFUSED;
 	}
 	struct build b = { .s = out, .ctx = ctx, .caps = caps, .err = err };
@@ -686,9 +677,9 @@ int lr_sbx_build_spec(const struct lr_profile *p, const struct lr_sbx_caps *caps
 	} else if (r->network && r->network[0]) {
 		for (char *const *t = r->network; *t; t++) {
 			if (!net_target_ok(p, ctx, *t)) {
-				seterr(err, "executor: network target '%s' is %s", *t,
-				       p->network == LR_CAP_DENY ? "denied by the profile"
-								 : "gated and not granted");
+				lr_err_set(err, "executor: network target '%s' is %s", *t,
+					   p->network == LR_CAP_DENY ? "denied by the profile"
+					   : "gated and not granted");
 				rc = LR_EREFUSED;
 				goto fail;
 			}
@@ -699,7 +690,7 @@ int lr_sbx_build_spec(const struct lr_profile *p, const struct lr_sbx_caps *caps
 	}
 	if (want_proxy) {
 		if (!ctx->proxy_port) {
-			seterr(err, "executor: network access needs the egress proxy, which is not available");
+			lr_err_set(err, "executor: network access needs the egress proxy, which is not available");
 			rc = LR_EUNAVAILABLE;
 			goto fail;
 		}
@@ -709,12 +700,12 @@ int lr_sbx_build_spec(const struct lr_profile *p, const struct lr_sbx_caps *caps
 	}
 
 	if (!out->unconfined && (rc = build_view(&b, p)) != 0) {
-		if (!err[0])
-			seterr(err, "executor: cannot build the view: %s", lr_strerror(rc));
+		if (!err->msg[0])
+			lr_err_set(err, "executor: cannot build the view: %s", lr_strerror(rc));
 		goto fail;
 	}
 	if (out->net == LR_SBX_NET_PROXY && (rc = point_resolver(&b, ctx)) != 0) {
-		seterr(err, "executor: cannot point the resolver at the DNS stub: %s", lr_strerror(rc));
+		lr_err_set(err, "executor: cannot point the resolver at the DNS stub: %s", lr_strerror(rc));
 		goto fail;
 	}
 
@@ -735,8 +726,8 @@ int lr_sbx_build_spec(const struct lr_profile *p, const struct lr_sbx_caps *caps
 		}
 		char *ok = realpath(joined, cwd);
 		if (!ok || !is_dir(cwd)) {
-			seterr(err, "executor: cannot use directory '%s': %s", r->cwd,
-			       ok ? "not a directory" : strerror(errno));
+			lr_err_set(err, "executor: cannot use directory '%s': %s", r->cwd,
+				   ok ? "not a directory" : strerror(errno));
 			free(joined);
 			rc = LR_ENOTFOUND;
 			goto fail;
@@ -746,7 +737,7 @@ int lr_sbx_build_spec(const struct lr_profile *p, const struct lr_sbx_caps *caps
 		snprintf(cwd, sizeof cwd, "%s", base);
 	}
 	if (!out->unconfined && !in_view(out, cwd)) {
-		seterr(err, "executor: directory '%s' is outside the sandbox's view", cwd);
+		lr_err_set(err, "executor: directory '%s' is outside the sandbox's view", cwd);
 		rc = LR_EREFUSED;
 		goto fail;
 	}
@@ -789,8 +780,8 @@ int lr_sbx_build_spec(const struct lr_profile *p, const struct lr_sbx_caps *caps
 	lr_strv_release(&b.writable);
 	return 0;
 fail:
-	if (!err[0])
-		seterr(err, "executor: %s", lr_strerror(rc));
+	if (!err->msg[0])
+		lr_err_set(err, "executor: %s", lr_strerror(rc));
 	if (ctx->plan)
 		lr_protect_plan_release(ctx->plan);
 	lr_strv_release(&b.writable);

@@ -143,47 +143,47 @@ static char *dup_or_null(const char *s, int *oom)
 }
 
 int lr_grant_mint(struct lr_grants *g, const struct lr_grant_req *r, char token[33],
-		  char err[LR_SBX_ERRLEN])
+		  struct lr_err *err)
 {
 	token[0] = '\0';
 	if (!r->command || !*r->command) {
-		snprintf(err, LR_SBX_ERRLEN, "grant: no command to bind to");
+		lr_err_set(err, "grant: no command to bind to");
 		return -EINVAL;
 	}
 	if (!r->cwd || r->cwd[0] != '/') {
-		snprintf(err, LR_SBX_ERRLEN, "grant: the working directory must be an absolute path");
+		lr_err_set(err, "grant: the working directory must be an absolute path");
 		return -EINVAL;
 	}
 	if (!r->fingerprint || strlen(r->fingerprint) != 64) {
-		snprintf(err, LR_SBX_ERRLEN, "grant: no profile fingerprint to bind to");
+		lr_err_set(err, "grant: no profile fingerprint to bind to");
 		return -EINVAL;
 	}
 	if ((unsigned)r->cls > LR_GRANT_COMMAND) {
-		snprintf(err, LR_SBX_ERRLEN, "grant: unknown class %d", (int)r->cls);
+		lr_err_set(err, "grant: unknown class %d", (int)r->cls);
 		return -EINVAL;
 	}
 	if (!r->target || !*r->target || (is_path_class(r->cls) && r->target[0] != '/')) {
-		snprintf(err, LR_SBX_ERRLEN, "grant: %s", is_path_class(r->cls)
-				 ? "a filesystem grant needs an absolute target path"
-				 : "no target to bind to");
+		lr_err_set(err, "grant: %s", is_path_class(r->cls)
+			   ? "a filesystem grant needs an absolute target path"
+			   : "no target to bind to");
 		return -EINVAL;
 	}
 	if (!(r->ttl > 0) || !isfinite(r->ttl) || r->ttl > TTL_MAX) {
-		snprintf(err, LR_SBX_ERRLEN, "grant: ttl must be between 0 and %.0f seconds", TTL_MAX);
+		lr_err_set(err, "grant: ttl must be between 0 and %.0f seconds", TTL_MAX);
 		return -EINVAL;
 	}
 	struct grant e = { .exec_id = r->exec_id, .cls = r->cls };
 	if (is_path_class(r->cls)) {
 		int rc = pin(r->target, &e.pinned, &e.dev, &e.ino, &e.type);
 		if (rc) {
-			snprintf(err, LR_SBX_ERRLEN, "grant: cannot pin target '%.200s': %s", r->target,
-				 lr_strerror(rc));
+			lr_err_set(err, "grant: cannot pin target '%.200s': %s", r->target,
+				   lr_strerror(rc));
 			return rc;
 		}
 	}
 	unsigned char raw[16];
 	if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
-		snprintf(err, LR_SBX_ERRLEN, "grant: no randomness for a token");
+		lr_err_set(err, "grant: no randomness for a token");
 		return -EIO;
 	}
 	lr_hex(raw, sizeof raw, e.token);
@@ -218,17 +218,17 @@ int lr_grant_mint(struct lr_grants *g, const struct lr_grant_req *r, char token[
 	pthread_mutex_unlock(&g->mu);
 	if (rc) {
 		grant_release(&e);
-		snprintf(err, LR_SBX_ERRLEN, "grant: %s", rc == LR_ETOOBIG ? "too many live grants"
-									     : lr_strerror(rc));
+		lr_err_set(err, "grant: %s", rc == LR_ETOOBIG ? "too many live grants"
+			   : lr_strerror(rc));
 		return rc;
 	}
 	memcpy(token, e.token, 33);
 	return 0;
 }
 
-static int refuse(char err[LR_SBX_ERRLEN], const char *msg)
+static int refuse(struct lr_err *err, const char *msg)
 {
-	snprintf(err, LR_SBX_ERRLEN, "grant: %s", msg);
+	lr_err_set(err, "grant: %s", msg);
 	return LR_EREFUSED;
 }
 
@@ -239,7 +239,7 @@ static int same(const char *a, const char *b)
 
 /* Checks the bindings of e against r in a fixed order; the first that fails is named. */
 static int check(const struct grant *e, const struct lr_grant_req *r, uint64_t now,
-		 char err[LR_SBX_ERRLEN])
+		 struct lr_err *err)
 {
 	if (e->used)
 		return refuse(err, "already used");
@@ -270,7 +270,7 @@ static int check(const struct grant *e, const struct lr_grant_req *r, uint64_t n
 }
 
 int lr_grant_redeem(struct lr_grants *g, const char *token, const struct lr_grant_req *r,
-		    char err[LR_SBX_ERRLEN])
+		    struct lr_err *err)
 {
 	if (!token || strlen(token) != 32)
 		return refuse(err, "malformed token");

@@ -141,27 +141,12 @@ static char *read_spec(size_t *len)
 
 /* ---- seccomp (libseccomp, opened lazily before the view hides /usr) ---- */
 
-static const char *const seccomp_sonames[] = { "libseccomp.so.2", "libseccomp.so", NULL };
-static const char *const seccomp_names[] = {
-	"seccomp_init", "seccomp_rule_add", "seccomp_load", "seccomp_syscall_resolve_name",
-	NULL
-};
-static struct {
-	__typeof__(seccomp_init) *init;
-	__typeof__(seccomp_rule_add) *rule_add;
-	__typeof__(seccomp_load) *load;
-	__typeof__(seccomp_syscall_resolve_name) *resolve;
-} scmp;
-static struct lr_lazy seccomp_lib = {
-	.sonames = seccomp_sonames, .names = seccomp_names, .slots = (void **)&scmp,
-};
-
 static void deny(scmp_filter_ctx ctx, const char *name, int err)
 {
-	int nr = scmp.resolve(name);
+	int nr = lr__scmp.resolve(name);
 	if (nr == __NR_SCMP_ERROR)
 		return; /* not a syscall of this architecture */
-	int rc = scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 0);
+	int rc = lr__scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 0);
 	if (rc)
 		die(-rc, "seccomp rule for '%s'", name);
 }
@@ -169,10 +154,10 @@ static void deny(scmp_filter_ctx ctx, const char *name, int err)
 static void deny_arg(scmp_filter_ctx ctx, const char *name, unsigned n, struct scmp_arg_cmp a,
 		     struct scmp_arg_cmp b)
 {
-	int nr = scmp.resolve(name);
+	int nr = lr__scmp.resolve(name);
 	int rc = nr == __NR_SCMP_ERROR ? 0
-		 : n == 1	       ? scmp.rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, a)
-				       : scmp.rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 2, a, b);
+		 : n == 1	       ? lr__scmp.rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, a)
+				       : lr__scmp.rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 2, a, b);
 	if (rc)
 		die(-rc, "seccomp rule for '%s'", name);
 }
@@ -181,9 +166,9 @@ static void deny_arg(scmp_filter_ctx ctx, const char *name, unsigned n, struct s
 static void deny_sock(scmp_filter_ctx ctx, int nr, int err, unsigned n, struct scmp_arg_cmp a,
 		      struct scmp_arg_cmp b, struct scmp_arg_cmp c)
 {
-	int rc = n == 1 ? scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 1, a)
-		 : n == 2 ? scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 2, a, b)
-			  : scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 3, a, b, c);
+	int rc = n == 1 ? lr__scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 1, a)
+		 : n == 2 ? lr__scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 2, a, b)
+			  : lr__scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 3, a, b, c);
 	if (rc)
 		die(-rc, "seccomp rule for socket");
 }
@@ -227,7 +212,7 @@ static void deny_range(scmp_filter_ctx ctx, int nr, int err, unsigned k, unsigne
 static void deny_sockets(scmp_filter_ctx ctx, int inet_ok)
 {
 	struct scmp_arg_cmp none = SCMP_A0(SCMP_CMP_EQ, 0); /* filler, never compared */
-	int nr = scmp.resolve("socket");
+	int nr = lr__scmp.resolve("socket");
 	if (nr != __NR_SCMP_ERROR) {
 		/* families: only AF_UNIX (1), AF_INET (2), AF_INET6 (10) */
 		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_UNSPEC, AF_UNSPEC, 0, 0, none, none);
@@ -254,7 +239,7 @@ static void deny_sockets(scmp_filter_ctx ctx, int inet_ok)
 			deny_range(ctx, nr, EPROTONOSUPPORT, 2, IPPROTO_UDP + 1, 0, 1, 2, fam, dg);
 		}
 	}
-	nr = scmp.resolve("socketpair");
+	nr = lr__scmp.resolve("socketpair");
 	if (nr != __NR_SCMP_ERROR) {
 		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_UNSPEC, AF_UNSPEC, 0, 0, none, none);
 		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_UNIX + 1, 0, 1, 0, none, none);
@@ -281,10 +266,11 @@ static scmp_filter_ctx seccomp_build(int inet_ok)
 	static const unsigned long ns[] = { CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS,
 					    CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID,
 					    CLONE_NEWNET };
-	int rc = lr_lazy_open(&seccomp_lib);
+	const char *lib_why = "";
+	int rc = lr__seccomp_open(&lib_why);
 	if (rc)
-		die(0, "seccomp: %s", seccomp_lib.err);
-	scmp_filter_ctx ctx = scmp.init(SCMP_ACT_ALLOW);
+		die(0, "seccomp: %s", lib_why);
+	scmp_filter_ctx ctx = lr__scmp.init(SCMP_ACT_ALLOW);
 	if (!ctx)
 		die(ENOMEM, "seccomp_init");
 	for (size_t i = 0; denied[i]; i++)
@@ -956,7 +942,7 @@ static void exec_target(struct lr_sbx_spec *s, scmp_filter_ctx filter, pid_t par
 	if (!s->unconfined) {
 		drop_caps();
 		apply_landlock(s);
-		int rc = scmp.load(filter);
+		int rc = lr__scmp.load(filter);
 		if (rc)
 			die(-rc, "loading the seccomp filter");
 	}
@@ -1210,9 +1196,9 @@ int lr_sbx_helper_main(int argc, char **argv)
 	char *buf = read_spec(&len);
 	check_lifeline();
 	struct lr_sbx_spec s;
-	char err[LR_SBX_ERRLEN];
-	if (lr_sbx_spec_decode(buf, len, &s, err))
-		die(0, "%s", err);
+	struct lr_err err = { "" };
+	if (lr_sbx_spec_decode(buf, len, &s, &err))
+		die(0, "%s", err.msg);
 	free(buf);
 	if (!s.unconfined && s.net == LR_SBX_NET_HOST)
 		die(0, "host networking needs an unconfined spec");

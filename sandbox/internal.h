@@ -6,6 +6,8 @@
 
 #include "sandbox.h"
 
+#include <seccomp.h>
+
 /*
  * helper.c: as root, a detached read-only clone of /etc, idmapped so that
  * every owner is one the target is not. A mount fd, or -errno. The probe
@@ -15,5 +17,20 @@ int lr__sbx_etc_idmapped(void);
 
 /* protect.c: how recent a change must be not to be trusted, ns (tests set 0). */
 extern int64_t lr__protect_recent_ns;
+
+/*
+ * seccomp.c: libseccomp, opened on first use from any thread. The
+ * functions in lr__scmp are valid after lr__seccomp_open returned 0; on
+ * LR_EUNAVAILABLE *why (static) says which library or symbol is missing.
+ */
+struct lr__seccomp {
+	__typeof__(seccomp_init) *init;
+	__typeof__(seccomp_rule_add) *rule_add;
+	__typeof__(seccomp_load) *load;
+	__typeof__(seccomp_release) *release;
+	__typeof__(seccomp_syscall_resolve_name) *resolve;
+};
+extern struct lr__seccomp lr__scmp;
+int lr__seccomp_open(const char **why);
 
 #endif

@@ -202,19 +202,6 @@ static void ns_trampoline(int fd, void *arg)
 /* ------------------------------------------------------------------ */
 /* seccomp: libseccomp opened lazily, a trivial filter loaded in a child */
 
-static const char *const seccomp_sonames[] = { "libseccomp.so.2", "libseccomp.so", NULL };
-static const char *const seccomp_names[] = { "seccomp_init", "seccomp_rule_add",
-					     "seccomp_load", "seccomp_release", NULL };
-static struct {
-	__typeof__(seccomp_init) *init;
-	__typeof__(seccomp_rule_add) *rule_add;
-	__typeof__(seccomp_load) *load;
-	__typeof__(seccomp_release) *release;
-} scmp;
-static struct lr_lazy seccomp_lib = {
-	.sonames = seccomp_sonames, .names = seccomp_names, .slots = (void **)&scmp,
-};
-
 struct sc_result {
 	int loaded;
 	int load_rc;
@@ -228,7 +215,7 @@ static void sc_child(int fd, void *arg)
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
 		r.load_rc = -errno;
 	} else {
-		r.load_rc = scmp.load((scmp_filter_ctx)arg);
+		r.load_rc = lr__scmp.load((scmp_filter_ctx)arg);
 		r.loaded = r.load_rc == 0;
 		if (r.loaded)
 			r.works = syscall(SYS_getpid) == -1 && errno == EXDEV;
@@ -239,17 +226,18 @@ static void sc_child(int fd, void *arg)
 
 static int probe_seccomp(char *why, size_t len)
 {
-	if (lr_lazy_open(&seccomp_lib)) {
-		snprintf(why, len, "libseccomp: %s", seccomp_lib.err);
+	const char *lib_why;
+	if (lr__seccomp_open(&lib_why)) {
+		snprintf(why, len, "libseccomp: %s", lib_why);
 		return 0;
 	}
-	scmp_filter_ctx ctx = scmp.init(SCMP_ACT_ALLOW);
+	scmp_filter_ctx ctx = lr__scmp.init(SCMP_ACT_ALLOW);
 	if (!ctx) {
 		snprintf(why, len, "seccomp_init failed");
 		return 0;
 	}
 	int ok = 0;
-	if (scmp.rule_add(ctx, SCMP_ACT_ERRNO(EXDEV), SCMP_SYS(getpid), 0) != 0) {
+	if (lr__scmp.rule_add(ctx, SCMP_ACT_ERRNO(EXDEV), SCMP_SYS(getpid), 0) != 0) {
 		snprintf(why, len, "seccomp_rule_add failed");
 	} else {
 		struct sc_result r;
@@ -263,7 +251,7 @@ static int probe_seccomp(char *why, size_t len)
 		else
 			ok = 1;
 	}
-	scmp.release(ctx);
+	lr__scmp.release(ctx);
 	return ok;
 }
 
@@ -723,7 +711,7 @@ static void enforce_b(const struct lr_sbx_caps *c, struct lr_sbx_report *r)
 }
 
 int lr_sbx_report(const struct lr_profile *p, const struct lr_sbx_caps *c,
-		  struct lr_sbx_report *r, char err[LR_SBX_ERRLEN])
+		  struct lr_sbx_report *r, struct lr_err *err)
 {
 	memset(r, 0, sizeof *r);
 	r->tier = c->tier;
@@ -813,9 +801,8 @@ int lr_sbx_report(const struct lr_profile *p, const struct lr_sbx_caps *c,
 	}
 	for (int g = 0; g < LR_G_COUNT; g++)
 		if (r->required[g] && !r->enforced[g]) {
-			snprintf(err, LR_SBX_ERRLEN,
-				 "sandbox: the profile needs '%s', which this machine cannot enforce: %.200s",
-				 g_names[g], r->missing[g]);
+			lr_err_set(err, "sandbox: the profile needs '%s', which this machine cannot enforce: %.200s",
+				   g_names[g], r->missing[g]);
 			return LR_EREFUSED;
 		}
 	return 0;

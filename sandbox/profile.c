@@ -137,17 +137,17 @@ int lr_profile_resolve(const struct lr_profile *p, const char *path, char *out, 
 /* validation                                                           */
 
 __attribute__((format(printf, 2, 3)))
-static int bad(char err[LR_SBX_ERRLEN], const char *fmt, ...)
+static int bad(struct lr_err *err, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(err, LR_SBX_ERRLEN, fmt, ap);
+	lr_err_vset(err, fmt, ap);
 	va_end(ap);
 	return -EINVAL;
 }
 
 /* An existing directory whose canonical path is exactly path. */
-static int check_canonical(const char *field, const char *path, char err[LR_SBX_ERRLEN])
+static int check_canonical(const char *field, const char *path, struct lr_err *err)
 {
 	char real[PATH_MAX];
 	struct stat st;
@@ -164,7 +164,7 @@ static int check_canonical(const char *field, const char *path, char err[LR_SBX_
 	return 0;
 }
 
-static int check_cap(const char *field, enum lr_cap c, char err[LR_SBX_ERRLEN])
+static int check_cap(const char *field, enum lr_cap c, struct lr_err *err)
 {
 	if ((unsigned)c > LR_CAP_ALLOW)
 		return bad(err, "profile: field '%s' must be deny, gated or allow%s", field, "");
@@ -173,14 +173,14 @@ static int check_cap(const char *field, enum lr_cap c, char err[LR_SBX_ERRLEN])
 
 /* Write may not be wider than read for the same place. */
 static int check_order(const char *wfield, enum lr_cap w, const char *rfield, enum lr_cap r,
-		       char err[LR_SBX_ERRLEN])
+		       struct lr_err *err)
 {
 	if (w > r)
 		return bad(err, "profile: field '%s' is wider than '%s'", wfield, rfield);
 	return 0;
 }
 
-int lr_profile_validate(const struct lr_profile *p, char err[LR_SBX_ERRLEN])
+int lr_profile_validate(const struct lr_profile *p, struct lr_err *err)
 {
 	static const char *const names[] = { "workspace_read", "workspace_write", "host_read",
 					     "host_write", "network", "command", "delegate", "mcp" };
@@ -355,11 +355,11 @@ static enum lr_cap state_for_path(const struct lr_profile *p, const char *path, 
 }
 
 int lr_profile_access_for(const struct lr_profile *p, const char *kind, const char *scope,
-			  enum lr_cap *out, char err[LR_SBX_ERRLEN])
+			  enum lr_cap *out, struct lr_err *err)
 {
 	*out = LR_CAP_DENY;
 	if (!kind) {
-		snprintf(err, LR_SBX_ERRLEN, "profile: access kind missing");
+		lr_err_set(err, "profile: access kind missing");
 		return -EINVAL;
 	}
 	int write = strcmp(kind, "filesystem.write") == 0;
@@ -367,8 +367,8 @@ int lr_profile_access_for(const struct lr_profile *p, const char *kind, const ch
 		char path[PATH_MAX];
 		int rc = lr_profile_resolve(p, scope, path, sizeof path);
 		if (rc) {
-			snprintf(err, LR_SBX_ERRLEN, "profile: '%s' needs a path, cannot resolve '%.200s': %s",
-				 kind, scope ? scope : "", lr_strerror(rc));
+			lr_err_set(err, "profile: '%s' needs a path, cannot resolve '%.200s': %s",
+				   kind, scope ? scope : "", lr_strerror(rc));
 			return rc;
 		}
 		*out = state_for_path(p, path, write);
@@ -390,7 +390,7 @@ int lr_profile_access_for(const struct lr_profile *p, const char *kind, const ch
 		*out = p->mcp;
 		return 0;
 	}
-	snprintf(err, LR_SBX_ERRLEN, "profile: unknown access kind '%.200s'", kind);
+	lr_err_set(err, "profile: unknown access kind '%.200s'", kind);
 	return -EINVAL;
 }
 
@@ -508,21 +508,20 @@ static int restrict_roots(const struct lr_profile *a, const struct lr_profile *b
 }
 
 int lr_profile_restrict(const struct lr_profile *base, const struct lr_profile *ceiling,
-			struct lr_profile *out, char err[LR_SBX_ERRLEN])
+			struct lr_profile *out, struct lr_err *err)
 {
 	memset(out, 0, sizeof *out);
 	if (!base->workspace_root || !ceiling->workspace_root ||
 	    strcmp(base->workspace_root, ceiling->workspace_root) != 0) {
-		snprintf(err, LR_SBX_ERRLEN,
-			 "restrict: the profiles have different workspaces ('%.120s' and '%.120s')",
-			 base->workspace_root ? base->workspace_root : "",
-			 ceiling->workspace_root ? ceiling->workspace_root : "");
+		lr_err_set(err, "restrict: the profiles have different workspaces ('%.120s' and '%.120s')",
+			   base->workspace_root ? base->workspace_root : "",
+			   ceiling->workspace_root ? ceiling->workspace_root : "");
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < base->nroots + ceiling->nroots; i++) {
 		const struct lr_profile *p = i < base->nroots ? base : ceiling;
 		if (!p->roots[i < base->nroots ? i : i - base->nroots].path) {
-			snprintf(err, LR_SBX_ERRLEN, "restrict: a root without a path");
+			lr_err_set(err, "restrict: a root without a path");
 			return -EINVAL;
 		}
 	}
@@ -551,7 +550,7 @@ int lr_profile_restrict(const struct lr_profile *base, const struct lr_profile *
 	    (rc = merge_names(out, ceiling->protect_names, ceiling->nprotect_names)) ||
 	    (rc = restrict_roots(base, ceiling, out))) {
 		lr_profile_release(out);
-		snprintf(err, LR_SBX_ERRLEN, "restrict: %s", lr_strerror(rc));
+		lr_err_set(err, "restrict: %s", lr_strerror(rc));
 		return rc;
 	}
 	return 0;

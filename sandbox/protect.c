@@ -62,11 +62,11 @@ static const struct {
 #define QUARANTINE ".luarig-quarantine"
 
 __attribute__((format(printf, 2, 3)))
-static int refuse(char *err, const char *fmt, ...)
+static int refuse(struct lr_err *err, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(err, LR_SBX_ERRLEN, fmt, ap);
+	lr_err_vset(err, fmt, ap);
 	va_end(ap);
 	return LR_EREFUSED;
 }
@@ -304,7 +304,7 @@ struct scan {
 	const char *const *roots;
 	size_t nroots;
 	size_t max;
-	char *err;
+	struct lr_err *err;
 };
 
 /* The writable root holding path, or NULL. */
@@ -876,7 +876,7 @@ struct walker {
 	size_t entries, max;
 	size_t read;     /* directories read (not reused) */
 	int64_t started; /* coarse wall clock when the walk began, ns */
-	char *err;
+	struct lr_err *err;
 	struct after *a; /* the check after a run; NULL for the scan */
 	/* a shared buffer for getdents64 and a stack of the subdirectory names read */
 	char dents[32768];
@@ -1301,10 +1301,10 @@ void lr_protect_plan_release(struct lr_protect_plan *p)
 }
 
 int lr_protect_scan(const char *const *roots, size_t nroots, const struct lr_protect_opts *o,
-		    struct lr_protect_plan *plan, char err[LR_SBX_ERRLEN])
+		    struct lr_protect_plan *plan, struct lr_err *err)
 {
 	memset(plan, 0, sizeof *plan);
-	err[0] = '\0';
+	lr_err_clear(err);
 	struct scan s = { .o = o, .p = plan, .roots = roots, .nroots = nroots, .err = err,
 			  .max = o->max_entries ? o->max_entries : LR_PROTECT_MAX_ENTRIES };
 	/* a root inside another root is walked with it */
@@ -1357,8 +1357,8 @@ int lr_protect_scan(const char *const *roots, size_t nroots, const struct lr_pro
 	if (!rc && plan->ndotgits)
 		qsort(plan->dotgits, plan->ndotgits, sizeof *plan->dotgits, by_str);
 	if (rc) {
-		if (!err[0])
-			snprintf(err, LR_SBX_ERRLEN, "executor: the protected-path walk: %s", lr_strerror(rc));
+		if (!err->msg[0])
+			lr_err_set(err, "executor: the protected-path walk: %s", lr_strerror(rc));
 		lr_protect_plan_release(plan);
 	}
 	return rc;
@@ -1411,7 +1411,7 @@ static int make_placeholder(const struct lr_protect_item *it)
 }
 
 int lr_protect_place(const struct lr_protect_plan *p, struct lr_protect_hold **out,
-		     char err[LR_SBX_ERRLEN])
+		     struct lr_err *err)
 {
 	*out = NULL;
 	struct lr_protect_hold *h = calloc(1, sizeof *h);
@@ -1420,7 +1420,7 @@ int lr_protect_place(const struct lr_protect_plan *p, struct lr_protect_hold **o
 		want += p->items[i].kind != LR_PROTECT_RO;
 	if (!h || (want && !(h->v = calloc(want, sizeof *h->v)))) {
 		free(h);
-		snprintf(err, LR_SBX_ERRLEN, "executor: out of memory");
+		lr_err_set(err, "executor: out of memory");
 		return -ENOMEM;
 	}
 	int rc = 0;
@@ -1432,7 +1432,7 @@ int lr_protect_place(const struct lr_protect_plan *p, struct lr_protect_hold **o
 		int tries = 0;
 		for (;;) {
 			if ((rc = make_placeholder(it)) != 0) {
-				snprintf(err, LR_SBX_ERRLEN, "executor: cannot make the placeholder '%s' "
+				lr_err_set(err, "executor: cannot make the placeholder '%s' "
 					 "that holds a protected path: %s", it->path, lr_strerror(rc));
 				break;
 			}
@@ -1506,7 +1506,7 @@ struct after {
 	const struct lr_protect_plan *p;
 	const struct lr_protect_opts *o;
 	struct lr_buf *moved;
-	char *err;
+	struct lr_err *err;
 	int rc; /* the first failure; the check goes on */
 };
 
@@ -1530,8 +1530,8 @@ static int quarantine(struct after *a, int dfd, const char *dir, const char *nam
 	lr_buf_printf(a->moved, "'%s/%s' could not be moved aside (%s): %s\n", dir, name, strerror(e), why);
 	if (!a->rc) {
 		a->rc = -e;
-		snprintf(a->err, LR_SBX_ERRLEN, "executor: cannot move '%s/%s' aside: %s", dir, name,
-			 strerror(e));
+		lr_err_set(a->err, "executor: cannot move '%s/%s' aside: %s", dir, name,
+			   strerror(e));
 	}
 	return -e;
 }
@@ -1572,9 +1572,9 @@ static void after_saw(struct walker *w, int fd, uint32_t me, uint32_t old, const
 }
 
 int lr_protect_after(struct lr_protect_plan *p, const struct lr_protect_opts *o,
-		     struct lr_buf *moved, char err[LR_SBX_ERRLEN])
+		     struct lr_buf *moved, struct lr_err *err)
 {
-	err[0] = '\0';
+	lr_err_clear(err);
 	struct after a = { .p = p, .o = o, .moved = moved, .err = err };
 	size_t max = o->max_entries ? o->max_entries : LR_PROTECT_MAX_ENTRIES;
 	const struct lr_protect_tree *old = p->tree;
@@ -1584,7 +1584,7 @@ int lr_protect_after(struct lr_protect_plan *p, const struct lr_protect_opts *o,
 		if (!w || !roots) {
 			free(w);
 			free(roots);
-			snprintf(err, LR_SBX_ERRLEN, "executor: the check after the run: out of memory");
+			lr_err_set(err, "executor: the check after the run: out of memory");
 			return -ENOMEM;
 		}
 		size_t nr = 0;
@@ -1599,11 +1599,11 @@ int lr_protect_after(struct lr_protect_plan *p, const struct lr_protect_opts *o,
 		int rc = outer ? walk_roots(w, roots, nr, outer) : -ENOMEM;
 		if (rc == LR_ETOOBIG && !a.rc) {
 			a.rc = LR_ETOOBIG;
-			snprintf(err, LR_SBX_ERRLEN, "executor: the check after the run stopped after %zu "
+			lr_err_set(err, "executor: the check after the run stopped after %zu "
 				 "entries: a repository made in the writable roots may be left", max * 4);
 		} else if (rc && !a.rc) {
 			a.rc = rc;
-			snprintf(err, LR_SBX_ERRLEN, "executor: the check after the run: %s", lr_strerror(rc));
+			lr_err_set(err, "executor: the check after the run: %s", lr_strerror(rc));
 		}
 		p->dirs_read = w->read;
 		/* the new tree is what the next run may reuse */
@@ -1712,9 +1712,9 @@ static void incl_key(void *arg, enum lr_protect_key key, const char *value)
 }
 
 int lr_protect_path(const char *root, const char *rel, const struct lr_protect_opts *o,
-		    char why[LR_SBX_ERRLEN])
+		    struct lr_err *why)
 {
-	why[0] = '\0';
+	lr_err_clear(why);
 	char buf[PATH_MAX];
 	if (snprintf(buf, sizeof buf, "%s", rel) >= (int)sizeof buf)
 		return -ENAMETOOLONG;
@@ -1730,7 +1730,7 @@ int lr_protect_path(const char *root, const char *rel, const struct lr_protect_o
 			char pre[PATH_MAX] = "";
 			for (size_t j = 0; j <= i; j++)
 				snprintf(pre + strlen(pre), sizeof pre - strlen(pre), "%s%s", j ? "/" : "", c[j]);
-			snprintf(why, LR_SBX_ERRLEN, "%s '%s', which git on the host reads (a git "
+			lr_err_set(why, "%s '%s', which git on the host reads (a git "
 				 "directory's config and hooks run as you, a .git file says where they are)",
 				 i + 1 == n ? "it is the git entry" : "it is inside the git entry", pre);
 			return 1;
@@ -1743,8 +1743,8 @@ int lr_protect_path(const char *root, const char *rel, const struct lr_protect_o
 	for (size_t i = 0; i < n && !rc; i++) {
 		/* dfd is the directory holding c[i] (root, then root/c[0] …) */
 		if (is_gitdir_at(dfd)) {
-			snprintf(why, LR_SBX_ERRLEN, "it is inside '%s', a git directory (git on the host "
-				 "runs its config and hooks as you)", pre);
+			lr_err_set(why, "it is inside '%s', a git directory (git on the host "
+				   "runs its config and hooks as you)", pre);
 			rc = 1;
 			break;
 		}
@@ -1757,9 +1757,9 @@ int lr_protect_path(const char *root, const char *rel, const struct lr_protect_o
 			snprintf(cfgfile, sizeof cfgfile, "%s%s%s/.git/config", root, i ? "/" : "", dirrel);
 			if (snprintf(joined, sizeof joined, "%s/%s", root, rel) < (int)sizeof joined &&
 			    fold(joined, target) == 0 && includes(cfgfile, target, 0)) {
-				snprintf(why, LR_SBX_ERRLEN, "the config of the repository at '%s' includes it "
-					 "(git on the host reads it as that repository's config)",
-					 i == 0 ? "." : pre);
+				lr_err_set(why, "the config of the repository at '%s' includes it "
+					   "(git on the host reads it as that repository's config)",
+					   i == 0 ? "." : pre);
 				rc = 1;
 				break;
 			}
@@ -1769,9 +1769,9 @@ int lr_protect_path(const char *root, const char *rel, const struct lr_protect_o
 			size_t nv = pass ? o->nnames : SIZE_MAX;
 			for (size_t k = 0; k < nv && v && v[k] && !rc; k++)
 				if (starts_with_name(c, n, i, v[k])) {
-					snprintf(why, LR_SBX_ERRLEN, "'%s' at the top of %s is on the protected "
+					lr_err_set(why, "'%s' at the top of %s is on the protected "
 						 "list (editors, agents and CI on the host run what it says)",
-						 v[k], i == 0 ? "the workspace" : "a repository");
+						   v[k], i == 0 ? "the workspace" : "a repository");
 					rc = 1;
 				}
 		}
@@ -1785,7 +1785,7 @@ int lr_protect_path(const char *root, const char *rel, const struct lr_protect_o
 				int rf = fstatat(sub, "refs", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
 				close(sub);
 				if (ob && rf) {
-					snprintf(why, LR_SBX_ERRLEN, "a HEAD beside objects/ and refs/ makes a "
+					lr_err_set(why, "a HEAD beside objects/ and refs/ makes a "
 						 "git directory, which git on the host would use");
 					rc = 1;
 					break;

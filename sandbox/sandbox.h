@@ -21,8 +21,8 @@
  *   lr_sbx_helper_main decodes, sets everything up, and execs the target
  *   under a reaper; any failure before the exec exits 126.
  *
- * Errors: 0, -errno, or an LR_E* code, with a message in a caller buffer of
- * LR_SBX_ERRLEN bytes that names the subject ("profile: field
+ * Errors: 0, -errno, or an LR_E* code, with the message in the caller's
+ * struct lr_err (util.h), naming the subject ("profile: field
  * 'workspace_write' must be deny, gated or allow").
  */
 #ifndef LR_SANDBOX_H
@@ -33,8 +33,6 @@
 #include <sys/types.h>
 
 #include "../util/util.h"
-
-#define LR_SBX_ERRLEN 320
 
 /* ---- profiles (sandbox/profile.c) ---- */
 
@@ -81,7 +79,7 @@ int lr_cap_parse(const char *s, enum lr_cap *out);
  * for the same place; unconfined only with every filesystem and network
  * field allow and ack_unconfined. The message names the field.
  */
-int lr_profile_validate(const struct lr_profile *p, char err[LR_SBX_ERRLEN]);
+int lr_profile_validate(const struct lr_profile *p, struct lr_err *err);
 /* A stable hex SHA-256 of the canonical encoding (field order fixed, roots sorted). */
 void lr_profile_fingerprint(const struct lr_profile *p, char out[65]);
 /*
@@ -95,7 +93,7 @@ void lr_profile_fingerprint(const struct lr_profile *p, char out[65]);
  * message, and *out = LR_CAP_DENY (fail closed).
  */
 int lr_profile_access_for(const struct lr_profile *p, const char *kind, const char *scope,
-			  enum lr_cap *out, char err[LR_SBX_ERRLEN]);
+			  enum lr_cap *out, struct lr_err *err);
 /*
  * out = the component-wise intersection of base and ceiling (the lower of
  * each state; home real only if both are real; sandboxed unless both are
@@ -103,7 +101,7 @@ int lr_profile_access_for(const struct lr_profile *p, const char *kind, const ch
  * either. The workspace must be the same (or -EINVAL). out owns copies.
  */
 int lr_profile_restrict(const struct lr_profile *base, const struct lr_profile *ceiling,
-			struct lr_profile *out, char err[LR_SBX_ERRLEN]);
+			struct lr_profile *out, struct lr_err *err);
 int lr_profile_copy(const struct lr_profile *src, struct lr_profile *out);
 void lr_profile_release(struct lr_profile *p);
 
@@ -134,7 +132,7 @@ struct lr_sbx_caps {
 	int cgroup;          /* a delegated cgroup v2 subtree we may create children in */
 	char cgroup_path[256];
 	enum lr_tier tier;
-	char why[LR_SBX_ERRLEN]; /* what is missing, for the report */
+	char why[LR_ERR_LEN];    /* what is missing, for the report */
 	/* What the cgroup probe found, said plainly: the layout
 	 * (v2, v1/v2 hybrid, v1 only), where the unified hierarchy is, and
 	 * whether memory and pids can be limited there. */
@@ -174,7 +172,7 @@ struct lr_sbx_report {
  * profile needs one the machine lacks; the report is filled either way.
  */
 int lr_sbx_report(const struct lr_profile *p, const struct lr_sbx_caps *caps,
-		  struct lr_sbx_report *r, char err[LR_SBX_ERRLEN]);
+		  struct lr_sbx_report *r, struct lr_err *err);
 
 /* ---- the spec the host seals for the helper (sandbox/spec.c) ---- */
 
@@ -260,7 +258,7 @@ struct lr_sbx_spec {
 /* The encoding is JSON (jansson) with a version field; the decoder is strict. */
 int lr_sbx_spec_encode(const struct lr_sbx_spec *s, char **out, size_t *len);
 int lr_sbx_spec_decode(const char *buf, size_t len, struct lr_sbx_spec *out,
-		       char err[LR_SBX_ERRLEN]);
+		       struct lr_err *err);
 void lr_sbx_spec_release(struct lr_sbx_spec *s);
 /* A memfd holding buf, sealed against every change (F_SEAL_SEAL|SHRINK|GROW|WRITE). */
 int lr_sbx_seal(const char *buf, size_t len);
@@ -389,7 +387,7 @@ struct lr_protect_plan {
  * is released and zeroed on failure.
  */
 int lr_protect_scan(const char *const *roots, size_t nroots, const struct lr_protect_opts *o,
-		    struct lr_protect_plan *plan, char err[LR_SBX_ERRLEN]);
+		    struct lr_protect_plan *plan, struct lr_err *err);
 void lr_protect_plan_release(struct lr_protect_plan *p);
 
 /*
@@ -401,7 +399,7 @@ void lr_protect_plan_release(struct lr_protect_plan *p);
  */
 struct lr_protect_hold;
 int lr_protect_place(const struct lr_protect_plan *p, struct lr_protect_hold **out,
-		     char err[LR_SBX_ERRLEN]);
+		     struct lr_err *err);
 void lr_protect_unplace(struct lr_protect_hold *h);
 
 /*
@@ -413,7 +411,7 @@ void lr_protect_unplace(struct lr_protect_hold *h);
  * what was checked was still moved) with a message.
  */
 int lr_protect_after(struct lr_protect_plan *p, const struct lr_protect_opts *o,
-		     struct lr_buf *moved, char err[LR_SBX_ERRLEN]);
+		     struct lr_buf *moved, struct lr_err *err);
 
 /*
  * The directories of the writable roots as a walk saw them (device, inode,
@@ -437,7 +435,7 @@ void lr_protect_tree_free(struct lr_protect_tree *t);
  * outside that repository's own tree is held by the sandbox's scan only.
  */
 int lr_protect_path(const char *root, const char *rel, const struct lr_protect_opts *o,
-		    char why[LR_SBX_ERRLEN]);
+		    struct lr_err *why);
 
 /*
  * The keys of a git config file that name files git runs or reads as
@@ -481,7 +479,7 @@ int lr_grants_new(struct lr_grants **out);
 void lr_grants_free(struct lr_grants *g);
 /* Mints a single-use token (32 hex chars) into token. */
 int lr_grant_mint(struct lr_grants *g, const struct lr_grant_req *r, char token[33],
-		  char err[LR_SBX_ERRLEN]);
+		  struct lr_err *err);
 /*
  * Redeems a token for a spawn described by r (ttl ignored): refused with
  * LR_EREFUSED and a message saying which binding failed ("grant: already
@@ -491,7 +489,7 @@ int lr_grant_mint(struct lr_grants *g, const struct lr_grant_req *r, char token[
  * redemption attempt that names it, successful or not.
  */
 int lr_grant_redeem(struct lr_grants *g, const char *token, const struct lr_grant_req *r,
-		    char err[LR_SBX_ERRLEN]);
+		    struct lr_err *err);
 
 /* ---- netfds: the proxy's listeners, made inside the sandbox (sandbox/netfds.c) ---- */
 
@@ -599,7 +597,7 @@ struct lr_exec_ctx {
  */
 int lr_sbx_build_spec(const struct lr_profile *p, const struct lr_sbx_caps *caps,
 			   const struct lr_exec_request *r, const struct lr_exec_ctx *ctx,
-			   struct lr_sbx_spec *out, char err[LR_SBX_ERRLEN]);
+			   struct lr_sbx_spec *out, struct lr_err *err);
 /* The command line a grant of class command binds to: command, or argv joined by spaces. */
 int lr_sbx_command_line(const struct lr_exec_request *r, struct lr_buf *out);
 

@@ -26,12 +26,13 @@
 #define ACCESS_KNOWN ((UINT64_C(1) << 16) - 1)
 
 __attribute__((format(printf, 2, 3)))
-static int fail(char err[LR_SBX_ERRLEN], const char *fmt, ...)
+static int fail(struct lr_err *err, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	int n = snprintf(err, LR_SBX_ERRLEN, "spec: ");
-	vsnprintf(err + n, LR_SBX_ERRLEN - (size_t)n, fmt, ap);
+	char msg[LR_ERR_LEN];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	lr_err_set(err, "spec: %s", msg);
 	va_end(ap);
 	return LR_EPARSE;
 }
@@ -199,7 +200,7 @@ static int path_ok(const char *p, size_t len)
 }
 
 static char *dup_string(json_t *v, size_t max, int as_path, const char *what,
-			char err[LR_SBX_ERRLEN], int *rc)
+			struct lr_err *err, int *rc)
 {
 	if (!json_is_string(v)) {
 		*rc = fail(err, "%s must be a string", what);
@@ -226,7 +227,7 @@ static char *dup_string(json_t *v, size_t max, int as_path, const char *what,
 }
 
 static int get_uint(json_t *v, uint64_t max, const char *what, uint64_t *out,
-		    char err[LR_SBX_ERRLEN])
+		    struct lr_err *err)
 {
 	if (!json_is_integer(v))
 		return fail(err, "%s must be an integer", what);
@@ -239,7 +240,7 @@ static int get_uint(json_t *v, uint64_t max, const char *what, uint64_t *out,
 
 /* Checks that every key of o is one of keys (NULL-terminated). */
 static int known_keys(json_t *o, const char *const *keys, const char *where,
-		      char err[LR_SBX_ERRLEN])
+		      struct lr_err *err)
 {
 	const char *k;
 	json_t *v;
@@ -253,14 +254,14 @@ static int known_keys(json_t *o, const char *const *keys, const char *where,
 	return 0;
 }
 
-static int need(json_t *o, const char *k, json_t **v, char err[LR_SBX_ERRLEN])
+static int need(json_t *o, const char *k, json_t **v, struct lr_err *err)
 {
 	*v = json_object_get(o, k);
 	return *v ? 0 : fail(err, "missing field '%s'", k);
 }
 
 static int decode_strv(json_t *a, size_t maxn, size_t maxlen, int as_path, const char *what,
-		       char ***out, size_t *n, char err[LR_SBX_ERRLEN])
+		       char ***out, size_t *n, struct lr_err *err)
 {
 	if (!json_is_array(a))
 		return fail(err, "'%s' must be an array", what);
@@ -283,7 +284,7 @@ static int decode_strv(json_t *a, size_t maxn, size_t maxlen, int as_path, const
 	return 0;
 }
 
-static int decode_mounts(json_t *a, struct lr_sbx_spec *s, char err[LR_SBX_ERRLEN])
+static int decode_mounts(json_t *a, struct lr_sbx_spec *s, struct lr_err *err)
 {
 	static const char *const keys[] = { "src", "dst", "writable", NULL };
 	if (!json_is_array(a))
@@ -324,7 +325,7 @@ static int decode_mounts(json_t *a, struct lr_sbx_spec *s, char err[LR_SBX_ERRLE
 	return 0;
 }
 
-static int decode_rules(json_t *a, struct lr_sbx_spec *s, char err[LR_SBX_ERRLEN])
+static int decode_rules(json_t *a, struct lr_sbx_spec *s, struct lr_err *err)
 {
 	static const char *const keys[] = { "path", "access", NULL };
 	if (!json_is_array(a))
@@ -360,7 +361,7 @@ static int decode_rules(json_t *a, struct lr_sbx_spec *s, char err[LR_SBX_ERRLEN
 	return 0;
 }
 
-static int decode_limits(json_t *o, struct lr_sbx_limits *l, char err[LR_SBX_ERRLEN])
+static int decode_limits(json_t *o, struct lr_sbx_limits *l, struct lr_err *err)
 {
 	static const char *const keys[] = { "as", "fsize", "nproc", "nofile", "cpu", "memory",
 					    "tmpfs", "tmpfs_inodes", NULL };
@@ -380,7 +381,7 @@ static int decode_limits(json_t *o, struct lr_sbx_limits *l, char err[LR_SBX_ERR
 	return rc;
 }
 
-static int decode_object(json_t *o, struct lr_sbx_spec *s, char err[LR_SBX_ERRLEN])
+static int decode_object(json_t *o, struct lr_sbx_spec *s, struct lr_err *err)
 {
 	static const char *const keys[] = {
 		"v", "exec_id", "tier", "unconfined", "argv", "envp", "cwd", "mounts", "rules",
@@ -491,10 +492,10 @@ static int decode_object(json_t *o, struct lr_sbx_spec *s, char err[LR_SBX_ERRLE
 }
 
 int lr_sbx_spec_decode(const char *buf, size_t len, struct lr_sbx_spec *out,
-		       char err[LR_SBX_ERRLEN])
+		       struct lr_err *err)
 {
 	memset(out, 0, sizeof *out);
-	err[0] = '\0';
+	lr_err_clear(err);
 	if (len > LR_SBX_SPEC_MAX)
 		return fail(err, "larger than %d bytes", LR_SBX_SPEC_MAX);
 	json_error_t je;

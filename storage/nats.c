@@ -51,7 +51,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -124,7 +123,6 @@ static struct {
 static struct lr_lazy natslib = {
 	.sonames = nats_sonames, .names = nats_names, .slots = (void **)&N,
 };
-static pthread_mutex_t natslib_mu = PTHREAD_MUTEX_INITIALIZER;
 
 #define CHUNK ((size_t)256 << 10)
 #define ASYNC_THREADS 2
@@ -1902,29 +1900,11 @@ static int ns_check(const char *ns, struct lr_err *e)
 	return ok ? 0 : -EINVAL;
 }
 
-static int mkdirs(const char *dir)
-{
-	char buf[PATH_MAX];
-	if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-		return -ENAMETOOLONG;
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = 0;
-		if (mkdir(buf, 0700) && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(buf, 0700) && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 /* Starts nats-server -js on a private loopback port storing in dir; url receives its URL. */
 static int server_start(struct nstore *n, const char *dir, const char *bin, char *url,
 			size_t cap, struct lr_err *e)
 {
-	int rc = mkdirs(dir);
+	int rc = lr_mkdirs(dir, 0700, NULL);
 	if (rc) {
 		lr_err_set(e, "storage: nats: cannot create '%s': %s", dir, strerror(-rc));
 		return rc;
@@ -1956,28 +1936,26 @@ static int server_start(struct nstore *n, const char *dir, const char *bin, char
 		   "jetstream {\n  store_dir: \"%s\"\n}\n", jsdir);
 	fclose(f);
 	/* the ports file is named after the server's pid: remove stale ones first */
-	pid_t pid = fork();
-	if (pid < 0) {
-		rc = -errno;
-		lr_err_set(e, "storage: nats: fork: %s", strerror(errno));
-		return rc;
-	}
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		/* start-up errors (a bad configuration) go to stderr, before -l takes over */
-		int null = open("/dev/null", O_RDWR);
-		int lf = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-		if (null >= 0) {
-			dup2(null, 0);
-			dup2(null, 1);
-		}
-		if (lf >= 0)
-			dup2(lf, 2);
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		execlp(bin, bin, "-c", conf, "-js", "-l", log, "--ports_file_dir", dir, (char *)NULL);
-		_exit(127);
+	/* start-up errors (a bad configuration) go to stderr, before -l takes over */
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	int lf = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	char *argv[] = { (char *)bin, "-c", conf, "-js", "-l", log, "--ports_file_dir", (char *)dir,
+			 NULL };
+	struct lr_spawn_opts so = {
+		.file = bin,
+		.argv = argv,
+		.fd = { null, null, lf },
+		.pdeathsig = SIGTERM, /* the server ends with its owner, however the owner ends */
+	};
+	pid_t pid = 0;
+	rc = null < 0 || lf < 0 ? -errno : lr_spawn(&so, &pid);
+	if (null >= 0)
+		close(null);
+	if (lf >= 0)
+		close(lf);
+	if (rc) {
+		lr_err_set(e, "storage: nats: cannot start '%s': %s", bin, strerror(-rc));
+		return rc == -ENOENT || rc == -EACCES ? LR_EUNAVAILABLE : rc;
 	}
 	n->server = pid;
 	snprintf(n->ports_file, sizeof n->ports_file, "%s/%s_%d.ports", dir,
@@ -2058,9 +2036,7 @@ int lr_store_nats_open(const struct lr_nats_opts *o, struct lr_store **out, stru
 	int rc = ns_check(ns, e);
 	if (rc)
 		return rc;
-	pthread_mutex_lock(&natslib_mu);
 	rc = lr_lazy_open(&natslib);
-	pthread_mutex_unlock(&natslib_mu);
 	if (rc) {
 		lr_err_set(e, "storage: nats: %s", natslib.err);
 		return rc;

@@ -155,21 +155,6 @@ static char *path_join(const char *dir, const char *name)
 	return p;
 }
 
-static int write_all(int fd, const void *p, size_t n)
-{
-	const char *c = p;
-	while (n) {
-		ssize_t w = write(fd, c, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		c += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /* ---- manifests ---- */
 
 static void ent_release(struct lr__snap_ent *en)
@@ -1568,7 +1553,7 @@ static int write_file(struct rw *w, int dirfd, const struct lr__snap_ent *en, co
 				rc = LR_ECORRUPT;
 				lr_err_set(e, "snapshot: the blob of '%s' is corrupt", path);
 			}
-			if (!rc && (rc = write_all(fd, b.data, b.len)))
+			if (!rc && (rc = lr_write_all(fd, b.data, b.len)))
 				lr_err_set(e, "snapshot: writing '%s' failed: %s", path,
 					   lr_strerror(rc));
 			lr_bytes_release(&b);

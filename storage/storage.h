@@ -1,6 +1,6 @@
 /*
  * storage.h — the storage contract every backend implements (memory, LMDB,
- * later NATS JetStream), and the layers built on it: the session journal,
+ * NATS JetStream), and the layers built on it: the session journal,
  * the catalog and workspace snapshots.
  *
  * C, no Lua; includable by host/, lua/ and tests. It includes only util/.
@@ -45,12 +45,6 @@
 #define LR_STORE_MIN_VALUE_MAX ((size_t)1 << 20)
 /* Names: 1..512 bytes. */
 #define LR_STORE_NAME_MAX 512
-
-/* A message about the last failure; fixed size, never allocated. */
-struct lr_err {
-	char msg[384];
-};
-void lr_err_set(struct lr_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /*
  * The name grammar: 1..512 bytes, segments joined by single '/', each

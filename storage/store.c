@@ -11,16 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void lr_err_set(struct lr_err *e, const char *fmt, ...)
-{
-	if (!e)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-	va_end(ap);
-}
-
 void lr_bytes_release(struct lr_bytes *b)
 {
 	if (!b)

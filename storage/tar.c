@@ -1,6 +1,6 @@
 /*
  * tar.c — snapshots to and from tar archives, through libarchive opened
- * lazily (its own small lr_lazy table: storage may not include host/).
+ * lazily (util/libarchive.h, the table host/bundle.c uses too).
  *
  * Import treats the archive as hostile: it builds the tree in memory and
  * writes only blobs into the store, never the file system, and refuses
@@ -8,9 +8,8 @@
  * (absolute paths, "..", links, devices, duplicates, size bombs).
  */
 #include "snapshot_internal.h"
+#include "../util/libarchive.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -25,67 +24,12 @@
 #define DEPTH_MAX 256
 #define HOPS_MAX 40
 
-static const char *const la_sonames[] = { "libarchive.so.13", "libarchive.so", NULL };
-static const char *const la_names[] = {
-	"archive_read_new", "archive_read_support_format_tar",
-	"archive_read_support_filter_gzip", "archive_read_open_filename",
-	"archive_read_open_memory", "archive_read_next_header", "archive_read_data",
-	"archive_read_free", "archive_error_string", "archive_entry_pathname",
-	"archive_entry_filetype", "archive_entry_perm", "archive_entry_size",
-	"archive_entry_size_is_set", "archive_entry_symlink", "archive_entry_hardlink",
-	"archive_write_new", "archive_write_set_format_gnutar", "archive_write_open_filename",
-	"archive_write_header", "archive_write_data", "archive_write_close",
-	"archive_write_free", "archive_entry_new", "archive_entry_free", "archive_entry_clear",
-	"archive_entry_set_pathname", "archive_entry_set_filetype", "archive_entry_set_perm",
-	"archive_entry_set_size", "archive_entry_set_symlink", "archive_entry_set_mtime",
-	NULL
-};
-static struct {
-	__typeof__(archive_read_new) *read_new;
-	__typeof__(archive_read_support_format_tar) *read_tar;
-	__typeof__(archive_read_support_filter_gzip) *read_gzip;
-	__typeof__(archive_read_open_filename) *read_open_filename;
-	__typeof__(archive_read_open_memory) *read_open_memory;
-	__typeof__(archive_read_next_header) *next_header;
-	__typeof__(archive_read_data) *read_data;
-	__typeof__(archive_read_free) *read_free;
-	__typeof__(archive_error_string) *error_string;
-	__typeof__(archive_entry_pathname) *e_pathname;
-	__typeof__(archive_entry_filetype) *e_filetype;
-	__typeof__(archive_entry_perm) *e_perm;
-	__typeof__(archive_entry_size) *e_size;
-	__typeof__(archive_entry_size_is_set) *e_size_is_set;
-	__typeof__(archive_entry_symlink) *e_symlink;
-	__typeof__(archive_entry_hardlink) *e_hardlink;
-	__typeof__(archive_write_new) *write_new;
-	__typeof__(archive_write_set_format_gnutar) *write_gnutar;
-	__typeof__(archive_write_open_filename) *write_open_filename;
-	__typeof__(archive_write_header) *write_header;
-	__typeof__(archive_write_data) *write_data;
-	__typeof__(archive_write_close) *write_close;
-	__typeof__(archive_write_free) *write_free;
-	__typeof__(archive_entry_new) *e_new;
-	__typeof__(archive_entry_free) *e_free;
-	__typeof__(archive_entry_clear) *e_clear;
-	__typeof__(archive_entry_set_pathname) *e_set_pathname;
-	__typeof__(archive_entry_set_filetype) *e_set_filetype;
-	__typeof__(archive_entry_set_perm) *e_set_perm;
-	__typeof__(archive_entry_set_size) *e_set_size;
-	__typeof__(archive_entry_set_symlink) *e_set_symlink;
-	__typeof__(archive_entry_set_mtime) *e_set_mtime;
-} la;
-static struct lr_lazy libarchive = {
-	.sonames = la_sonames, .names = la_names, .slots = (void **)&la,
-};
-static pthread_mutex_t la_mu = PTHREAD_MUTEX_INITIALIZER;
-
 static int la_open(struct lr_err *e)
 {
-	pthread_mutex_lock(&la_mu);
-	int rc = lr_lazy_open(&libarchive);
-	pthread_mutex_unlock(&la_mu);
+	struct lr_err why;
+	int rc = lr_libarchive_open(&why);
 	if (rc)
-		lr_err_set(e, "snapshot: libarchive is unavailable: %s", libarchive.err);
+		lr_err_set(e, "snapshot: libarchive is unavailable: %s", why.msg);
 	return rc ? rc : lr__snap_crypto_ready(e);
 }
 
@@ -322,11 +266,11 @@ static int import_data(struct imp *im, struct inode *nd, const char *path, uint6
 	}
 	uint64_t got = 0;
 	for (;;) {
-		la_ssize_t n = la.read_data(im->a, im->buf, CHUNK);
+		la_ssize_t n = lr_la.read_data(im->a, im->buf, CHUNK);
 		if (n < 0) {
 			rc = LR_EPARSE;
 			lr_err_set(e, "snapshot: import: reading '%s' failed: %s", show(path, sb),
-				   la.error_string(im->a));
+				   lr_la.error_string(im->a));
 			goto out;
 		}
 		if (n == 0)
@@ -392,15 +336,15 @@ out:
 static int import_entry(struct imp *im, struct archive_entry *ae, struct lr_err *e)
 {
 	char sb[256];
-	const char *raw = la.e_pathname(ae);
+	const char *raw = lr_la.e_pathname(ae);
 	if (!raw || !*raw)
 		return refuse(e, LR_EREFUSED, "an entry without a path");
 	if (++im->entries > im->sn->import_max_entries)
 		return refuse(e, LR_EREFUSED, "more than %llu entries",
 			      (unsigned long long)im->sn->import_max_entries);
-	if (la.e_hardlink(ae))
+	if (lr_la.e_hardlink(ae))
 		return refuse(e, LR_EREFUSED, "hard link '%s'", show(raw, sb));
-	unsigned ft = la.e_filetype(ae);
+	unsigned ft = lr_la.e_filetype(ae);
 	if (ft == AE_IFCHR || ft == AE_IFBLK)
 		return refuse(e, LR_EREFUSED, "device '%s'", show(raw, sb));
 	if (ft == AE_IFIFO)
@@ -438,7 +382,7 @@ static int import_entry(struct imp *im, struct archive_entry *ae, struct lr_err 
 		}
 	}
 	nd->explicit = 1;
-	nd->mode = (uint16_t)(la.e_perm(ae) & 0777);
+	nd->mode = (uint16_t)(lr_la.e_perm(ae) & 0777);
 	if (ft == AE_IFDIR) {
 		nd->type = 'd';
 		return 0;
@@ -446,7 +390,7 @@ static int import_entry(struct imp *im, struct archive_entry *ae, struct lr_err 
 	if (ft == AE_IFLNK) {
 		nd->type = 'l';
 		nd->mode = 0;
-		const char *t = la.e_symlink(ae);
+		const char *t = lr_la.e_symlink(ae);
 		size_t tl = t ? strlen(t) : 0;
 		if (tl == 0 || tl > LR__SNAP_TARGET_MAX)
 			return refuse(e, LR_EREFUSED, "symlink '%s' with an empty or long target",
@@ -460,8 +404,8 @@ static int import_entry(struct imp *im, struct archive_entry *ae, struct lr_err 
 	}
 	nd->type = 'f';
 	im->files++;
-	uint64_t declared = la.e_size_is_set(ae) ? (uint64_t)la.e_size(ae) : 0;
-	if (la.e_size(ae) < 0 || declared > im->sn->import_max_bytes - im->bytes)
+	uint64_t declared = lr_la.e_size_is_set(ae) ? (uint64_t)lr_la.e_size(ae) : 0;
+	if (lr_la.e_size(ae) < 0 || declared > im->sn->import_max_bytes - im->bytes)
 		return refuse(e, LR_EREFUSED, "'%s' would exceed %llu bytes of file data",
 			      show(path, sb), (unsigned long long)im->sn->import_max_bytes);
 	return import_data(im, nd, path, declared, e);
@@ -598,30 +542,30 @@ static int import_archive(struct lr_snap *sn, const char *file, const void *data
 	struct imp im = { .sn = sn };
 	im.root.type = 'd';
 	im.buf = malloc(CHUNK);
-	im.a = la.read_new();
+	im.a = lr_la.read_new();
 	if (!im.buf || !im.a) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	la.read_tar(im.a);
-	la.read_gzip(im.a);
-	int r = file ? la.read_open_filename(im.a, file, 1 << 16)
-		     : la.read_open_memory(im.a, data, len);
+	lr_la.read_tar(im.a);
+	lr_la.read_gzip(im.a);
+	int r = file ? lr_la.read_open_filename(im.a, file, 1 << 16)
+		     : lr_la.read_open_memory(im.a, data, len);
 	if (r != ARCHIVE_OK) {
 		rc = file && access(file, R_OK) != 0 ? -errno : LR_EPARSE;
 		lr_err_set(e, "snapshot: import: cannot open '%s': %s", file ? file : "(memory)",
-			   la.error_string(im.a));
+			   lr_la.error_string(im.a));
 		goto out;
 	}
 	for (;;) {
 		struct archive_entry *ae;
-		r = la.next_header(im.a, &ae);
+		r = lr_la.next_header(im.a, &ae);
 		if (r == ARCHIVE_EOF)
 			break;
 		if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
 			rc = LR_EPARSE;
 			lr_err_set(e, "snapshot: import: malformed archive: %s",
-				   la.error_string(im.a) ? la.error_string(im.a) : "unknown error");
+				   lr_la.error_string(im.a) ? lr_la.error_string(im.a) : "unknown error");
 			goto out;
 		}
 		if ((rc = import_entry(&im, ae, e)))
@@ -640,7 +584,7 @@ out:
 	if (rc)
 		ref[0] = 0;
 	if (im.a)
-		la.read_free(im.a);
+		lr_la.read_free(im.a);
 	for (size_t i = 0; i < im.map.cap; i++)
 		free(im.map.v[i].path);
 	free(im.map.v);
@@ -673,7 +617,7 @@ struct exp {
 static int ar_fail(struct exp *x, const char *path, struct lr_err *e)
 {
 	lr_err_set(e, "snapshot: export: writing '%s' failed: %s", path,
-		   la.error_string(x->a) ? la.error_string(x->a) : "unknown error");
+		   lr_la.error_string(x->a) ? lr_la.error_string(x->a) : "unknown error");
 	return -EIO;
 }
 
@@ -692,7 +636,7 @@ static int export_file(struct exp *x, const struct lr__snap_ent *en, const char 
 			lr_err_set(e, "snapshot: export: the blob of '%s' is corrupt", path);
 			return LR_ECORRUPT;
 		}
-		la_ssize_t w = b.len ? la.write_data(x->a, b.data, b.len) : 0;
+		la_ssize_t w = b.len ? lr_la.write_data(x->a, b.data, b.len) : 0;
 		lr_bytes_release(&b);
 		return w < 0 || (size_t)w != en->size ? ar_fail(x, path, e) : 0;
 	}
@@ -720,7 +664,7 @@ static int export_file(struct exp *x, const struct lr__snap_ent *en, const char 
 			rc = -errno;
 		if (n <= 0)
 			break;
-		if (la.write_data(x->a, x->buf, (size_t)n) != n)
+		if (lr_la.write_data(x->a, x->buf, (size_t)n) != n)
 			rc = ar_fail(x, path, e);
 	}
 	close(fd);
@@ -744,22 +688,22 @@ static int export_tree(struct exp *x, const unsigned char hash[LR_SHA256_LEN], c
 		}
 		snprintf(path, pl, "%s%s%s%s", rel, *rel ? "/" : "", en->name,
 			 en->type == 'd' ? "/" : "");
-		la.e_clear(x->ae);
-		la.e_set_pathname(x->ae, path);
-		la.e_set_mtime(x->ae, 0, 0);
+		lr_la.e_clear(x->ae);
+		lr_la.e_set_pathname(x->ae, path);
+		lr_la.e_set_mtime(x->ae, 0, 0);
 		if (en->type == 'd') {
-			la.e_set_filetype(x->ae, AE_IFDIR);
-			la.e_set_perm(x->ae, en->mode);
+			lr_la.e_set_filetype(x->ae, AE_IFDIR);
+			lr_la.e_set_perm(x->ae, en->mode);
 		} else if (en->type == 'l') {
-			la.e_set_filetype(x->ae, AE_IFLNK);
-			la.e_set_perm(x->ae, 0777);
-			la.e_set_symlink(x->ae, en->target);
+			lr_la.e_set_filetype(x->ae, AE_IFLNK);
+			lr_la.e_set_perm(x->ae, 0777);
+			lr_la.e_set_symlink(x->ae, en->target);
 		} else {
-			la.e_set_filetype(x->ae, AE_IFREG);
-			la.e_set_perm(x->ae, en->mode);
-			la.e_set_size(x->ae, (la_int64_t)en->size);
+			lr_la.e_set_filetype(x->ae, AE_IFREG);
+			lr_la.e_set_perm(x->ae, en->mode);
+			lr_la.e_set_size(x->ae, (la_int64_t)en->size);
 		}
-		if (la.write_header(x->a, x->ae) < ARCHIVE_WARN)
+		if (lr_la.write_header(x->a, x->ae) < ARCHIVE_WARN)
 			rc = ar_fail(x, path, e);
 		else if (en->type == 'f')
 			rc = export_file(x, en, path, e);
@@ -796,23 +740,23 @@ int lr_snap_export(struct lr_snap *sn, const char *ref, const char *file, struct
 	char *tmp = malloc(tl);
 	struct exp x = { .sn = sn };
 	x.buf = malloc(CHUNK);
-	x.a = la.write_new();
-	x.ae = la.e_new();
+	x.a = lr_la.write_new();
+	x.ae = lr_la.e_new();
 	if (!tmp || !x.buf || !x.a || !x.ae) {
 		rc = -ENOMEM;
 		lr_err_set(e, "snapshot: export: out of memory");
 		goto out;
 	}
 	snprintf(tmp, tl, "%s.tmp%ld", file, (long)getpid());
-	la.write_gnutar(x.a);
-	if (la.write_open_filename(x.a, tmp) != ARCHIVE_OK) {
+	lr_la.write_gnutar(x.a);
+	if (lr_la.write_open_filename(x.a, tmp) != ARCHIVE_OK) {
 		rc = -EIO;
 		lr_err_set(e, "snapshot: export: cannot create '%s': %s", file,
-			   la.error_string(x.a));
+			   lr_la.error_string(x.a));
 		goto out;
 	}
 	rc = export_tree(&x, root, "", 0, e);
-	if (la.write_close(x.a) != ARCHIVE_OK && !rc)
+	if (lr_la.write_close(x.a) != ARCHIVE_OK && !rc)
 		rc = ar_fail(&x, file, e);
 	if (!rc && rename(tmp, file) != 0) {
 		rc = -errno;
@@ -822,9 +766,9 @@ int lr_snap_export(struct lr_snap *sn, const char *ref, const char *file, struct
 		unlink(tmp);
 out:
 	if (x.ae)
-		la.e_free(x.ae);
+		lr_la.e_free(x.ae);
 	if (x.a)
-		la.write_free(x.a);
+		lr_la.write_free(x.a);
 	free(x.buf);
 	free(tmp);
 	return rc;

@@ -1,6 +1,7 @@
 #!/bin/sh
-# Checks that dependencies point one way: util -> storage, sandbox -> host -> lua
-# (storage and sandbox are siblings: neither uses the other). Two checks:
+# Checks that dependencies point one way: util -> storage, sandbox -> host -> cli
+# -> lua (storage and sandbox are siblings: neither uses the other; cli/ holds
+# the commands that run no Lua, which lua/main.c dispatches to). Two checks:
 #
 # 1. Includes: no file below lua/ includes a Lua header in any spelling
 #    ("lua.h", <lua5.4/lua.h>, <lauxlib.h>, "lualib.h", luaconf.h, ...), and
@@ -18,10 +19,10 @@ build=${1:-build}
 cd "$(dirname "$0")/.." || exit 1
 rank() {
 	case $1 in
-	util) echo 0 ;; storage | sandbox) echo 1 ;; host) echo 2 ;; lua) echo 3 ;; *) echo 9 ;;
+	util) echo 0 ;; storage | sandbox) echo 1 ;; host) echo 2 ;; cli) echo 3 ;; lua) echo 4 ;; *) echo 9 ;;
 	esac
 }
-folders="util storage sandbox host lua"
+folders="util storage sandbox host cli lua"
 bad=0
 say() {
 	echo "layering: $*"
@@ -29,7 +30,7 @@ say() {
 }
 
 # 1. includes
-for f in util storage sandbox host; do
+for f in util storage sandbox host cli; do
 	for src in $f/*.[ch]; do
 		[ -f "$src" ] || continue
 		grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]([^>"]*/)?(lua|lauxlib|lualib|luaconf|lua5\.[0-9]+)[^/>"]*\.h[>"]' "$src" |

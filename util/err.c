@@ -4,6 +4,8 @@
 #include "util.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 static const struct {
@@ -56,4 +58,24 @@ const char *lr_errcode(int rc)
 			return n;
 	}
 	return "error";
+}
+
+void lr_err_vset(struct lr_err *e, const char *fmt, va_list ap)
+{
+	if (e)
+		vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+}
+
+void lr_err_set(struct lr_err *e, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	lr_err_vset(e, fmt, ap);
+	va_end(ap);
+}
+
+void lr_err_clear(struct lr_err *e)
+{
+	if (e)
+		e->msg[0] = '\0';
 }

@@ -8,14 +8,35 @@
 #include "util.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
+
+/*
+ * Any thread may call lr_lazy_open: the first caller opens the library
+ * under one process-wide lock (dlopen, dlerror and the slots are not
+ * written twice), and publishes state with release order after the slots,
+ * so a caller that sees state 1 without the lock sees every slot.
+ */
+static pthread_mutex_t lazy_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int lazy_open_locked(struct lr_lazy *lz);
 
 int lr_lazy_open(struct lr_lazy *lz)
 {
-	if (lz->state == 1)
-		return 0;
-	if (lz->state == -1)
-		return LR_EUNAVAILABLE;
+	int st = __atomic_load_n(&lz->state, __ATOMIC_ACQUIRE);
+	if (st == 0) {
+		pthread_mutex_lock(&lazy_mu);
+		st = lazy_open_locked(lz);
+		pthread_mutex_unlock(&lazy_mu);
+	}
+	return st == 1 ? 0 : LR_EUNAVAILABLE;
+}
+
+/* The outcome as a state: 1 loaded, -1 failed (err says why). */
+static int lazy_open_locked(struct lr_lazy *lz)
+{
+	if (lz->state != 0)
+		return lz->state;
 	void *h = NULL;
 	const char *const *so;
 	for (so = lz->sonames; *so; so++) {
@@ -26,19 +47,19 @@ int lr_lazy_open(struct lr_lazy *lz)
 	if (!h) {
 		snprintf(lz->err, sizeof lz->err, "cannot load '%s': %s",
 			 lz->sonames[0], dlerror());
-		lz->state = -1;
-		return LR_EUNAVAILABLE;
+		__atomic_store_n(&lz->state, -1, __ATOMIC_RELEASE);
+		return -1;
 	}
 	for (size_t i = 0; lz->names[i]; i++) {
 		lz->slots[i] = dlsym(h, lz->names[i]);
 		if (!lz->slots[i]) {
 			snprintf(lz->err, sizeof lz->err, "'%s' lacks symbol '%s'",
 				 *so, lz->names[i]);
-			lz->state = -1;
-			return LR_EUNAVAILABLE;
+			__atomic_store_n(&lz->state, -1, __ATOMIC_RELEASE);
+			return -1;
 		}
 	}
 	/* The handle stays open for the life of the process. */
-	lz->state = 1;
-	return 0;
+	__atomic_store_n(&lz->state, 1, __ATOMIC_RELEASE);
+	return 1;
 }

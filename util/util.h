@@ -11,8 +11,10 @@
 #ifndef LR_UTIL_H
 #define LR_UTIL_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /*
  * Status codes. Functions return 0 on success, a negative errno value
@@ -47,6 +49,23 @@ enum {
  */
 const char *lr_strerror(int rc);
 const char *lr_errcode(int rc);
+
+/*
+ * The message that goes with a failure, in every layer: the caller owns
+ * the struct (on its stack, or in a result), a function that fails fills
+ * it and returns the status code; fixed size, never allocated, always
+ * NUL-terminated once set. The message says what failed first and quotes
+ * the subject ("profile: field 'workspace_write' must be deny, gated or
+ * allow"). A NULL e is accepted and ignored; lr_err_clear empties it.
+ */
+#define LR_ERR_LEN 384
+struct lr_err {
+	char msg[LR_ERR_LEN];
+};
+void lr_err_set(struct lr_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void lr_err_vset(struct lr_err *e, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
+void lr_err_clear(struct lr_err *e);
 
 /*
  * A growable byte buffer with a hard cap given at init (curl's dynbuf).
@@ -94,11 +113,26 @@ void lr_strv_release(struct lr_strv *sv);
 char *lr_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*
+ * I/O loops (io.c), EINTR retried. lr_read_fd appends to b what fd holds
+ * until end of file, or until limit bytes were appended when limit is not
+ * 0 (then nothing more is read); 0, -errno, or LR_ETOOBIG when b's cap is
+ * hit. lr_write_all writes all n bytes; 0 or -errno. lr_mkdirs makes path
+ * and every missing parent with mode (mkdir -p; existing ones are fine);
+ * 0, or -errno with e naming the component that failed ("cannot create
+ * 'PATH': why").
+ */
+int lr_read_fd(int fd, struct lr_buf *b, size_t limit);
+int lr_write_all(int fd, const void *p, size_t n);
+int lr_mkdirs(const char *path, mode_t mode, struct lr_err *e);
+
+/*
  * Lazily opened libraries. lr_lazy_open dlopens the first soname that loads
  * and resolves every name in names (NULL-terminated) into slots[i]. The
- * result is cached: later calls return the first outcome. On failure err
- * (at least 256 bytes) says which library or symbol is missing and the
- * return value is LR_EUNAVAILABLE.
+ * result is cached: later calls return the first outcome. Safe from any
+ * thread: callers need no lock or pthread_once of their own. On failure
+ * err says which library or symbol is missing and the return value is
+ * LR_EUNAVAILABLE; err and slots are written before the outcome is
+ * returned to anyone and never after.
  */
 struct lr_lazy {
 	const char *const *sonames; /* NULL-terminated, tried in order */
@@ -131,6 +165,27 @@ int lr_sha256_hex(const void *p, size_t n, char out[2 * LR_SHA256_LEN + 1]);
  */
 void lr_sha256_builtin(const void *p, size_t n, unsigned char out[LR_SHA256_LEN]);
 void lr_hex(const unsigned char *in, size_t n, char *out);
+
+/*
+ * Starts a program from a multi-threaded process without fork() (spawn.c
+ * says why), for the folders below host/ (host/ uses lr_proc_spawn). file
+ * is searched on PATH unless it holds a '/'; envp NULL is the host's
+ * environment. fd[i] (-1: the host's own) becomes fd i of the child; give
+ * descriptors above 2 (close-on-exec is fine) or i itself. pdeathsig,
+ * when not 0, is sent to the child when the thread that spawned it ends
+ * (so spawn from a thread that lives as long as the child should: the main
+ * thread). The child starts with an empty signal mask and default
+ * dispositions. 0 and *pid (the caller reaps it), or -errno: -ENOENT when
+ * there is no such program, the exec's errno when it failed.
+ */
+struct lr_spawn_opts {
+	const char *file;
+	char *const *argv;
+	char *const *envp;
+	int fd[3];
+	int pdeathsig;
+};
+int lr_spawn(const struct lr_spawn_opts *o, pid_t *pid);
 
 /* Monotonic and wall clocks. */
 uint64_t lr_now_ns(void);     /* CLOCK_MONOTONIC */

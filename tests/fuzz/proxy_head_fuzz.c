@@ -56,8 +56,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t n = size < 300 ? size : 300;
 	memcpy(rule, buf, n);
 	rule[n] = '\0';
-	char err[400];
-	rc = lr_egress_rule_check(rule, err, sizeof err);
+	struct lr_err err;
+	rc = lr_egress_rule_check(rule, &err);
 	if (rc != 0 && rc != -EINVAL)
 		abort();
 	return 0;

@@ -15,9 +15,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct lr_sbx_spec s, t;
-	char err[LR_SBX_ERRLEN];
-	if (lr_sbx_spec_decode((const char *)data, size, &s, err) != 0) {
-		if (!err[0])
+	struct lr_err err = { "" };
+	if (lr_sbx_spec_decode((const char *)data, size, &s, &err) != 0) {
+		if (!err.msg[0])
 			abort(); /* a refusal always says why */
 		return 0;
 	}
@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t n1, n2;
 	if (lr_sbx_spec_encode(&s, &e1, &n1) != 0)
 		abort();
-	if (lr_sbx_spec_decode(e1, n1, &t, err) != 0)
+	if (lr_sbx_spec_decode(e1, n1, &t, &err) != 0)
 		abort();
 	if (lr_sbx_spec_encode(&t, &e2, &n2) != 0)
 		abort();

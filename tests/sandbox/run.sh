@@ -622,9 +622,12 @@ except OSError as e:
     print(errno.errorcode.get(e.errno, e.errno), done); sys.exit(0 if e.errno == errno.ENOSPC else 2)
 finally:
     os.system('rm -rf ' + os.path.join(d, 'lr-fill') + ' ' + os.path.join(d, 'lr-files'))"
+# the control fills a folder of its own in the host's /dev/shm: a second suite
+# running beside this one (make test twice at once) must not share its files
+SHM=$(mktemp -d /dev/shm/lr-sbx-fill.XXXXXX)
 for t in "/tmp bytes 700" "/dev/shm bytes 700" "/run bytes 100" "/tmp files 70000" "/dev/shm files 70000"; do
 	set -- $t
-	out=$($PY -c "$FILL" /dev/shm "$2" "$3" 2>&1)
+	out=$($PY -c "$FILL" "$SHM" "$2" "$3" 2>&1)
 	[ "$out" = "wrote $3" ]; c=$?
 	out=$(box $PY -c "$FILL" "$1" "$2" "$3" 2>&1)
 	d=1
@@ -632,6 +635,7 @@ for t in "/tmp bytes 700" "/dev/shm bytes 700" "/run bytes 100" "/tmp files 7000
 	[ "$2" = bytes ] && what="$3 MiB" || what="$3 files"
 	check 16 "writing $what into $1 inside ends in ENOSPC ($out)" $c $d
 done
+rm -rf "$SHM"
 "$LUARIG" sandbox check 2>/dev/null | grep -q "^resource_limits .*/tmp and /dev/shm tmpfs of [0-9]* MiB and [0-9]* files each"; d=$?
 check 16 "the guarantee report states the size of /tmp and /dev/shm" 0 $d
 

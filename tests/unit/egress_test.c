@@ -79,8 +79,8 @@ static int setup(const struct lr_egress_rule *rules, size_t n)
 	dns_port = local_port(udp);
 	struct lr_egress_config cfg = { .exec_id = 42, .rules = rules, .nrules = n, .log = on_log,
 					.connect_timeout = 5 };
-	char err[256];
-	return lr_egress_open(loop, &cfg, tcp, udp, &eg, err, sizeof err);
+	struct lr_err err;
+	return lr_egress_open(loop, &cfg, tcp, udp, &eg, &err);
 }
 
 static void teardown(void)
@@ -304,20 +304,20 @@ TEST(rules_checked)
 			      "*.:80", "*.10.0.0.1:80", "ex ample.com:80", "::1:80",
 			      "[::1:80", "2130706433:80", "0x7f.1:80", "a..b:80", "*:80",
 			      "example.com:8a", "[fe80::1%eth0]:80", "" };
-	char err[256];
+	struct lr_err err = { "" };
 	for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-		int rc = lr_egress_rule_check(good[i], err, sizeof err);
+		int rc = lr_egress_rule_check(good[i], &err);
 		if (rc)
-			fprintf(stderr, "%s: %s\n", good[i], err);
+			fprintf(stderr, "%s: %s\n", good[i], err.msg);
 		CHECK_EQ_INT(rc, 0);
 	}
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-		err[0] = '\0';
-		int rc = lr_egress_rule_check(bad[i], err, sizeof err);
+		lr_err_clear(&err);
+		int rc = lr_egress_rule_check(bad[i], &err);
 		if (rc == 0)
 			fprintf(stderr, "accepted: '%s'\n", bad[i]);
 		CHECK_EQ_INT(rc, -EINVAL);
-		CHECK(strstr(err, "egress: bad rule") != NULL);
+		CHECK(strstr(err.msg, "egress: bad rule") != NULL);
 	}
 }
 
@@ -1128,8 +1128,8 @@ TEST(listeners_from_a_network_namespace)
 	snprintf(allow, sizeof allow, "127.0.0.1:%d", e.port);
 	struct lr_egress_rule rules[] = { { allow, 1 }, { "echo.test:*", 0 } };
 	struct lr_egress_config cfg = { .exec_id = 7, .rules = rules, .nrules = 2, .log = on_log };
-	char err[256];
-	CHECK_EQ_INT(lr_egress_open(loop, &cfg, tcp, udp, &eg, err, sizeof err), 0);
+	struct lr_err err;
+	CHECK_EQ_INT(lr_egress_open(loop, &cfg, tcp, udp, &eg, &err), 0);
 	CHECK(send(sp[1], "g", 1, MSG_NOSIGNAL) == 1);
 	struct waitx w = { .pid = pid };
 	run_bg(do_wait, &w);

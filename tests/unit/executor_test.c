@@ -114,11 +114,11 @@ static const char *env_of(const struct lr_sbx_spec *s, const char *name)
 static char *argv_true[] = { "true", NULL };
 
 static int build(const struct lr_profile *p, const struct lr_exec_request *r,
-		 const struct lr_exec_ctx *c, struct lr_sbx_spec *s, char *err)
+		 const struct lr_exec_ctx *c, struct lr_sbx_spec *s, struct lr_err *err)
 {
 	int rc = lr_sbx_build_spec(p, &caps, r, c, s, err);
 	if (rc)
-		fprintf(stderr, "# build: %s\n", err);
+		fprintf(stderr, "# build: %s\n", err->msg);
 	return rc;
 }
 
@@ -128,10 +128,10 @@ TEST(view_writable_workspace)
 	struct lr_exec_ctx c;
 	struct lr_exec_request r = { .argv = argv_true };
 	struct lr_sbx_spec s;
-	char err[LR_EXEC_ERRLEN];
+	struct lr_err err = { "" };
 	profile_init(&p);
 	ctx_init(&c);
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	const struct lr_sbx_mount *m = find_mount(&s, "/usr");
 	CHECK(m && !m->writable && strcmp(m->src, "/usr") == 0);
 	CHECK(find_mount(&s, "/etc") && !find_mount(&s, "/etc")->writable);
@@ -179,11 +179,11 @@ TEST(view_readonly_workspace_and_no_host)
 	char *argv_abs[] = { "/usr/bin/true", NULL };
 	struct lr_exec_request r = { .argv = argv_abs };
 	struct lr_sbx_spec s;
-	char err[LR_EXEC_ERRLEN];
+	struct lr_err err = { "" };
 	profile_init(&p);
 	p.workspace_write = LR_CAP_DENY;
 	ctx_init(&c);
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	const struct lr_sbx_mount *m = find_mount(&s, ws);
 	CHECK(m && !m->writable);
 	CHECK(!(rule_of(&s, ws) & LANDLOCK_ACCESS_FS_WRITE_FILE));
@@ -193,7 +193,7 @@ TEST(view_readonly_workspace_and_no_host)
 
 	/* Workspace neither read nor written: not in the view at all. */
 	p.workspace_read = LR_CAP_DENY;
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	CHECK(!find_mount(&s, ws));
 	CHECK_EQ_STR(s.cwd, home);
 	lr_sbx_spec_release(&s);
@@ -202,8 +202,8 @@ TEST(view_readonly_workspace_and_no_host)
 	profile_init(&p);
 	p.host_read = LR_CAP_DENY;
 	struct lr_exec_request r2 = { .argv = argv_true };
-	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r2, &c, &s, err), LR_ENOTFOUND);
-	CHECK(strstr(err, "'true' not found") != NULL);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r2, &c, &s, &err), LR_ENOTFOUND);
+	CHECK(strstr(err.msg, "'true' not found") != NULL);
 	CHECK(s.argv == NULL && s.nmounts == 0);
 }
 
@@ -237,18 +237,18 @@ TEST(protected_paths_at_depth)
 	struct lr_exec_ctx c;
 	struct lr_exec_request r = { .argv = argv_true };
 	struct lr_sbx_spec s;
-	char err[LR_EXEC_ERRLEN];
+	struct lr_err err = { "" };
 	profile_init(&p);
 	ctx_init(&c);
-	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
-	CHECK(strstr(err, ".claude") && strstr(err, "symbolic link"));
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, ".claude") && strstr(err.msg, "symbolic link"));
 	snprintf(p1, sizeof p1, "%s/.claude", ws);
 	unlink(p1);
 
 	struct lr_protect_plan plan;
 	memset(&plan, 0, sizeof plan);
 	c.plan = &plan;
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	/* the git files of every repository at any depth (node_modules too), the names at the top */
 	const char *want[] = { "/.git/hooks", "/.git/config", "/a/b/c/.git/hooks",
 			       "/a/b/c/.git/config", "/node_modules/x/.git/hooks", "/.vscode",
@@ -283,7 +283,7 @@ TEST(protected_paths_at_depth)
 	const char *gw[] = { hooks };
 	c.granted_write = gw;
 	c.ngranted_write = 1;
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	CHECK(!has_ro(&s, hooks));
 	snprintf(p1, sizeof p1, "%s/.git/config", ws);
 	CHECK(has_ro(&s, p1));
@@ -291,7 +291,7 @@ TEST(protected_paths_at_depth)
 	const char *gws[] = { ws };
 	c.granted_write = gws;
 	p.workspace_write = LR_CAP_GATED;
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	CHECK(has_ro(&s, hooks) && has_ro(&s, p1));
 	lr_sbx_spec_release(&s);
 	p.workspace_write = LR_CAP_ALLOW;
@@ -299,7 +299,7 @@ TEST(protected_paths_at_depth)
 	/* git_readonly: each git directory read-only as a whole */
 	ctx_init(&c);
 	p.git_readonly = 1;
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	snprintf(p1, sizeof p1, "%s/.git", ws);
 	CHECK(has_bind(&s, p1, 0));
 	snprintf(p1, sizeof p1, "%s/a/b/c/.git", ws);
@@ -310,14 +310,14 @@ TEST(protected_paths_at_depth)
 
 	/* Without a mount view (tier B) a writable workspace is refused; a read-only one runs. */
 	struct lr_sbx_caps b = { .tier = LR_TIER_B };
-	CHECK_EQ_INT(lr_sbx_build_spec(&p, &b, &r, &c, &s, err), LR_EREFUSED);
-	CHECK(strstr(err, "protected_files") != NULL);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &b, &r, &c, &s, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, "protected_files") != NULL);
 	p.workspace_write = LR_CAP_DENY;
-	CHECK_EQ_INT(lr_sbx_build_spec(&p, &b, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &b, &r, &c, &s, &err), 0);
 	lr_sbx_spec_release(&s);
 
 	/* A read-only workspace has nothing to protect. */
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	CHECK_EQ_INT(s.nreadonly, 0);
 	lr_sbx_spec_release(&s);
 }
@@ -329,10 +329,10 @@ TEST(env_scrub)
 	char *env[] = { "OPENAI_API_KEY=passed", "EXTRA=1", "LANG", "HOME=/evil", NULL };
 	struct lr_exec_request r = { .argv = argv_true, .env = env };
 	struct lr_sbx_spec s;
-	char err[LR_EXEC_ERRLEN];
+	struct lr_err err = { "" };
 	profile_init(&p);
 	ctx_init(&c);
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	CHECK_EQ_STR(env_of(&s, "PATH"), "/usr/bin:/bin");
 	CHECK_EQ_STR(env_of(&s, "LC_ALL"), "C");
 	CHECK_EQ_STR(env_of(&s, "TERM"), "xterm");
@@ -358,7 +358,7 @@ TEST(env_scrub)
 	/* No PATH in the host: a default one. */
 	char *bare[] = { "FOO=1", NULL };
 	c.host_env = bare;
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	CHECK(env_of(&s, "PATH") && strstr(env_of(&s, "PATH"), "/usr/bin"));
 	lr_sbx_spec_release(&s);
 }
@@ -370,22 +370,22 @@ TEST(network_and_proxy)
 	char *targets[] = { "example.com:443", NULL };
 	struct lr_exec_request r = { .argv = argv_true, .network = targets };
 	struct lr_sbx_spec s;
-	char err[LR_EXEC_ERRLEN];
+	struct lr_err err = { "" };
 	profile_init(&p);
 	ctx_init(&c);
 	c.proxy_port = 3128;
 	c.dns_port = 5353;
 	/* deny: refused, naming the target */
-	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
-	CHECK(strstr(err, "'example.com:443'") && strstr(err, "denied"));
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, "'example.com:443'") && strstr(err.msg, "denied"));
 	/* gated without a grant: refused; with one: the proxy */
 	p.network = LR_CAP_GATED;
-	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
-	CHECK(strstr(err, "gated") != NULL);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, "gated") != NULL);
 	const char *gn[] = { "example.com:443" };
 	c.granted_net = gn;
 	c.ngranted_net = 1;
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	CHECK_EQ_INT(s.net, LR_SBX_NET_PROXY);
 	CHECK_EQ_INT(s.proxy_port, 3128);
 	CHECK_EQ_INT(s.dns_port, 5353);
@@ -401,21 +401,21 @@ TEST(network_and_proxy)
 	/* allow with no targets named: every target, through the proxy */
 	p.network = LR_CAP_ALLOW;
 	struct lr_exec_request r2 = { .argv = argv_true };
-	CHECK_EQ_INT(build(&p, &r2, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r2, &c, &s, &err), 0);
 	CHECK_EQ_INT(s.net, LR_SBX_NET_PROXY);
 	lr_sbx_spec_release(&s);
 	/* an empty list asks for none */
 	char *none[] = { NULL };
 	r2.network = none;
-	CHECK_EQ_INT(build(&p, &r2, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r2, &c, &s, &err), 0);
 	CHECK_EQ_INT(s.net, LR_SBX_NET_NONE);
 	CHECK(env_of(&s, "HTTP_PROXY") == NULL);
 	lr_sbx_spec_release(&s);
 	/* without a proxy the network cannot be given: said, not faked */
 	c.proxy_port = 0;
 	r2.network = NULL;
-	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r2, &c, &s, err), LR_EUNAVAILABLE);
-	CHECK(strstr(err, "egress proxy") != NULL);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r2, &c, &s, &err), LR_EUNAVAILABLE);
+	CHECK(strstr(err.msg, "egress proxy") != NULL);
 }
 
 TEST(commands_and_cwd)
@@ -424,10 +424,10 @@ TEST(commands_and_cwd)
 	struct lr_exec_ctx c;
 	struct lr_exec_request r = { .command = "echo hi | cat" };
 	struct lr_sbx_spec s;
-	char err[LR_EXEC_ERRLEN];
+	struct lr_err err = { "" };
 	profile_init(&p);
 	ctx_init(&c);
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	CHECK_EQ_STR(s.argv[0], "/bin/sh");
 	CHECK_EQ_STR(s.argv[1], "-c");
 	CHECK_EQ_STR(s.argv[2], "echo hi | cat");
@@ -443,13 +443,13 @@ TEST(commands_and_cwd)
 	lr_buf_release(&line);
 
 	p.command = LR_CAP_DENY;
-	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
-	CHECK(strstr(err, "denied") != NULL);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, "denied") != NULL);
 	p.command = LR_CAP_GATED;
-	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
-	CHECK(strstr(err, "gated") != NULL);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, "gated") != NULL);
 	c.command_granted = 1;
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	lr_sbx_spec_release(&s);
 
 	/* cwd: relative to the workspace; outside the view refused; missing not found */
@@ -459,23 +459,23 @@ TEST(commands_and_cwd)
 	snprintf(sub, sizeof sub, "%s/a/b", ws);
 	mkdirs(sub);
 	r.cwd = "a/b";
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	CHECK_EQ_STR(s.cwd, sub);
 	lr_sbx_spec_release(&s);
 	r.cwd = root; /* the parent of the workspace: not in the view */
-	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
-	CHECK(strstr(err, "outside the sandbox's view") != NULL);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, "outside the sandbox's view") != NULL);
 	r.cwd = "nosuch";
-	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_ENOTFOUND);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, &err), LR_ENOTFOUND);
 	/* a relative argv[0] is taken from cwd */
 	char *rel[] = { "./run.sh", NULL };
 	struct lr_exec_request r3 = { .argv = rel, .cwd = "a" };
-	CHECK_EQ_INT(build(&p, &r3, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r3, &c, &s, &err), 0);
 	snprintf(sub, sizeof sub, "%s/a/./run.sh", ws);
 	CHECK_EQ_STR(s.argv[0], sub);
 	lr_sbx_spec_release(&s);
 	struct lr_exec_request r4 = { 0 };
-	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r4, &c, &s, err), -EINVAL);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r4, &c, &s, &err), -EINVAL);
 }
 
 TEST(grants_roots_home_unconfined)
@@ -484,18 +484,18 @@ TEST(grants_roots_home_unconfined)
 	struct lr_exec_ctx c;
 	struct lr_exec_request r = { .argv = argv_true };
 	struct lr_sbx_spec s;
-	char err[LR_EXEC_ERRLEN];
+	struct lr_err err = { "" };
 	profile_init(&p);
 	ctx_init(&c);
 	/* gated workspace write: read-only until a grant names the workspace */
 	p.workspace_write = LR_CAP_GATED;
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	CHECK(find_mount(&s, ws) && !find_mount(&s, ws)->writable);
 	lr_sbx_spec_release(&s);
 	const char *gw[] = { ws };
 	c.granted_write = gw;
 	c.ngranted_write = 1;
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	CHECK(find_mount(&s, ws) && find_mount(&s, ws)->writable);
 	lr_sbx_spec_release(&s);
 
@@ -516,7 +516,7 @@ TEST(grants_roots_home_unconfined)
 	ctx_init(&c);
 	p.roots = roots;
 	p.nroots = 3;
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	CHECK(find_mount(&s, ra) && find_mount(&s, ra)->writable);
 	CHECK(rule_of(&s, ra) & LANDLOCK_ACCESS_FS_REFER);
 	CHECK(find_mount(&s, rb) && !find_mount(&s, rb)->writable);
@@ -525,7 +525,7 @@ TEST(grants_roots_home_unconfined)
 	const char *gr[] = { rc_ };
 	c.granted_read = gr;
 	c.ngranted_read = 1;
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	CHECK(find_mount(&s, rc_) && !find_mount(&s, rc_)->writable);
 	lr_sbx_spec_release(&s);
 
@@ -538,11 +538,11 @@ TEST(grants_roots_home_unconfined)
 	profile_init(&p);
 	ctx_init(&c);
 	c.host_env = henv;
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	CHECK(!find_mount(&s, realhome));
 	lr_sbx_spec_release(&s);
 	p.home = LR_HOME_REAL;
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	CHECK(find_mount(&s, realhome) && !find_mount(&s, realhome)->writable);
 	CHECK(!find_mount(&s, home));
 	CHECK_EQ_STR(env_of(&s, "HOME"), realhome);
@@ -553,7 +553,7 @@ TEST(grants_roots_home_unconfined)
 	ctx_init(&c);
 	p.isolation = LR_ISO_UNCONFINED;
 	p.network = LR_CAP_ALLOW;
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	CHECK_EQ_INT(s.unconfined, 1);
 	CHECK_EQ_INT(s.net, LR_SBX_NET_HOST);
 	CHECK_EQ_INT(s.nmounts, 0);
@@ -565,7 +565,7 @@ TEST(grants_roots_home_unconfined)
 	profile_init(&p);
 	struct lr_sbx_caps cg = { .tier = LR_TIER_A, .cgroup = 1 };
 	snprintf(cg.cgroup_path, sizeof cg.cgroup_path, "/sys/fs/cgroup/x");
-	CHECK_EQ_INT(lr_sbx_build_spec(&p, &cg, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &cg, &r, &c, &s, &err), 0);
 	CHECK(s.cgroup && strncmp(s.cgroup, "/sys/fs/cgroup/x/luarig-", 24) == 0);
 	lr_sbx_spec_release(&s);
 }
@@ -582,18 +582,18 @@ TEST(walk_is_bounded)
 	struct lr_exec_ctx c;
 	struct lr_exec_request r = { .argv = argv_true };
 	struct lr_sbx_spec s;
-	char err[LR_EXEC_ERRLEN];
+	struct lr_err err = { "" };
 	profile_init(&p);
 	ctx_init(&c);
-	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
-	CHECK(strstr(err, "directories deep") != NULL);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, "directories deep") != NULL);
 	snprintf(p1, sizeof p1, "rm -rf '%s/deep'", ws);
 	CHECK_EQ_INT(system(p1), 0);
 	p.protect_max_entries = 3;
-	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
-	CHECK(strstr(err, "more than 3 entries") != NULL);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, "more than 3 entries") != NULL);
 	p.protect_max_entries = 0;
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	lr_sbx_spec_release(&s);
 	/* more repositories than the view can hold binds for: refused, saying so */
 	for (int i = 0; i < 160; i++) {
@@ -604,11 +604,11 @@ TEST(walk_is_bounded)
 		snprintf(p1, sizeof p1, "%s/many/r%03d/.git/HEAD", ws, i);
 		touch(p1);
 	}
-	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, err), LR_EREFUSED);
-	CHECK(strstr(err, "too many repositories") != NULL);
+	CHECK_EQ_INT(lr_sbx_build_spec(&p, &caps, &r, &c, &s, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, "too many repositories") != NULL);
 	snprintf(p1, sizeof p1, "rm -rf '%s/many'", ws);
 	CHECK_EQ_INT(system(p1), 0);
-	CHECK_EQ_INT(build(&p, &r, &c, &s, err), 0);
+	CHECK_EQ_INT(build(&p, &r, &c, &s, &err), 0);
 	lr_sbx_spec_release(&s);
 }
 

@@ -179,11 +179,11 @@ static const struct lr_http_resp *run_to_end(struct lr_loop *loop, struct call *
 
 static int start(struct lr_http *h, struct lr_http_opts *o, struct call *c)
 {
-	char err[320];
+	struct lr_err err = { "" };
 	memset(c, 0, sizeof *c);
-	int rc = lr_http_start(h, o, notify, c, &c->r, err);
+	int rc = lr_http_start(h, o, notify, c, &c->r, &err);
 	if (rc)
-		fprintf(stderr, "# start: %s\n", err);
+		fprintf(stderr, "# start: %s\n", err.msg);
 	return rc;
 }
 
@@ -260,22 +260,22 @@ TEST(bad_options_fail_at_start)
 	CHECK(lr_loop_new(&loop) == 0);
 	CHECK(lr_http_new(loop, &h) == 0);
 	struct call c;
-	char err[320];
+	struct lr_err err = { "" };
 	const char *bad[] = { "ftp://127.0.0.1/x", "file:///etc/passwd", "gopher://x/", "" };
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		struct lr_http_opts o = { .url = bad[i], .timeout = 5, .max_body = 16 };
 		memset(&c, 0, sizeof c);
-		err[0] = '\0';
-		int rc = lr_http_start(h, &o, notify, &c, &c.r, err);
+		lr_err_clear(&err);
+		int rc = lr_http_start(h, &o, notify, &c, &c.r, &err);
 		CHECK_EQ_INT(rc, -EINVAL);
-		CHECK(err[0] != '\0');
+		CHECK(err.msg[0] != '\0');
 		CHECK_EQ_INT(c.notified, 0);
 	}
 	const char *inj[] = { "X-A: b\r\nX-Injected: 1" };
 	struct lr_http_opts o = { .url = "http://127.0.0.1:1/", .timeout = 5, .max_body = 16,
 				  .headers = inj, .nheaders = 1 };
 	memset(&c, 0, sizeof c);
-	CHECK_EQ_INT(lr_http_start(h, &o, notify, &c, &c.r, err), -EINVAL);
+	CHECK_EQ_INT(lr_http_start(h, &o, notify, &c, &c.r, &err), -EINVAL);
 	lr_http_free(h);
 	lr_loop_free(loop);
 }
@@ -297,7 +297,7 @@ TEST(refused_connection_is_a_network_error)
 	CHECK(start(h, &o, &c) == 0);
 	const struct lr_http_resp *rs = run_to_end(loop, &c);
 	CHECK_EQ_INT(rs->rc, LR_ENETWORK);
-	CHECK(strstr(rs->err, "127.0.0.1") != NULL); /* the message names the host */
+	CHECK(strstr(rs->err.msg, "127.0.0.1") != NULL); /* the message names the host */
 	lr_http_req_free(c.r);
 	lr_http_free(h);
 	lr_loop_free(loop);

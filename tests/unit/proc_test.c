@@ -85,9 +85,9 @@ TEST(exit_code)
 	char *argv[] = { "sh", "-c", "exit 3", NULL };
 	struct lr_proc_opts o = opts(argv);
 	struct lr_proc *p;
-	char err[LR_PROC_ERRLEN];
+	struct lr_err err = { "" };
 	events_seen = 0;
-	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, err), 0);
+	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, &err), 0);
 	CHECK(lr_proc_pid(p) > 0);
 	CHECK(run_until(p, exited, 5));
 	int code = -2, signo = -2;
@@ -105,8 +105,8 @@ TEST(killed_by_signal)
 	char *argv[] = { "sh", "-c", "kill -TERM $$", NULL };
 	struct lr_proc_opts o = opts(argv);
 	struct lr_proc *p;
-	char err[LR_PROC_ERRLEN];
-	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, err), 0);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, &err), 0);
 	CHECK(run_until(p, exited, 5));
 	int code = -2, signo = -2;
 	lr_proc_status(p, &code, &signo);
@@ -123,8 +123,8 @@ TEST(pipes_separate_streams)
 	o.out_cap[1] = o.out_cap[2] = 1024;
 	o.out_drop = 1;
 	struct lr_proc *p;
-	char err[LR_PROC_ERRLEN];
-	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, err), 0);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, &err), 0);
 	CHECK(run_until(p, lr_proc_done, 5));
 	CHECK_EQ_STR(lr_proc_output(p, LR_PROC_STDOUT)->data, "out\nmore\n");
 	CHECK_EQ_STR(lr_proc_output(p, LR_PROC_STDERR)->data, "err\n");
@@ -145,8 +145,8 @@ TEST(stdin_round_trip)
 	o.out_cap[1] = 4u << 20;
 	o.out_drop = 1;
 	struct lr_proc *p;
-	char err[LR_PROC_ERRLEN];
-	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, err), 0);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, &err), 0);
 	CHECK_EQ_INT(lr_proc_write(p, data, n), 0);
 	CHECK(lr_proc_input_pending(p) > 0); /* a pipe holds far less than 3 MiB */
 	lr_proc_close_stdin(p);
@@ -165,16 +165,16 @@ TEST(missing_program_and_bad_cwd)
 	char *argv[] = { "no-such-program-xyz", NULL };
 	struct lr_proc_opts o = opts(argv);
 	struct lr_proc *p = (struct lr_proc *)1;
-	char err[LR_PROC_ERRLEN];
-	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, err), -ENOENT);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, &err), -ENOENT);
 	CHECK(p == NULL);
-	CHECK_EQ_STR(err, "cannot run 'no-such-program-xyz': No such file or directory");
+	CHECK_EQ_STR(err.msg, "cannot run 'no-such-program-xyz': No such file or directory");
 
 	char *argv2[] = { "true", NULL };
 	o = opts(argv2);
 	o.cwd = "/no/such/dir";
-	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, err), -ENOENT);
-	CHECK_EQ_STR(err, "cannot change to directory '/no/such/dir': No such file or directory");
+	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, &err), -ENOENT);
+	CHECK_EQ_STR(err.msg, "cannot change to directory '/no/such/dir': No such file or directory");
 }
 
 static int parse_pid(const struct lr_buf *b)
@@ -197,9 +197,9 @@ TEST(timeout_kills_group)
 	o.out_drop = 1;
 	o.timeout = 0.2;
 	struct lr_proc *p;
-	char err[LR_PROC_ERRLEN];
+	struct lr_err err = { "" };
 	uint64_t t0 = lr_now_ns();
-	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, err), 0);
+	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, &err), 0);
 	CHECK(run_until(p, lr_proc_done, 5));
 	CHECK((lr_now_ns() - t0) < 2000000000ull);
 	CHECK_EQ_INT(lr_proc_timed_out(p), 1);
@@ -219,8 +219,8 @@ TEST(close_kills_running_group_and_reaps)
 	struct lr_proc_opts o = opts(argv);
 	o.stdio[1] = LR_PROC_PIPE;
 	struct lr_proc *p;
-	char err[LR_PROC_ERRLEN];
-	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, err), 0);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, &err), 0);
 	CHECK(run_until(p, has_line, 5));
 	int gc = parse_pid(lr_proc_output(p, LR_PROC_STDOUT));
 	pid_t pid = lr_proc_pid(p);
@@ -254,8 +254,8 @@ static struct lr_proc *spawn_with_lifeline(double timeout)
 	o.lifeline_fd = w;
 	o.timeout = timeout;
 	struct lr_proc *p = NULL;
-	char err[LR_PROC_ERRLEN];
-	if (lr_proc_spawn(loop, &o, &p, err) != 0)
+	struct lr_err err = { "" };
+	if (lr_proc_spawn(loop, &o, &p, &err) != 0)
 		p = NULL;
 	close(lp[0]);
 	close(w);
@@ -300,8 +300,8 @@ TEST(drop_mode_truncates_but_drains)
 	o.out_cap[1] = 10;
 	o.out_drop = 1;
 	struct lr_proc *p;
-	char err[LR_PROC_ERRLEN];
-	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, err), 0);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, &err), 0);
 	CHECK(run_until(p, lr_proc_done, 5));
 	CHECK_EQ_INT(lr_proc_output(p, LR_PROC_STDOUT)->len, 10);
 	CHECK_EQ_INT(lr_proc_truncated(p, LR_PROC_STDOUT), 1);
@@ -323,8 +323,8 @@ TEST(pause_mode_applies_backpressure)
 	o.stdio[1] = LR_PROC_PIPE;
 	o.out_cap[1] = 4096;
 	struct lr_proc *p;
-	char err[LR_PROC_ERRLEN];
-	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, err), 0);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, &err), 0);
 	size_t total = 0, most = 0;
 	for (;;) {
 		if (!run_until(p, has_output_or_eof, 5))
@@ -357,8 +357,8 @@ TEST(extra_fds_file_and_fd_stdio)
 	o.extra_fds = &extra[1];
 	o.n_extra = 1;
 	struct lr_proc *p;
-	char err[LR_PROC_ERRLEN];
-	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, err), 0);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, &err), 0);
 	close(extra[1]);
 	close(out[1]);
 	CHECK(run_until(p, exited, 5));
@@ -392,8 +392,8 @@ TEST(child_gets_clean_signals_and_no_host_fds)
 	o.out_cap[1] = 4096;
 	o.out_drop = 1;
 	struct lr_proc *p;
-	char err[LR_PROC_ERRLEN];
-	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, err), 0);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, &err), 0);
 	CHECK(run_until(p, lr_proc_done, 5));
 	const char *s = lr_proc_output(p, LR_PROC_STDOUT)->data;
 	CHECK(s && strstr(s, "SigBlk:\t0000000000000000\n"));
@@ -414,8 +414,8 @@ TEST(child_closing_stdin_is_reported_without_sigpipe)
 	struct lr_proc_opts o = opts(argv);
 	o.stdio[0] = o.stdio[1] = LR_PROC_PIPE;
 	struct lr_proc *p;
-	char err[LR_PROC_ERRLEN];
-	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, err), 0);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, &err), 0);
 	CHECK(run_until(p, has_line, 5));
 	/* The host would die of SIGPIPE here if the write raised it. */
 	CHECK_EQ_INT(lr_proc_write(p, "data", 4), -EPIPE);
@@ -430,11 +430,11 @@ TEST(many_children)
 {
 	enum { N = 40 };
 	struct lr_proc *ps[N];
-	char err[LR_PROC_ERRLEN];
+	struct lr_err err = { "" };
 	char *argv[] = { "true", NULL };
 	for (int i = 0; i < N; i++) {
 		struct lr_proc_opts o = opts(argv);
-		CHECK_EQ_INT(lr_proc_spawn(loop, &o, &ps[i], err), 0);
+		CHECK_EQ_INT(lr_proc_spawn(loop, &o, &ps[i], &err), 0);
 	}
 	for (int i = 0; i < N; i++) {
 		int code = -1;

@@ -62,34 +62,35 @@ static struct lr_grant_req req(void)
 
 /* Mints for base, redeems with r; returns the status and leaves the message in err. */
 static int mint_redeem(struct lr_grants *g, struct lr_grant_req base, struct lr_grant_req r,
-		       char err[LR_SBX_ERRLEN])
+		       struct lr_err *err)
 {
 	char tok[33];
 	CHECK_EQ_INT(lr_grant_mint(g, &base, tok, err), 0);
-	err[0] = 0;
+	lr_err_clear(err);
 	return lr_grant_redeem(g, tok, &r, err);
 }
 
 TEST(mint_and_redeem_once)
 {
 	struct lr_grants *g;
-	char tok[33], tok2[33], err[LR_SBX_ERRLEN] = "";
+	char tok[33], tok2[33];
+	struct lr_err err = { "" };
 	CHECK_EQ_INT(lr_grants_new(&g), 0);
 	struct lr_grant_req r = req();
-	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, err), 0);
+	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, &err), 0);
 	CHECK_EQ_INT(strlen(tok), 32);
-	CHECK_EQ_INT(lr_grant_mint(g, &r, tok2, err), 0);
+	CHECK_EQ_INT(lr_grant_mint(g, &r, tok2, &err), 0);
 	CHECK(strcmp(tok, tok2) != 0);
-	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, err), 0);
+	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, &err), 0);
 	/* replay */
-	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "grant: already used");
+	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "grant: already used");
 	/* the second token is independent */
-	CHECK_EQ_INT(lr_grant_redeem(g, tok2, &r, err), 0);
-	CHECK_EQ_INT(lr_grant_redeem(g, "00000000000000000000000000000000", &r, err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "grant: unknown token");
-	CHECK_EQ_INT(lr_grant_redeem(g, "short", &r, err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "grant: malformed token");
+	CHECK_EQ_INT(lr_grant_redeem(g, tok2, &r, &err), 0);
+	CHECK_EQ_INT(lr_grant_redeem(g, "00000000000000000000000000000000", &r, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "grant: unknown token");
+	CHECK_EQ_INT(lr_grant_redeem(g, "short", &r, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "grant: malformed token");
 	lr_grants_free(g);
 	lr_grants_free(NULL);
 }
@@ -97,7 +98,7 @@ TEST(mint_and_redeem_once)
 TEST(each_binding_refused)
 {
 	struct lr_grants *g;
-	char err[LR_SBX_ERRLEN];
+	struct lr_err err = { "" };
 	CHECK_EQ_INT(lr_grants_new(&g), 0);
 	struct row {
 		const char *msg;
@@ -120,132 +121,135 @@ TEST(each_binding_refused)
 	rows[6].msg = "grant: for another command";
 	rows[6].r.command = "git commit -m x "; /* exact, not a prefix */
 	for (int i = 0; i < 7; i++) {
-		CHECK_EQ_INT(mint_redeem(g, req(), rows[i].r, err), LR_EREFUSED);
-		CHECK_EQ_STR(err, rows[i].msg);
+		CHECK_EQ_INT(mint_redeem(g, req(), rows[i].r, &err), LR_EREFUSED);
+		CHECK_EQ_STR(err.msg, rows[i].msg);
 		/* positive control */
-		CHECK_EQ_INT(mint_redeem(g, rows[i].r, rows[i].r, err), 0);
+		CHECK_EQ_INT(mint_redeem(g, rows[i].r, rows[i].r, &err), 0);
 	}
 	/* a refused attempt consumes the token: the right request cannot use it afterwards */
 	char tok[33];
 	struct lr_grant_req ok = req(), wrong = req();
 	wrong.cwd = "/elsewhere";
-	CHECK_EQ_INT(lr_grant_mint(g, &ok, tok, err), 0);
-	CHECK_EQ_INT(lr_grant_redeem(g, tok, &wrong, err), LR_EREFUSED);
-	CHECK_EQ_INT(lr_grant_redeem(g, tok, &ok, err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "grant: already used");
+	CHECK_EQ_INT(lr_grant_mint(g, &ok, tok, &err), 0);
+	CHECK_EQ_INT(lr_grant_redeem(g, tok, &wrong, &err), LR_EREFUSED);
+	CHECK_EQ_INT(lr_grant_redeem(g, tok, &ok, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "grant: already used");
 	lr_grants_free(g);
 }
 
 TEST(expiry)
 {
 	struct lr_grants *g;
-	char tok[33], err[LR_SBX_ERRLEN];
+	char tok[33];
+	struct lr_err err = { "" };
 	CHECK_EQ_INT(lr_grants_new(&g), 0);
 	struct lr_grant_req r = req();
 	r.ttl = 0.05;
-	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, err), 0);
+	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, &err), 0);
 	struct timespec ts = { 0, 150 * 1000 * 1000 };
 	nanosleep(&ts, NULL);
-	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "grant: expired");
+	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "grant: expired");
 	/* positive control: the same ttl redeemed at once */
-	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, err), 0);
-	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, err), 0);
+	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, &err), 0);
+	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, &err), 0);
 	lr_grants_free(g);
 }
 
 TEST(target_swapped)
 {
 	struct lr_grants *g;
-	char tok[33], err[LR_SBX_ERRLEN];
+	char tok[33];
+	struct lr_err err = { "" };
 	CHECK_EQ_INT(lr_grants_new(&g), 0);
 	struct lr_grant_req r = req();
 
 	/* replaced by a symlink to a secret between mint and redeem */
-	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, err), 0);
+	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, &err), 0);
 	CHECK_EQ_INT(unlink(file), 0);
 	CHECK_EQ_INT(symlink(other, file), 0);
-	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "grant: the target changed since approval");
+	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "grant: the target changed since approval");
 	/* positive control: minted on the symlink, unchanged, it redeems */
-	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, err), 0);
-	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, err), 0);
+	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, &err), 0);
+	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, &err), 0);
 	unlink(file);
 	touch(file);
 
 	/* replaced by another file (rename over it) */
 	char tmpf[PATH_MAX + 8];
 	snprintf(tmpf, sizeof tmpf, "%s.tmp", file);
-	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, err), 0);
+	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, &err), 0);
 	touch(tmpf);
 	CHECK_EQ_INT(rename(tmpf, file), 0);
-	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "grant: the target changed since approval");
+	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "grant: the target changed since approval");
 
 	/* removed */
-	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, err), 0);
+	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, &err), 0);
 	unlink(file);
-	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "grant: the target changed since approval");
+	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "grant: the target changed since approval");
 	touch(file);
 
 	/* a path that does not exist yet: planting anything there is a change */
 	struct lr_grant_req n = req();
 	n.target = fresh;
-	CHECK_EQ_INT(lr_grant_mint(g, &n, tok, err), 0);
+	CHECK_EQ_INT(lr_grant_mint(g, &n, tok, &err), 0);
 	CHECK_EQ_INT(symlink(other, fresh), 0);
-	CHECK_EQ_INT(lr_grant_redeem(g, tok, &n, err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "grant: the target changed since approval");
+	CHECK_EQ_INT(lr_grant_redeem(g, tok, &n, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "grant: the target changed since approval");
 	unlink(fresh);
-	CHECK_EQ_INT(lr_grant_mint(g, &n, tok, err), 0);
-	CHECK_EQ_INT(lr_grant_redeem(g, tok, &n, err), 0); /* still absent: fine */
+	CHECK_EQ_INT(lr_grant_mint(g, &n, tok, &err), 0);
+	CHECK_EQ_INT(lr_grant_redeem(g, tok, &n, &err), 0); /* still absent: fine */
 
 	/* content changes keep the inode: still the approved file */
-	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, err), 0);
+	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, &err), 0);
 	touch(file);
-	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, err), 0);
+	CHECK_EQ_INT(lr_grant_redeem(g, tok, &r, &err), 0);
 	lr_grants_free(g);
 }
 
 TEST(network_and_command_targets)
 {
 	struct lr_grants *g;
-	char err[LR_SBX_ERRLEN];
+	struct lr_err err = { "" };
 	CHECK_EQ_INT(lr_grants_new(&g), 0);
 	struct lr_grant_req r = req(), o = req();
 	r.cls = o.cls = LR_GRANT_NETWORK;
 	r.target = "github.com:443";
 	o.target = "github.com:22";
-	CHECK_EQ_INT(mint_redeem(g, r, o, err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "grant: for another target");
-	CHECK_EQ_INT(mint_redeem(g, r, r, err), 0);
+	CHECK_EQ_INT(mint_redeem(g, r, o, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "grant: for another target");
+	CHECK_EQ_INT(mint_redeem(g, r, r, &err), 0);
 	lr_grants_free(g);
 }
 
 TEST(mint_refuses_bad_requests)
 {
 	struct lr_grants *g;
-	char tok[33], err[LR_SBX_ERRLEN];
+	char tok[33];
+	struct lr_err err = { "" };
 	CHECK_EQ_INT(lr_grants_new(&g), 0);
 	struct lr_grant_req r;
 	r = req(); r.command = "";
-	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, err), -EINVAL);
-	CHECK(strstr(err, "command") != NULL);
+	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, &err), -EINVAL);
+	CHECK(strstr(err.msg, "command") != NULL);
 	r = req(); r.cwd = "relative";
-	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, err), -EINVAL);
-	CHECK(strstr(err, "working directory") != NULL);
+	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, &err), -EINVAL);
+	CHECK(strstr(err.msg, "working directory") != NULL);
 	r = req(); r.fingerprint = "";
-	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, err), -EINVAL);
-	CHECK(strstr(err, "fingerprint") != NULL);
+	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, &err), -EINVAL);
+	CHECK(strstr(err.msg, "fingerprint") != NULL);
 	r = req(); r.ttl = 0;
-	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, err), -EINVAL);
-	CHECK(strstr(err, "ttl") != NULL);
+	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, &err), -EINVAL);
+	CHECK(strstr(err.msg, "ttl") != NULL);
 	r = req(); r.target = "relative/path";
-	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, err), -EINVAL);
-	CHECK(strstr(err, "absolute target") != NULL);
+	CHECK_EQ_INT(lr_grant_mint(g, &r, tok, &err), -EINVAL);
+	CHECK(strstr(err.msg, "absolute target") != NULL);
 	r = req(); r.target = "/nonexistent-lr-dir/x";
-	CHECK(lr_grant_mint(g, &r, tok, err) != 0);
-	CHECK(strstr(err, "cannot pin") != NULL);
+	CHECK(lr_grant_mint(g, &r, tok, &err) != 0);
+	CHECK(strstr(err.msg, "cannot pin") != NULL);
 	lr_grants_free(g);
 }
 

@@ -407,8 +407,8 @@ TEST(spec_round_trip)
 	size_t n1, n2;
 	CHECK_EQ_INT(lr_sbx_spec_encode(&b.s, &e1, &n1), 0);
 	struct lr_sbx_spec d;
-	char err[LR_SBX_ERRLEN];
-	CHECK_EQ_INT(lr_sbx_spec_decode(e1, n1, &d, err), 0);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(lr_sbx_spec_decode(e1, n1, &d, &err), 0);
 	CHECK_EQ_STR(d.argv[2], "echo hi");
 	CHECK_EQ_INT(d.nmounts, b.s.nmounts);
 	CHECK_EQ_INT(d.limits.nproc, 64);
@@ -443,16 +443,17 @@ TEST(spec_strict)
 		{ "\"net\":\"none\",\"uid\":0,\"gid\":0,\"etc_idmap\":true}", NULL },
 		{ "\"net\":\"none\",\"uid\":0,\"gid\":0,\"etc_idmap\":1}", "'etc_idmap' must be a boolean" },
 	};
-	char buf[1024], err[LR_SBX_ERRLEN];
+	char buf[1024];
+	struct lr_err err = { "" };
 	struct lr_sbx_spec s;
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		snprintf(buf, sizeof buf, "%s%s", head, cases[i].tail);
-		int rc = lr_sbx_spec_decode(buf, strlen(buf), &s, err);
+		int rc = lr_sbx_spec_decode(buf, strlen(buf), &s, &err);
 		if (!cases[i].msg) {
 			CHECK_EQ_INT(rc, 0);
 			lr_sbx_spec_release(&s);
-		} else if (rc == 0 || !strstr(err, cases[i].msg)) {
-			fprintf(stderr, "case %zu: rc %d err '%s', want '%s'\n", i, rc, err, cases[i].msg);
+		} else if (rc == 0 || !strstr(err.msg, cases[i].msg)) {
+			fprintf(stderr, "case %zu: rc %d err '%s', want '%s'\n", i, rc, err.msg, cases[i].msg);
 			CHECK(0);
 		}
 	}
@@ -487,9 +488,9 @@ TEST(spec_strict)
 			continue;
 		snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - good), good, subs[i].to,
 			 at + strlen(subs[i].from));
-		int rc = lr_sbx_spec_decode(buf, strlen(buf), &s, err);
-		if (rc == 0 || !strstr(err, subs[i].msg)) {
-			fprintf(stderr, "sub %zu: rc %d err '%s', want '%s'\n", i, rc, err, subs[i].msg);
+		int rc = lr_sbx_spec_decode(buf, strlen(buf), &s, &err);
+		if (rc == 0 || !strstr(err.msg, subs[i].msg)) {
+			fprintf(stderr, "sub %zu: rc %d err '%s', want '%s'\n", i, rc, err.msg, subs[i].msg);
 			CHECK(0);
 		}
 		if (rc == 0)
@@ -499,7 +500,7 @@ TEST(spec_strict)
 	size_t big = LR_SBX_SPEC_MAX + 1;
 	char *huge = malloc(big);
 	memset(huge, ' ', big);
-	CHECK(lr_sbx_spec_decode(huge, big, &s, err) != 0 && strstr(err, "larger than"));
+	CHECK(lr_sbx_spec_decode(huge, big, &s, &err) != 0 && strstr(err.msg, "larger than"));
 	free(huge);
 }
 

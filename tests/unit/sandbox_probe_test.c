@@ -124,9 +124,9 @@ TEST(report_default_here)
 {
 	struct lr_profile p;
 	struct lr_sbx_report r;
-	char err[LR_SBX_ERRLEN] = "";
+	struct lr_err err = { "" };
 	base(&p);
-	CHECK_EQ_INT(lr_sbx_report(&p, lr_sbx_probe(), &r, err), 0);
+	CHECK_EQ_INT(lr_sbx_report(&p, lr_sbx_probe(), &r, &err), 0);
 	CHECK_EQ_INT(r.tier, LR_TIER_A);
 	for (int g = 0; g < LR_G_COUNT; g++) {
 		CHECK(r.enforced[g]);
@@ -148,22 +148,22 @@ TEST(report_tier_b)
 {
 	struct lr_profile p;
 	struct lr_sbx_report r;
-	char err[LR_SBX_ERRLEN] = "";
+	struct lr_err err = { "" };
 	struct lr_sbx_caps c = fake(LR_TIER_B, 6);
 	base(&p);
-	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, err), 0);
+	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, &err), 0);
 	CHECK_EQ_INT(r.tier, LR_TIER_B);
 	CHECK(r.enforced[LR_G_READ_BOUNDARY] && strstr(r.how[LR_G_READ_BOUNDARY], "degraded"));
 	CHECK(!r.enforced[LR_G_TARGET_NETWORK] && r.missing[LR_G_TARGET_NETWORK][0]);
 	CHECK(r.enforced[LR_G_PROCESS_BOUNDARY]);
 	/* landlock without scopes cannot hold the process boundary: refused, named */
 	c = fake(LR_TIER_B, 3);
-	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, err), LR_EREFUSED);
-	CHECK(strstr(err, "'process_boundary'") != NULL);
+	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, "'process_boundary'") != NULL);
 	CHECK(!r.enforced[LR_G_PROCESS_BOUNDARY]);
 	/* positive control: an unconfined profile needs only the env scrub */
 	p.isolation = LR_ISO_UNCONFINED;
-	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, err), 0);
+	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, &err), 0);
 }
 
 /* What the host interprets later: held with a mount view only; needed by a writable workspace. */
@@ -171,10 +171,10 @@ TEST(report_protected_files)
 {
 	struct lr_profile p;
 	struct lr_sbx_report r;
-	char err[LR_SBX_ERRLEN] = "";
+	struct lr_err err = { "" };
 	struct lr_sbx_caps a = fake(LR_TIER_A, 7), b = fake(LR_TIER_B, 6);
 	base(&p);
-	CHECK_EQ_INT(lr_sbx_report(&p, &a, &r, err), 0);
+	CHECK_EQ_INT(lr_sbx_report(&p, &a, &r, &err), 0);
 	CHECK(r.enforced[LR_G_PROTECTED_FILES]);
 	CHECK(!r.required[LR_G_PROTECTED_FILES]); /* gated: the executor checks each run */
 	CHECK(strstr(r.how[LR_G_PROTECTED_FILES], "commondir") != NULL);
@@ -182,20 +182,20 @@ TEST(report_protected_files)
 	CHECK_EQ_STR(lr_guarantee_name(LR_G_PROTECTED_FILES), "protected_files");
 	/* a workspace commands may write needs it: tier B cannot hold it and refuses, naming it */
 	p.workspace_write = LR_CAP_ALLOW;
-	CHECK_EQ_INT(lr_sbx_report(&p, &a, &r, err), 0);
+	CHECK_EQ_INT(lr_sbx_report(&p, &a, &r, &err), 0);
 	CHECK(r.required[LR_G_PROTECTED_FILES]);
-	CHECK_EQ_INT(lr_sbx_report(&p, &b, &r, err), LR_EREFUSED);
-	CHECK(strstr(err, "'protected_files'") && strstr(err, "mount namespace"));
+	CHECK_EQ_INT(lr_sbx_report(&p, &b, &r, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, "'protected_files'") && strstr(err.msg, "mount namespace"));
 	/* positive control: tier B with a gated workspace runs (read-only unless a grant) */
 	p.workspace_write = LR_CAP_GATED;
-	CHECK_EQ_INT(lr_sbx_report(&p, &b, &r, err), 0);
+	CHECK_EQ_INT(lr_sbx_report(&p, &b, &r, &err), 0);
 	CHECK(!r.enforced[LR_G_PROTECTED_FILES]);
 	/* the profile's names and git mode are said */
 	char *names[] = { ".tool-versions" };
 	p.protect_names = names;
 	p.nprotect_names = 1;
 	p.git_readonly = 1;
-	CHECK_EQ_INT(lr_sbx_report(&p, &a, &r, err), 0);
+	CHECK_EQ_INT(lr_sbx_report(&p, &a, &r, &err), 0);
 	CHECK(strstr(r.protected_names, ".envrc .github/workflows .tool-versions") != NULL);
 	CHECK(strstr(r.how[LR_G_PROTECTED_FILES], "the whole git directory") != NULL);
 }
@@ -204,13 +204,13 @@ TEST(report_tier_none_refuses)
 {
 	struct lr_profile p;
 	struct lr_sbx_report r;
-	char err[LR_SBX_ERRLEN] = "";
+	struct lr_err err = { "" };
 	struct lr_sbx_caps c = fake(LR_TIER_NONE, 0);
 	base(&p);
-	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, err), LR_EREFUSED);
+	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, &err), LR_EREFUSED);
 	/* the first missing required guarantee, in report order */
-	CHECK(strstr(err, "'read_boundary'") != NULL);
-	CHECK(strstr(err, "no landlock: test") != NULL);
+	CHECK(strstr(err.msg, "'read_boundary'") != NULL);
+	CHECK(strstr(err.msg, "no landlock: test") != NULL);
 	for (int g = 0; g < LR_G_ENV_SCRUB; g++)
 		CHECK(!r.enforced[g] && r.missing[g][0]);
 	CHECK(r.enforced[LR_G_ENV_SCRUB]);
@@ -218,21 +218,21 @@ TEST(report_tier_none_refuses)
 	 * needed, the process boundary still is */
 	p.workspace_write = p.host_write = p.network = LR_CAP_ALLOW;
 	p.home = LR_HOME_REAL;
-	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, err), LR_EREFUSED);
+	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, &err), LR_EREFUSED);
 	CHECK(!r.required[LR_G_READ_BOUNDARY] && !r.required[LR_G_WRITE_BOUNDARY]);
 	CHECK(!r.required[LR_G_NETWORK_BOUNDARY]);
-	CHECK(strstr(err, "'process_boundary'") != NULL);
+	CHECK(strstr(err.msg, "'process_boundary'") != NULL);
 	/* unconfined: requires nothing but the env scrub, enforces nothing else */
 	p.isolation = LR_ISO_UNCONFINED;
 	p.ack_unconfined = 1;
-	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, err), 0);
+	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, &err), 0);
 	for (int g = 0; g < LR_G_ENV_SCRUB; g++) {
 		CHECK(!r.required[g] && !r.enforced[g]);
 		CHECK(strstr(r.missing[g], "unconfined") != NULL);
 	}
 	/* and unconfined on tier A still claims nothing else */
 	struct lr_sbx_caps a = fake(LR_TIER_A, 7);
-	CHECK_EQ_INT(lr_sbx_report(&p, &a, &r, err), 0);
+	CHECK_EQ_INT(lr_sbx_report(&p, &a, &r, &err), 0);
 	CHECK(!r.enforced[LR_G_READ_BOUNDARY] && r.enforced[LR_G_ENV_SCRUB]);
 }
 
@@ -240,23 +240,23 @@ TEST(report_requirements_follow_states)
 {
 	struct lr_profile p;
 	struct lr_sbx_report r;
-	char err[LR_SBX_ERRLEN] = "";
+	struct lr_err err = { "" };
 	struct lr_sbx_caps c = fake(LR_TIER_A, 7);
 	base(&p);
 	p.home = LR_HOME_REAL;
 	p.workspace_write = p.host_write = p.network = LR_CAP_ALLOW;
-	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, err), 0);
+	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, &err), 0);
 	CHECK(!r.required[LR_G_WRITE_BOUNDARY] && !r.required[LR_G_NETWORK_BOUNDARY]);
 	p.host_write = LR_CAP_GATED;
-	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, err), 0);
+	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, &err), 0);
 	CHECK(r.required[LR_G_WRITE_BOUNDARY]);
 	p.network = LR_CAP_DENY;
-	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, err), 0);
+	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, &err), 0);
 	CHECK(r.required[LR_G_NETWORK_BOUNDARY]);
 	CHECK(!r.required[LR_G_READ_BOUNDARY]);
 	p.host_read = LR_CAP_GATED;
 	p.host_write = LR_CAP_DENY;
-	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, err), 0);
+	CHECK_EQ_INT(lr_sbx_report(&p, &c, &r, &err), 0);
 	CHECK(r.required[LR_G_READ_BOUNDARY]);
 }
 

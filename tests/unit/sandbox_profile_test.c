@@ -63,9 +63,9 @@ static void base(struct lr_profile *p)
 	p->workspace_root = ws;
 }
 
-static int validate(const struct lr_profile *p, char *err)
+static int validate(const struct lr_profile *p, struct lr_err *err)
 {
-	err[0] = 0;
+	lr_err_clear(err);
 	return lr_profile_validate(p, err);
 }
 
@@ -86,9 +86,9 @@ TEST(names_parse)
 TEST(defaults_validate)
 {
 	struct lr_profile p;
-	char err[LR_SBX_ERRLEN];
+	struct lr_err err = { "" };
 	base(&p);
-	CHECK_EQ_INT(validate(&p, err), 0);
+	CHECK_EQ_INT(validate(&p, &err), 0);
 	CHECK_EQ_INT(p.workspace_read, LR_CAP_ALLOW);
 	CHECK_EQ_INT(p.workspace_write, LR_CAP_GATED);
 	CHECK_EQ_INT(p.host_read, LR_CAP_ALLOW);
@@ -126,7 +126,7 @@ TEST(validation_table)
 	};
 	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
 		struct lr_profile p;
-		char err[LR_SBX_ERRLEN];
+		struct lr_err err = { "" };
 		base(&p);
 		roots2[0] = (struct lr_sbx_root){ r1, LR_CAP_ALLOW, LR_CAP_DENY };
 		roots2[1] = (struct lr_sbx_root){ r2, LR_CAP_ALLOW, LR_CAP_ALLOW };
@@ -165,29 +165,29 @@ TEST(validation_table)
 		case 25: p.delegate = (enum lr_cap)3; break;
 		case 26: p.mcp = (enum lr_cap)3; break;
 		}
-		int rc = validate(&p, err);
-		if (rc != -EINVAL || !strstr(err, rows[i].field) || strncmp(err, "profile: ", 9) != 0) {
+		int rc = validate(&p, &err);
+		if (rc != -EINVAL || !strstr(err.msg, rows[i].field) || strncmp(err.msg, "profile: ", 9) != 0) {
 			fprintf(stderr, "row %d: rc %d, message '%s', wanted %s\n", rows[i].what, rc,
-				err, rows[i].field);
+				err.msg, rows[i].field);
 			test_failed_now = 1;
 		}
 	}
 	/* positive controls: the same shapes, made valid */
 	struct lr_profile p;
-	char err[LR_SBX_ERRLEN];
+	struct lr_err err = { "" };
 	base(&p);
 	roots2[0] = (struct lr_sbx_root){ r1, LR_CAP_ALLOW, LR_CAP_GATED };
 	roots2[1] = (struct lr_sbx_root){ r2, LR_CAP_GATED, LR_CAP_DENY };
 	p.roots = roots2;
 	p.nroots = 2;
-	CHECK_EQ_INT(validate(&p, err), 0);
+	CHECK_EQ_INT(validate(&p, &err), 0);
 	p.isolation = LR_ISO_UNCONFINED;
 	p.workspace_write = p.host_write = p.network = LR_CAP_ALLOW;
 	p.ack_unconfined = 1;
 	p.nroots = 0;
-	CHECK_EQ_INT(validate(&p, err), 0);
+	CHECK_EQ_INT(validate(&p, &err), 0);
 	p.command = LR_CAP_DENY; /* command is not a filesystem or network field */
-	CHECK_EQ_INT(validate(&p, err), 0);
+	CHECK_EQ_INT(validate(&p, &err), 0);
 }
 
 TEST(fingerprint)
@@ -254,8 +254,8 @@ TEST(fingerprint)
 static enum lr_cap acc(const struct lr_profile *p, const char *kind, const char *scope)
 {
 	enum lr_cap c = LR_CAP_ALLOW;
-	char err[LR_SBX_ERRLEN] = "";
-	int rc = lr_profile_access_for(p, kind, scope, &c, err);
+	struct lr_err err = { "" };
+	int rc = lr_profile_access_for(p, kind, scope, &c, &err);
 	if (rc) {
 		CHECK(c == LR_CAP_DENY);
 		return (enum lr_cap)-1;
@@ -306,26 +306,26 @@ TEST(access_for_kinds)
 	CHECK_EQ_INT(acc(&p, "mcp", "fs/read_file"), p.mcp);
 	/* unknown kinds and missing paths fail closed with a message */
 	enum lr_cap c = LR_CAP_ALLOW;
-	char err[LR_SBX_ERRLEN] = "";
-	CHECK_EQ_INT(lr_profile_access_for(&p, "filesystem.exec", in, &c, err), -EINVAL);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(lr_profile_access_for(&p, "filesystem.exec", in, &c, &err), -EINVAL);
 	CHECK_EQ_INT(c, LR_CAP_DENY);
-	CHECK(strstr(err, "unknown access kind 'filesystem.exec'") != NULL);
+	CHECK(strstr(err.msg, "unknown access kind 'filesystem.exec'") != NULL);
 	c = LR_CAP_ALLOW;
-	CHECK(lr_profile_access_for(&p, NULL, in, &c, err) != 0);
+	CHECK(lr_profile_access_for(&p, NULL, in, &c, &err) != 0);
 	CHECK_EQ_INT(c, LR_CAP_DENY);
 	c = LR_CAP_ALLOW;
-	CHECK(lr_profile_access_for(&p, "filesystem.read", NULL, &c, err) != 0);
+	CHECK(lr_profile_access_for(&p, "filesystem.read", NULL, &c, &err) != 0);
 	CHECK_EQ_INT(c, LR_CAP_DENY);
-	CHECK(strstr(err, "needs a path") != NULL);
+	CHECK(strstr(err.msg, "needs a path") != NULL);
 	c = LR_CAP_ALLOW;
-	CHECK(lr_profile_access_for(&p, "filesystem.read", "", &c, err) != 0);
+	CHECK(lr_profile_access_for(&p, "filesystem.read", "", &c, &err) != 0);
 	CHECK_EQ_INT(c, LR_CAP_DENY);
 }
 
 /* Every pair of states: restrict gives the lower, never wider than either. */
 TEST(restrict_every_pair)
 {
-	char err[LR_SBX_ERRLEN];
+	struct lr_err err = { "" };
 	for (int a = 0; a < 3; a++)
 		for (int b = 0; b < 3; b++)
 			for (int f = 0; f < 8; f++) {
@@ -340,7 +340,7 @@ TEST(restrict_every_pair)
 						      &y.mcp };
 				*fx[f] = (enum lr_cap)a;
 				*fy[f] = (enum lr_cap)b;
-				CHECK_EQ_INT(lr_profile_restrict(&x, &y, &z, err), 0);
+				CHECK_EQ_INT(lr_profile_restrict(&x, &y, &z, &err), 0);
 				enum lr_cap got[] = { z.workspace_read, z.workspace_write, z.host_read,
 						      z.host_write, z.network, z.command, z.delegate, z.mcp };
 				CHECK_EQ_INT(got[f], a < b ? a : b);
@@ -360,7 +360,7 @@ TEST(restrict_every_pair)
 			y.isolation = (enum lr_isolation)b;
 			x.ack_unconfined = a;
 			y.ack_unconfined = b;
-			CHECK_EQ_INT(lr_profile_restrict(&x, &y, &z, err), 0);
+			CHECK_EQ_INT(lr_profile_restrict(&x, &y, &z, &err), 0);
 			CHECK_EQ_INT(z.home, a && b ? LR_HOME_REAL : LR_HOME_ISOLATED);
 			CHECK_EQ_INT(z.isolation, a && b ? LR_ISO_UNCONFINED : LR_ISO_SANDBOXED);
 			CHECK_EQ_INT(z.ack_unconfined, a && b);
@@ -375,7 +375,7 @@ TEST(restrict_every_pair)
  */
 TEST(restrict_roots_never_widen)
 {
-	char err[LR_SBX_ERRLEN];
+	struct lr_err err = { "" };
 	char pr1[PATH_MAX + 8], pr2[PATH_MAX + 8], psub[PATH_MAX + 8], pws[PATH_MAX + 8];
 	snprintf(pr1, sizeof pr1, "%s/a", r1);
 	snprintf(pr2, sizeof pr2, "%s/a", r2);
@@ -402,8 +402,8 @@ TEST(restrict_roots_never_widen)
 					x.nroots = 2;
 					y.roots = yr;
 					y.nroots = 1;
-					CHECK_EQ_INT(lr_profile_restrict(&x, &y, &z, err), 0);
-					CHECK_EQ_INT(lr_profile_validate(&z, err), 0);
+					CHECK_EQ_INT(lr_profile_restrict(&x, &y, &z, &err), 0);
+					CHECK_EQ_INT(lr_profile_validate(&z, &err), 0);
 					for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
 						for (int k = 0; k < 2; k++) {
 							int ax = acc(&x, kinds[k], paths[i]);
@@ -419,7 +419,7 @@ TEST(restrict_roots_never_widen)
 						}
 					/* and the other way round */
 					struct lr_profile w;
-					CHECK_EQ_INT(lr_profile_restrict(&y, &x, &w, err), 0);
+					CHECK_EQ_INT(lr_profile_restrict(&y, &x, &w, &err), 0);
 					for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
 						for (int k = 0; k < 2; k++)
 							CHECK_EQ_INT(acc(&w, kinds[k], paths[i]),
@@ -433,12 +433,12 @@ TEST(restrict_roots_never_widen)
 TEST(restrict_other_workspace)
 {
 	struct lr_profile x, y, z;
-	char err[LR_SBX_ERRLEN] = "";
+	struct lr_err err = { "" };
 	base(&x);
 	base(&y);
 	y.workspace_root = outside;
-	CHECK_EQ_INT(lr_profile_restrict(&x, &y, &z, err), -EINVAL);
-	CHECK(strstr(err, "different workspaces") != NULL);
+	CHECK_EQ_INT(lr_profile_restrict(&x, &y, &z, &err), -EINVAL);
+	CHECK(strstr(err.msg, "different workspaces") != NULL);
 	CHECK(z.workspace_root == NULL);
 }
 

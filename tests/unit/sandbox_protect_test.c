@@ -68,12 +68,12 @@ static const struct lr_protect_bind *bind_of(const struct lr_protect_plan *p, co
 	return NULL;
 }
 
-static int scan(const struct lr_protect_opts *o, struct lr_protect_plan *p, char *err)
+static int scan(const struct lr_protect_opts *o, struct lr_protect_plan *p, struct lr_err *err)
 {
 	const char *roots[] = { ws };
 	int rc = lr_protect_scan(roots, 1, o, p, err);
 	if (rc)
-		fprintf(stderr, "# scan: %s\n", err);
+		fprintf(stderr, "# scan: %s\n", err->msg);
 	return rc;
 }
 
@@ -98,8 +98,8 @@ TEST(scan_protects_every_repository)
 	sh("cd '%s' && mkdir -p .vscode sub2/.idea && echo x > .envrc && mkdir -p a/b/c/.vscode", ws);
 	struct lr_protect_opts o = { 0 };
 	struct lr_protect_plan p;
-	char err[LR_SBX_ERRLEN];
-	CHECK_EQ_INT(scan(&o, &p, err), 0);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(scan(&o, &p, &err), 0);
 	static const char *const ro[] = { ".git/config", ".git/hooks", "a/b/c/.git/config",
 					  "a/b/c/.git/hooks", "node_modules/x/.git/hooks",
 					  ".git/modules/sub/config", ".git/modules/sub/hooks", "sub/.git",
@@ -161,7 +161,7 @@ TEST(scan_protects_every_repository)
 
 	/* git_readonly: each git directory read-only whole, nothing inside listed */
 	o.git_readonly = 1;
-	CHECK_EQ_INT(scan(&o, &p, err), 0);
+	CHECK_EQ_INT(scan(&o, &p, &err), 0);
 	b = bind_of(&p, ".git");
 	CHECK(b && !b->writable);
 	b = bind_of(&p, "a/b/c/.git");
@@ -182,19 +182,19 @@ TEST(scan_grants_and_names)
 	const char *g1[] = { hooks };
 	struct lr_protect_opts o = { .granted = g1, .ngranted = 1 };
 	struct lr_protect_plan p;
-	char err[LR_SBX_ERRLEN];
-	CHECK_EQ_INT(scan(&o, &p, err), 0);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(scan(&o, &p, &err), 0);
 	CHECK(!item(&p, ".git/hooks") && item(&p, ".git/config"));
 	lr_protect_plan_release(&p);
 	const char *g2[] = { wsg };
 	o.granted = g2;
-	CHECK_EQ_INT(scan(&o, &p, err), 0);
+	CHECK_EQ_INT(scan(&o, &p, &err), 0);
 	CHECK(item(&p, ".git/hooks") && item(&p, ".git/config") && item(&p, ".vscode"));
 	lr_protect_plan_release(&p);
 	/* the profile's names join the defaults */
 	const char *names[] = { ".tool-versions", "tools/hooks" };
 	struct lr_protect_opts o2 = { .names = names, .nnames = 2 };
-	CHECK_EQ_INT(scan(&o2, &p, err), 0);
+	CHECK_EQ_INT(scan(&o2, &p, &err), 0);
 	CHECK(item(&p, ".tool-versions") && item(&p, "tools"));
 	lr_protect_plan_release(&p);
 	CHECK_EQ_INT(lr_protect_name_check(".tool-versions"), 0);
@@ -208,35 +208,35 @@ TEST(scan_refuses_what_it_cannot_hold)
 {
 	struct lr_protect_opts o = { 0 };
 	struct lr_protect_plan p;
-	char err[LR_SBX_ERRLEN];
+	struct lr_err err = { "" };
 	/* a symbolic link where a protected entry is */
 	fresh();
 	gitdir(".git");
 	sh("cd '%s' && rm -rf .git/hooks && mkdir hk && ln -s ../hk .git/hooks", ws);
-	CHECK_EQ_INT(scan(&o, &p, err) == LR_EREFUSED, 1);
-	CHECK(strstr(err, ".git/hooks") && strstr(err, "symbolic link"));
+	CHECK_EQ_INT(scan(&o, &p, &err) == LR_EREFUSED, 1);
+	CHECK(strstr(err.msg, ".git/hooks") && strstr(err.msg, "symbolic link"));
 	CHECK_EQ_INT(p.nitems, 0); /* released */
 	fresh();
 	gitdir(".git");
 	sh("cd '%s' && mv .git/objects objs && ln -s ../objs .git/objects", ws); /* a link on the way */
-	CHECK_EQ_INT(scan(&o, &p, err), LR_EREFUSED);
-	CHECK(strstr(err, ".git/objects") && strstr(err, "on the way to"));
+	CHECK_EQ_INT(scan(&o, &p, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, ".git/objects") && strstr(err.msg, "on the way to"));
 	fresh();
 	sh("cd '%s' && ln -s /etc .claude", ws);
-	CHECK_EQ_INT(scan(&o, &p, err), LR_EREFUSED);
-	CHECK(strstr(err, ".claude") != NULL);
+	CHECK_EQ_INT(scan(&o, &p, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, ".claude") != NULL);
 	fresh();
 	sh("cd '%s' && mkdir r && ln -s /tmp r/.git", ws);
-	CHECK_EQ_INT(scan(&o, &p, err), LR_EREFUSED);
-	CHECK(strstr(err, "r/.git") && strstr(err, "symbolic link"));
+	CHECK_EQ_INT(scan(&o, &p, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, "r/.git") && strstr(err.msg, "symbolic link"));
 	/* more entries than the cap: refused, never partial */
 	fresh();
 	sh("cd '%s' && mkdir -p d && for i in $(seq 1 50); do : > d/f$i; done", ws);
 	o.max_entries = 20;
-	CHECK_EQ_INT(scan(&o, &p, err), LR_EREFUSED);
-	CHECK(strstr(err, "more than 20 entries") && strstr(err, "protect.max_entries"));
+	CHECK_EQ_INT(scan(&o, &p, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, "more than 20 entries") && strstr(err.msg, "protect.max_entries"));
 	o.max_entries = 100;
-	CHECK_EQ_INT(scan(&o, &p, err), 0);
+	CHECK_EQ_INT(scan(&o, &p, &err), 0);
 	lr_protect_plan_release(&p);
 	o.max_entries = 0;
 	/* deeper than the depth cap: refused */
@@ -246,8 +246,8 @@ TEST(scan_refuses_what_it_cannot_hold)
 	for (int i = 0; i <= LR_PROTECT_MAX_DEPTH; i++)
 		n += snprintf(deep + n, sizeof deep - (size_t)n, "/d");
 	sh("mkdir -p '%s'", deep);
-	CHECK_EQ_INT(scan(&o, &p, err), LR_EREFUSED);
-	CHECK(strstr(err, "directories deep") != NULL);
+	CHECK_EQ_INT(scan(&o, &p, &err), LR_EREFUSED);
+	CHECK(strstr(err.msg, "directories deep") != NULL);
 }
 
 TEST(placeholders_are_held_and_removed)
@@ -256,10 +256,10 @@ TEST(placeholders_are_held_and_removed)
 	gitdir(".git");
 	struct lr_protect_opts o = { 0 };
 	struct lr_protect_plan p, p2;
-	char err[LR_SBX_ERRLEN];
-	CHECK_EQ_INT(scan(&o, &p, err), 0);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(scan(&o, &p, &err), 0);
 	struct lr_protect_hold *h = NULL, *h2 = NULL;
-	CHECK_EQ_INT(lr_protect_place(&p, &h, err), 0);
+	CHECK_EQ_INT(lr_protect_place(&p, &h, &err), 0);
 	CHECK(exists(".vscode") && exists(".git/commondir") && exists(".git/info"));
 	char path[PATH_MAX], buf[16];
 	snprintf(path, sizeof path, "%s/.git/commondir", ws);
@@ -271,10 +271,10 @@ TEST(placeholders_are_held_and_removed)
 	snprintf(path, sizeof path, "%s/.vscode", ws);
 	CHECK(stat(path, &st) == 0 && (st.st_mode & 07777) == 0555);
 	/* a second run while the first holds them: its scan sees them as placeholders too */
-	CHECK_EQ_INT(scan(&o, &p2, err), 0);
+	CHECK_EQ_INT(scan(&o, &p2, &err), 0);
 	CHECK(item(&p2, ".vscode") && item(&p2, ".vscode")->kind == LR_PROTECT_DIR);
 	CHECK(item(&p2, ".git/commondir") && item(&p2, ".git/commondir")->kind == LR_PROTECT_FILE);
-	CHECK_EQ_INT(lr_protect_place(&p2, &h2, err), 0);
+	CHECK_EQ_INT(lr_protect_place(&p2, &h2, &err), 0);
 	/* the first ends: the second still holds them, so they stay */
 	lr_protect_unplace(h);
 	CHECK(exists(".vscode") && exists(".git/commondir"));
@@ -284,7 +284,7 @@ TEST(placeholders_are_held_and_removed)
 	      !exists(".github") && !exists(".envrc") && exists(".git/config"));
 	lr_protect_plan_release(&p2);
 	/* a placeholder someone wrote into (a directory no longer empty) is left */
-	CHECK_EQ_INT(lr_protect_place(&p, &h, err), 0);
+	CHECK_EQ_INT(lr_protect_place(&p, &h, &err), 0);
 	sh("chmod 755 '%s/.idea' && echo x > '%s/.idea/x'", ws, ws);
 	lr_protect_unplace(h);
 	CHECK(exists(".idea/x") && !exists(".cursor"));
@@ -297,8 +297,8 @@ static int after(struct lr_protect_plan *p, char *out, size_t n)
 	struct lr_protect_opts o = { 0 };
 	struct lr_buf moved;
 	lr_buf_init(&moved, 1 << 16);
-	char err[LR_SBX_ERRLEN];
-	int rc = lr_protect_after(p, &o, &moved, err);
+	struct lr_err err = { "" };
+	int rc = lr_protect_after(p, &o, &moved, &err);
 	snprintf(out, n, "%s", moved.data ? moved.data : "");
 	lr_buf_release(&moved);
 	return rc;
@@ -313,8 +313,9 @@ TEST(after_moves_new_repositories_aside)
 	sh("cd '%s' && mkdir -p r/old && echo 'gitdir: ../x' > r/old/.git", ws); /* known before */
 	struct lr_protect_opts o = { 0 };
 	struct lr_protect_plan p;
-	char err[LR_SBX_ERRLEN], out[8192];
-	CHECK_EQ_INT(scan(&o, &p, err), 0);
+	struct lr_err err = { "" };
+	char out[8192];
+	CHECK_EQ_INT(scan(&o, &p, &err), 0);
 	/* what a command leaves: a new repository in r (a .git dir, a .git file, a bare one),
 	   a new one outside any repository, and a protected name at the top of a nested one */
 	gitdir("r/evil/.git");
@@ -349,13 +350,13 @@ TEST(after_in_a_workspace_inside_a_repository)
 	const char *roots[] = { w };
 	struct lr_protect_opts o = { 0 };
 	struct lr_protect_plan p;
-	char err[LR_SBX_ERRLEN];
-	CHECK_EQ_INT(lr_protect_scan(roots, 1, &o, &p, err), 0);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(lr_protect_scan(roots, 1, &o, &p, &err), 0);
 	CHECK(p.nzones == 1 && strcmp(p.zones[0], w) == 0);
 	sh("mkdir -p '%s/.git'", w);
 	struct lr_buf moved;
 	lr_buf_init(&moved, 1 << 16);
-	CHECK_EQ_INT(lr_protect_after(&p, &o, &moved, err), 0);
+	CHECK_EQ_INT(lr_protect_after(&p, &o, &moved, &err), 0);
 	char q[700];
 	snprintf(q, sizeof q, "%s/.git.luarig-quarantine", w);
 	struct stat st;
@@ -387,14 +388,15 @@ TEST(walks_reuse_the_tree)
 	sh("cd '%s' && mkdir -p a/b/c d/e/f g && : > a/b/c/x", ws);
 	struct lr_protect_opts o = { 0 };
 	struct lr_protect_plan p1, p2, p3;
-	char err[LR_SBX_ERRLEN], out[4096];
+	struct lr_err err = { "" };
+	char out[4096];
 	next_tick(); /* (a ctime finer than the coarse clock would count as changed during the walk) */
-	CHECK_EQ_INT(scan(&o, &p1, err), 0);
+	CHECK_EQ_INT(scan(&o, &p1, &err), 0);
 	size_t all = p1.dirs_read;
 	CHECK(all >= 10);
 	/* nothing changed: nothing read again */
 	o.cache = p1.tree;
-	CHECK_EQ_INT(scan(&o, &p2, err), 0);
+	CHECK_EQ_INT(scan(&o, &p2, &err), 0);
 	CHECK_EQ_INT(p2.dirs_read, 0);
 	CHECK_EQ_INT(p2.entries, p1.entries);
 	CHECK_EQ_INT(p2.nitems, p1.nitems);
@@ -402,7 +404,7 @@ TEST(walks_reuse_the_tree)
 	/* a repository cloned deep inside meanwhile: read again there only, and protected */
 	next_tick();
 	gitdir("d/e/f/lib/.git");
-	CHECK_EQ_INT(scan(&o, &p2, err), 0);
+	CHECK_EQ_INT(scan(&o, &p2, &err), 0);
 	CHECK(p2.dirs_read > 0 && p2.dirs_read < all);
 	CHECK(item(&p2, "d/e/f/lib/.git/config") && item(&p2, "d/e/f/lib/.git/hooks"));
 	/* the check after a run reuses the scan's tree and finds what the command made */
@@ -416,16 +418,16 @@ TEST(walks_reuse_the_tree)
 	o.cache = p2.tree;
 	next_tick();
 	sh("cd '%s' && rm -rf d/e && mkdir -p d/e/f2/.git && touch d/e/f2/.git/HEAD", ws);
-	CHECK_EQ_INT(scan(&o, &p3, err), 0);
+	CHECK_EQ_INT(scan(&o, &p3, &err), 0);
 	CHECK(item(&p3, "d/e/f2/.git/config") && !item(&p3, "d/e/f/lib/.git/config"));
 	lr_protect_plan_release(&p3);
 	lr_protect_plan_release(&p2);
 	/* recent directories are never reused (here: everything changed within the hour) */
 	lr__protect_recent_ns = 3600LL * 1000000000LL;
 	o.cache = NULL;
-	CHECK_EQ_INT(scan(&o, &p1, err), 0);
+	CHECK_EQ_INT(scan(&o, &p1, &err), 0);
 	o.cache = p1.tree;
-	CHECK_EQ_INT(scan(&o, &p2, err), 0);
+	CHECK_EQ_INT(scan(&o, &p2, &err), 0);
 	CHECK_EQ_INT(p2.dirs_read, p1.dirs_read);
 	lr_protect_plan_release(&p2);
 	lr_protect_plan_release(&p1);
@@ -440,7 +442,7 @@ TEST(file_tools_answer)
 	gitdir("fixtures/bare.git");
 	sh("cd '%s' && mkdir -p objs/objects objs/refs src", ws);
 	struct lr_protect_opts o = { 0 };
-	char why[LR_SBX_ERRLEN];
+	struct lr_err why = { "" };
 	static const char *const refused[] = {
 		".git/config", ".git/hooks/pre-commit", "vendor/lib/.git/commondir", "x/y/.git",
 		"new/.git/config", ".vscode/tasks.json", ".envrc", ".claude/settings.json",
@@ -449,7 +451,7 @@ TEST(file_tools_answer)
 		"fixtures/bare.git/hooks/post-checkout", "objs/HEAD",
 	};
 	for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
-		int rc = lr_protect_path(ws, refused[i], &o, why);
+		int rc = lr_protect_path(ws, refused[i], &o, &why);
 		if (rc != 1)
 			fprintf(stderr, "# not refused: %s\n", refused[i]);
 		CHECK_EQ_INT(rc, 1);
@@ -458,26 +460,26 @@ TEST(file_tools_answer)
 					    ".github/CODEOWNERS", "docs/.envrc.md", "sub/.vscode/x",
 					    ".gitignore", "a.git/x", "objs/x" };
 	for (size_t i = 0; i < sizeof fine / sizeof *fine; i++) {
-		int rc = lr_protect_path(ws, fine[i], &o, why);
+		int rc = lr_protect_path(ws, fine[i], &o, &why);
 		if (rc != 0)
-			fprintf(stderr, "# refused: %s: %s\n", fine[i], why);
+			fprintf(stderr, "# refused: %s: %s\n", fine[i], why.msg);
 		CHECK_EQ_INT(rc, 0);
 	}
-	CHECK_EQ_INT(lr_protect_path(ws, "vendor/lib/.git/commondir", &o, why), 1);
-	CHECK(strstr(why, "vendor/lib/.git") != NULL);
-	CHECK_EQ_INT(lr_protect_path(ws, ".vscode/tasks.json", &o, why), 1);
-	CHECK(strstr(why, "'.vscode'") && strstr(why, "protected list"));
-	CHECK_EQ_INT(lr_protect_path(ws, "fixtures/bare.git/config", &o, why), 1);
-	CHECK(strstr(why, "fixtures/bare.git") && strstr(why, "git directory"));
+	CHECK_EQ_INT(lr_protect_path(ws, "vendor/lib/.git/commondir", &o, &why), 1);
+	CHECK(strstr(why.msg, "vendor/lib/.git") != NULL);
+	CHECK_EQ_INT(lr_protect_path(ws, ".vscode/tasks.json", &o, &why), 1);
+	CHECK(strstr(why.msg, "'.vscode'") && strstr(why.msg, "protected list"));
+	CHECK_EQ_INT(lr_protect_path(ws, "fixtures/bare.git/config", &o, &why), 1);
+	CHECK(strstr(why.msg, "fixtures/bare.git") && strstr(why.msg, "git directory"));
 	/* a file a repository's config includes from its worktree (here, the nested one's) */
 	sh("cd '%s' && printf '[include]\\n\\tpath = ../conf/lib.gitconfig\\n' >> vendor/lib/.git/config", ws);
-	CHECK_EQ_INT(lr_protect_path(ws, "vendor/lib/conf/lib.gitconfig", &o, why), 1);
-	CHECK(strstr(why, "'vendor/lib'") && strstr(why, "includes it"));
-	CHECK_EQ_INT(lr_protect_path(ws, "vendor/lib/conf/other", &o, why), 0);
+	CHECK_EQ_INT(lr_protect_path(ws, "vendor/lib/conf/lib.gitconfig", &o, &why), 1);
+	CHECK(strstr(why.msg, "'vendor/lib'") && strstr(why.msg, "includes it"));
+	CHECK_EQ_INT(lr_protect_path(ws, "vendor/lib/conf/other", &o, &why), 0);
 	const char *names[] = { ".tool-versions" };
 	struct lr_protect_opts o2 = { .names = names, .nnames = 1 };
-	CHECK_EQ_INT(lr_protect_path(ws, ".tool-versions", &o, why), 0);
-	CHECK_EQ_INT(lr_protect_path(ws, ".tool-versions", &o2, why), 1);
+	CHECK_EQ_INT(lr_protect_path(ws, ".tool-versions", &o, &why), 0);
+	CHECK_EQ_INT(lr_protect_path(ws, ".tool-versions", &o2, &why), 1);
 }
 
 static char got[8][256];
@@ -526,8 +528,8 @@ TEST(scan_follows_the_config)
 	   "> shared.gitconfig && : > deeper.gitconfig && mkdir -p .husky", ws);
 	struct lr_protect_opts o = { 0 };
 	struct lr_protect_plan p;
-	char err[LR_SBX_ERRLEN];
-	CHECK_EQ_INT(scan(&o, &p, err), 0);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(scan(&o, &p, &err), 0);
 	CHECK(item(&p, "shared.gitconfig") && item(&p, "shared.gitconfig")->kind == LR_PROTECT_RO);
 	CHECK(item(&p, "deeper.gitconfig")); /* included by the included file */
 	CHECK(item(&p, ".git/myhooks") && item(&p, ".git/myhooks")->kind == LR_PROTECT_DIR);
@@ -540,7 +542,7 @@ TEST(scan_follows_the_config)
 	lr_protect_plan_release(&p);
 	/* hooks the config keeps in the worktree are files of the project: not held */
 	sh("cd '%s' && git config --file .git/config core.hooksPath .husky", ws);
-	CHECK_EQ_INT(scan(&o, &p, err), 0);
+	CHECK_EQ_INT(scan(&o, &p, &err), 0);
 	CHECK(!item(&p, ".husky"));
 	lr_protect_plan_release(&p);
 }

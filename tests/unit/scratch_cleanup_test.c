@@ -106,10 +106,10 @@ static int cleanup_traced(void)
 		p.command = LR_CAP_ALLOW;
 		struct lr_executor_set *set;
 		struct lr_executor *e;
-		char err[LR_EXEC_ERRLEN];
-		if (lr_executor_set_new(loop, &p, scratch, 1, &set, err) ||
-		    lr_executor_get(set, "k", &e, err)) {
-			fprintf(stderr, "%s\n", err);
+		struct lr_err err = { "" };
+		if (lr_executor_set_new(loop, &p, scratch, 1, &set, &err) ||
+		    lr_executor_get(set, "k", &e, &err)) {
+			fprintf(stderr, "%s\n", err.msg);
 			_exit(91);
 		}
 		/* what a command leaves: a 000 directory with a file, a planted link */
@@ -202,9 +202,9 @@ TEST(cleanup_removes_the_tree)
 	p.command = LR_CAP_ALLOW;
 	struct lr_executor_set *set;
 	struct lr_executor *e;
-	char err[LR_EXEC_ERRLEN];
-	CHECK_EQ_INT(lr_executor_set_new(loop, &p, s2, 1, &set, err), 0);
-	CHECK_EQ_INT(lr_executor_get(set, "k", &e, err), 0);
+	struct lr_err err = { "" };
+	CHECK_EQ_INT(lr_executor_set_new(loop, &p, s2, 1, &set, &err), 0);
+	CHECK_EQ_INT(lr_executor_get(set, "k", &e, &err), 0);
 	char d[PATH_MAX + 16];
 	snprintf(d, sizeof d, "%s/a", lr_executor_tmpdir(e));
 	CHECK(mkdir(d, 0700) == 0);

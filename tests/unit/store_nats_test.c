@@ -9,7 +9,6 @@
  */
 #include <fcntl.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 
 #include "test.h"
@@ -102,16 +101,15 @@ static int start_server(const char *dir)
 	fprintf(f, "listen: \"127.0.0.1:-1\"\nmax_payload: 8MB\n"
 		   "jetstream { store_dir: \"%s/js\" }\n", dir);
 	fclose(f);
-	server_pid = fork();
-	if (server_pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a crashed test leaves no server behind */
-		int null = open("/dev/null", O_RDWR);
-		dup2(null, 1);
-		dup2(null, 2);
-		execlp("nats-server", "nats-server", "-c", conf, "-js", "--ports_file_dir", dir,
-		       (char *)NULL);
-		_exit(127);
-	}
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	char *argv[] = { "nats-server", "-c", conf, "-js", "--ports_file_dir", (char *)dir, NULL };
+	/* SIGKILL when the test ends: a crashed test leaves no server behind */
+	struct lr_spawn_opts so = { .file = "nats-server", .argv = argv, .fd = { -1, null, null },
+				    .pdeathsig = SIGKILL };
+	int rc = lr_spawn(&so, &server_pid);
+	close(null);
+	if (rc)
+		return -1;
 	snprintf(ports, sizeof ports, "%s/nats-server_%d.ports", dir, server_pid);
 	for (int i = 0; i < 200; i++) {
 		FILE *pf = fopen(ports, "r");
@@ -174,6 +172,12 @@ TEST(embedded_owns_and_refuses_a_second_owner)
 	o.url = url;
 	CHECK_EQ_INT(lr_store_nats_open(&o, &s, &e), -EINVAL);
 	CHECK(strstr(e.msg, "exactly one") != NULL);
+	/* no such server program: said at once (the spawn's own error), not after a wait */
+	o.url = NULL;
+	o.server_bin = "luarig-no-such-nats-server";
+	CHECK_EQ_INT(lr_store_nats_open(&o, &s, &e), LR_EUNAVAILABLE);
+	CHECK(s == NULL);
+	CHECK(strstr(e.msg, "cannot start 'luarig-no-such-nats-server': No such file") != NULL);
 }
 
 static int lost_calls;

@@ -1,5 +1,5 @@
 /*
- * snapshot_cli.c — `luarig snapshot …`: workspace snapshots from the shell,
+ * snapshot.c — `luarig snapshot …`: workspace snapshots from the shell,
  * on the LMDB store under the state root (--state DIR, default
  * $XDG_STATE_HOME/luarig, else ~/.local/state/luarig) or on NATS
  * JetStream (--store nats://HOST:PORT). Plain C over storage/: no Lua
@@ -7,7 +7,7 @@
  *
  * Exit codes: 0 ok, 1 the work failed ("luarig: message"), 2 usage.
  */
-#include "internal.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -30,62 +30,8 @@ static const char usage_text[] =
 	"       luarig snapshot [--state DIR | --store URL] import FILE.tar\n"
 	"       luarig snapshot [--state DIR | --store URL] list\n";
 
-__attribute__((format(printf, 1, 2)))
-static int usage_error(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fputs("luarig: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\nluarig: try 'luarig snapshot help'\n", stderr);
-	return 2;
-}
-
-static int fail(const char *msg)
-{
-	fprintf(stderr, "luarig: %s\n", msg);
-	return 1;
-}
-
-/* mkdir -p with mode 0700 for what it creates. */
-static int mkdirs(char *path)
-{
-	for (char *p = path + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = 0;
-		int rc = mkdir(path, 0700);
-		*p = '/';
-		if (rc != 0 && errno != EEXIST)
-			return -errno;
-	}
-	if (mkdir(path, 0700) != 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
-int lr__cli_state_root(const char *opt, char *out, size_t cap)
-{
-	const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
-	if (opt)
-		snprintf(out, cap, "%s", opt);
-	else if (xdg && xdg[0] == '/')
-		snprintf(out, cap, "%s/luarig", xdg);
-	else if (home && home[0] == '/')
-		snprintf(out, cap, "%s/.local/state/luarig", home);
-	else
-		return -1;
-	if (out[0] != '/') {
-		char cwd[PATH_MAX], rel[PATH_MAX];
-		snprintf(rel, sizeof rel, "%s", out);
-		if (!getcwd(cwd, sizeof cwd))
-			return -1;
-		if (snprintf(out, cap, "%s/%s", cwd, rel) >= (int)cap)
-			return -1;
-	}
-	return 0;
-}
+static const struct lr_cli snapshot_cli = { NULL, "luarig: try 'luarig snapshot help'\n",
+					      LR_CLI_USAGE, LR_CLI_FAILED };
 
 /* A path printed on one line: quoted with C escapes when it has odd bytes (as git does). */
 static void print_path(FILE *f, const char *p)
@@ -119,7 +65,7 @@ static int cmd_diff(struct lr_snap *sn, const char *a, const char *b)
 	struct lr_snap_diff d;
 	struct lr_err e;
 	if (lr_snap_diff(sn, a, b, &d, &e))
-		return fail(e.msg);
+		return lr_cli_fail(&snapshot_cli, "%s", e.msg);
 	/* One sorted listing: merge the three sorted lists by path. */
 	size_t i = 0, j = 0, k = 0;
 	for (;;) {
@@ -153,7 +99,7 @@ static int cmd_list(struct lr_snap *sn)
 	size_t n;
 	struct lr_err e;
 	if (lr_snap_list(sn, &v, &n, &e))
-		return fail(e.msg);
+		return lr_cli_fail(&snapshot_cli, "%s", e.msg);
 	for (size_t i = 0; i < n; i++) {
 		time_t t = (time_t)v[i].time;
 		struct tm tm;
@@ -182,14 +128,15 @@ static int run(struct lr_snap *sn, const char *sub, char **args)
 		if (!rc)
 			printf("%s\n", r.ref);
 		lr_snap_result_release(&r);
-		return rc ? fail(e.msg) : 0;
+		return rc ? lr_cli_fail(&snapshot_cli, "%s", e.msg) : 0;
 	}
 	if (strcmp(sub, "restore") == 0)
-		return lr_snap_restore(sn, args[0], args[1], &e) ? fail(e.msg) : 0;
+		return lr_snap_restore(sn, args[0], args[1], &e) ? lr_cli_fail(&snapshot_cli, "%s", e.msg)
+								  : 0;
 	if (strcmp(sub, "rewind") == 0) {
 		struct lr_snap_rewind_stats st;
 		if (lr_snap_rewind(sn, args[0], args[1], &st, &e))
-			return fail(e.msg);
+			return lr_cli_fail(&snapshot_cli, "%s", e.msg);
 		printf("written %llu, removed %llu\n", (unsigned long long)st.written,
 		       (unsigned long long)st.removed);
 		return 0;
@@ -197,60 +144,15 @@ static int run(struct lr_snap *sn, const char *sub, char **args)
 	if (strcmp(sub, "diff") == 0)
 		return cmd_diff(sn, args[0], args[1]);
 	if (strcmp(sub, "export") == 0)
-		return lr_snap_export(sn, args[0], args[1], &e) ? fail(e.msg) : 0;
+		return lr_snap_export(sn, args[0], args[1], &e) ? lr_cli_fail(&snapshot_cli, "%s", e.msg) : 0;
 	if (strcmp(sub, "import") == 0) {
 		char ref[LR_SNAP_REF_MAX];
 		if (lr_snap_import(sn, args[0], ref, &e))
-			return fail(e.msg);
+			return lr_cli_fail(&snapshot_cli, "%s", e.msg);
 		printf("%s\n", ref);
 		return 0;
 	}
 	return cmd_list(sn);
-}
-
-int lr__cli_store_open(const char *state, const char *url, int create, struct lr_store **out,
-		       char *cache, size_t cap)
-{
-	struct lr_err e;
-	if (url) {
-		struct lr_nats_opts no = { .url = url };
-		if (cache && cap)
-			cache[0] = 0;
-		if (lr_store_nats_open(&no, out, &e) != 0)
-			return fail(e.msg); /* names the URL with any credentials redacted */
-		return 0;
-	}
-	char root[PATH_MAX];
-	if (lr__cli_state_root(state, root, sizeof root))
-		return fail("no state directory: pass --state DIR or --store URL, or set "
-			    "XDG_STATE_HOME or HOME");
-	if (create) {
-		int rc = mkdirs(root);
-		if (rc) {
-			fprintf(stderr, "luarig: cannot create state directory '%s': %s\n", root,
-				lr_strerror(rc));
-			return 1;
-		}
-	} else {
-		/*
-		 * A read never creates state: opening LMDB would make the root and an
-		 * empty store in it, so a typo in --state would print "no sessions".
-		 */
-		char data[PATH_MAX + 16];
-		struct stat st;
-		snprintf(data, sizeof data, "%s/data.mdb", root);
-		if (stat(data, &st) != 0) {
-			fprintf(stderr, "luarig: no store at '%s'%s\n", root,
-				state ? "" : " (nothing has been saved there yet; --state DIR names another)");
-			return 1;
-		}
-	}
-	if (cache && cap)
-		snprintf(cache, cap, "%s/statcache", root);
-	struct lr_lmdb_opts o = { .root = root };
-	if (lr_store_lmdb_open(&o, out, &e) != 0)
-		return fail(e.msg);
-	return 0;
 }
 
 int lr_snapshot_cli(int argc, char **argv)
@@ -267,13 +169,13 @@ int lr_snapshot_cli(int argc, char **argv)
 		const char *a = argv[i];
 		if (strcmp(a, "--state") == 0) {
 			if (++i == argc)
-				return usage_error("'%s' needs a directory", "--state");
+				return lr_cli_usage(&snapshot_cli, "'%s' needs a directory", "--state");
 			state = argv[i];
 		} else if (strncmp(a, "--state=", 8) == 0) {
 			state = a + 8;
 		} else if (strcmp(a, "--store") == 0) {
 			if (++i == argc)
-				return usage_error("'%s' needs a url (nats://HOST:PORT)", "--store");
+				return lr_cli_usage(&snapshot_cli, "'%s' needs a url (nats://HOST:PORT)", "--store");
 			store = argv[i];
 		} else if (strncmp(a, "--store=", 8) == 0) {
 			store = a + 8;
@@ -282,48 +184,50 @@ int lr_snapshot_cli(int argc, char **argv)
 			fputs(usage_text, stdout);
 			return 0;
 		} else if (a[0] == '-' && a[1] && !(sub && nargs < want)) {
-			return usage_error("unknown option '%s'", a);
+			return lr_cli_usage(&snapshot_cli, "unknown option '%s'", a);
 		} else if (!sub) {
 			for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++)
 				if (strcmp(a, subs[k].name) == 0)
 					want = subs[k].nargs;
 			if (want < 0)
-				return usage_error("unknown snapshot command '%s'", a);
+				return lr_cli_usage(&snapshot_cli, "unknown snapshot command '%s'", a);
 			sub = a;
 		} else if (nargs < want) {
 			args[nargs++] = argv[i];
 		} else {
-			return usage_error("unexpected argument '%s'", a);
+			return lr_cli_usage(&snapshot_cli, "unexpected argument '%s'", a);
 		}
 	}
 	if (!sub)
-		return usage_error("%s", "snapshot needs a command (capture, restore, rewind, diff, "
-				   "export, import, list)");
+		return lr_cli_usage(&snapshot_cli, "%s",
+				    "snapshot needs a command (capture, restore, rewind, diff, "
+				    "export, import, list)");
 	if (nargs != want)
-		return usage_error("snapshot %s needs %d argument%s", sub, want, want == 1 ? "" : "s");
+		return lr_cli_usage(&snapshot_cli, "snapshot %s needs %d argument%s", sub, want,
+				    want == 1 ? "" : "s");
 
 	if (state && store)
-		return usage_error("%s", "give one of '--state' and '--store'");
+		return lr_cli_usage(&snapshot_cli, "%s", "give one of '--state' and '--store'");
 	if (store && strncmp(store, "nats://", 7) != 0)
-		return usage_error("%s", "'--store' needs a url (nats://HOST:PORT)");
+		return lr_cli_usage(&snapshot_cli, "%s", "'--store' needs a url (nats://HOST:PORT)");
 	char cache[PATH_MAX + 16];
 	struct lr_store *s;
 	struct lr_snap *sn;
 	struct lr_err e;
 	/* only capture and import write a store; the others read one that exists */
 	int writes = strcmp(sub, "capture") == 0 || strcmp(sub, "import") == 0;
-	if (lr__cli_store_open(state, store, writes, &s, cache, sizeof cache))
-		return 1;
+	if (lr_cli_store_open(state, store, writes, &s, cache, sizeof cache))
+		return LR_CLI_FAILED;
 	/* Many puts in flight let the LMDB writer commit them in few transactions. */
 	struct lr_snap_opts so = { .cache_dir = cache[0] ? cache : NULL, .threads = 32 };
 	if (lr_snap_new(s, &so, &sn, &e)) {
 		lr_store_close(s);
-		return fail(e.msg);
+		return lr_cli_fail(&snapshot_cli, "%s", e.msg);
 	}
 	int code = run(sn, sub, args);
 	lr_snap_free(sn);
 	lr_store_close(s);
 	if (fflush(stdout) != 0 && code == 0)
-		code = fail("cannot write to standard output");
+		code = lr_cli_fail(&snapshot_cli, "%s", "cannot write to standard output");
 	return code;
 }

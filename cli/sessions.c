@@ -1,5 +1,5 @@
 /*
- * session_cli.c — `luarig sessions`, `luarig show ID`, `luarig log ID`:
+ * sessions.c — `luarig sessions`, `luarig show ID`, `luarig log ID`:
  * the session catalog and journals from the shell, on the LMDB store
  * under the state root (--state DIR, the same default as `luarig
  * snapshot`) or on NATS JetStream (--store nats://HOST:PORT). Plain C
@@ -17,7 +17,7 @@
  * Exit codes: 0 ok, 1 the work failed (no store, an unknown or ambiguous
  * session), 2 usage.
  */
-#include "internal.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -38,24 +38,7 @@ static const char usage_text[] =
 	"       luarig log [--state DIR | --store URL] ID [--from N] [--follow]\n"
 	"(ID: a session id, or the start of one that no other session shares)\n";
 
-__attribute__((format(printf, 1, 2)))
-static int usage_error(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fputs("luarig: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	fputs(usage_text, stderr);
-	return 2;
-}
-
-static int fail(const char *msg)
-{
-	fprintf(stderr, "luarig: %s\n", msg);
-	return 1;
-}
+static const struct lr_cli sessions_cli = { NULL, usage_text, LR_CLI_USAGE, LR_CLI_FAILED };
 
 static void iso_time(double t, char out[32])
 {
@@ -137,7 +120,7 @@ static int cmd_sessions(struct lr_store *s, int json)
 	struct list_ctx x = { json, 0 };
 	struct lr_err e;
 	if (lr_catalog_list(s, list_one, &x, &e) != 0)
-		return fail(e.msg);
+		return lr_cli_fail(&sessions_cli, "%s", e.msg);
 	if (!json && x.n == 0)
 		puts("no sessions");
 	return 0;
@@ -151,17 +134,16 @@ static int cmd_show(struct lr_store *s, const char *sid)
 	snprintf(name, sizeof name, "sessions/%s", sid);
 	uint64_t tip = 0;
 	if (lr_store_tip(s, name, &tip, &e) != 0)
-		return fail(e.msg);
+		return lr_cli_fail(&sessions_cli, "%s", e.msg);
 	int rc = lr_catalog_get(s, sid, &c, &e);
 	if (rc == LR_ENOTFOUND && tip == 0) {
-		fprintf(stderr, "luarig: session '%s' not found\n", sid);
-		return 1;
+		return lr_cli_fail(&sessions_cli, "session '%s' not found", sid);
 	}
 	json_t *o;
 	if (rc == LR_ENOTFOUND) /* a journal without a catalog entry */
 		o = json_pack("{s:s}", "id", sid);
 	else if (rc)
-		return fail(e.msg);
+		return lr_cli_fail(&sessions_cli, "%s", e.msg);
 	else
 		o = entry_json(&c);
 	if (o)
@@ -206,14 +188,13 @@ static int resolve_id(struct lr_store *s, const char *arg, char out[37])
 	}
 	struct prefix_ctx x = { .prefix = arg, .len = strlen(arg) };
 	if (lr_catalog_list(s, prefix_one, &x, &e) != 0)
-		return fail(e.msg);
+		return lr_cli_fail(&sessions_cli, "%s", e.msg);
 	if (x.n == 1) {
 		snprintf(out, 37, "%s", x.first);
 		return 0;
 	}
 	if (x.n == 0) {
-		fprintf(stderr, "luarig: no session id starts with '%s'\n", arg);
-		return 1;
+		return lr_cli_fail(&sessions_cli, "no session id starts with '%s'", arg);
 	}
 	fprintf(stderr, "luarig: session id '%s' is ambiguous: %d sessions start with it (", arg,
 		x.n);
@@ -286,10 +267,9 @@ static int cmd_log(struct lr_store *s, const char *sid, uint64_t from, int follo
 	struct lr_err e;
 	uint64_t tip = 0;
 	if (lr_store_tip(s, name, &tip, &e) != 0)
-		return fail(e.msg);
+		return lr_cli_fail(&sessions_cli, "%s", e.msg);
 	if (tip == 0) {
-		fprintf(stderr, "luarig: session '%s' not found\n", sid);
-		return 1;
+		return lr_cli_fail(&sessions_cli, "session '%s' not found", sid);
 	}
 	if (follow) {
 		struct sigaction sa;
@@ -303,7 +283,7 @@ static int cmd_log(struct lr_store *s, const char *sid, uint64_t from, int follo
 		int rc = lr_journal_replay(s, sid, x.next, log_one, &x, &e);
 		fflush(stdout);
 		if (rc)
-			return fail(e.msg);
+			return lr_cli_fail(&sessions_cli, "%s", e.msg);
 		if (!follow || x.stopped || stop_signal)
 			return 0;
 		struct timespec ts = { 0, 100 * 1000 * 1000 };
@@ -322,13 +302,13 @@ int lr_session_cli(const char *cmd, int argc, char **argv)
 		const char *a = argv[i];
 		if (strcmp(a, "--state") == 0) {
 			if (i + 1 >= argc)
-				return usage_error("'--state' needs a directory");
+				return lr_cli_usage(&sessions_cli, "'--state' needs a directory");
 			state = argv[++i];
 		} else if (strncmp(a, "--state=", 8) == 0) {
 			state = a + 8;
 		} else if (strcmp(a, "--store") == 0) {
 			if (i + 1 >= argc)
-				return usage_error("'--store' needs a url (nats://HOST:PORT)");
+				return lr_cli_usage(&sessions_cli, "'--store' needs a url (nats://HOST:PORT)");
 			store = argv[++i];
 		} else if (strncmp(a, "--store=", 8) == 0) {
 			store = a + 8;
@@ -338,39 +318,39 @@ int lr_session_cli(const char *cmd, int argc, char **argv)
 			follow = 1;
 		} else if (strcmp(a, "--from") == 0 && strcmp(cmd, "log") == 0) {
 			if (i + 1 >= argc)
-				return usage_error("'--from' needs a sequence number");
+				return lr_cli_usage(&sessions_cli, "'--from' needs a sequence number");
 			char *end;
 			errno = 0;
 			unsigned long long v = strtoull(argv[++i], &end, 10);
 			if (errno || *end || !*argv[i] || argv[i][0] == '-' || v == 0)
-				return usage_error("'--from' needs a sequence number >= 1, not '%s'",
+				return lr_cli_usage(&sessions_cli, "'--from' needs a sequence number >= 1, not '%s'",
 						   argv[i]);
 			from = v;
 		} else if (strcmp(a, "help") == 0 || strcmp(a, "--help") == 0) {
 			fputs(usage_text, stdout);
 			return 0;
 		} else if (a[0] == '-') {
-			return usage_error("%s: unknown option '%s'", cmd, a);
+			return lr_cli_usage(&sessions_cli, "%s: unknown option '%s'", cmd, a);
 		} else if (!id && strcmp(cmd, "sessions") != 0) {
 			id = a;
 		} else {
-			return usage_error("%s: unexpected argument '%s'", cmd, a);
+			return lr_cli_usage(&sessions_cli, "%s: unexpected argument '%s'", cmd, a);
 		}
 	}
 	if (strcmp(cmd, "sessions") != 0) {
 		if (!id)
-			return usage_error("%s needs a session id", cmd);
+			return lr_cli_usage(&sessions_cli, "%s needs a session id", cmd);
 		if (!id_like(id))
-			return usage_error("%s: '%s' is not a session id (a lower-case uuid, or "
+			return lr_cli_usage(&sessions_cli, "%s: '%s' is not a session id (a lower-case uuid, or "
 					   "the start of one)", cmd, id);
 	}
 	if (state && store)
-		return usage_error("%s: give one of '--state' and '--store'", cmd);
+		return lr_cli_usage(&sessions_cli, "%s: give one of '--state' and '--store'", cmd);
 	if (store && strncmp(store, "nats://", 7) != 0)
-		return usage_error("'--store' needs a url (nats://HOST:PORT)");
+		return lr_cli_usage(&sessions_cli, "'--store' needs a url (nats://HOST:PORT)");
 	struct lr_store *s;
-	if (lr__cli_store_open(state, store, 0, &s, NULL, 0))
-		return 1;
+	if (lr_cli_store_open(state, store, 0, &s, NULL, 0))
+		return LR_CLI_FAILED;
 	int rc;
 	char sid[37];
 	if (strcmp(cmd, "sessions") == 0)

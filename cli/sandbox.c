@@ -1,5 +1,5 @@
 /*
- * sandbox_cli.c — `luarig sandbox …` from the shell. Plain C over
+ * sandbox.c — `luarig sandbox …` from the shell. Plain C over
  * sandbox/: no Lua state is opened.
  *
  *   luarig sandbox check   the machine's tier and, for the default
@@ -9,7 +9,7 @@
  *
  * Exit codes: 0 ok, 1 the work failed ("luarig: message"), 2 usage.
  */
-#include "internal.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -28,31 +28,22 @@ static const char usage_text[] =
 	"                [--ack-unconfined] -- CMD ARGS...\n"
 	"                              one command, confined (see 'luarig help')\n";
 
-__attribute__((format(printf, 1, 2)))
-static int usage_error(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fputs("luarig: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\nluarig: try 'luarig sandbox help'\n", stderr);
-	return 2;
-}
+static const struct lr_cli sandbox_cli = { NULL, "luarig: try 'luarig sandbox help'\n",
+					     LR_CLI_USAGE, LR_CLI_FAILED };
 
 static int cmd_check(void)
 {
-	char cwd[PATH_MAX], err[LR_SBX_ERRLEN] = "";
+	char cwd[PATH_MAX];
+	struct lr_err err = { "" };
 	if (!getcwd(cwd, sizeof cwd)) {
-		fprintf(stderr, "luarig: no current directory: %s\n", strerror(errno));
-		return 1;
+		return lr_cli_fail(&sandbox_cli, "no current directory: %s", strerror(errno));
 	}
 	struct lr_profile p;
 	lr_profile_init(&p);
 	p.workspace_root = cwd;
 	const struct lr_sbx_caps *c = lr_sbx_probe_fresh();
 	struct lr_sbx_report r;
-	int rc = lr_sbx_report(&p, c, &r, err);
+	int rc = lr_sbx_report(&p, c, &r, &err);
 	printf("tier: %s\n", c->tier == LR_TIER_A ? "A" : c->tier == LR_TIER_B ? "B" : "none");
 	for (int g = 0; g < LR_G_COUNT; g++)
 		printf("%-17s %-9s %s\n", lr_guarantee_name((enum lr_guarantee)g),
@@ -64,10 +55,9 @@ static int cmd_check(void)
 	if (c->why[0])
 		printf("why: %s\n", c->why);
 	if (rc)
-		printf("refused: %s\n", err);
+		printf("refused: %s\n", err.msg);
 	if (fflush(stdout) != 0) {
-		fputs("luarig: cannot write to standard output\n", stderr);
-		return 1;
+		return lr_cli_fail(&sandbox_cli, "cannot write to standard output");
 	}
 	return c->tier == LR_TIER_NONE ? 1 : 0;
 }
@@ -75,7 +65,7 @@ static int cmd_check(void)
 int lr_sandbox_cli(int argc, char **argv)
 {
 	if (argc < 1)
-		return usage_error("%s", "sandbox needs a command (check)");
+		return lr_cli_usage(&sandbox_cli, "%s", "sandbox needs a command (check)");
 	const char *sub = argv[0];
 	if (strcmp(sub, "help") == 0 || strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0) {
 		fputs(usage_text, stdout);
@@ -83,8 +73,8 @@ int lr_sandbox_cli(int argc, char **argv)
 	}
 	if (strcmp(sub, "check") == 0) {
 		if (argc > 1)
-			return usage_error("unexpected argument '%s'", argv[1]);
+			return lr_cli_usage(&sandbox_cli, "unexpected argument '%s'", argv[1]);
 		return cmd_check();
 	}
-	return usage_error("unknown sandbox command '%s'", sub);
+	return lr_cli_usage(&sandbox_cli, "unknown sandbox command '%s'", sub);
 }

@@ -24,8 +24,11 @@
  *
  * No Lua state is made: the loop, one executor set, one run.
  */
-#include "internal.h"
+#include "cli.h"
 
+#include "../host/loop.h"
+#include "../host/proc.h"
+#include "../host/executor.h"
 #include "../sandbox/sandbox.h"
 
 #include <errno.h>
@@ -42,17 +45,8 @@
 #define EXIT_SETUP 126
 #define EXIT_NOTFOUND 127
 
-__attribute__((format(printf, 1, 2)))
-static int fail(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fputs("luarig: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	return EXIT_FAILED;
-}
+/* Every message starts "luarig: sandbox run: "; usage errors are luarig failing too. */
+static const struct lr_cli run_cli = { "sandbox run: ", NULL, EXIT_FAILED, EXIT_FAILED };
 
 struct cli {
 	struct lr_loop *loop;
@@ -101,7 +95,7 @@ int lr_sandbox_run_cli(int argc, char **argv)
 	if (!net || !prot) {
 		free(net);
 		free(prot);
-		return fail("out of memory");
+		return lr_cli_fail(&run_cli, "out of memory");
 	}
 	for (; i < argc; i++) {
 		const char *a = argv[i];
@@ -131,7 +125,7 @@ int lr_sandbox_run_cli(int argc, char **argv)
 				else {
 					free(net);
 					free(prot);
-					return fail("sandbox run: '%s' needs a value", a);
+					return lr_cli_fail(&run_cli, "'%s' needs a value", a);
 				}
 				break;
 			}
@@ -139,7 +133,7 @@ int lr_sandbox_run_cli(int argc, char **argv)
 		if (!with_value[k]) {
 			free(net);
 			free(prot);
-			return fail("sandbox run: unknown option '%s' (the command follows '--')", a);
+			return lr_cli_fail(&run_cli, "unknown option '%s' (the command follows '--')", a);
 		}
 		if (k == 0) {
 			profile = val;
@@ -150,14 +144,14 @@ int lr_sandbox_run_cli(int argc, char **argv)
 			if (!colon || colon == val || !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1)) {
 				free(net);
 				free(prot);
-				return fail("sandbox run: '--allow-net' wants HOST:PORT, not '%s'", val);
+				return lr_cli_fail(&run_cli, "'--allow-net' wants HOST:PORT, not '%s'", val);
 			}
 			net[nnet++] = (char *)val;
 		} else if (k == 4) {
 			if (lr_protect_name_check(val) != 0 || nprot >= LR_PROTECT_MAX_NAMES) {
 				free(net);
 				free(prot);
-				return fail("sandbox run: '--protect' wants a relative path without '.' or '..' "
+				return lr_cli_fail(&run_cli, "'--protect' wants a relative path without '.' or '..' "
 					    "components (at most %d of them), not '%s'", LR_PROTECT_MAX_NAMES, val);
 			}
 			prot[nprot++] = (char *)val;
@@ -167,14 +161,14 @@ int lr_sandbox_run_cli(int argc, char **argv)
 			if (*end || !(timeout > 0) || timeout > 1e9) {
 				free(net);
 				free(prot);
-				return fail("sandbox run: '--timeout' wants a positive number of seconds, not '%s'", val);
+				return lr_cli_fail(&run_cli, "'--timeout' wants a positive number of seconds, not '%s'", val);
 			}
 		}
 	}
 	if (i >= argc) {
 		free(net);
 		free(prot);
-		return fail("sandbox run: no command (give it after '--')");
+		return lr_cli_fail(&run_cli, "no command (give it after '--')");
 	}
 
 	struct lr_profile p;
@@ -184,7 +178,7 @@ int lr_sandbox_run_cli(int argc, char **argv)
 		int e = errno;
 		free(net);
 		free(prot);
-		return fail("sandbox run: workspace '%s': %s", workspace, strerror(e));
+		return lr_cli_fail(&run_cli, "workspace '%s': %s", workspace, strerror(e));
 	}
 	p.workspace_root = ws;
 	p.protect_names = prot;
@@ -197,7 +191,7 @@ int lr_sandbox_run_cli(int argc, char **argv)
 		if (nnet) {
 			free(net);
 			free(prot);
-			return fail("sandbox run: the readonly profile has no network ('--allow-net')");
+			return lr_cli_fail(&run_cli, "the readonly profile has no network ('--allow-net')");
 		}
 	} else if (strcmp(profile, "trusted") == 0) {
 		p.workspace_write = LR_CAP_ALLOW;
@@ -206,8 +200,8 @@ int lr_sandbox_run_cli(int argc, char **argv)
 		if (!ack) {
 			free(net);
 			free(prot);
-			return fail("sandbox run: the unconfined profile runs the command with no confinement at "
-				    "all; say so with --ack-unconfined");
+			return lr_cli_fail(&run_cli, "the unconfined profile runs the command with no confinement at "
+					   "all; say so with --ack-unconfined");
 		}
 		p.workspace_write = p.host_write = p.network = LR_CAP_ALLOW;
 		p.home = LR_HOME_REAL;
@@ -216,26 +210,26 @@ int lr_sandbox_run_cli(int argc, char **argv)
 	} else {
 		free(net);
 		free(prot);
-		return fail("sandbox run: unknown profile '%s' (readonly, trusted or unconfined)", profile);
+		return lr_cli_fail(&run_cli, "unknown profile '%s' (readonly, trusted or unconfined)", profile);
 	}
 
 	struct cli c = { 0 };
 	struct lr_executor_set *set = NULL;
 	struct lr_executor *e;
-	char err[LR_EXEC_ERRLEN] = "";
+	struct lr_err err = { "" };
 	int code = EXIT_FAILED, rc;
 	if ((rc = lr_loop_new(&c.loop)) != 0) {
 		free(net);
 		free(prot);
-		return fail("sandbox run: cannot make the loop: %s", lr_strerror(rc));
+		return lr_cli_fail(&run_cli, "cannot make the loop: %s", lr_strerror(rc));
 	}
-	if ((rc = lr_executor_set_new(c.loop, &p, NULL, 1, &set, err)) != 0) {
-		fprintf(stderr, "luarig: sandbox run: %s\n", err[0] ? err : lr_strerror(rc));
+	if ((rc = lr_executor_set_new(c.loop, &p, NULL, 1, &set, &err)) != 0) {
+		lr_cli_fail(&run_cli, "%s", err.msg[0] ? err.msg : lr_strerror(rc));
 		code = rc == LR_EREFUSED ? EXIT_SETUP : EXIT_FAILED;
 		goto out;
 	}
-	if ((rc = lr_executor_get(set, "cli", &e, err)) != 0) {
-		fprintf(stderr, "luarig: sandbox run: %s\n", err[0] ? err : lr_strerror(rc));
+	if ((rc = lr_executor_get(set, "cli", &e, &err)) != 0) {
+		lr_cli_fail(&run_cli, "%s", err.msg[0] ? err.msg : lr_strerror(rc));
 		goto out;
 	}
 	struct lr_exec_request r = {
@@ -244,8 +238,8 @@ int lr_sandbox_run_cli(int argc, char **argv)
 		.inherit_stdio = 1,
 		.network = nnet ? net : NULL,
 	};
-	if ((rc = lr_executor_run(e, &r, on_done, &c, &c.x, err)) != 0) {
-		fprintf(stderr, "luarig: sandbox run: %s\n", err[0] ? err : lr_strerror(rc));
+	if ((rc = lr_executor_run(e, &r, on_done, &c, &c.x, &err)) != 0) {
+		lr_cli_fail(&run_cli, "%s", err.msg[0] ? err.msg : lr_strerror(rc));
 		code = exit_for(rc);
 		goto out;
 	}
@@ -260,8 +254,8 @@ int lr_sandbox_run_cli(int argc, char **argv)
 	} else if (c.done) {
 		const struct lr_exec_result *res = lr_exec_result(c.x);
 		if (res->timed_out) {
-			fprintf(stderr, "luarig: sandbox run: timed out after %g s; the command was killed\n",
-				timeout);
+			lr_cli_fail(&run_cli, "timed out after %g s; the command was killed",
+				    timeout);
 			code = EXIT_TIMEOUT;
 		} else if (res->signo) {
 			code = 128 + res->signo;
@@ -274,7 +268,7 @@ int lr_sandbox_run_cli(int argc, char **argv)
 		for (const char *l = res->moved.data; l && *l;) {
 			const char *nl = strchr(l, '\n');
 			int n = nl ? (int)(nl - l) : (int)strlen(l);
-			fprintf(stderr, "luarig: sandbox run: %.*s\n", n, l);
+			lr_cli_fail(&run_cli, "%.*s", n, l);
 			l = nl ? nl + 1 : l + n;
 		}
 	}
