@@ -875,6 +875,24 @@ static int ledger_find(struct nstore *n, const char *name, const char *subj, uin
 }
 
 /*
+ * After record seq-1 came an older record: the ledger was deleted and
+ * written again meanwhile (then it is shorter now, and the read ends: 0),
+ * or it holds a record twice, which is corruption, not an end (make soak's
+ * cluster storm: a read that stopped there lost the rest of a journal).
+ */
+static int older_next(struct nstore *n, const char *name, const char *subj, uint64_t seq,
+		      struct lr_err *e)
+{
+	uint64_t tip = 0, last = 0;
+	struct lr_err te;
+	if (ledger_last(n, name, subj, &tip, &last, &te) == 0 && tip < seq)
+		return 0;
+	lr_err_set(e, "storage: ledger '%s': record %llu is missing (an older record follows)",
+		   name, (unsigned long long)seq);
+	return LR_ECORRUPT;
+}
+
+/*
  * Records seq..end of the ledger on subj, the first at stream sequence
  * start or after, through an ordered consumer (one request to create it,
  * then the server pushes them with flow control) instead of a direct get
@@ -911,8 +929,10 @@ static int read_stream(struct nstore *n, const char *name, const char *subj, uin
 		uint64_t k = 0;
 		if (hdr_u64(m, "Lr-Seq", &k) || k != seq) {
 			N.msg_destroy(m);
-			if (k && k < seq)
-				break; /* deleted and written again meanwhile */
+			if (k && k < seq) {
+				rc = older_next(n, name, subj, seq, e);
+				break;
+			}
 			lr_err_set(e, "storage: ledger '%s': record %llu is missing", name,
 				   (unsigned long long)seq);
 			rc = LR_ECORRUPT;
@@ -979,7 +999,7 @@ static int n_read(struct lr_store *s, const char *name, uint64_t from, uint64_t 
 		if (hdr_u64(m, "Lr-Seq", &k) || k != seq) {
 			N.msg_destroy(m);
 			if (k && k < seq)
-				return 0; /* deleted and written again meanwhile */
+				return older_next(n, name, subj, seq, e);
 			rc = LR_ECORRUPT;
 		}
 		if (rc)
