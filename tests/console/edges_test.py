@@ -96,8 +96,15 @@ def run(c, base):
     c.click("#send")
     c.wait("window.luarigConsole.view && document.querySelector('.user')", "the new session's first turn")
     head = c.eval("document.getElementById('view-title').textContent")
-    side = c.eval("(() => { const t = document.querySelector('#sessions li.current .title');"
-                  " return t && t.textContent; })()")
+    # the sidebar is redrawn from the session list, fetched after the session
+    # exists: wait for its row (a wrong title still fails below)
+    side_js = ("(() => { const t = document.querySelector('#sessions li.current .title');"
+               " return t && t.textContent; })()")
+    try:
+        c.wait(side_js + " !== null", "the sidebar's row of the new session", 10)
+    except ct.Step:
+        pass  # (reported just below)
+    side = c.eval(side_js)
     titles = c.eval("window.titles")
     ok(head == "gate me" and not [t for t in titles if ct_uuid(t)],
        "the header names the new session by its first input, never its id", repr(titles))

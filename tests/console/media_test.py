@@ -82,6 +82,13 @@ def run(c, base, tmp):
        blocks[1].get("type") == "image" and base64.b64decode(blocks[1].get("base64", "")) == PNG and
        blocks[1].get("name") == "shot.png",
        "the page posted a text block and the image's bytes as base64", repr(blocks)[:300])
+    # the composer is cleared once the POST that sent it has answered, which
+    # may come after the streamed answer is drawn: wait for it (or fail below)
+    try:
+        c.wait("document.getElementById('attached').textContent === '' &&"
+               " document.getElementById('attach').files.length === 0", "the cleared composer", 10)
+    except ct.Step:
+        pass
     ok(c.eval("document.getElementById('attached').textContent") == "" and
        c.eval("document.getElementById('attach').files.length") == 0, "sending clears the attachment")
 
