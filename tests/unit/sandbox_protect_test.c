@@ -500,10 +500,10 @@ static int cfg(const char *text)
 
 TEST(config_reader)
 {
-	CHECK_EQ_INT(cfg("[core]\n\thooksPath = .husky/_\n[include]\n\tpath = ../shared.gitconfig\n"), 0);
+	CHECK_EQ_INT(cfg("[core]\n\thooksPath = .husky/_\n[include]\n\tpath = ../common.gitconfig\n"), 0);
 	CHECK_EQ_INT(ngot, 2);
 	CHECK_EQ_STR(got[0], "hooks=.husky/_");
-	CHECK_EQ_STR(got[1], "inc=../shared.gitconfig");
+	CHECK_EQ_STR(got[1], "inc=../common.gitconfig");
 	/* case, quotes, escapes, comments, continuation, the old [section.sub] form */
 	CHECK_EQ_INT(cfg("[CORE] HOOKSPATH = \"a b\"c # x\n[includeIf \"gitdir:/x/\"]\n path = p\\\nq ; c\n"
 			 "[includeIf \"onbranch:m\"]\npath=r\n[core \"sub\"]\nhookspath = no\n[other]\npath = no\n"), 0);
@@ -523,14 +523,14 @@ TEST(scan_follows_the_config)
 {
 	fresh();
 	gitdir(".git");
-	sh("cd '%s' && printf '[include]\\n\\tpath = ../shared.gitconfig\\n\\tpath = ../missing.gitconfig\\n"
+	sh("cd '%s' && printf '[include]\\n\\tpath = ../common.gitconfig\\n\\tpath = ../missing.gitconfig\\n"
 	   "[core]\\n\\thooksPath = .git/myhooks\\n' >> .git/config && printf '[include]\\n\\tpath = deeper.gitconfig\\n' "
-	   "> shared.gitconfig && : > deeper.gitconfig && mkdir -p .husky", ws);
+	   "> common.gitconfig && : > deeper.gitconfig && mkdir -p .husky", ws);
 	struct lr_protect_opts o = { 0 };
 	struct lr_protect_plan p;
 	struct lr_err err = { "" };
 	CHECK_EQ_INT(scan(&o, &p, &err), 0);
-	CHECK(item(&p, "shared.gitconfig") && item(&p, "shared.gitconfig")->kind == LR_PROTECT_RO);
+	CHECK(item(&p, "common.gitconfig") && item(&p, "common.gitconfig")->kind == LR_PROTECT_RO);
 	CHECK(item(&p, "deeper.gitconfig")); /* included by the included file */
 	CHECK(item(&p, ".git/myhooks") && item(&p, ".git/myhooks")->kind == LR_PROTECT_DIR);
 	char path[PATH_MAX];
