@@ -20,7 +20,7 @@ static int small;
 static int lm_open_root(const char *root, int no_sync, size_t map, struct lr_store **out,
 			struct lr_err *e)
 {
-	struct lr_lmdb_opts o = { root, map, 0, no_sync };
+	struct lr_lmdb_opts o = { root, map, 0, no_sync, NULL };
 	return lr_store_lmdb_open(&o, out, e);
 }
 
