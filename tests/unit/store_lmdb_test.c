@@ -25,12 +25,14 @@ static int lm_open_root(const char *root, int no_sync, size_t map, struct lr_sto
 	return lr_store_lmdb_open(&o, out, e);
 }
 
-/* A fresh root per case, a 1 MiB map so that growth is exercised. */
+/*
+ * A fresh root per case, a 1 MiB map so that growth is exercised; with a
+ * ctx, durable (every commit synced, most through the log).
+ */
 static int lm_open(struct lr_store **out, void *ctx, struct lr_err *e)
 {
-	(void)ctx;
 	snprintf(cur_root, sizeof cur_root, "%s/r%d", base, roots++);
-	return lm_open_root(cur_root, 1, (size_t)1 << 20, out, e);
+	return lm_open_root(cur_root, ctx ? 0 : 1, (size_t)1 << 20, out, e);
 }
 
 static int lm_second(struct lr_store **out, void *ctx, struct lr_err *e)
@@ -647,6 +649,10 @@ int main(int argc, char **argv)
 	}
 	struct conformance h = { "lmdb", lm_open, lm_second, lm_spawn_holder, NULL, small, NULL };
 	conformance_run(&h);
+	int durable = 1;
+	struct conformance hd = { "lmdb-durable", lm_open, lm_second, lm_spawn_holder, &durable,
+				  small, NULL };
+	conformance_run(&hd);
 	RUN(durable_group_commit_and_reopen);
 	RUN(two_processes_one_root);
 	RUN(map_grows_64mib_record);
