@@ -41,7 +41,9 @@
  * delete, a blob, a larger group) is committed and then synced with
  * mdb_env_sync(force), data then meta, as LMDB does by itself.
  *
- * Recovery, at open: a log whose lock is free belongs to a dead process.
+ * Recovery, at open (one process at a time, under root/wal/recover.lock;
+ * other opens of the root wait for it): a log whose lock is free belongs
+ * to a dead process.
  * If it was written in this boot (boot_id), the page cache survived and
  * LMDB holds every commit: the log is removed. After a reboot, each valid
  * slot (CRC32C) whose transaction id is above LMDB's last durable one is
@@ -1855,6 +1857,17 @@ static int wal_recover(struct core *c, uint64_t durable, struct lr_err *e)
 	DIR *d = opendir(dir);
 	if (!d)
 		return 0;
+	/*
+	 * One recovery at a time, and no open of this root goes on before the
+	 * one in progress is done: a writer must not fence a ledger (append at
+	 * its tip) before the record the log holds for that tip is back.
+	 */
+	char lpath[4200];
+	snprintf(lpath, sizeof lpath, "%s/recover.lock", dir);
+	int lfd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	struct flock lfl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	while (lfd >= 0 && fcntl(lfd, F_OFD_SETLKW, &lfl) < 0 && errno == EINTR)
+		;
 	struct wal_rec *recs = NULL;
 	size_t nrec = 0, cap = 0, nfiles = 0, total = 0;
 	char **paths = NULL;
@@ -1945,6 +1958,8 @@ static int wal_recover(struct core *c, uint64_t durable, struct lr_err *e)
 	}
 	free(paths);
 	free(fds);
+	if (lfd >= 0)
+		close(lfd); /* drops the lock */
 	return rc;
 }
 

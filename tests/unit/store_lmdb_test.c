@@ -189,7 +189,7 @@ static int poweroff_main(const char *root)
 	_exit(0);
 }
 
-/* The one log file under root/wal (its path in out), or -1. */
+/* The one log file (*.log) under root/wal (its path in out), or -1. */
 static int find_log(const char *root, char *out, size_t cap)
 {
 	char dir[520];
@@ -197,9 +197,11 @@ static int find_log(const char *root, char *out, size_t cap)
 	DIR *d = opendir(dir);
 	int n = 0;
 	struct dirent *de;
-	while (d && (de = readdir(d)) != NULL)
-		if (de->d_name[0] != '.' && n++ == 0)
+	while (d && (de = readdir(d)) != NULL) {
+		size_t nl = strlen(de->d_name);
+		if (nl > 4 && strcmp(de->d_name + nl - 4, ".log") == 0 && n++ == 0)
 			snprintf(out, cap, "%s/%s", dir, de->d_name);
+	}
 	if (d)
 		closedir(d);
 	return n == 1 ? 0 : -1;
