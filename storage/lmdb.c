@@ -798,6 +798,16 @@ static void *syncer_main(void *arg)
 	return NULL;
 }
 
+static int sync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	int rc = fsync(fd);
+	close(fd);
+	return rc;
+}
+
 /* Creates this process's log on the first logged group; 0, or -1: sync LMDB twice instead. */
 static int wal_open(struct core *c)
 {
@@ -828,13 +838,15 @@ static int wal_open(struct core *c)
 		close(fd);
 		return -1;
 	}
-	c->wal_fd = fd;
-	if (pthread_create(&c->syncer, NULL, syncer_main, c) != 0) {
-		c->wal_fd = -2;
-		unlink(path);
+	/* the new name and the folder's, durable before anything relies on the log */
+	path[n] = 0;
+	if (sync_dir(path) || sync_dir(c->root) ||
+	    pthread_create(&c->syncer, NULL, syncer_main, c) != 0) {
+		unlink(c->wal_path);
 		close(fd);
 		return -1;
 	}
+	c->wal_fd = fd;
 	c->s_started = 1;
 	return 0;
 }
