@@ -21,6 +21,7 @@
 local core = require "rig.core"
 local json = require "rig.json"
 local server_mod = require "rig.mcp.server"
+local cli_args = require "rig.cli_args"
 
 local M = {}
 
@@ -217,64 +218,26 @@ function M.server(r, opts)
   return srv
 end
 
-local function usage(fmt, ...)
-  io.stderr:write("luarig: " .. string.format(fmt, ...) .. "\nluarig: try 'luarig help'\n")
-  io.stderr:flush()
-  os.exit(2)
-end
-
 -- `luarig mcp serve RIG.lua [--http HOST:PORT] [--auth-token-file FILE]
 --  [--insecure-public-bind] [--allow-host NAME]... [--name NAME]`
 function M.cli(...)
   local args = { ... }
+  local usage = function(...) cli_args.usage(nil, ...) end
   if args[1] == nil then usage("mcp needs a command: luarig mcp serve RIG.lua [--http HOST:PORT]") end
   if args[1] ~= "serve" then
     usage("mcp: unknown command '%s' (luarig mcp serve RIG.lua [--http HOST:PORT])", tostring(args[1]))
   end
-  local path, listen, token_file, insecure, name
-  local hosts = {}
-  local i = 2
-  while i <= #args do
-    local a = args[i]
-    local function value()
-      local v = a:match("^%-%-[%w%-]+=(.*)$")
-      if v then return v end
-      i = i + 1
-      if args[i] == nil then usage("mcp serve: '%s' needs a value", a) end
-      return args[i]
-    end
-    if a == "--http" or a:find("^%-%-http=") then
-      listen = value()
-    elseif a == "--auth-token-file" or a:find("^%-%-auth%-token%-file=") then
-      token_file = value()
-    elseif a == "--insecure-public-bind" then
-      insecure = true
-    elseif a == "--allow-host" or a:find("^%-%-allow%-host=") then
-      hosts[#hosts + 1] = value()
-    elseif a == "--name" or a:find("^%-%-name=") then
-      name = value()
-    elseif a:sub(1, 1) == "-" then
-      usage("mcp serve: unknown option '%s'", a)
-    elseif not path then
-      path = a
-    else
-      usage("mcp serve: unexpected argument '%s'", a)
-    end
-    i = i + 1
-  end
+  local opts, pos = cli_args.parse(args, 2, {
+    prefix = "mcp serve",
+    values = { ["--http"] = "listen", ["--auth-token-file"] = "token_file",
+               ["--allow-host"] = "hosts[]", ["--name"] = "name" },
+    switches = { ["--insecure-public-bind"] = "insecure" },
+  })
+  local path, listen, token_file, insecure, name, hosts = pos[1], opts.listen, opts.token_file,
+    opts.insecure, opts.name, opts.hosts
   if not path then usage("mcp serve needs a rig script (RIG.lua returns a rig)") end
   if token_file and not listen then usage("mcp serve: --auth-token-file goes with --http") end
-  local auth
-  if token_file then
-    local f, e = io.open(token_file, "rb")
-    if not f then error("mcp serve: cannot read the token file: " .. tostring(e), 0) end
-    local t = f:read("a"):gsub("%s+$", "")
-    f:close()
-    if #t < 16 or t:find("[%c ]") then
-      error("mcp serve: the token in '" .. token_file .. "' must be one line of at least 16 bytes", 0)
-    end
-    auth = { token = t }
-  end
+  local auth = token_file and cli_args.token_file(token_file, "mcp serve")
   -- stdio: stdout is the protocol's; what the rig prints goes to stderr from the start
   local saved_print = print
   if not listen then
