@@ -19,6 +19,9 @@
 --   cli_args.token_file(path, prefix) -> { token = … }   (raises "PREFIX: …")
 --     The bearer token in a file: one line of at least 16 bytes, no spaces
 --     or control bytes; trailing white space is dropped.
+--   cli_args.load_rig(path, prefix) -> rig, …   (raises "PREFIX: …")
+--     Runs the script at path, which returns a rig (and what else the
+--     command reads: serve's flows); its errors are raised as they are.
 
 local M = {}
 
@@ -83,6 +86,22 @@ function M.token_file(path, prefix)
     error(prefix .. ": the token in '" .. path .. "' must be one line of at least 16 bytes", 0)
   end
   return { token = t }
+end
+
+function M.load_rig(path, prefix)
+  local chunk, lerr = loadfile(path, "t")
+  if not chunk then error(lerr, 0) end
+  -- called through xpcall, not as the caller of a tail call: a definition
+  -- error in `return rig.define{…}` names no line rather than this one
+  local res = table.pack(xpcall(chunk, function(m)
+    return type(m) == "string" and debug.traceback(m, 2) or m
+  end))
+  if not res[1] then error(res[2], 0) end
+  local r = res[2]
+  if type(r) ~= "table" or type(r.session) ~= "function" then
+    error(prefix .. ": '" .. path .. "' must return a rig (rig.define{…})", 0)
+  end
+  return table.unpack(res, 2, res.n)
 end
 
 return M

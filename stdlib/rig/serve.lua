@@ -51,7 +51,6 @@ local core = require "rig.core"
 local json = require "rig.json"
 local server = require "rig.http_server"
 local parse = require "rig.serve_req"
-local cli_args = require "rig.cli_args"
 
 local M = {}
 
@@ -1081,6 +1080,7 @@ end
 -- `luarig serve RIG.lua [--listen ADDR] [--auth-token-file FILE] [--insecure-public-bind]
 --  [--allow-host NAME]...`
 function M.cli(...)
+  local cli_args = require "rig.cli_args"
   local opts, pos = cli_args.parse({ ... }, 1, {
     prefix = "serve",
     values = { ["--listen"] = "listen", ["--auth-token-file"] = "token_file",
@@ -1097,17 +1097,7 @@ function M.cli(...)
   end
   if not path then cli_args.usage(nil, "serve needs a rig script (RIG.lua returns a rig)") end
   local auth = token_file and cli_args.token_file(token_file, "serve")
-  local chunk, lerr = loadfile(path, "t")
-  if not chunk then error(lerr, 0) end
-  -- called through xpcall, not as the caller of a tail call: a definition
-  -- error in `return rig.define{…}` names no line rather than this one
-  local okc, r, flows = xpcall(chunk, function(m)
-    return type(m) == "string" and debug.traceback(m, 2) or m
-  end)
-  if not okc then error(r, 0) end
-  if type(r) ~= "table" or type(r.session) ~= "function" then
-    error("serve: '" .. path .. "' must return a rig (rig.define{…})", 0)
-  end
+  local r, flows = cli_args.load_rig(path, "serve")
   local srv, msg, code = M.serve{ rig = r, listen = listen or "127.0.0.1:8080", auth = auth,
                                   flows = flows, -- a second return value: a list of rig.flow
                                   insecure_public_bind = insecure or nil,

@@ -21,7 +21,6 @@
 local core = require "rig.core"
 local json = require "rig.json"
 local server_mod = require "rig.mcp.server"
-local cli_args = require "rig.cli_args"
 
 local M = {}
 
@@ -221,6 +220,7 @@ end
 -- `luarig mcp serve RIG.lua [--http HOST:PORT] [--auth-token-file FILE]
 --  [--insecure-public-bind] [--allow-host NAME]... [--name NAME]`
 function M.cli(...)
+  local cli_args = require "rig.cli_args"
   local args = { ... }
   local usage = function(...) cli_args.usage(nil, ...) end
   if args[1] == nil then usage("mcp needs a command: luarig mcp serve RIG.lua [--http HOST:PORT]") end
@@ -247,15 +247,7 @@ function M.cli(...)
       io.stderr:write(table.concat(parts, "\t"), "\n")
     end
   end
-  local chunk, lerr = loadfile(path, "t")
-  if not chunk then error(lerr, 0) end
-  local okc, r = xpcall(chunk, function(m)
-    return type(m) == "string" and debug.traceback(m, 2) or m
-  end)
-  if not okc then error(r, 0) end
-  if type(r) ~= "table" or type(r.session) ~= "function" then
-    error("mcp serve: '" .. path .. "' must return a rig (rig.define{…})", 0)
-  end
+  local r = cli_args.load_rig(path, "mcp serve")
   local srv = M.server(r, { name = name })
   if not listen then
     print = saved_print -- luacheck: ignore

@@ -1,6 +1,7 @@
 # The commands written in Lua (serve, mcp serve, flow) parse their command
 # line one way (stdlib/rig/cli_args.lua): "--opt VALUE" and "--opt=VALUE",
 # the same usage errors with the command's name, exit status 2.
+# Both serve commands load their rig script one way too.
 printf 'secret-token-0123456789\n' > token
 "$LUARIG" serve rig.lua --listen; echo "serve, no value: $?"
 "$LUARIG" serve rig.lua --bogus; echo "serve, unknown: $?"
@@ -14,3 +15,7 @@ printf 'secret-token-0123456789\n' > token
 "$LUARIG" flow show --run 2>&1 | head -n 1; echo "flow, no value"
 "$LUARIG" flow show a b 2>&1 | head -n 1; echo "flow, two ids"
 "$LUARIG" flow runs --state=s --store=nats://127.0.0.1:1 2>&1 | head -n 1; echo "flow, both stores"
+printf 'return 42\n' > notarig.lua
+printf 'local l = rig.loop{ name = "a", modle = 1 }\n' > typo.lua
+"$LUARIG" mcp serve notarig.lua; echo "mcp serve, not a rig: $?"
+"$LUARIG" mcp serve typo.lua; echo "mcp serve, a definition error: $?"
