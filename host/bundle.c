@@ -18,7 +18,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,15 +38,8 @@ void lr_bundle_limits_default(struct lr_bundle_limits *lim)
 	lim->version = NULL;
 }
 
-__attribute__((format(printf, 2, 3)))
-static int refuse(struct lr_err *e, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	lr_err_vset(e, fmt, ap);
-	va_end(ap);
-	return LR_EREFUSED;
-}
+/* Sets the message and returns LR_EREFUSED. */
+#define refuse(e, ...) lr_err_fail((e), LR_EREFUSED, __VA_ARGS__)
 
 /*
  * Outside bytes made safe to print into buf (cap bytes): control bytes as
