@@ -19,9 +19,37 @@
  * through one writer thread, which takes everything queued (up to
  * max_batch) into ONE write transaction, checks each job inside it in
  * queue order (so two appends to one ledger in a batch see each other),
- * commits (fsync unless no_sync) and only then acknowledges each job. A
- * job that fails its check (stale tip, stale revision, different blob
- * bytes) reports its error while the rest of the batch commits.
+ * commits, makes the commit durable (unless no_sync) and only then
+ * acknowledges each job. A job that fails its check (stale tip, stale
+ * revision, different blob bytes) reports its error while the rest of the
+ * batch commits.
+ *
+ * Durable in one sync, not two (docs/decisions/0008-log-ahead-of-the-meta-sync.md).
+ * A durable LMDB commit is two ordered syncs: the data pages, then the
+ * meta page that points at them. The environment is opened
+ * MDB_NOMETASYNC: a commit syncs its data pages and the metas of earlier
+ * commits (they lie in the same map range) and leaves its own meta
+ * unsynced, which keeps the file consistent and loses at most the last
+ * commit on a power loss. What that commit wrote is made durable by the
+ * log instead: a group made only of appends, kv puts and epoch bumps that
+ * fits in WAL_SLOT bytes is written, outcome by outcome, to one of the
+ * two slots of this process's log file (root/wal/<pid>.<ns>.log, OFD-
+ * locked while it lives) and fdatasync'ed by the syncer thread while the
+ * writer commits; the group is acknowledged once both are done. Slots
+ * alternate: the slot a group overwrites held the group before last,
+ * whose meta the last commit's sync made durable. Any other group (a
+ * delete, a blob, a larger group) is committed and then synced with
+ * mdb_env_sync(force), data then meta, as LMDB does by itself.
+ *
+ * Recovery, at open (one process at a time, under root/wal/recover.lock;
+ * other opens of the root wait for it): a log whose lock is free belongs
+ * to a dead process.
+ * If it was written in this boot (boot_id), the page cache survived and
+ * LMDB holds every commit: the log is removed. After a reboot, each valid
+ * slot (CRC32C) whose transaction id is above LMDB's last durable one is
+ * replayed in id order, each write only where it still fits (a record at
+ * tip + 1, a revision at the current one + 1, a higher epoch); the result
+ * is synced and the log removed. A clean close syncs LMDB and removes it.
  *
  * MDB_WRITEMAP: dirty pages live in the file mapping, not on the heap, so
  * a 64 MiB blob is streamed from its fd straight into the map. The file is
@@ -49,6 +77,7 @@
  */
 #include "internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <lmdb.h>
@@ -68,6 +97,19 @@
 #define READ_CHUNK_BYTES ((size_t)1 << 20)
 #define READ_CHUNK_RECS 512
 #define FD_CHUNK ((size_t)8 << 20)
+#define WAL_SLOT ((size_t)1 << 20) /* a logged group's bytes at most (two slots a log) */
+#define WAL_HDR 72
+#define WAL_ENT 15
+#define BOOT_LEN 40
+
+/*
+ * A log slot: magic[8] "LRWAL1\n", crc32c[4] of bytes 12..end, len[4] of
+ * the entries, boot[40] (the boot id, NUL-padded), txnid[8], count[4],
+ * zero[4], then count entries: kind[1] (J_APPEND, J_KVPUT, J_EPOCH),
+ * name_len[2], value[8] (seq, revision or epoch), data_len[4], name, data.
+ * Integers big-endian.
+ */
+static const char wal_magic[8] = "LRWAL1\n";
 
 enum { DB_REC, DB_TIP, DB_KV, DB_BLOB, DB_EPOCH, DB_N };
 static const char *const db_names[DB_N] = { "ledger", "tip", "kv", "blob", "epoch" };
@@ -113,7 +155,22 @@ struct core {
 	MDB_env *env;
 	MDB_dbi dbi[DB_N];
 	int no_sync;
+	int lazy_meta; /* MDB_NOMETASYNC: the log or mdb_env_sync makes a commit durable */
 	size_t max_batch;
+	char boot[BOOT_LEN];
+	/* the log (the writer's; -1 until the first logged group, -2 when unusable) */
+	int wal_fd, wal_dead;
+	char *wal_path;
+	unsigned char *wal_buf;
+	int wal_slot;
+	/* the syncer: writes and fdatasyncs a slot while the writer commits */
+	pthread_mutex_t smu;
+	pthread_cond_t scond;
+	int s_state; /* 0 idle, 1 posted, 2 done */
+	int s_stop, s_started;
+	size_t s_len;
+	int s_rc;
+	pthread_t syncer;
 	pthread_rwlock_t resize;
 	pthread_mutex_t mu;
 	pthread_cond_t wake;
@@ -142,6 +199,19 @@ static void be64_put(unsigned char *p, uint64_t v)
 		p[i] = (unsigned char)v;
 		v >>= 8;
 	}
+}
+
+static void be32_put(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)(v >> 24);
+	p[1] = (unsigned char)(v >> 16);
+	p[2] = (unsigned char)(v >> 8);
+	p[3] = (unsigned char)v;
+}
+
+static uint32_t be32_get(const unsigned char *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
 static uint64_t be64_get(const unsigned char *p)
@@ -688,6 +758,169 @@ static int apply(struct core *c, MDB_txn *t, struct job *j)
 	return EINVAL;
 }
 
+/* ---- the log ahead of the meta sync (see the header comment) ---- */
+
+static int pwrite_full(int fd, const void *buf, size_t n, off_t off)
+{
+	size_t done = 0;
+	while (done < n) {
+		ssize_t w = pwrite(fd, (const char *)buf + done, n - done, off + (off_t)done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		done += (size_t)w;
+	}
+	return 0;
+}
+
+static void *syncer_main(void *arg)
+{
+	struct core *c = arg;
+	pthread_mutex_lock(&c->smu);
+	for (;;) {
+		while (c->s_state != 1 && !c->s_stop)
+			pthread_cond_wait(&c->scond, &c->smu);
+		if (c->s_state != 1)
+			break;
+		size_t len = c->s_len;
+		off_t off = (off_t)c->wal_slot * (off_t)WAL_SLOT;
+		pthread_mutex_unlock(&c->smu);
+		int rc = pwrite_full(c->wal_fd, c->wal_buf, len, off);
+		if (rc == 0 && fdatasync(c->wal_fd) < 0)
+			rc = -errno;
+		pthread_mutex_lock(&c->smu);
+		c->s_rc = rc;
+		c->s_state = 2;
+		pthread_cond_broadcast(&c->scond);
+	}
+	pthread_mutex_unlock(&c->smu);
+	return NULL;
+}
+
+static int sync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	int rc = fsync(fd);
+	close(fd);
+	return rc;
+}
+
+/* Creates this process's log on the first logged group; 0, or -1: sync LMDB twice instead. */
+static int wal_open(struct core *c)
+{
+	if (c->wal_dead)
+		return -1;
+	if (c->wal_fd >= 0)
+		return 0;
+	if (c->wal_fd == -2)
+		return -1;
+	c->wal_fd = -2;
+	char path[4096];
+	if ((size_t)snprintf(path, sizeof path, "%s/wal", c->root) >= sizeof path ||
+	    (mkdir(path, 0700) < 0 && errno != EEXIST))
+		return -1;
+	size_t n = strlen(path);
+	if ((size_t)snprintf(path + n, sizeof path - n, "/%ld.%llu.log", (long)getpid(),
+			     (unsigned long long)lr_now_ns()) >= sizeof path - n)
+		return -1;
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	if (fcntl(fd, F_OFD_SETLK, &fl) < 0 || !(c->wal_buf = malloc(WAL_SLOT)) ||
+	    !(c->wal_path = strdup(path))) {
+		free(c->wal_buf);
+		c->wal_buf = NULL;
+		unlink(path);
+		close(fd);
+		return -1;
+	}
+	/* the new name and the folder's, durable before anything relies on the log */
+	path[n] = 0;
+	if (sync_dir(path) || sync_dir(c->root) ||
+	    pthread_create(&c->syncer, NULL, syncer_main, c) != 0) {
+		unlink(c->wal_path);
+		close(fd);
+		return -1;
+	}
+	c->wal_fd = fd;
+	c->s_started = 1;
+	return 0;
+}
+
+/*
+ * The slot of a group whose outcomes are known (applied, not committed):
+ * its length, or 0 when the group cannot go through the log (another kind
+ * of job, or more than WAL_SLOT bytes).
+ */
+static size_t wal_build(struct core *c, MDB_txn *t, struct job **jobs, size_t n)
+{
+	size_t off = WAL_HDR;
+	uint32_t count = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct job *j = jobs[i];
+		if (j->kind != J_APPEND && j->kind != J_KVPUT && j->kind != J_EPOCH)
+			return 0;
+		if (j->rc)
+			continue;
+		size_t nl = strlen(j->name), dl = j->kind == J_EPOCH ? 0 : j->len;
+		if (off + WAL_ENT + nl + dl > WAL_SLOT)
+			return 0;
+		unsigned char *p = c->wal_buf + off;
+		p[0] = (unsigned char)j->kind;
+		p[1] = (unsigned char)(nl >> 8);
+		p[2] = (unsigned char)nl;
+		be64_put(p + 3, j->out);
+		be32_put(p + 11, (uint32_t)dl);
+		memcpy(p + WAL_ENT, j->name, nl);
+		if (dl)
+			memcpy(p + WAL_ENT + nl, j->data, dl);
+		off += WAL_ENT + nl + dl;
+		count++;
+	}
+	unsigned char *h = c->wal_buf;
+	memcpy(h, wal_magic, 8);
+	be32_put(h + 12, (uint32_t)(off - WAL_HDR));
+	memcpy(h + 16, c->boot, BOOT_LEN);
+	be64_put(h + 56, (uint64_t)mdb_txn_id(t));
+	be32_put(h + 64, count);
+	be32_put(h + 68, 0);
+	be32_put(h + 8, lr_crc32c(0, h + 12, off - 12));
+	return off;
+}
+
+static void wal_post(struct core *c, size_t len)
+{
+	pthread_mutex_lock(&c->smu);
+	c->s_len = len;
+	c->s_state = 1;
+	pthread_cond_broadcast(&c->scond);
+	pthread_mutex_unlock(&c->smu);
+}
+
+static int wal_wait(struct core *c)
+{
+	pthread_mutex_lock(&c->smu);
+	while (c->s_state != 2)
+		pthread_cond_wait(&c->scond, &c->smu);
+	c->s_state = 0;
+	int rc = c->s_rc;
+	pthread_mutex_unlock(&c->smu);
+	return rc;
+}
+
+/* The commit of a logged slot failed: the slot must not be replayed. */
+static void wal_void(struct core *c)
+{
+	unsigned char zero[WAL_HDR] = { 0 };
+	if (pwrite_full(c->wal_fd, zero, sizeof zero, (off_t)c->wal_slot * (off_t)WAL_SLOT) ||
+	    fdatasync(c->wal_fd) < 0)
+		c->wal_dead = 1; /* no more logging: every later commit is synced twice */
+}
+
 static size_t job_bytes(const struct job *j)
 {
 	return j->len + 64;
@@ -724,11 +957,33 @@ static size_t run_batch(struct core *c, struct job **jobs, size_t n)
 		size_t i;
 		for (i = 0; i < n && rc == 0; i++)
 			rc = apply(c, t, jobs[i]);
+		size_t slot = 0;
+		if (rc == 0 && c->lazy_meta && wal_open(c) == 0 &&
+		    (slot = wal_build(c, t, jobs, n)) != 0)
+			wal_post(c, slot); /* written and synced while LMDB commits */
 		if (rc == 0)
 			rc = g_commit(t);
 		else
 			mdb_txn_abort(t);
 		pthread_rwlock_unlock(&c->resize);
+		if (slot) {
+			int wrc = wal_wait(c);
+			if (rc == 0 && wrc == 0) {
+				c->wal_slot ^= 1; /* the next group keeps this one */
+				return n;
+			}
+			if (rc == 0)
+				c->wal_dead = 1; /* the log failed: LMDB's own sync below, from now on */
+			else
+				wal_void(c);
+		}
+		if (rc == 0 && c->lazy_meta) {
+			/* not logged: the meta is synced after the data, as LMDB does */
+			if ((rc = mdb_env_sync(c->env, 1)) == 0)
+				return n;
+			rc = lm_fail(rc, &e, "syncing", c->root);
+			goto fail;
+		}
 		if (rc == 0)
 			return n;
 		if (rc == MDB_MAP_FULL) {
@@ -1511,6 +1766,236 @@ static int lm_blob_list(struct lr_store *s, const char *prefix, lr_name_cb cb, v
 	return list_db(((struct lm *)s)->c, DB_BLOB, 0, prefix, cb, arg, e);
 }
 
+/* ---- recovery of the logs of dead processes ---- */
+
+struct wal_rec {
+	uint64_t txnid;
+	unsigned char *buf; /* the slot, header included */
+	size_t len;
+};
+
+static int wal_rec_cmp(const void *a, const void *b)
+{
+	uint64_t x = ((const struct wal_rec *)a)->txnid, y = ((const struct wal_rec *)b)->txnid;
+	return x < y ? -1 : x > y;
+}
+
+/* A valid slot of fd after the last durable transaction, or NULL. */
+static unsigned char *wal_read_slot(struct core *c, int fd, int slot, uint64_t durable,
+				    size_t *len, uint64_t *txnid)
+{
+	unsigned char h[WAL_HDR];
+	off_t off = (off_t)slot * (off_t)WAL_SLOT;
+	if (pread(fd, h, sizeof h, off) != (ssize_t)sizeof h || memcmp(h, wal_magic, 8) != 0)
+		return NULL;
+	size_t n = be32_get(h + 12);
+	if (n > WAL_SLOT - WAL_HDR)
+		return NULL;
+	if (c->boot[0] && memcmp(h + 16, c->boot, BOOT_LEN) == 0)
+		return NULL; /* this boot: the page cache kept every commit */
+	*txnid = be64_get(h + 56);
+	if (*txnid <= durable)
+		return NULL;
+	unsigned char *b = malloc(WAL_HDR + n);
+	if (!b)
+		return NULL;
+	memcpy(b, h, WAL_HDR);
+	if (pread(fd, b + WAL_HDR, n, off + WAL_HDR) != (ssize_t)n ||
+	    lr_crc32c(0, b + 12, WAL_HDR + n - 12) != be32_get(h + 8)) {
+		free(b); /* torn: its group was never acknowledged */
+		return NULL;
+	}
+	*len = WAL_HDR + n;
+	return b;
+}
+
+/* Replays one slot's writes where they still fit; an LMDB code stops the replay. */
+static int wal_replay(struct core *c, MDB_txn *t, const unsigned char *b, size_t len)
+{
+	uint32_t count = be32_get(b + 64);
+	size_t off = WAL_HDR;
+	for (uint32_t i = 0; i < count; i++) {
+		if (len - off < WAL_ENT)
+			return 0;
+		const unsigned char *p = b + off;
+		size_t nl = (size_t)p[1] << 8 | p[2], dl = be32_get(p + 11);
+		uint64_t v = be64_get(p + 3);
+		if (nl == 0 || nl > LR_STORE_NAME_MAX || dl > len - off - WAL_ENT - nl || v == 0)
+			return 0;
+		char name[LR_STORE_NAME_MAX + 1];
+		memcpy(name, p + WAL_ENT, nl);
+		name[nl] = 0;
+		struct job j;
+		struct lr_err e;
+		if (job_init(&j, p[0] == J_APPEND ? J_APPEND : p[0] == J_KVPUT ? J_KVPUT : J_EPOCH,
+			     name, &e) != 0)
+			return 0;
+		j.expected = v - 1;
+		j.data = p + WAL_ENT + nl;
+		j.len = dl;
+		int rc = 0;
+		if (p[0] == J_APPEND) {
+			rc = apply_append(c, t, &j);
+		} else if (p[0] == J_KVPUT) {
+			rc = apply_kvput(c, t, &j);
+		} else if (p[0] == J_EPOCH) {
+			uint64_t ep;
+			if (get_u64(c, t, DB_EPOCH, &j.key, name, &ep, &e) == 0 && ep < v) {
+				unsigned char eb[8];
+				be64_put(eb, v);
+				MDB_val k = { j.key.len, j.key.b }, ev = { 8, eb };
+				rc = g_put(t, c->dbi[DB_EPOCH], &k, &ev, 0);
+			}
+		} else {
+			return 0;
+		}
+		if (rc)
+			return rc;
+		off += WAL_ENT + nl + dl;
+	}
+	return 0;
+}
+
+/*
+ * The logs under root/wal whose lock is free: their owner died. Replays
+ * what a reboot lost (see the header comment), syncs, removes them.
+ * durable: LMDB's last transaction id as found at open.
+ */
+static int wal_recover(struct core *c, uint64_t durable, struct lr_err *e)
+{
+	char dir[4096];
+	if ((size_t)snprintf(dir, sizeof dir, "%s/wal", c->root) >= sizeof dir)
+		return 0;
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	/*
+	 * One recovery at a time, and no open of this root goes on before the
+	 * one in progress is done: a writer must not fence a ledger (append at
+	 * its tip) before the record the log holds for that tip is back.
+	 */
+	char lpath[4200];
+	snprintf(lpath, sizeof lpath, "%s/recover.lock", dir);
+	int lfd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	struct flock lfl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	while (lfd >= 0 && fcntl(lfd, F_OFD_SETLKW, &lfl) < 0 && errno == EINTR)
+		;
+	struct wal_rec *recs = NULL;
+	size_t nrec = 0, cap = 0, nfiles = 0, total = 0;
+	char **paths = NULL;
+	int *fds = NULL;
+	int rc = 0;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		size_t nl = strlen(de->d_name);
+		if (nl < 5 || strcmp(de->d_name + nl - 4, ".log") != 0)
+			continue;
+		char path[4400];
+		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+		int fd = open(path, O_RDWR | O_CLOEXEC);
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+		struct stat st;
+		if (fd < 0)
+			continue;
+		if (fcntl(fd, F_OFD_SETLK, &fl) < 0 || fstat(fd, &st) < 0 || st.st_nlink == 0) {
+			close(fd); /* alive, or already recovered by another process */
+			continue;
+		}
+		char **np = realloc(paths, (nfiles + 1) * sizeof *paths);
+		int *nf = np ? realloc(fds, (nfiles + 1) * sizeof *fds) : NULL;
+		if (np)
+			paths = np;
+		if (nf)
+			fds = nf;
+		if (!np || !nf || !(paths[nfiles] = strdup(path))) {
+			close(fd);
+			rc = -ENOMEM;
+			break;
+		}
+		fds[nfiles++] = fd;
+		for (int s = 0; s < 2 && rc == 0; s++) {
+			size_t len;
+			uint64_t txnid;
+			unsigned char *b = wal_read_slot(c, fd, s, durable, &len, &txnid);
+			if (!b)
+				continue;
+			if (nrec == cap) {
+				size_t ncap = cap ? cap * 2 : 8;
+				struct wal_rec *nr = realloc(recs, ncap * sizeof *recs);
+				if (!nr) {
+					free(b);
+					rc = -ENOMEM;
+					break;
+				}
+				recs = nr;
+				cap = ncap;
+			}
+			recs[nrec++] = (struct wal_rec){ txnid, b, len };
+			total += len;
+		}
+	}
+	closedir(d);
+	if (rc) {
+		lr_err_set(e, "storage: recovering the logs of '%s': out of memory", c->root);
+	} else if (nrec) {
+		qsort(recs, nrec, sizeof *recs, wal_rec_cmp);
+		for (;;) {
+			MDB_txn *t;
+			if ((rc = mdb_txn_begin(c->env, NULL, 0, &t)) != 0)
+				break;
+			for (size_t i = 0; i < nrec && rc == 0; i++)
+				rc = wal_replay(c, t, recs[i].buf, recs[i].len);
+			if (rc == 0)
+				rc = g_commit(t);
+			else
+				mdb_txn_abort(t);
+			if (rc == MDB_MAP_FULL && (rc = grow_map(c, total, e)) == 0)
+				continue;
+			break;
+		}
+	}
+	/* A dead writer's last commit may have an unsynced meta, even in this boot. */
+	if (rc == 0 && nfiles)
+		rc = mdb_env_sync(c->env, 1);
+	if (rc > 0 || (rc < 0 && rc >= MDB_KEYEXIST && rc <= MDB_LAST_ERRCODE))
+		rc = lm_fail(rc, e, "recovering the logs of", c->root);
+	for (size_t i = 0; i < nrec; i++)
+		free(recs[i].buf);
+	free(recs);
+	for (size_t i = 0; i < nfiles; i++) {
+		if (rc == 0)
+			unlink(paths[i]);
+		free(paths[i]);
+		close(fds[i]);
+	}
+	free(paths);
+	free(fds);
+	if (lfd >= 0)
+		close(lfd); /* drops the lock */
+	return rc;
+}
+
+/* This boot's id (a power loss or a crash of the kernel changes it); "" when unknown. */
+static void read_boot_id(struct core *c, const char *given)
+{
+	memset(c->boot, 0, sizeof c->boot);
+	if (given) {
+		snprintf(c->boot, sizeof c->boot, "%s", given);
+		return;
+	}
+	int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	ssize_t n = read(fd, c->boot, sizeof c->boot - 1);
+	close(fd);
+	if (n <= 0) {
+		memset(c->boot, 0, sizeof c->boot);
+		return;
+	}
+	while (n > 0 && (c->boot[n - 1] == '\n' || c->boot[n - 1] == 0))
+		c->boot[--n] = 0;
+}
+
 /* ---- open and close ---- */
 
 static void core_free(struct core *c)
@@ -1520,6 +2005,10 @@ static void core_free(struct core *c)
 	pthread_rwlock_destroy(&c->resize);
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->wake);
+	pthread_mutex_destroy(&c->smu);
+	pthread_cond_destroy(&c->scond);
+	free(c->wal_buf);
+	free(c->wal_path);
 	free(c->batch);
 	free(c->root);
 	free(c);
@@ -1533,6 +2022,19 @@ static void core_close(struct core *c)
 	pthread_cond_signal(&c->wake);
 	pthread_mutex_unlock(&c->mu);
 	pthread_join(c->writer, NULL);
+	if (c->s_started) {
+		pthread_mutex_lock(&c->smu);
+		c->s_stop = 1;
+		pthread_cond_broadcast(&c->scond);
+		pthread_mutex_unlock(&c->smu);
+		pthread_join(c->syncer, NULL);
+	}
+	if (c->wal_fd >= 0) {
+		/* the last commit's meta, then the log is no longer needed */
+		if (mdb_env_sync(c->env, 1) == 0)
+			unlink(c->wal_path);
+		close(c->wal_fd);
+	}
 	core_free(c);
 }
 
@@ -1568,13 +2070,18 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 	c->ino = st->st_ino;
 	c->refs = 1;
 	c->no_sync = o->no_sync;
+	c->lazy_meta = !o->no_sync;
+	c->wal_fd = -1;
+	read_boot_id(c, o->boot_id);
+	pthread_mutex_init(&c->smu, NULL);
+	pthread_cond_init(&c->scond, NULL);
 	c->max_batch = o->max_batch > 0 ? (size_t)o->max_batch : 1024;
 	c->batch = malloc(c->max_batch * sizeof *c->batch);
 	pthread_rwlock_init(&c->resize, NULL);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->wake, NULL);
 	size_t map = o->initial_map ? o->initial_map : DEFAULT_MAP;
-	unsigned flags = MDB_NOTLS | MDB_WRITEMAP | (o->no_sync ? MDB_NOSYNC : 0);
+	unsigned flags = MDB_NOTLS | MDB_WRITEMAP | (o->no_sync ? MDB_NOSYNC : MDB_NOMETASYNC);
 	MDB_txn *t = NULL;
 	int rc;
 	if (!c->batch) {
@@ -1603,6 +2110,7 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 	    (rc = mdb_env_set_mapsize(c->env, (size_t)fst.st_size)) != 0)
 		goto lmfail;
 	mdb_env_info(c->env, &info);
+	uint64_t durable = (uint64_t)info.me_last_txnid; /* what a reboot kept, after one */
 	if ((rc = back_map(c, info.me_mapsize)) != 0) {
 		lr_err_set(e, "storage: reserving %zu bytes for '%s': %s", info.me_mapsize,
 			   o->root, strerror(-rc));
@@ -1621,8 +2129,13 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 			goto lmfail;
 	rc = mdb_txn_commit(t);
 	t = NULL;
+	if (rc == 0 && c->lazy_meta && mdb_env_info(c->env, &info) == 0 &&
+	    (uint64_t)info.me_last_txnid != durable)
+		rc = mdb_env_sync(c->env, 1); /* the databases were created: durably */
 	if (rc)
 		goto lmfail;
+	if (c->lazy_meta && (rc = wal_recover(c, durable, e)) != 0)
+		goto fail;
 	if ((rc = pthread_create(&c->writer, NULL, writer_main, c)) != 0) {
 		lr_err_set(e, "storage: cannot start the writer of '%s': %s", o->root, strerror(rc));
 		rc = -rc;

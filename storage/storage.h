@@ -167,6 +167,8 @@ struct lr_lmdb_opts {
 	size_t initial_map;      /* bytes; the map grows by doubling when full (default 64 MiB) */
 	int max_batch;           /* appends per group commit at most (default 1024) */
 	int no_sync;             /* tests only: skip fsync (never durable) */
+	const char *boot_id;     /* tests only: stands for this boot's id (NULL: the kernel's);
+	                          * a log written under another id is replayed at open */
 };
 int lr_store_lmdb_open(const struct lr_lmdb_opts *o, struct lr_store **out, struct lr_err *e);
 

@@ -122,7 +122,7 @@ static struct lr_store *open_lmdb(const char *name, int no_sync)
 {
 	char root[4200];
 	snprintf(root, sizeof root, "%s/%s", dir, name);
-	struct lr_lmdb_opts o = { root, 0, 0, no_sync };
+	struct lr_lmdb_opts o = { root, 0, 0, no_sync, NULL };
 	struct lr_store *s;
 	struct lr_err e;
 	if (lr_store_lmdb_open(&o, &s, &e))

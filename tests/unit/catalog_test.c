@@ -377,7 +377,7 @@ TEST(update_many_each_on_its_own)
 	lr_store_close(s);
 	char root[] = "/tmp/catalog-test-XXXXXX";
 	CHECK(mkdtemp(root) != NULL);
-	struct lr_lmdb_opts o = { root, 0, 0, 1 };
+	struct lr_lmdb_opts o = { root, 0, 0, 1, NULL };
 	struct lr_err e;
 	CHECK_EQ_INT(lr_store_lmdb_open(&o, &s, &e), 0);
 	update_many_on(s);

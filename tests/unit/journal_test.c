@@ -693,7 +693,7 @@ static struct lr_store *fresh(int lmdb)
 		return mem();
 	char root[300];
 	snprintf(root, sizeof root, "%s/r%d", lmdb_base, lmdb_n++);
-	struct lr_lmdb_opts o = { root, 0, 0, 1 };
+	struct lr_lmdb_opts o = { root, 0, 0, 1, NULL };
 	struct lr_store *s = NULL;
 	struct lr_err e;
 	if (lr_store_lmdb_open(&o, &s, &e) != 0) {

@@ -28,7 +28,7 @@ static struct lr_store *fresh(int lmdb)
 		return s;
 	}
 	snprintf(last_root, sizeof last_root, "%s/r%d", base, nroot++);
-	struct lr_lmdb_opts o = { last_root, 0, 0, 1 };
+	struct lr_lmdb_opts o = { last_root, 0, 0, 1, NULL };
 	if (lr_store_lmdb_open(&o, &s, &e) != 0) {
 		fprintf(stderr, "lmdb: %s\n", e.msg);
 		abort();
@@ -41,7 +41,7 @@ static struct lr_store *second(void)
 {
 	struct lr_store *s = NULL;
 	struct lr_err e;
-	struct lr_lmdb_opts o = { last_root, 0, 0, 1 };
+	struct lr_lmdb_opts o = { last_root, 0, 0, 1, NULL };
 	if (lr_store_lmdb_open(&o, &s, &e) != 0)
 		abort();
 	return s;

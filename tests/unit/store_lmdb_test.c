@@ -4,6 +4,7 @@
  * map growth, close flushing the queue, and corruption reported as
  * LR_ECORRUPT. Re-executes itself (argv[1] = a mode) for child processes.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <lmdb.h>
 #include <stdlib.h>
@@ -20,16 +21,18 @@ static int small;
 static int lm_open_root(const char *root, int no_sync, size_t map, struct lr_store **out,
 			struct lr_err *e)
 {
-	struct lr_lmdb_opts o = { root, map, 0, no_sync };
+	struct lr_lmdb_opts o = { root, map, 0, no_sync, NULL };
 	return lr_store_lmdb_open(&o, out, e);
 }
 
-/* A fresh root per case, a 1 MiB map so that growth is exercised. */
+/*
+ * A fresh root per case, a 1 MiB map so that growth is exercised; with a
+ * ctx, durable (every commit synced, most through the log).
+ */
 static int lm_open(struct lr_store **out, void *ctx, struct lr_err *e)
 {
-	(void)ctx;
 	snprintf(cur_root, sizeof cur_root, "%s/r%d", base, roots++);
-	return lm_open_root(cur_root, 1, (size_t)1 << 20, out, e);
+	return lm_open_root(cur_root, ctx ? 0 : 1, (size_t)1 << 20, out, e);
 }
 
 static int lm_second(struct lr_store **out, void *ctx, struct lr_err *e)
@@ -130,6 +133,180 @@ static int grower_main(const char *root)
 	free(p);
 	lr_store_close(s);
 	return 0;
+}
+
+static void new_root(char *out, size_t cap);
+
+static int copy_file(const char *from, const char *to)
+{
+	int in = open(from, O_RDONLY | O_CLOEXEC), out = open(to, O_WRONLY | O_CREAT | O_TRUNC |
+							       O_CLOEXEC, 0600);
+	static char buf[1 << 20];
+	ssize_t n = 0;
+	while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof buf)) > 0)
+		if (write(out, buf, (size_t)n) != n)
+			n = -1;
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	return in < 0 || out < 0 || n < 0 ? -1 : 0;
+}
+
+/*
+ * Child: four durable appends, a copy of data.mdb as it stands (what the
+ * disk holds if the power goes now: the metas of the last commits are not
+ * synced, so the disk may hold less), then a fifth append and a kv put,
+ * and an exit without closing: the log stays behind.
+ */
+static int poweroff_main(const char *root)
+{
+	struct lr_store *s;
+	struct lr_err e;
+	char from[600], to[600];
+	if (lm_open_root(root, 0, 0, &s, &e))
+		return 1;
+	for (int i = 0; i < 5; i++) {
+		char buf[32];
+		int len = snprintf(buf, sizeof buf, "rec.%d", i + 1);
+		if (i == 4) {
+			snprintf(from, sizeof from, "%s/data.mdb", root);
+			snprintf(to, sizeof to, "%s/disk.mdb", root);
+			if (copy_file(from, to))
+				return 1;
+		}
+		if (lr_store_append(s, "pl/a", (uint64_t)i, buf, (size_t)len, &e)) {
+			fprintf(stderr, "poweroff: %s\n", e.msg);
+			return 1;
+		}
+	}
+	if (lr_store_kv_put(s, "pl/k", 0, "v1", 2, NULL, &e)) {
+		fprintf(stderr, "poweroff: %s\n", e.msg);
+		return 1;
+	}
+	printf("ok\n");
+	fflush(stdout);
+	_exit(0);
+}
+
+/* The one log file (*.log) under root/wal (its path in out), or -1. */
+static int find_log(const char *root, char *out, size_t cap)
+{
+	char dir[520];
+	snprintf(dir, sizeof dir, "%s/wal", root);
+	DIR *d = opendir(dir);
+	int n = 0;
+	struct dirent *de;
+	while (d && (de = readdir(d)) != NULL) {
+		size_t nl = strlen(de->d_name);
+		if (nl > 4 && strcmp(de->d_name + nl - 4, ".log") == 0 && n++ == 0)
+			snprintf(out, cap, "%s/%s", dir, de->d_name);
+	}
+	if (d)
+		closedir(d);
+	return n == 1 ? 0 : -1;
+}
+
+/* Runs the poweroff child on root and puts its "disk" in place of data.mdb. */
+static void power_loss(const char *root)
+{
+	const char *argv[] = { "store_lmdb_test", "poweroff", root, NULL };
+	int pid, fd = spawn_self(argv, &pid);
+	CHECK(fd >= 0);
+	char buf[8] = { 0 };
+	CHECK_EQ_INT((int)read(fd, buf, sizeof buf - 1), 3);
+	close(fd);
+	int st;
+	waitpid(pid, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	char from[600], to[600];
+	snprintf(from, sizeof from, "%s/disk.mdb", root);
+	snprintf(to, sizeof to, "%s/data.mdb", root);
+	CHECK_EQ_INT(rename(from, to), 0);
+}
+
+static int open_after_reboot(const char *root, struct lr_store **s, struct lr_err *e)
+{
+	struct lr_lmdb_opts o = { root, 0, 0, 0, "00000000-test-boot-after-a-power-loss" };
+	return lr_store_lmdb_open(&o, s, e);
+}
+
+/*
+ * A power loss after acknowledged appends whose meta page was never
+ * synced: opened after the reboot, the store has every acknowledged write
+ * back from the log, and the log is gone.
+ */
+TEST(power_loss_replays_the_log)
+{
+	char root[512], log[1024];
+	new_root(root, sizeof root);
+	power_loss(root);
+	CHECK_EQ_INT(find_log(root, log, sizeof log), 0);
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(open_after_reboot(root, &s, &e), 0);
+	CHECK_EQ_INT(conf_tip(s, "pl/a"), 5);
+	struct conf_recs r = { 0 };
+	CHECK_EQ_INT(lr_store_read(s, "pl/a", 1, 0, conf_collect, &r, &e), 0);
+	CHECK_EQ_INT((int)r.n, 5);
+	CHECK_EQ_STR(r.data[4], "rec.5");
+	struct lr_bytes v = { 0 };
+	uint64_t rev = 0;
+	CHECK_EQ_INT(lr_store_kv_get(s, "pl/k", &v, &rev, &e), 0);
+	CHECK_EQ_INT((int)rev, 1);
+	CHECK(v.len == 2 && memcmp(v.data, "v1", 2) == 0);
+	free(v.data);
+	CHECK(find_log(root, log, sizeof log) < 0);
+	/* and it is not replayed again */
+	CHECK_EQ_INT(lr_store_append(s, "pl/a", 5, "rec.6", 5, &e), 0);
+	lr_store_close(s);
+	CHECK_EQ_INT(open_after_reboot(root, &s, &e), 0);
+	CHECK_EQ_INT(conf_tip(s, "pl/a"), 6);
+	lr_store_close(s);
+}
+
+/* A torn slot (its CRC fails: its group was never acknowledged) is not replayed. */
+TEST(power_loss_skips_a_torn_slot)
+{
+	char root[512], log[1024];
+	new_root(root, sizeof root);
+	power_loss(root);
+	CHECK_EQ_INT(find_log(root, log, sizeof log), 0);
+	/* groups alternate slots from 0: the kv put, the sixth group, is in slot 1 */
+	int fd = open(log, O_RDWR | O_CLOEXEC);
+	CHECK(fd >= 0);
+	unsigned char b;
+	off_t at = ((off_t)1 << 20) + 72 + 16;
+	CHECK_EQ_INT((int)pread(fd, &b, 1, at), 1);
+	b ^= 0xff;
+	CHECK_EQ_INT((int)pwrite(fd, &b, 1, at), 1);
+	close(fd);
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(open_after_reboot(root, &s, &e), 0);
+	CHECK_EQ_INT(conf_tip(s, "pl/a"), 5);
+	struct lr_bytes v = { 0 };
+	CHECK_EQ_INT(lr_store_kv_get(s, "pl/k", &v, NULL, &e), LR_ENOTFOUND);
+	lr_store_close(s);
+}
+
+/* A clean close leaves no log; the same boot's log of a dead process is removed. */
+TEST(log_removed_on_close_and_after_a_kill)
+{
+	char root[512], log[1024];
+	new_root(root, sizeof root);
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(lm_open_root(root, 0, 0, &s, &e), 0);
+	CHECK_EQ_INT(lr_store_append(s, "c/a", 0, "x", 1, &e), 0);
+	CHECK_EQ_INT(find_log(root, log, sizeof log), 0);
+	lr_store_close(s);
+	CHECK(find_log(root, log, sizeof log) < 0);
+	power_loss(root); /* a kill: but this boot goes on, the page cache has it all */
+	CHECK_EQ_INT(find_log(root, log, sizeof log), 0);
+	CHECK_EQ_INT(lm_open_root(root, 0, 0, &s, &e), 0);
+	CHECK(find_log(root, log, sizeof log) < 0);
+	lr_store_close(s);
 }
 
 static void new_root(char *out, size_t cap)
@@ -463,6 +640,8 @@ int main(int argc, char **argv)
 		return appender_main(argv[2], argv[3], atoi(argv[4]));
 	if (argc == 3 && strcmp(argv[1], "grower") == 0)
 		return grower_main(argv[2]);
+	if (argc == 3 && strcmp(argv[1], "poweroff") == 0)
+		return poweroff_main(argv[2]);
 	small = getenv("ASAN_OPTIONS") != NULL;
 	const char *tmp = getenv("TMPDIR");
 	snprintf(base, sizeof base, "%s/lr-lmdb-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -472,6 +651,10 @@ int main(int argc, char **argv)
 	}
 	struct conformance h = { "lmdb", lm_open, lm_second, lm_spawn_holder, NULL, small, NULL };
 	conformance_run(&h);
+	int durable = 1;
+	struct conformance hd = { "lmdb-durable", lm_open, lm_second, lm_spawn_holder, &durable,
+				  small, NULL };
+	conformance_run(&hd);
 	RUN(durable_group_commit_and_reopen);
 	RUN(two_processes_one_root);
 	RUN(map_grows_64mib_record);
@@ -480,6 +663,9 @@ int main(int argc, char **argv)
 	RUN(corrupt_tip_entry_is_named);
 	RUN(garbage_data_file);
 	RUN(zeroed_pages_are_detected);
+	RUN(power_loss_replays_the_log);
+	RUN(power_loss_skips_a_torn_slot);
+	RUN(log_removed_on_close_and_after_a_kill);
 	rm_rf(base);
 	return test_summary();
 }
