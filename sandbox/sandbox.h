@@ -253,6 +253,14 @@ struct lr_sbx_spec {
 	int etc_idmap;
 	uid_t uid;                 /* the real uid/gid mapped inside */
 	gid_t gid;
+	/*
+	 * The seccomp filter the target loads last, compiled by the host
+	 * (struct sock_filter[], seccomp_len bytes, a multiple of 8, at most
+	 * LR_SBX_SECCOMP_MAX), the same bytes for every run; NULL/0: the helper
+	 * builds it itself with libseccomp. Owned by the spec.
+	 */
+	unsigned char *seccomp_bpf;
+	size_t seccomp_len;
 };
 
 /* The encoding is JSON (jansson) with a version field; the decoder is strict. */
@@ -293,6 +301,7 @@ int lr_sbx_helper_main(int argc, char **argv);
 #define LR_SBX_MAX_ARG (128 << 10) /* bytes of one argv or envp entry */
 #define LR_SBX_MAX_MOUNTS 1024
 #define LR_SBX_MAX_RULES 1024      /* Landlock rules, and readonly paths */
+#define LR_SBX_SECCOMP_MAX (4096 * 8) /* bytes of the seccomp program (BPF_MAXINSNS) */
 
 /* ---- files the host interprets later (sandbox/protect.c) ---- */
 
