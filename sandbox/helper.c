@@ -1072,10 +1072,11 @@ static int helper_wait(pid_t child, int tier_a, const sigset_t *waitmask)
 
 int lr_sbx_helper_main(int argc, char **argv)
 {
-	(void)argv;
 	/* a host that closed the run also closed our stderr: a message must not kill us
 	   before we end the tree (the target gets every disposition back by default) */
 	signal(SIGPIPE, SIG_IGN);
+	if (argc == 3 && strcmp(argv[2], "--zygote") == 0)
+		lr_sbx_zygote_main();
 	if (argc != 2)
 		die(0, "usage: luarig __sandbox-helper (with the spec on fd 3)");
 	size_t len;

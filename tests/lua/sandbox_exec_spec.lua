@@ -281,6 +281,66 @@ describe("rig.sandbox executors", function()
   end)
 end)
 
+-- A set's runs after its first are forked by its pre-forked helper
+-- (sandbox/zygote.c, host/executor.c), which is exec'd once; each must still
+-- get a sandbox of its own. The first run of an executor leaves behind what
+-- it can; the next runs must see none of it.
+describe("a warm executor set", function()
+  local function zygotes()
+    local r = assert(process.run{ argv = { "pgrep", "-P", tostring(my_pid()), "-f", "__sandbox-helper --zygote" } })
+    local n = 0
+    for _ in r.stdout:gmatch("%d+") do n = n + 1 end
+    return n
+  end
+
+  it("runs through one pre-forked helper from the second run on, gone with the set", function()
+    local s = assert(sandbox.executors(trusted(), { scratch_root = scratch() }))
+    local before = zygotes()
+    local e = assert(s:get("w"))
+    expect(assert(e:run{ argv = { "true" } }).code).to_be(0)
+    expect(zygotes()).to_be(before) -- a set that runs once never starts one
+    for i = 1, 3 do
+      local r = assert(e:run{ command = "exit " .. i })
+      expect(r.code).to_be(i)
+    end
+    local f = assert(s:get("other")) -- another key of the same profile: the same helper
+    expect(assert(f:run{ command = "echo $$" }).stdout).to_be("2\n") -- pid 1 is the reaper
+    expect(zygotes()).to_be(before + 1)
+    s:close()
+    expect(zygotes()).to_be(before)
+  end)
+
+  it("gives a later run no file, process, IPC object or variable of an earlier one", function()
+    local s <close> = assert(sandbox.executors(trusted(), { scratch_root = scratch() }))
+    local e = assert(s:get("w"))
+    local m, path = marker_sleep("warm")
+    local leave = [[
+      echo a > /tmp/left && echo a > /dev/shm/left && echo a > /run/left || exit 9
+      ipcmk -M 4096 >/dev/null && ipcmk -Q >/dev/null || exit 8
+      setsid ']] .. path .. [[' 300 </dev/null >/dev/null 2>&1 &
+      echo "$LEFT $$"
+    ]]
+    local look = [[
+      ls -A /tmp /dev/shm /run | grep -c '^left$'
+      ipcs -m | grep -c '^0x'; ipcs -q | grep -c '^0x'
+      for p in /proc/[0-9]*; do cat $p/comm; done | grep -c ']] .. m:sub(1, 15) .. [['
+      echo "${LEFT-unset} $$"
+    ]]
+    for round = 1, 2 do -- the first round's first run is exec'd, every other forked
+      local r1 = assert(e:run{ command = leave, env = { LEFT = "yes" } })
+      expect(r1.code).to_be(0)
+      expect(r1.stdout).to_be("yes 2\n")
+      local r2 = assert(e:run{ command = look })
+      expect(r2.code).to_be(0)
+      expect(r2.stdout).to_be("0\n0\n0\n0\nunset 2\n")
+      expect(gone_soon(m)).to_be(true)
+    end
+    -- the control: within one run all of it is seen
+    local r = assert(e:run{ command = leave .. look, env = { LEFT = "yes" } })
+    expect(r.stdout).to_be("yes 2\n3\n1\n1\n1\nyes 2\n")
+  end)
+end)
+
 -- Files the host interprets later (sandbox/protect.c): the placeholders of a
 -- run, the check after it (run and spawn), the profile's protect options.
 describe("rig.sandbox executors and the files the host interprets", function()
