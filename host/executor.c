@@ -1280,6 +1280,12 @@ static void exec_event(struct lr_proc *p, int events, void *arg)
 	struct lr_exec_result *r = &x->res;
 	lr_proc_status(p, &r->code, &r->signo);
 	r->timed_out = lr_proc_timed_out(p);
+	if (x->tag && r->code < 0 && !r->signo && !r->timed_out) {
+		/* lost with its zygote: the tree is gone, how it ended is not known */
+		r->aborted = 1;
+		lr_err_set(&r->err, "executor: the pre-forked helper died while the run went on; "
+			   "its exit status is unknown");
+	}
 	if (!x->inherit) {
 		int t1 = capture_finish(&x->cap[1], &r->out);
 		int t2 = capture_finish(&x->cap[2], &r->err_out);

@@ -162,7 +162,8 @@ struct lr_exec_result {
 	int timed_out;
 	int truncated;       /* either stream lost bytes to the cap */
 	int setup_failed;    /* the helper exited 126 before exec; err holds its message */
-	int aborted;         /* the set was freed while the run went on; err says so */
+	int aborted;         /* the set was freed while the run went on, or the pre-forked
+				helper that started it died (its status unknown); err says so */
 	struct lr_buf out, err_out; /* stdout, stderr (empty with inherit_stdio) */
 	struct lr_buf net_log;      /* the egress proxy's verdicts, one line each:
 				       "allow|deny|fail connect|http|dns TARGET: reason" */

@@ -286,10 +286,16 @@ end)
 -- get a sandbox of its own. The first run of an executor leaves behind what
 -- it can; the next runs must see none of it.
 describe("a warm executor set", function()
-  local function zygotes()
+  -- the pre-forked helpers of this process's sets (the file's first set has one too)
+  local function zygote_pids()
     local r = assert(process.run{ argv = { "pgrep", "-P", tostring(my_pid()), "-f", "__sandbox-helper --zygote" } })
+    local set = {}
+    for p in r.stdout:gmatch("%d+") do set[p] = true end
+    return set
+  end
+  local function zygotes()
     local n = 0
-    for _ in r.stdout:gmatch("%d+") do n = n + 1 end
+    for _ in pairs(zygote_pids()) do n = n + 1 end
     return n
   end
 
@@ -308,6 +314,32 @@ describe("a warm executor set", function()
     expect(zygotes()).to_be(before + 1)
     s:close()
     expect(zygotes()).to_be(before)
+  end)
+
+  it("survives its pre-forked helper dying: the run going fails saying so, the next ones exec", function()
+    local s <close> = assert(sandbox.executors(trusted(), { scratch_root = scratch() }))
+    local e = assert(s:get("w"))
+    local m, path = marker_sleep("zygote")
+    local before = zygote_pids()
+    expect(assert(e:run{ argv = { "true" } }).code).to_be(0)
+    local t = rig.spawn(function() return e:run{ command = "'" .. path .. "' 1; exit 3" } end)
+    local deadline = rig.now() + 5
+    repeat rig.sleep(0.05) until running(m) or rig.now() > deadline
+    expect(running(m)).to_be(true)
+    local mine = {}
+    for p in pairs(zygote_pids()) do if not before[p] then mine[#mine + 1] = p end end
+    expect(#mine).to_be(1) -- this set's
+    assert(process.run{ argv = { "kill", "-KILL", mine[1] } })
+    -- the run goes on (it has its own lifeline) and ends; how, only the zygote knew
+    local ok, msg = t:wait()
+    expect(ok).to_be_nil()
+    expect(msg).to_match("pre%-forked helper died")
+    expect(gone_soon(m)).to_be(true)
+    local r2 = assert(e:run{ command = "echo after" }) -- started by an exec'd helper
+    expect(r2.stdout).to_be("after\n")
+    local now = zygote_pids()
+    expect(now[mine[1]]).to_be_nil()
+    for p in pairs(now) do expect(before[p]).to_be(true) end -- and no new one
   end)
 
   it("gives a later run no file, process, IPC object or variable of an earlier one", function()
