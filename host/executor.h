@@ -29,7 +29,11 @@
  * through lr_proc_spawn (empty environment; the target's is in the spec).
  * The helper leads its own process group and is the parent of the
  * sandbox's pid 1, so killing the group (timeout, cancel, close) ends the
- * whole tree.
+ * whole tree. From a set's second lr_executor_run on, the helper is forked
+ * by the set's pre-forked helper ("__sandbox-helper --zygote", exec'd once
+ * per set: sandbox/zygote.c) instead, with the same fds and lifeline;
+ * lr_executor_launch_init callers that spawn l.proc themselves exec as
+ * before.
  */
 struct lr_profile;
 struct lr_sbx_caps;
