@@ -15,6 +15,7 @@
 #include "../sandbox/sandbox.h"
 
 #include <dirent.h>
+#include <poll.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -166,6 +167,10 @@ struct lr_executor_set {
 	struct lr_executor *executors;
 	struct lr_exec *runs; /* live runs, killed when the set is freed */
 	struct lr_protect_tree *protect_cache; /* the last walk of the writable roots */
+	/* the pre-forked helper (sandbox/zygote.c), started at the second run */
+	struct zygote *zygote;
+	int zygote_failed; /* could not start, or died: every run execs its own helper */
+	uint64_t nstarted;  /* runs started by lr_executor_run */
 };
 
 struct capture {
@@ -195,9 +200,218 @@ struct lr_exec {
 	size_t nallow;
 	int allow_any;
 	struct lr_exec_after *after; /* the check after the run, once it is over */
+	uint64_t tag;                /* the zygote's name for this run (0: not through it) */
 };
 
 static uint64_t next_exec_id;
+static char *const empty_env[] = { NULL };
+
+/* ---- the pre-forked helper ---- */
+
+/*
+ * One per set, started at the set's second run (a set that runs one command,
+ * as `luarig sandbox run` does, never pays for it): "/proc/self/exe
+ * __sandbox-helper --zygote" with the host ends of two SOCK_SEQPACKET
+ * sockets, requests (answered at once, read blocking here) and events (a
+ * run's end, read on the loop), and a lifeline of its own. Each run it
+ * starts is a fork of it running the helper as an exec'd one would, with the
+ * run's own fds and lifeline; see sandbox/zygote.c for what is shared (the
+ * exec'd image and nothing of any run).
+ */
+struct zygote {
+	struct lr_executor_set *set;
+	struct lr_proc *proc;
+	int req, ev;
+	struct lr_watch evw;
+	int watching;
+	uint64_t next_tag;
+};
+
+static char *const zygote_argv[] = { "luarig", "__sandbox-helper", "--zygote", NULL };
+/* How long a run's start waits for the zygote's answer (a fork): then it is given up. */
+#define ZYGOTE_ANSWER_MS 10000
+
+static void zygote_free(struct zygote *z)
+{
+	if (!z)
+		return;
+	if (z->watching) {
+		lr_watch_stop(&z->evw);
+		lr_watch_release(&z->evw);
+	}
+	if (z->req >= 0)
+		close(z->req);
+	if (z->ev >= 0)
+		close(z->ev);
+	lr_proc_close(z->proc); /* its lifeline closed: it exits; reaped with the set's others */
+	free(z);
+}
+
+/* The zygote is gone or unusable: runs it started end by their pidfds; new ones exec. */
+static void zygote_lost(struct lr_executor_set *s)
+{
+	struct zygote *z = s->zygote;
+	s->zygote = NULL;
+	s->zygote_failed = 1;
+	for (struct lr_exec *x = s->runs; x; x = x->next)
+		if (x->tag && x->proc)
+			lr_proc_remote_exit(x->proc, LR_PROC_LOST);
+	zygote_free(z);
+}
+
+static void zygote_event(struct lr_watch *w, int events, void *arg)
+{
+	(void)w;
+	(void)events;
+	struct lr_executor_set *s = arg;
+	for (;;) {
+		struct lr_sbx_zygote_msg m;
+		ssize_t n = recv(s->zygote->ev, &m, sizeof m, MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n != (ssize_t)sizeof m || m.type != LR_SBX_ZYGOTE_EXITED) {
+			zygote_lost(s);
+			return;
+		}
+		for (struct lr_exec *x = s->runs; x; x = x->next)
+			if (x->tag && x->tag == m.tag && x->proc) {
+				lr_proc_remote_exit(x->proc, m.status);
+				break;
+			}
+		if (!s->zygote)
+			return; /* an owner's callback closed the set's zygote */
+	}
+}
+
+static int zygote_start(struct lr_executor_set *s)
+{
+	struct zygote *z = calloc(1, sizeof *z);
+	if (!z)
+		return -ENOMEM;
+	z->set = s;
+	z->req = z->ev = -1;
+	int rq[2] = { -1, -1 }, ev[2] = { -1, -1 }, life[2] = { -1, -1 }, rc = 0;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, rq) < 0 ||
+	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ev) < 0 ||
+	    pipe2(life, O_CLOEXEC) < 0)
+		rc = -errno;
+	int lw = -1;
+	if (!rc && (lw = fcntl(life[1], F_DUPFD_CLOEXEC, 3)) < 0)
+		rc = -errno;
+	if (!rc) {
+		int fds[3] = { rq[1], life[0], ev[1] };
+		struct lr_proc_opts o = {
+			.file = "/proc/self/exe",
+			.argv = zygote_argv,
+			.envp = empty_env,
+			.stdio = { LR_PROC_NULL, LR_PROC_NULL, LR_PROC_INHERIT },
+			.extra_fds = fds,
+			.n_extra = 3,
+			.lifeline_fd = lw,
+		};
+		struct lr_err perr = { "" };
+		rc = lr_proc_spawn(s->loop, &o, &z->proc, &perr);
+	}
+	if (!rc) {
+		z->req = rq[0];
+		z->ev = ev[0];
+		rq[0] = ev[0] = -1;
+		rc = lr_watch_init(s->loop, &z->evw, z->ev, zygote_event, s);
+		if (!rc) {
+			z->watching = 1;
+			rc = lr_watch_start(&z->evw, LR_READ);
+		}
+	}
+	int all[] = { rq[0], rq[1], ev[0], ev[1], life[0], life[1], lw };
+	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+		if (all[i] >= 0)
+			close(all[i]);
+	if (rc) {
+		zygote_free(z);
+		return rc;
+	}
+	s->zygote = z;
+	return 0;
+}
+
+/* lr_proc_opts.launch: one request, its answer read here (the zygote forks and answers at once). */
+struct zygote_launch {
+	struct zygote *z;
+	uint64_t tag;
+};
+
+static int zygote_launch(void *arg, const int *fds, int nfds, pid_t *pid, int *pidfd,
+			 struct lr_err *err)
+{
+	struct zygote_launch *zl = arg;
+	struct zygote *z = zl->z;
+	struct lr_sbx_zygote_req req = { LR_SBX_ZYGOTE_MAGIC, (uint32_t)nfds, zl->tag };
+	struct iovec iov = { &req, sizeof req };
+	union {
+		char buf[CMSG_SPACE(6 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	if (nfds < 5 || nfds > 6) {
+		lr_err_set(err, "zygote: %d fds for a run", nfds);
+		return -EINVAL;
+	}
+	memset(&u, 0, sizeof u);
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int)) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+	memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
+	ssize_t n;
+	while ((n = sendmsg(z->req, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+	}
+	if (n != (ssize_t)sizeof req) {
+		lr_err_set(err, "zygote: cannot send the run: %s", n < 0 ? strerror(errno) : "short");
+		return n < 0 ? -errno : -EIO;
+	}
+	/* it answers at once; one that does not within ZYGOTE_ANSWER_MS is given up */
+	struct pollfd pf = { .fd = z->req, .events = POLLIN };
+	while ((n = poll(&pf, 1, ZYGOTE_ANSWER_MS)) < 0 && errno == EINTR) {
+	}
+	if (n <= 0) {
+		lr_err_set(err, "zygote: no answer for the run within %d ms", ZYGOTE_ANSWER_MS);
+		return -ETIMEDOUT;
+	}
+	struct lr_sbx_zygote_msg m;
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ru;
+	struct iovec riov = { &m, sizeof m };
+	struct msghdr rh = { .msg_iov = &riov, .msg_iovlen = 1, .msg_control = ru.buf,
+			     .msg_controllen = sizeof ru.buf };
+	while ((n = recvmsg(z->req, &rh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
+	}
+	int got = -1;
+	for (c = n > 0 ? CMSG_FIRSTHDR(&rh) : NULL; c; c = CMSG_NXTHDR(&rh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+		    c->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(&got, CMSG_DATA(c), sizeof got);
+	if (n != (ssize_t)sizeof m || m.tag != zl->tag ||
+	    (m.type == LR_SBX_ZYGOTE_STARTED && (got < 0 || m.pid <= 0)) ||
+	    (m.type != LR_SBX_ZYGOTE_STARTED && m.type != LR_SBX_ZYGOTE_FAILED)) {
+		if (got >= 0)
+			close(got);
+		lr_err_set(err, "zygote: no answer for the run");
+		return -EPROTO;
+	}
+	if (m.type == LR_SBX_ZYGOTE_FAILED) {
+		lr_err_set(err, "zygote: cannot start the run: %s", strerror(m.err));
+		return m.err > 0 ? -m.err : -EIO;
+	}
+	*pid = m.pid;
+	*pidfd = got;
+	return 0;
+}
+
 
 static void exec_unlink(struct lr_exec *x);
 static int capture_finish(struct capture *c, struct lr_buf *out);
@@ -317,6 +531,8 @@ void lr_executor_set_free(struct lr_executor_set *s)
 	if (!s)
 		return;
 	abort_runs(s, NULL, "executor: the set was closed");
+	zygote_free(s->zygote);
+	s->zygote = NULL;
 	/* every process of its runs (and of handles closed before) gone first:
 	   then nothing can still write, or swap a name, in the tree removed next */
 	lr_proc_reap_all(s->loop);
@@ -415,7 +631,6 @@ int lr_executor_get(struct lr_executor_set *s, const char *key, struct lr_execut
 /* ---- launching ---- */
 
 static char *const helper_argv[] = { "luarig", "__sandbox-helper", NULL };
-static char *const empty_env[] = { NULL };
 
 static int grant_class(int cls, enum lr_grant_class *out)
 {
@@ -1065,6 +1280,12 @@ static void exec_event(struct lr_proc *p, int events, void *arg)
 	struct lr_exec_result *r = &x->res;
 	lr_proc_status(p, &r->code, &r->signo);
 	r->timed_out = lr_proc_timed_out(p);
+	if (x->tag && r->code < 0 && !r->signo && !r->timed_out) {
+		/* lost with its zygote: the tree is gone, how it ended is not known */
+		r->aborted = 1;
+		lr_err_set(&r->err, "executor: the pre-forked helper died while the run went on; "
+			   "its exit status is unknown");
+	}
 	if (!x->inherit) {
 		int t1 = capture_finish(&x->cap[1], &r->out);
 		int t2 = capture_finish(&x->cap[2], &r->err_out);
@@ -1131,7 +1352,24 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 	x->owner = e;
 	x->after = l.after;
 	l.after = NULL;
+	/* from the second run on, through the pre-forked helper (when it starts) */
+	if (s->nstarted++ && !s->zygote && !s->zygote_failed && zygote_start(s) != 0)
+		s->zygote_failed = 1;
+	struct zygote_launch zl = { s->zygote, 0 };
+	if (s->zygote) {
+		zl.tag = x->tag = ++s->zygote->next_tag;
+		l.proc.launch = zygote_launch;
+		l.proc.launch_arg = &zl;
+	}
 	rc = lr_proc_spawn(s->loop, &l.proc, &x->proc, &perr);
+	if (rc && s->zygote) {
+		/* a zygote that cannot start runs is given up: this run and the next exec */
+		zygote_lost(s);
+		x->tag = 0;
+		l.proc.launch = NULL;
+		perr.msg[0] = '\0';
+		rc = lr_proc_spawn(s->loop, &l.proc, &x->proc, &perr);
+	}
 	if (!rc && l.ctl_fd >= 0) {
 		/* the proxy starts once the helper hands over its listeners */
 		x->ctl_fd = l.ctl_fd;

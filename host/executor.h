@@ -29,7 +29,11 @@
  * through lr_proc_spawn (empty environment; the target's is in the spec).
  * The helper leads its own process group and is the parent of the
  * sandbox's pid 1, so killing the group (timeout, cancel, close) ends the
- * whole tree.
+ * whole tree. From a set's second lr_executor_run on, the helper is forked
+ * by the set's pre-forked helper ("__sandbox-helper --zygote", exec'd once
+ * per set: sandbox/zygote.c) instead, with the same fds and lifeline;
+ * lr_executor_launch_init callers that spawn l.proc themselves exec as
+ * before.
  */
 struct lr_profile;
 struct lr_sbx_caps;
@@ -162,7 +166,8 @@ struct lr_exec_result {
 	int timed_out;
 	int truncated;       /* either stream lost bytes to the cap */
 	int setup_failed;    /* the helper exited 126 before exec; err holds its message */
-	int aborted;         /* the set was freed while the run went on; err says so */
+	int aborted;         /* the set was freed while the run went on, or the pre-forked
+				helper that started it died (its status unknown); err says so */
 	struct lr_buf out, err_out; /* stdout, stderr (empty with inherit_stdio) */
 	struct lr_buf net_log;      /* the egress proxy's verdicts, one line each:
 				       "allow|deny|fail connect|http|dns TARGET: reason" */

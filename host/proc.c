@@ -25,6 +25,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -59,6 +60,8 @@ struct lr_proc {
 	int timed_out;
 	struct lr_timer timer;
 	int has_timer;
+	int remote;   /* started by lr_proc_opts.launch: not our child, never reaped here */
+	int lost;     /* remote, and its parent cannot tell its end: the pidfd does */
 	int life;     /* our copy of the child's lifeline (lr_proc_opts.lifeline_fd), or -1 */
 	int has_life; /* spawned with one: never signalled to end, only the lifeline closed */
 
@@ -246,7 +249,9 @@ static int end_child(struct lr_proc *p)
 		p->life = -1;
 		return 1;
 	}
-	if (p->pid > 0)
+	if (p->remote)
+		syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0);
+	else if (p->pid > 0)
 		kill(-p->pid, SIGKILL);
 	return 0;
 }
@@ -268,6 +273,14 @@ static void orphan_free(struct lr_proc *p)
 /* Reaps the child; 1 when it was reaped (or is gone), 0 while it still runs. */
 static int reap(struct lr_proc *p, int block)
 {
+	if (p->remote) {
+		/* not ours to reap: gone once its pidfd is readable */
+		struct pollfd pf = { .fd = p->pidfd, .events = POLLIN };
+		int n;
+		while ((n = poll(&pf, 1, block ? -1 : 0)) < 0 && errno == EINTR) {
+		}
+		return n != 0;
+	}
 	for (;;) {
 		siginfo_t si;
 		memset(&si, 0, sizeof si);
@@ -289,6 +302,17 @@ static void on_pidfd(struct lr_watch *w, int events, void *arg)
 		/* An orphan: closed by its owner, now dead. */
 		if (reap(p, 0))
 			orphan_free(p);
+		return;
+	}
+	if (p->remote) {
+		/* lost by its parent: gone now, its status unknown */
+		if (!reap(p, 0))
+			return;
+		p->exited = 1;
+		p->code = -1;
+		p->signo = 0;
+		lr_watch_stop(&p->pidw);
+		emit(p, LR_PROC_EV_EXIT);
 		return;
 	}
 	siginfo_t si;
@@ -339,6 +363,49 @@ static int dup_high(int fd, int min, int *tmp, int *ntmp)
 		return -errno;
 	tmp[(*ntmp)++] = d;
 	return d;
+}
+
+/*
+ * The child's fds 0, 1, 2, 3... for o->launch: the pipe ends, /dev/null,
+ * the host's own stdio or the caller's fds, as posix_spawn's file actions
+ * would make them; sent by launch, closed here after.
+ */
+static int launch_remote(const struct lr_proc_opts *o, int pipes[3][2], pid_t *pid, int *pidfd,
+			 struct lr_err *err)
+{
+	int fds[3 + 64], opened[3] = { -1, -1, -1 }, rc = 0;
+	if (o->cwd) {
+		lr_err_set(err, "a launched process takes no cwd");
+		return -EINVAL;
+	}
+	for (int i = 0; i < 3 && !rc; i++) {
+		switch (o->stdio[i]) {
+		case LR_PROC_NULL:
+			opened[i] = open("/dev/null", (i == 0 ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
+			if (opened[i] < 0)
+				rc = -errno;
+			fds[i] = opened[i];
+			break;
+		case LR_PROC_PIPE:
+			fds[i] = pipes[i][i == 0 ? 0 : 1];
+			break;
+		case LR_PROC_INHERIT:
+			fds[i] = i;
+			break;
+		default:
+			fds[i] = o->stdio_fd[i];
+		}
+	}
+	for (int i = 0; i < o->n_extra; i++)
+		fds[3 + i] = o->extra_fds[i];
+	if (rc)
+		lr_err_set(err, "cannot open /dev/null: %s", strerror(-rc));
+	else
+		rc = o->launch(o->launch_arg, fds, 3 + o->n_extra, pid, pidfd, err);
+	for (int i = 0; i < 3; i++)
+		if (opened[i] >= 0)
+			close(opened[i]);
+	return rc;
 }
 
 int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
@@ -465,6 +532,13 @@ int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
 	posix_spawnattr_setsigdefault(&attr, &all);
 
 	char *const *envp = o->envp ? o->envp : environ;
+	if (o->launch) {
+		rc = launch_remote(o, pipes, &pid, &p->pidfd, err);
+		if (rc)
+			goto out;
+		p->remote = 1;
+		goto started;
+	}
 	if (strchr(file, '/'))
 		rc = posix_spawn(&pid, file, &fa, &attr, o->argv, envp);
 	else
@@ -477,6 +551,8 @@ int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
 	p->pid = pid;
 
 	p->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+started:
+	p->pid = pid;
 	if (p->pidfd < 0) {
 		rc = -errno;
 		end_child(p);
@@ -508,7 +584,7 @@ int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
 		if (rc || (rc = lr_watch_start(&p->out[i].w, LR_READ)) != 0)
 			goto fail_kill;
 	}
-	if ((rc = lr_watch_start(&p->pidw, LR_READ)) != 0)
+	if (!p->remote && (rc = lr_watch_start(&p->pidw, LR_READ)) != 0)
 		goto fail_kill;
 	if (o->timeout > 0) {
 		if ((rc = lr_timer_init(loop, &p->timer, on_timeout, p)) != 0)
@@ -587,9 +663,31 @@ int lr_proc_kill(struct lr_proc *p, int signo)
 {
 	if (signo == SIGKILL && end_child(p))
 		return 0;
-	if (kill(-p->pid, signo) < 0)
+	/* a launched child may be reaped already (by its parent): only its pidfd is safe */
+	if (p->remote ? syscall(SYS_pidfd_send_signal, p->pidfd, signo, NULL, 0) < 0
+		      : kill(-p->pid, signo) < 0)
 		return -errno;
 	return 0;
+}
+
+void lr_proc_remote_exit(struct lr_proc *p, int st)
+{
+	if (!p->remote || p->exited || p->lost)
+		return;
+	if (st == LR_PROC_LOST) {
+		p->lost = 1;
+		lr_watch_start(&p->pidw, LR_READ);
+		return;
+	}
+	p->exited = 1;
+	if (WIFEXITED(st)) {
+		p->code = WEXITSTATUS(st);
+		p->signo = 0;
+	} else {
+		p->code = -1;
+		p->signo = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+	}
+	emit(p, LR_PROC_EV_EXIT);
 }
 
 int lr_proc_write(struct lr_proc *p, const void *data, size_t n)

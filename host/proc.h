@@ -73,6 +73,17 @@ struct lr_proc_opts {
 	 * the group, and the child ends itself and everything it started.
 	 */
 	int lifeline_fd;
+	/*
+	 * Started by another process instead of posix_spawn (the sandbox's
+	 * pre-forked helper, host/executor.c): launch gets the fds the child is
+	 * to have as 0, 1, 2, 3, ... (borrowed: it sends copies) and gives back
+	 * the pid and a pidfd of the started process, which leads its own
+	 * group and is not our child: its end is told by lr_proc_remote_exit.
+	 * cwd must be NULL. 0, or -errno with err.
+	 */
+	int (*launch)(void *arg, const int *fds, int nfds, pid_t *pid, int *pidfd,
+		      struct lr_err *err);
+	void *launch_arg;
 	/* Called on the loop after something changed; must not call lr_proc_close. */
 	void (*on_event)(struct lr_proc *p, int events, void *arg);
 	void *arg;
@@ -121,6 +132,15 @@ int lr_proc_output_eof(const struct lr_proc *p, int stream);
 int lr_proc_truncated(const struct lr_proc *p, int stream);
 /* Drops the first n buffered bytes and resumes reading a paused pipe. */
 void lr_proc_consume(struct lr_proc *p, int stream, size_t n);
+
+/*
+ * A launched child (lr_proc_opts.launch) ended with wait status st, as
+ * its parent reaped it; LR_PROC_LOST when that parent can no longer say
+ * (the child is then taken as ended, code -1, once its pidfd says it is
+ * gone). Never after lr_proc_close.
+ */
+#define LR_PROC_LOST (-1)
+void lr_proc_remote_exit(struct lr_proc *p, int st);
 
 /*
  * Ends a child: if it has not exited, SIGKILL to its group; after exit,

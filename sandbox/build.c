@@ -10,7 +10,7 @@
  * proxy, so it is unit-tested directly. host/executor.c seals what it
  * builds and runs the helper on the loop.
  */
-#include "sandbox.h"
+#include "internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -775,6 +775,18 @@ int lr_sbx_build_spec(const struct lr_profile *p, const struct lr_sbx_caps *caps
 			out->argv = NULL;
 			out->envp = NULL;
 			goto fail;
+		}
+	}
+	if (!out->unconfined) {
+		/* compiled once per process; a host that cannot leaves it to the helper,
+		   which then builds it or fails the run saying why */
+		const unsigned char *bpf;
+		size_t n;
+		const char *why = "";
+		if (lr__seccomp_bpf(out->tier == LR_TIER_A, &bpf, &n, &why) == 0 &&
+		    (out->seccomp_bpf = malloc(n)) != NULL) {
+			memcpy(out->seccomp_bpf, bpf, n);
+			out->seccomp_len = n;
 		}
 	}
 	lr_strv_release(&b.writable);

@@ -8,8 +8,9 @@
  * <what>: <why>" at the first failure:
  *
  *   helper (host namespaces): read and check the spec and the lifeline,
- *     open libseccomp and build the filter (while the host's /usr is still
- *     visible), enter the cgroup, then for tier A unshare
+ *     take the seccomp filter the host compiled into the spec (or, for a
+ *     spec without one, open libseccomp and build it while the host's /usr
+ *     is still visible), enter the cgroup, then for tier A unshare
  *     user+mount+pid+ipc+uts+net at once and map the real uid/gid; fork the
  *     reaper and wait for it, forwarding SIGTERM/SIGINT/SIGHUP/SIGQUIT and
  *     watching the lifeline; exit with its status.
@@ -44,6 +45,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <linux/landlock.h>
 #include <linux/openat2.h>
 #include <linux/sched.h>
@@ -139,149 +142,32 @@ static char *read_spec(size_t *len)
 	return buf;
 }
 
-/* ---- seccomp (libseccomp, opened lazily before the view hides /usr) ---- */
-
-static void deny(scmp_filter_ctx ctx, const char *name, int err)
-{
-	int nr = lr__scmp.resolve(name);
-	if (nr == __NR_SCMP_ERROR)
-		return; /* not a syscall of this architecture */
-	int rc = lr__scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 0);
-	if (rc)
-		die(-rc, "seccomp rule for '%s'", name);
-}
-
-static void deny_arg(scmp_filter_ctx ctx, const char *name, unsigned n, struct scmp_arg_cmp a,
-		     struct scmp_arg_cmp b)
-{
-	int nr = lr__scmp.resolve(name);
-	int rc = nr == __NR_SCMP_ERROR ? 0
-		 : n == 1	       ? lr__scmp.rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, a)
-				       : lr__scmp.rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 2, a, b);
-	if (rc)
-		die(-rc, "seccomp rule for '%s'", name);
-}
-
-/* One socket rule: refused with err when every comparison holds. */
-static void deny_sock(scmp_filter_ctx ctx, int nr, int err, unsigned n, struct scmp_arg_cmp a,
-		      struct scmp_arg_cmp b, struct scmp_arg_cmp c)
-{
-	int rc = n == 1 ? lr__scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 1, a)
-		 : n == 2 ? lr__scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 2, a, b)
-			  : lr__scmp.rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 3, a, b, c);
-	if (rc)
-		die(-rc, "seccomp rule for socket");
-}
+/* ---- seccomp ---- */
 
 /*
- * A libseccomp rule compares each argument once, so "argument k is not one
- * of the allowed values" is written as the values between them, one rule
- * each (lo..hi), and one GE rule for everything above the last (open: hi
- * is then ignored). Comparisons are on all 64 bits: a value with high bits
- * set, which the kernel would truncate to an allowed int, is refused.
- */
-static void deny_range(scmp_filter_ctx ctx, int nr, int err, unsigned k, unsigned long lo,
-		       unsigned long hi, int open, unsigned n, struct scmp_arg_cmp a,
-		       struct scmp_arg_cmp b)
-{
-	for (unsigned long v = lo; open ? v == lo : v <= hi; v++) {
-		struct scmp_arg_cmp c = { k, open ? SCMP_CMP_GE : SCMP_CMP_EQ, v, 0 };
-		if (n == 0)
-			deny_sock(ctx, nr, err, 1, c, a, b);
-		else if (n == 1)
-			deny_sock(ctx, nr, err, 2, a, c, b);
-		else
-			deny_sock(ctx, nr, err, 3, a, b, c);
-	}
-}
-
-/*
- * socket(2) and socketpair(2): what commands need and no more (issue 16 §5,
- * docs/threat-model.md). AF_UNIX always. With inet_ok (tier A: a network
- * namespace of the sandbox's own, loopback and at most the proxy's
- * listeners), AF_INET and AF_INET6 for TCP (SOCK_STREAM, protocol 0 or
- * IPPROTO_TCP) and UDP (SOCK_DGRAM, 0 or IPPROTO_UDP), with any of the
- * SOCK_NONBLOCK / SOCK_CLOEXEC flags. Refused, with the errno the kernel
- * itself gives for what it does not support, so that programs take their
- * usual fallback: any other family EAFNOSUPPORT (netlink, packet, vsock,
- * alg, bluetooth, ...); any other type or protocol of IPv4/IPv6
- * EPROTONOSUPPORT (raw, MPTCP, SCTP, UDP-Lite, ICMP "ping" sockets, ...);
- * without inet_ok (tier B, no network namespace) every IP socket EACCES,
- * a refusal by policy. socketpair: AF_UNIX only (EAFNOSUPPORT).
- */
-static void deny_sockets(scmp_filter_ctx ctx, int inet_ok)
-{
-	struct scmp_arg_cmp none = SCMP_A0(SCMP_CMP_EQ, 0); /* filler, never compared */
-	int nr = lr__scmp.resolve("socket");
-	if (nr != __NR_SCMP_ERROR) {
-		/* families: only AF_UNIX (1), AF_INET (2), AF_INET6 (10) */
-		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_UNSPEC, AF_UNSPEC, 0, 0, none, none);
-		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_INET + 1, AF_INET6 - 1, 0, 0, none, none);
-		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_INET6 + 1, 0, 1, 0, none, none);
-		static const unsigned long ip[] = { AF_INET, AF_INET6 };
-		for (size_t i = 0; i < 2; i++) {
-			struct scmp_arg_cmp fam = SCMP_A0(SCMP_CMP_EQ, ip[i]);
-			if (!inet_ok) {
-				deny_sock(ctx, nr, EACCES, 1, fam, none, none);
-				continue;
-			}
-			/* the type without its flags: SOCK_STREAM (1) and SOCK_DGRAM (2) only */
-			for (unsigned long t = 0; t <= 0xf; t++)
-				if (t != SOCK_STREAM && t != SOCK_DGRAM)
-					deny_sock(ctx, nr, EPROTONOSUPPORT, 2, fam,
-						  SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, t), none);
-			/* the protocol: 0 or the type's own */
-			struct scmp_arg_cmp st = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_STREAM);
-			deny_range(ctx, nr, EPROTONOSUPPORT, 2, 1, IPPROTO_TCP - 1, 0, 2, fam, st);
-			deny_range(ctx, nr, EPROTONOSUPPORT, 2, IPPROTO_TCP + 1, 0, 1, 2, fam, st);
-			struct scmp_arg_cmp dg = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_DGRAM);
-			deny_range(ctx, nr, EPROTONOSUPPORT, 2, 1, IPPROTO_UDP - 1, 0, 2, fam, dg);
-			deny_range(ctx, nr, EPROTONOSUPPORT, 2, IPPROTO_UDP + 1, 0, 1, 2, fam, dg);
-		}
-	}
-	nr = lr__scmp.resolve("socketpair");
-	if (nr != __NR_SCMP_ERROR) {
-		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_UNSPEC, AF_UNSPEC, 0, 0, none, none);
-		deny_range(ctx, nr, EAFNOSUPPORT, 0, AF_UNIX + 1, 0, 1, 0, none, none);
-	}
-}
-
-/*
- * Kernel surfaces no build or test needs, namespace and mount changes, and
- * socket families and protocols beyond UNIX, TCP and UDP (deny_sockets).
- * inet_ok: IP sockets stay allowed (tier A, where the network namespace
- * holds only loopback).
+ * The filter when the spec carries none (a spec made by hand, or a host
+ * that could not build it): built here by libseccomp, opened lazily while
+ * the host's /usr is still visible (sandbox/seccomp.c).
  */
 static scmp_filter_ctx seccomp_build(int inet_ok)
 {
-	static const char *const denied[] = {
-		"io_uring_setup", "io_uring_enter", "io_uring_register", "bpf", "perf_event_open",
-		"keyctl", "add_key", "request_key", "init_module", "finit_module",
-		"delete_module", "kexec_load", "kexec_file_load", "userfaultfd", "mount",
-		"umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
-		"fsmount", "fsconfig", "fspick", "mount_setattr", "unshare", "setns", "ptrace",
-		"process_vm_readv", "process_vm_writev", "personality", "open_by_handle_at",
-		"acct", "swapon", "swapoff", "reboot", NULL
-	};
-	static const unsigned long ns[] = { CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS,
-					    CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID,
-					    CLONE_NEWNET };
-	const char *lib_why = "";
-	int rc = lr__seccomp_open(&lib_why);
+	const char *why = "";
+	scmp_filter_ctx ctx = NULL;
+	int rc = lr__seccomp_build(inet_ok, &ctx, &why);
 	if (rc)
-		die(0, "seccomp: %s", lib_why);
-	scmp_filter_ctx ctx = lr__scmp.init(SCMP_ACT_ALLOW);
-	if (!ctx)
-		die(ENOMEM, "seccomp_init");
-	for (size_t i = 0; denied[i]; i++)
-		deny(ctx, denied[i], EPERM);
-	/* clone3 hides its flags behind a pointer: ENOSYS makes libc fall back to clone. */
-	deny(ctx, "clone3", ENOSYS);
-	struct scmp_arg_cmp none = SCMP_A0(SCMP_CMP_EQ, 0);
-	for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
-		deny_arg(ctx, "clone", 1, SCMP_A0(SCMP_CMP_MASKED_EQ, ns[i], ns[i]), none);
-	deny_sockets(ctx, inet_ok);
+		die(rc == LR_EUNAVAILABLE ? 0 : -rc, "seccomp: %s", why);
 	return ctx;
+}
+
+/*
+ * The spec's filter, compiled once by the host (lr__seccomp_bpf): loaded as
+ * libseccomp's seccomp_load would (no_new_privs is already set, no flags).
+ */
+static int load_bpf(const struct lr_sbx_spec *s)
+{
+	struct sock_fprog prog = { .len = (unsigned short)(s->seccomp_len / sizeof(struct sock_filter)),
+				   .filter = (struct sock_filter *)s->seccomp_bpf };
+	return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0 ? -errno : 0;
 }
 
 /* ---- the cgroup ---- */
@@ -942,7 +828,7 @@ static void exec_target(struct lr_sbx_spec *s, scmp_filter_ctx filter, pid_t par
 	if (!s->unconfined) {
 		drop_caps();
 		apply_landlock(s);
-		int rc = lr__scmp.load(filter);
+		int rc = s->seccomp_len ? load_bpf(s) : lr__scmp.load(filter);
 		if (rc)
 			die(-rc, "loading the seccomp filter");
 	}
@@ -1186,10 +1072,11 @@ static int helper_wait(pid_t child, int tier_a, const sigset_t *waitmask)
 
 int lr_sbx_helper_main(int argc, char **argv)
 {
-	(void)argv;
 	/* a host that closed the run also closed our stderr: a message must not kill us
 	   before we end the tree (the target gets every disposition back by default) */
 	signal(SIGPIPE, SIG_IGN);
+	if (argc == 3 && strcmp(argv[2], "--zygote") == 0)
+		lr_sbx_zygote_main();
 	if (argc != 2)
 		die(0, "usage: luarig __sandbox-helper (with the spec on fd 3)");
 	size_t len;
@@ -1203,7 +1090,7 @@ int lr_sbx_helper_main(int argc, char **argv)
 	if (!s.unconfined && s.net == LR_SBX_NET_HOST)
 		die(0, "host networking needs an unconfined spec");
 	scmp_filter_ctx filter = NULL;
-	if (!s.unconfined)
+	if (!s.unconfined && !s.seccomp_len)
 		filter = seccomp_build(s.tier == LR_TIER_A || s.net == LR_SBX_NET_HOST);
 	if (s.cgroup)
 		enter_cgroup(&s);

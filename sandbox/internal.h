@@ -29,8 +29,22 @@ struct lr__seccomp {
 	__typeof__(seccomp_load) *load;
 	__typeof__(seccomp_release) *release;
 	__typeof__(seccomp_syscall_resolve_name) *resolve;
+	__typeof__(seccomp_export_bpf) *export_bpf;
 };
 extern struct lr__seccomp lr__scmp;
 int lr__seccomp_open(const char **why);
+/*
+ * The confinement filter (docs/threat-model.md): kernel surfaces, namespace
+ * and mount calls, and socket families beyond UNIX, TCP and UDP refused;
+ * inet_ok keeps IPv4/IPv6 TCP and UDP (tier A, or host networking). 0 and
+ * *out (the caller releases it), or -errno / LR_EUNAVAILABLE with *why.
+ */
+int lr__seccomp_build(int inet_ok, scmp_filter_ctx *out, const char **why);
+/*
+ * The same filter compiled to a BPF program (struct sock_filter[]), made
+ * once per process and inet_ok and kept: *prog is borrowed for the life of
+ * the process. Any thread. 0, or -errno / LR_EUNAVAILABLE with *why.
+ */
+int lr__seccomp_bpf(int inet_ok, const unsigned char **prog, size_t *len, const char **why);
 
 #endif

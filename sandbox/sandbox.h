@@ -253,6 +253,14 @@ struct lr_sbx_spec {
 	int etc_idmap;
 	uid_t uid;                 /* the real uid/gid mapped inside */
 	gid_t gid;
+	/*
+	 * The seccomp filter the target loads last, compiled by the host
+	 * (struct sock_filter[], seccomp_len bytes, a multiple of 8, at most
+	 * LR_SBX_SECCOMP_MAX), the same bytes for every run; NULL/0: the helper
+	 * builds it itself with libseccomp. Owned by the spec.
+	 */
+	unsigned char *seccomp_bpf;
+	size_t seccomp_len;
 };
 
 /* The encoding is JSON (jansson) with a version field; the decoder is strict. */
@@ -285,6 +293,32 @@ enum { LR_SBX_FD_SPEC = 3, LR_SBX_FD_LIFELINE = 4, LR_SBX_FD_CONTROL = 5 };
  */
 int lr_sbx_helper_main(int argc, char **argv);
 
+/*
+ * The pre-forked helper (sandbox/zygote.c), "luarig __sandbox-helper
+ * --zygote": fd 3 a SOCK_SEQPACKET socket to the host, fd 4 its lifeline.
+ * Per request (one struct lr_sbx_zygote_req with the run's fds 0, 1, 2, 3,
+ * 4 and, with a proxy, 5 as SCM_RIGHTS, in that order) it forks a copy
+ * that leads its own process group and runs lr_sbx_helper_main with them,
+ * and answers STARTED (pid, and a pidfd of the copy as SCM_RIGHTS) or
+ * FAILED (err); EXITED (pid, wait status) follows when the copy exits.
+ * Tags are the host's, echoed. Never returns.
+ */
+#define LR_SBX_ZYGOTE_MAGIC 0x6c727a31u /* "lrz1" */
+struct lr_sbx_zygote_req {
+	uint32_t magic;
+	uint32_t nfds;
+	uint64_t tag;
+};
+enum { LR_SBX_ZYGOTE_STARTED = 1, LR_SBX_ZYGOTE_FAILED = 2, LR_SBX_ZYGOTE_EXITED = 3 };
+struct lr_sbx_zygote_msg {
+	uint32_t type;
+	int32_t pid;
+	int32_t status; /* EXITED: as waitpid gives it */
+	int32_t err;    /* FAILED: an errno */
+	uint64_t tag;   /* STARTED, FAILED: the request's */
+};
+__attribute__((noreturn)) void lr_sbx_zygote_main(void);
+
 /* ---- the spec's caps (sandbox/spec.c) ---- */
 
 /* Caps the decoder enforces; a spec above any of them is refused. */
@@ -293,6 +327,7 @@ int lr_sbx_helper_main(int argc, char **argv);
 #define LR_SBX_MAX_ARG (128 << 10) /* bytes of one argv or envp entry */
 #define LR_SBX_MAX_MOUNTS 1024
 #define LR_SBX_MAX_RULES 1024      /* Landlock rules, and readonly paths */
+#define LR_SBX_SECCOMP_MAX (4096 * 8) /* bytes of the seccomp program (BPF_MAXINSNS) */
 
 /* ---- files the host interprets later (sandbox/protect.c) ---- */
 

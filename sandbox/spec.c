@@ -162,6 +162,18 @@ int lr_sbx_spec_encode(const struct lr_sbx_spec *s, char **out, size_t *len)
 	if (!rc) rc = set_new(o, "cgroup", s->cgroup ? json_string(s->cgroup) : json_null());
 	if (!rc) rc = set_new(o, "uid", json_integer((json_int_t)s->uid));
 	if (!rc) rc = set_new(o, "gid", json_integer((json_int_t)s->gid));
+	if (!rc && s->seccomp_len) {
+		if (s->seccomp_len % 8 || s->seccomp_len > LR_SBX_SECCOMP_MAX)
+			rc = -EINVAL;
+		char *hex = rc ? NULL : malloc(2 * s->seccomp_len + 1);
+		if (!rc && !hex)
+			rc = -ENOMEM;
+		for (size_t i = 0; !rc && i < s->seccomp_len; i++)
+			snprintf(hex + 2 * i, 3, "%02x", s->seccomp_bpf[i]);
+		if (!rc)
+			rc = set_new(o, "seccomp", json_string(hex));
+		free(hex);
+	}
 	if (!rc) {
 		/* JSON_PRESERVE_ORDER: the insertion order above is the canonical one. */
 		*out = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -381,12 +393,37 @@ static int decode_limits(json_t *o, struct lr_sbx_limits *l, struct lr_err *err)
 	return rc;
 }
 
+static int hex_digit(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* "seccomp": the filter as lower-case hex, whole instructions, at most LR_SBX_SECCOMP_MAX bytes. */
+static int decode_bpf(json_t *v, struct lr_sbx_spec *s, struct lr_err *err)
+{
+	const char *hex = json_string_value(v);
+	size_t n = hex ? json_string_length(v) : 0;
+	if (!hex || n == 0 || n % 16 || n / 2 > LR_SBX_SECCOMP_MAX)
+		return fail(err, "'seccomp' must be hex of 1 to %d whole instructions",
+			    LR_SBX_SECCOMP_MAX / 8);
+	if (!(s->seccomp_bpf = malloc(n / 2)))
+		return -ENOMEM;
+	for (size_t i = 0; i < n / 2; i++) {
+		int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return fail(err, "'seccomp' must be lower-case hex");
+		s->seccomp_bpf[i] = (unsigned char)(hi << 4 | lo);
+	}
+	s->seccomp_len = n / 2;
+	return 0;
+}
+
 static int decode_object(json_t *o, struct lr_sbx_spec *s, struct lr_err *err)
 {
 	static const char *const keys[] = {
 		"v", "exec_id", "tier", "unconfined", "argv", "envp", "cwd", "mounts", "rules",
 		"readonly", "limits", "net", "proxy_port", "dns_port", "cgroup", "uid", "gid",
-		"etc_idmap", NULL
+		"etc_idmap", "seccomp", NULL
 	};
 	json_t *v;
 	uint64_t u;
@@ -488,6 +525,8 @@ static int decode_object(json_t *o, struct lr_sbx_spec *s, struct lr_err *err)
 	if ((rc = need(o, "gid", &v, err)) || (rc = get_uint(v, 0xfffffffeu, "'gid'", &u, err)))
 		return rc;
 	s->gid = (gid_t)u;
+	if ((v = json_object_get(o, "seccomp")))
+		return decode_bpf(v, s, err);
 	return 0;
 }
 
@@ -536,6 +575,7 @@ void lr_sbx_spec_release(struct lr_sbx_spec *s)
 	free(s->rules);
 	free_strv(s->readonly, s->nreadonly);
 	free(s->cgroup);
+	free(s->seccomp_bpf);
 	memset(s, 0, sizeof *s);
 }
 

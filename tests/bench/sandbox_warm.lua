@@ -6,7 +6,9 @@
 -- commands allowed) and, after 3 warm-up runs, times RUNS runs of `true`
 -- through executor:run{ argv } and RUNS plain rig.process.run{ argv } (the
 -- unconfined fork+exec of the same runtime), alternating. Prints one JSON
--- line: confined_ms and plain_ms, lists of per-run wall milliseconds.
+-- line: confined_ms and plain_ms, lists of per-run wall milliseconds. From
+-- the set's second run on, runs start from its pre-forked helper
+-- (docs/sandbox.md, "A warm executor"), so every timed run does.
 local ws, runs = arg[1], tonumber(arg[2] or "50")
 if not ws or not runs then
   io.stderr:write("usage: sandbox_warm.lua WORKSPACE RUNS\n")

@@ -281,6 +281,98 @@ describe("rig.sandbox executors", function()
   end)
 end)
 
+-- A set's runs after its first are forked by its pre-forked helper
+-- (sandbox/zygote.c, host/executor.c), which is exec'd once; each must still
+-- get a sandbox of its own. The first run of an executor leaves behind what
+-- it can; the next runs must see none of it.
+describe("a warm executor set", function()
+  -- the pre-forked helpers of this process's sets (the file's first set has one too)
+  local function zygote_pids()
+    local r = assert(process.run{ argv = { "pgrep", "-P", tostring(my_pid()), "-f", "__sandbox-helper --zygote" } })
+    local set = {}
+    for p in r.stdout:gmatch("%d+") do set[p] = true end
+    return set
+  end
+  local function zygotes()
+    local n = 0
+    for _ in pairs(zygote_pids()) do n = n + 1 end
+    return n
+  end
+
+  it("runs through one pre-forked helper from the second run on, gone with the set", function()
+    local s = assert(sandbox.executors(trusted(), { scratch_root = scratch() }))
+    local before = zygotes()
+    local e = assert(s:get("w"))
+    expect(assert(e:run{ argv = { "true" } }).code).to_be(0)
+    expect(zygotes()).to_be(before) -- a set that runs once never starts one
+    for i = 1, 3 do
+      local r = assert(e:run{ command = "exit " .. i })
+      expect(r.code).to_be(i)
+    end
+    local f = assert(s:get("other")) -- another key of the same profile: the same helper
+    expect(assert(f:run{ command = "echo $$" }).stdout).to_be("2\n") -- pid 1 is the reaper
+    expect(zygotes()).to_be(before + 1)
+    s:close()
+    expect(zygotes()).to_be(before)
+  end)
+
+  it("survives its pre-forked helper dying: the run going fails saying so, the next ones exec", function()
+    local s <close> = assert(sandbox.executors(trusted(), { scratch_root = scratch() }))
+    local e = assert(s:get("w"))
+    local m, path = marker_sleep("zygote")
+    local before = zygote_pids()
+    expect(assert(e:run{ argv = { "true" } }).code).to_be(0)
+    local t = rig.spawn(function() return e:run{ command = "'" .. path .. "' 1; exit 3" } end)
+    local deadline = rig.now() + 5
+    repeat rig.sleep(0.05) until running(m) or rig.now() > deadline
+    expect(running(m)).to_be(true)
+    local mine = {}
+    for p in pairs(zygote_pids()) do if not before[p] then mine[#mine + 1] = p end end
+    expect(#mine).to_be(1) -- this set's
+    assert(process.run{ argv = { "kill", "-KILL", mine[1] } })
+    -- the run goes on (it has its own lifeline) and ends; how, only the zygote knew
+    local ok, msg = t:wait()
+    expect(ok).to_be_nil()
+    expect(msg).to_match("pre%-forked helper died")
+    expect(gone_soon(m)).to_be(true)
+    local r2 = assert(e:run{ command = "echo after" }) -- started by an exec'd helper
+    expect(r2.stdout).to_be("after\n")
+    local now = zygote_pids()
+    expect(now[mine[1]]).to_be_nil()
+    for p in pairs(now) do expect(before[p]).to_be(true) end -- and no new one
+  end)
+
+  it("gives a later run no file, process, IPC object or variable of an earlier one", function()
+    local s <close> = assert(sandbox.executors(trusted(), { scratch_root = scratch() }))
+    local e = assert(s:get("w"))
+    local m, path = marker_sleep("warm")
+    local leave = [[
+      echo a > /tmp/left && echo a > /dev/shm/left && echo a > /run/left || exit 9
+      ipcmk -M 4096 >/dev/null && ipcmk -Q >/dev/null || exit 8
+      setsid ']] .. path .. [[' 300 </dev/null >/dev/null 2>&1 &
+      echo "$LEFT $$"
+    ]]
+    local look = [[
+      ls -A /tmp /dev/shm /run | grep -c '^left$'
+      ipcs -m | grep -c '^0x'; ipcs -q | grep -c '^0x'
+      for p in /proc/[0-9]*; do cat $p/comm; done | grep -c ']] .. m:sub(1, 15) .. [['
+      echo "${LEFT-unset} $$"
+    ]]
+    for round = 1, 2 do -- the first round's first run is exec'd, every other forked
+      local r1 = assert(e:run{ command = leave, env = { LEFT = "yes" } })
+      expect(r1.code).to_be(0)
+      expect(r1.stdout).to_be("yes 2\n")
+      local r2 = assert(e:run{ command = look })
+      expect(r2.code).to_be(0)
+      expect(r2.stdout).to_be("0\n0\n0\n0\nunset 2\n")
+      expect(gone_soon(m)).to_be(true)
+    end
+    -- the control: within one run all of it is seen
+    local r = assert(e:run{ command = leave .. look, env = { LEFT = "yes" } })
+    expect(r.stdout).to_be("yes 2\n3\n1\n1\n1\nyes 2\n")
+  end)
+end)
+
 -- Files the host interprets later (sandbox/protect.c): the placeholders of a
 -- run, the check after it (run and spawn), the profile's protect options.
 describe("rig.sandbox executors and the files the host interprets", function()

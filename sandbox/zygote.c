@@ -1,0 +1,262 @@
+/*
+ * zygote.c — the pre-forked helper, "luarig __sandbox-helper --zygote"
+ * (docs/sandbox.md, "A warm executor").
+ *
+ * A long-lived executor set runs many commands with one profile. Each run
+ * used to re-execute the luarig binary as its confinement helper: an exec,
+ * the dynamic linking of every library luarig needs, and libseccomp. The
+ * zygote is that helper image exec'd once per set, single-threaded, with an
+ * empty environment and no Lua state; per run the host sends it the run's
+ * fds and it forks a copy that runs lr_sbx_helper_main exactly as an exec'd
+ * helper would. Everything that confines a run is still made per run, in
+ * that copy: the namespaces (a fresh pid namespace, mount view, network,
+ * ipc and uts namespace each run), the placeholders' binds, Landlock, the
+ * capability drop, the filter load. The zygote itself holds nothing of any
+ * run: it closes what it received once the copy has it.
+ *
+ * fds: 3 the request socket (SOCK_SEQPACKET), 4 the zygote's own
+ * lifeline, 5 the event socket (SOCK_SEQPACKET: "exited" only, so that a
+ * host waiting for its answer on 3 never reads another run's end first).
+ * A request is one message of struct lr_sbx_zygote_req with, as
+ * SCM_RIGHTS, the run's stdin, stdout, stderr, spec, lifeline and (with a
+ * proxy) control socket, which become the copy's fds 0 to 5. The answer is
+ * a struct lr_sbx_zygote_msg "started" with the copy's pid and, as
+ * SCM_RIGHTS, a pidfd of it (taken before the copy can be reaped, so it
+ * names exactly that process), or "failed" with an errno; then, when the
+ * copy exits, "exited" with its wait status and the request's tag on 5. The copy leads its own process
+ * group. The zygote exits when the socket or its lifeline ends (the host
+ * closed the set, or died); the copies have lifelines of their own, so
+ * each run still ends with the host.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define ZYGOTE_FD_SOCK 3
+#define ZYGOTE_FD_LIFE 4
+#define ZYGOTE_FD_EVENTS 5
+/* Copies alive at once (each a run of the set); a request past it fails with EAGAIN. */
+#define MAX_COPIES 1024
+
+static struct {
+	pid_t pid;
+	uint64_t tag;
+} copies[MAX_COPIES];
+static int ncopies;
+/*
+ * Ends not yet sent: the event socket is non-blocking, so a host busy
+ * elsewhere (or waiting for an answer on fd 3) never stalls the zygote.
+ * At most one per copy.
+ */
+static struct lr_sbx_zygote_msg pending[MAX_COPIES];
+static int npending;
+/* The fds a run hands over: 0, 1, 2 and the helper's 3, 4, 5. */
+#define RUN_FDS 6
+
+static void on_chld(int sig)
+{
+	(void)sig; /* only to interrupt ppoll */
+}
+
+static int send_msg(int sock, const struct lr_sbx_zygote_msg *m, int fd)
+{
+	struct iovec iov = { (void *)m, sizeof *m };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (fd >= 0) {
+		memset(&u, 0, sizeof u);
+		mh.msg_control = u.buf;
+		mh.msg_controllen = sizeof u.buf;
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof fd);
+	}
+	for (;;) {
+		ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+		if (n == (ssize_t)sizeof *m)
+			return 0;
+		if (n < 0 && errno == EINTR)
+			continue;
+		return n < 0 ? -errno : -EIO;
+	}
+}
+
+/*
+ * In the copy: the received fds placed as 0..n-1 (through numbers above
+ * every one of them, so that no dup2 overwrites a source still to come),
+ * everything else closed, the process group, mask and dispositions of a
+ * freshly spawned helper; then the helper itself.
+ */
+__attribute__((noreturn))
+static void run_copy(int *fds, int n)
+{
+	int top = RUN_FDS + 64;
+	for (int i = 0; i < n; i++) {
+		int d = fcntl(fds[i], F_DUPFD, top);
+		if (d < 0)
+			_exit(LR_SBX_EXIT_SETUP);
+		fds[i] = d;
+	}
+	for (int i = 0; i < n; i++)
+		if (dup2(fds[i], i) < 0)
+			_exit(LR_SBX_EXIT_SETUP);
+	if (syscall(SYS_close_range, n, ~0U, 0) < 0)
+		for (int fd = n; fd < top + 2 * RUN_FDS; fd++)
+			close(fd);
+	if (setpgid(0, 0) < 0)
+		_exit(LR_SBX_EXIT_SETUP);
+	for (int sig = 1; sig < NSIG; sig++)
+		signal(sig, SIG_DFL);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	char *argv[] = { "luarig", "__sandbox-helper", NULL };
+	_exit(lr_sbx_helper_main(2, argv));
+}
+
+/* One request: 0, or -errno when the socket itself failed (the zygote then ends). */
+static int serve_request(int sock)
+{
+	struct lr_sbx_zygote_req req;
+	struct iovec iov = { &req, sizeof req };
+	union {
+		char buf[CMSG_SPACE(RUN_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof u.buf };
+	ssize_t r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	if (r < 0)
+		return errno == EINTR || errno == EAGAIN ? 0 : -errno;
+	if (r == 0)
+		return -EPIPE;
+	int fds[RUN_FDS], n = 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		for (int i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+			if (n < RUN_FDS)
+				fds[n++] = fd;
+			else
+				close(fd);
+		}
+	}
+	struct lr_sbx_zygote_msg m = { .type = LR_SBX_ZYGOTE_FAILED, .err = EINVAL };
+	int bad = r != (ssize_t)sizeof req || req.magic != LR_SBX_ZYGOTE_MAGIC ||
+		  (mh.msg_flags & MSG_CTRUNC) || req.nfds != (uint32_t)n || n < 5;
+	pid_t pid = -1;
+	int pidfd = -1;
+	if (!bad && ncopies == MAX_COPIES) {
+		bad = 1;
+		m.err = EAGAIN;
+	}
+	if (!bad) {
+		pid = fork();
+		if (pid == 0)
+			run_copy(fds, n);
+		if (pid < 0)
+			m.err = errno;
+		else if ((pidfd = (int)syscall(SYS_pidfd_open, pid, 0)) < 0)
+			m.err = errno; /* the copy runs; the host cannot watch it: end it */
+	}
+	for (int i = 0; i < n; i++)
+		close(fds[i]); /* the copy has its own: nothing of the run stays here */
+	if (pid > 0 && pidfd < 0) {
+		kill(-pid, SIGKILL);
+		pid = -1;
+	}
+	if (pid > 0) {
+		copies[ncopies].pid = pid;
+		copies[ncopies++].tag = req.tag;
+		m.type = LR_SBX_ZYGOTE_STARTED;
+		m.err = 0;
+		m.pid = pid;
+	}
+	m.tag = r == (ssize_t)sizeof req ? req.tag : 0;
+	int rc = send_msg(sock, &m, pidfd);
+	if (pidfd >= 0)
+		close(pidfd);
+	return rc;
+}
+
+void lr_sbx_zygote_main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_chld;
+	sa.sa_flags = SA_NOCLDSTOP; /* no SA_RESTART: ppoll returns EINTR */
+	sigaction(SIGCHLD, &sa, NULL);
+	sigset_t chld, waitmask;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, &waitmask);
+	sigdelset(&waitmask, SIGCHLD);
+	int type;
+	socklen_t tl = sizeof type;
+	for (int fd = ZYGOTE_FD_SOCK; fd <= ZYGOTE_FD_EVENTS; fd += ZYGOTE_FD_EVENTS - ZYGOTE_FD_SOCK) {
+		tl = sizeof type;
+		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_SEQPACKET) {
+			dprintf(2, "luarig sandbox: zygote: fd %d is not a SOCK_SEQPACKET socket\n", fd);
+			_exit(LR_SBX_EXIT_SETUP);
+		}
+	}
+	if (fcntl(ZYGOTE_FD_EVENTS, F_SETFL, O_NONBLOCK) < 0 ||
+	    fcntl(ZYGOTE_FD_LIFE, F_SETFD, FD_CLOEXEC) < 0) {
+		dprintf(2, "luarig sandbox: zygote: no lifeline on fd %d\n", ZYGOTE_FD_LIFE);
+		_exit(LR_SBX_EXIT_SETUP);
+	}
+	for (;;) {
+		/* reaped only here, after each "started" went out: a pidfd is always taken first */
+		int st;
+		pid_t p;
+		while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+			for (int i = 0; i < ncopies; i++)
+				if (copies[i].pid == p) {
+					pending[npending++] = (struct lr_sbx_zygote_msg){
+						.type = LR_SBX_ZYGOTE_EXITED, .pid = p, .status = st,
+						.tag = copies[i].tag };
+					copies[i] = copies[--ncopies];
+					break;
+				}
+		}
+		while (npending) {
+			int rc = send_msg(ZYGOTE_FD_EVENTS, &pending[0], -1);
+			if (rc == -EAGAIN || rc == -EWOULDBLOCK)
+				break;
+			if (rc < 0)
+				_exit(0);
+			memmove(pending, pending + 1, (size_t)--npending * sizeof *pending);
+		}
+		struct pollfd pf[3] = { { ZYGOTE_FD_SOCK, POLLIN, 0 }, { ZYGOTE_FD_LIFE, POLLIN, 0 },
+					{ ZYGOTE_FD_EVENTS, POLLOUT, 0 } };
+		int n = ppoll(pf, npending ? 3 : 2, NULL, &waitmask);
+		if (n < 0)
+			continue; /* EINTR: a child exited */
+		if (pf[1].revents || (npending && (pf[2].revents & (POLLERR | POLLHUP))))
+			_exit(0); /* the host ended the set, or is gone */
+		if (pf[0].revents & POLLIN) {
+			if (serve_request(ZYGOTE_FD_SOCK) < 0)
+				_exit(0);
+		} else if (pf[0].revents) {
+			_exit(0);
+		}
+	}
+}
