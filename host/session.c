@@ -80,6 +80,7 @@ struct cat {
 	struct catvals pending, writing;
 	uint64_t tip;
 	int inflight, again;
+	int queued; /* in its catq's waiting list, not yet taken by a pool job */
 	int final; /* the write of a closing session: the close goes on after it */
 	struct lr_session_open *open; /* the write of a new session: its open completes after it */
 	int rc;
@@ -773,6 +774,8 @@ struct catq {
 	size_t n;
 	int running, finishing;
 	struct lr_work work;
+	struct lr_defer kick;      /* catq_kick on the next loop round */
+	int has_kick, kick_pending; /* kick_pending holds a loop reference */
 };
 
 static pthread_mutex_t catqs_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -802,7 +805,7 @@ static struct catq *catq_get(struct lr_loop *loop, struct lr_store *store)
 static void catq_maybe_free(struct catq *q)
 {
 	pthread_mutex_lock(&catqs_mu);
-	int gone = q->refs == 0 && !q->running && !q->finishing && !q->head;
+	int gone = q->refs == 0 && !q->running && !q->finishing && !q->head && !q->kick_pending;
 	if (gone)
 		for (struct catq **pp = &catqs; *pp; pp = &(*pp)->next)
 			if (*pp == q) {
@@ -810,8 +813,11 @@ static void catq_maybe_free(struct catq *q)
 				break;
 			}
 	pthread_mutex_unlock(&catqs_mu);
-	if (gone)
+	if (gone) {
+		if (q->has_kick)
+			lr_defer_release(&q->kick);
 		free(q);
+	}
 }
 
 static void catq_put(struct catq *q)
@@ -858,6 +864,17 @@ static void catq_work(struct lr_work *w)
 
 static void cat_finish(struct cat *c);
 static void catq_done(struct lr_work *w);
+static void catq_kick(struct catq *q);
+
+static void catq_kicked(struct lr_defer *d, void *arg)
+{
+	(void)d;
+	struct catq *q = arg;
+	q->kick_pending = 0;
+	lr_loop_unref(q->loop);
+	catq_kick(q);
+	catq_maybe_free(q);
+}
 
 /* Starts a pool job for what is waiting, unless one runs. */
 static void catq_kick(struct catq *q)
@@ -875,6 +892,7 @@ static void catq_kick(struct catq *q)
 		struct cat *c = q->head;
 		q->head = c->qnext;
 		c->qnext = NULL;
+		c->queued = 0;
 		if (batch)
 			batch[i] = c;
 		else
@@ -985,9 +1003,24 @@ static void cat_start(struct cat *c)
 		return;
 	}
 	c->qnext = NULL;
+	c->queued = 1;
 	*q->tail = c;
 	q->tail = &c->qnext;
-	catq_kick(q);
+	/* The pool job starts on the next loop round, not now: the writes of
+	 * this round (a turn's end sets its usage, then its state; other
+	 * sessions' turns end in the same round) go in one batch, and a
+	 * session's later values join its queued write instead of making
+	 * another one. */
+	if (!q->has_kick)
+		q->has_kick = lr_defer_init(s->loop, &q->kick, catq_kicked, q) == 0;
+	if (q->has_kick) {
+		if (!q->kick_pending) {
+			q->kick_pending = 1;
+			lr_loop_ref(q->loop); /* the loop runs until the write is made */
+			lr_defer_schedule(&q->kick);
+		}
+	} else
+		catq_kick(q);
 }
 
 /* The pending-writes record (created on demand); NULL when out of memory. */
@@ -1038,6 +1071,12 @@ int lr_session_catalog(struct lr_session *s, const struct lr_session_catalog *v)
 	struct cat *c = cat_get(s);
 	if (!c)
 		return -ENOMEM;
+	if (c->queued) {
+		/* its write has not started: these values go with it */
+		merge(&c->writing, &n);
+		c->tip = s->tip;
+		return 0;
+	}
 	merge(&c->pending, &n);
 	if (c->inflight)
 		c->again = 1;
