@@ -83,6 +83,10 @@ struct cat {
 	int queued; /* in its catq's waiting list, not yet taken by a pool job */
 	int final; /* the write of a closing session: the close goes on after it */
 	struct lr_session_open *open; /* the write of a new session: its open completes after it */
+	const struct lr_catalog_entry *known; /* the session's cat_known when the write started */
+	uint64_t known_rev;
+	struct lr_catalog_entry wrote;        /* what the write wrote, at wrote_rev (0: unknown) */
+	uint64_t wrote_rev;
 	int rc;
 	struct lr_err err;
 };
@@ -99,6 +103,12 @@ struct lr_session {
 	struct lr_session_sub *subs;
 	struct cat *cat;
 	struct catq *catq;
+	/* The catalog entry as this session last wrote it, at cat_known_rev (0:
+	 * unknown): the next write starts from it, without reading and decoding
+	 * the stored entry (a rev moved by anyone else makes it conflict and
+	 * start over from the store). */
+	struct lr_catalog_entry *cat_known;
+	uint64_t cat_known_rev;
 	int cat_logged;
 	int no_catalog;
 	int close_cat; /* close_work writes the catalog itself (no memory for a cat) */
@@ -850,13 +860,16 @@ static void catq_work(struct lr_work *w)
 	for (size_t i = 0; i < q->n; i++) {
 		struct cat *c = q->batch[i];
 		ctx[i] = (struct apply_ctx){ &c->writing, c->tip };
-		jobs[i] = (struct lr_catalog_job){ .sid = c->sid, .fn = cat_apply, .arg = &ctx[i] };
+		jobs[i] = (struct lr_catalog_job){ .sid = c->sid, .fn = cat_apply, .arg = &ctx[i],
+						   .known = c->known, .known_rev = c->known_rev,
+						   .wrote = &c->wrote };
 	}
 	lr_catalog_update_many(q->store, q->n, jobs);
 	for (size_t i = 0; i < q->n; i++) {
 		struct cat *c = q->batch[i];
 		c->rc = jobs[i].rc;
 		c->err = jobs[i].err;
+		c->wrote_rev = c->rc ? 0 : jobs[i].wrote_rev;
 	}
 	free(jobs);
 	free(ctx);
@@ -949,6 +962,16 @@ static void cat_finish(struct cat *c)
 {
 	struct lr_session *s = c->s;
 	c->inflight = 0;
+	s->cat_known_rev = 0;
+	if (c->wrote_rev) {
+		if (!s->cat_known)
+			s->cat_known = malloc(sizeof *s->cat_known);
+		if (s->cat_known) {
+			*s->cat_known = c->wrote;
+			s->cat_known_rev = c->wrote_rev;
+		}
+	}
+	c->wrote_rev = 0;
 	if (c->rc && !s->cat_logged) {
 		s->cat_logged = 1;
 		fprintf(stderr, "luarig: catalog of session %s: %s\n", s->id,
@@ -991,6 +1014,8 @@ static void cat_start(struct cat *c)
 	c->tip = s->tip;
 	c->again = 0;
 	c->inflight = 1;
+	c->known = s->cat_known_rev ? s->cat_known : NULL;
+	c->known_rev = s->cat_known_rev;
 	if (!s->catq)
 		s->catq = catq_get(s->loop, s->store);
 	struct catq *q = s->catq;
@@ -1113,6 +1138,8 @@ static void session_release(struct lr_session *s)
 {
 	free(s->cat);
 	s->cat = NULL;
+	free(s->cat_known);
+	s->cat_known = NULL;
 	catq_put(s->catq);
 	s->catq = NULL;
 	free(s->fault);

@@ -182,14 +182,26 @@ static int entry_load(struct lr_store *s, const char *key, struct lr_catalog_ent
 }
 
 /* One attempt's read and change: 0 with *json (to put at *rev), 1 when fn
- * leaves the entry as it is, or an error. */
+ * leaves the entry as it is, or an error. known (at known_rev, not 0): the
+ * entry as the caller last wrote it, used instead of reading and decoding
+ * the stored one (a put at a rev that moved meanwhile conflicts). out (if
+ * set): the entry *json holds. */
 static int prepare(struct lr_store *store, const char *key, const char *sid, lr_catalog_fn fn,
-		   void *arg, uint64_t *rev, char **json, size_t *len, struct lr_err *e)
+		   void *arg, const struct lr_catalog_entry *known, uint64_t known_rev,
+		   uint64_t *rev, char **json, size_t *len, struct lr_catalog_entry *out,
+		   struct lr_err *e)
 {
 	struct lr_catalog_entry c;
 	*rev = 0;
 	*json = NULL;
-	int rc = entry_load(store, key, &c, rev, e);
+	int rc;
+	if (known && known_rev) {
+		c = *known;
+		*rev = known_rev;
+		rc = 0;
+	} else {
+		rc = entry_load(store, key, &c, rev, e);
+	}
 	int exists = rc == 0;
 	if (rc == LR_ENOTFOUND) {
 		memset(&c, 0, sizeof c);
@@ -212,6 +224,8 @@ static int prepare(struct lr_store *store, const char *key, const char *sid, lr_
 		lr_err_set(e, "catalog: cannot encode '%s' (invalid UTF-8 in a string?)", key);
 		return -EINVAL;
 	}
+	if (out)
+		*out = c;
 	return 0;
 }
 
@@ -226,7 +240,7 @@ int lr_catalog_update(struct lr_store *store, const char *sid, lr_catalog_fn fn,
 		uint64_t rev;
 		char *json;
 		size_t len = 0;
-		rc = prepare(store, key, sid, fn, arg, &rev, &json, &len, e);
+		rc = prepare(store, key, sid, fn, arg, NULL, 0, &rev, &json, &len, NULL, e);
 		if (rc == 1)
 			return 0;
 		if (rc)
@@ -258,12 +272,14 @@ void lr_catalog_update_many(struct lr_store *store, size_t n, struct lr_catalog_
 	for (size_t i = 0; i < n; i++) {
 		struct lr_catalog_job *j = &jobs[i];
 		j->err.msg[0] = 0;
+		j->wrote_rev = 0;
 		if ((j->rc = catalog_key(keys[i], j->sid, &j->err)) != 0)
 			continue;
 		char *json;
 		size_t len = 0;
 		uint64_t rev;
-		j->rc = prepare(store, keys[i], j->sid, j->fn, j->arg, &rev, &json, &len, &j->err);
+		j->rc = prepare(store, keys[i], j->sid, j->fn, j->arg, j->known, j->known_rev, &rev,
+				&json, &len, j->wrote, &j->err);
 		if (j->rc == 1)
 			j->rc = 0;
 		if (j->rc || !json)
@@ -277,6 +293,8 @@ void lr_catalog_update_many(struct lr_store *store, size_t n, struct lr_catalog_
 		struct lr_catalog_job *j = &jobs[of[k]];
 		free((void *)puts[k].val);
 		j->rc = puts[k].rc;
+		if (j->rc == 0 && j->wrote)
+			j->wrote_rev = puts[k].new_rev;
 		if (j->rc == LR_ECONFLICT) /* lost a race: on its own, as one update */
 			j->rc = lr_catalog_update(store, j->sid, j->fn, j->arg, &j->err);
 		else if (j->rc)

@@ -368,6 +368,33 @@ static void update_many_on(struct lr_store *s)
 		CHECK_EQ_INT(c.loop_count, 2);
 	}
 	lr_catalog_update_many(s, 0, NULL);
+	/* A known entry: the update starts from it, not from the store... */
+	struct lr_catalog_entry wrote, known;
+	struct lr_catalog_job kj = { .sid = SID_A, .fn = bump_loops, .wrote = &wrote };
+	lr_catalog_update_many(s, 1, &kj);
+	CHECK_EQ_INT(kj.rc, 0);
+	CHECK(kj.wrote_rev > 0);
+	CHECK_EQ_INT(wrote.loop_count, 2);
+	known = wrote;
+	known.loop_count = 40; /* tells which one the update started from */
+	kj = (struct lr_catalog_job){ .sid = SID_A, .fn = bump_loops, .known = &known,
+				      .known_rev = kj.wrote_rev, .wrote = &wrote };
+	lr_catalog_update_many(s, 1, &kj);
+	CHECK_EQ_INT(kj.rc, 0);
+	CHECK_EQ_INT(wrote.loop_count, 41);
+	CHECK_EQ_INT(lr_catalog_get(s, SID_A, &c, &e), 0);
+	CHECK_EQ_INT(c.loop_count, 41);
+	/* ...unless someone wrote meanwhile: then from the store, nothing lost. */
+	uint64_t stale = kj.wrote_rev;
+	CHECK_EQ_INT(lr_catalog_update(s, SID_A, bump_loops, NULL, &e), 0); /* 42 */
+	known.loop_count = 40;
+	kj = (struct lr_catalog_job){ .sid = SID_A, .fn = bump_loops, .known = &known,
+				      .known_rev = stale, .wrote = &wrote };
+	lr_catalog_update_many(s, 1, &kj);
+	CHECK_EQ_INT(kj.rc, 0);
+	CHECK_EQ_INT(kj.wrote_rev, 0); /* redone on its own: not known */
+	CHECK_EQ_INT(lr_catalog_get(s, SID_A, &c, &e), 0);
+	CHECK_EQ_INT(c.loop_count, 43);
 }
 
 TEST(update_many_each_on_its_own)
