@@ -310,47 +310,14 @@ static int emit_k(lua_State *L, int status, lua_KContext ctx)
 static const char *const emit_fields[] = { "type", "loop_id", "enduring", "ends_turn", "kind",
 					   "id", "wait", NULL };
 
-/*
- * sess:emit(json, meta) -> seq | true | nil, msg, code
- * sess:emit(json, type, loop_id, enduring, ends_turn, id, wait): the same for
- * an event (kind "event"), without a meta table: the session runner's form,
- * every event of every step (nil loop_id and id for none, nil wait for the
- * default).
- */
-static int sess_emit_await(lua_State *L, struct sess *u, struct lr_session_emit *a, int wait);
-
+/* sess:emit(json, meta) -> seq | true | nil, msg, code */
 static int sess_emit(lua_State *L)
 {
 	struct sess *u = check_sess(L, 1);
 	size_t len;
 	const char *json = luaL_checklstring(L, 2, &len);
-	const char *fn = "rig.session.emit";
-	if (lua_type(L, 3) == LUA_TSTRING) {
-		struct lr_session_emit a;
-		memset(&a, 0, sizeof a);
-		a.json = json;
-		a.len = len;
-		a.kind = LR_SESSION_EVENT;
-		a.loop_id = luaL_optstring(L, 4, NULL);
-		luaL_checktype(L, 5, LUA_TBOOLEAN);
-		a.enduring = lua_toboolean(L, 5);
-		if (!lua_isnoneornil(L, 7)) {
-			size_t idl;
-			a.id = luaL_checklstring(L, 7, &idl);
-			if (idl > LR_JOURNAL_ID_MAX || strlen(a.id) != idl)
-				return luaL_error(L, "%s: id is longer than 256 bytes or holds NUL", fn);
-			for (size_t i = 0; i < idl; i++)
-				if ((unsigned char)a.id[i] < 0x20 || (unsigned char)a.id[i] > 0x7e)
-					return luaL_error(L, "%s: id must be printable ASCII", fn);
-		}
-		int wait = a.enduring;
-		if (!lua_isnoneornil(L, 8)) {
-			luaL_checktype(L, 8, LUA_TBOOLEAN);
-			wait = a.enduring && lua_toboolean(L, 8);
-		}
-		return sess_emit_await(L, u, &a, wait);
-	}
 	luaL_checktype(L, 3, LUA_TTABLE);
+	const char *fn = "rig.session.emit";
 	check_fields(L, 3, fn, emit_fields);
 	if (!opt_field(L, 3, fn, "type", LUA_TSTRING))
 		return luaL_error(L, "%s: option 'type' must be a string", fn);
@@ -398,15 +365,6 @@ static int sess_emit(lua_State *L)
 		wait = journaled && lua_toboolean(L, -1);
 		lua_pop(L, 1);
 	}
-	return sess_emit_await(L, u, &a, wait);
-}
-
-/* Emits a (its strings on the stack) and waits for it when wait is set. */
-static int sess_emit_await(lua_State *L, struct sess *u, struct lr_session_emit *ap, int wait)
-{
-	struct lr_session_emit a = *ap;
-	const char *fn = "rig.session.emit";
-	size_t len = a.len;
 	if (len > LR_JOURNAL_BODY_MAX)
 		return luaL_error(L, "%s: body of %d bytes is too large", fn, (int)len);
 	struct emitop *op = NULL;

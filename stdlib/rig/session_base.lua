@@ -66,9 +66,9 @@ local function emit(S, etype, fields, wait)
   if not text then
     error("rig.session: internal: cannot encode " .. etype .. ": " .. tostring(err), 2)
   end
-  -- the positional form: no meta table per event
-  return S.core:emit(text, etype, ev.loop_id, enduring == true, TERMINAL[etype] == true,
-    enduring and ev.event_id or nil, enduring and wait ~= false)
+  return S.core:emit(text, { type = etype, loop_id = ev.loop_id, enduring = enduring == true,
+    ends_turn = TERMINAL[etype] == true, id = enduring and ev.event_id or nil,
+    wait = enduring and wait ~= false })
 end
 
 local function catalog(S, t)

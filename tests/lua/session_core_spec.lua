@@ -50,28 +50,6 @@ describe("rig.core sessions", function()
     expect(s:close()).to_be(true) -- idempotent
   end)
 
-  it("emits events in the positional form (type, loop_id, enduring, ends_turn, id, wait)", function()
-    local store = core.store_memory()
-    local s = assert(core.session_open(store, nil, { catalog = false }))
-    local sub = s:subscribe{ loops = "all", ephemeral = true }
-    expect(s:emit(ev("TurnStarted"), "TurnStarted", "a", true, false, "e1", false)).to_be(true)
-    expect(s:emit(ev("TokenDelta"), "TokenDelta", "a", false, false)).to_be(true)
-    expect(s:emit(ev("StepDone"), "StepDone", "a", true, false, "e2")).to_be(3) -- waited
-    expect(s:emit(ev("StepDone"), "StepDone", "a", true, false, "e2", true)).to_be(3) -- the same id
-    expect(s:emit(ev("TurnDone"), "TurnDone", nil, true, true, nil, true)).to_be(4)
-    local j, seq = sub:next(1)
-    expect(j).to_be(ev("TurnStarted")); expect(seq).to_be(2)
-    j, seq = sub:next(1)
-    expect(j).to_be(ev("TokenDelta")); expect(seq).to_be_nil()
-    j, seq = sub:next(1)
-    expect(j).to_be(ev("StepDone")); expect(seq).to_be(3)
-    j, seq = sub:next(1)
-    expect(j).to_be(ev("TurnDone")); expect(seq).to_be(4)
-    expect(function() s:emit("{}", "X", nil, "yes") end).to_fail("boolean expected")
-    expect(function() s:emit("{}", "X", nil, true, false, "bad\nid") end).to_fail("printable ASCII")
-    s:close()
-  end)
-
   it("raises on misuse", function()
     local store = core.store_memory()
     expect(function() core.session_open(store, "nope") end).to_fail("invalid session id")

@@ -67,9 +67,8 @@ io.stdout:flush()
 if point == "final" then
   -- crash as the TurnDone is handed to the journal, once the StepDone before it is durable
   local real = s.core
-  -- emit(text, meta) or the runner's emit(text, type, ...)
-  s.core = setmetatable({ emit = function(_, text, o, ...)
-    if (type(o) == "table" and o.type or o) == "TurnDone" then
+  s.core = setmetatable({ emit = function(_, text, o)
+    if o.type == "TurnDone" then
       local deadline = rig.now() + 10
       while rig.now() < deadline do
         local recs = require("rig.core").journal_read(r.store, s.id, 1, 0)
@@ -79,7 +78,7 @@ if point == "final" then
       end
       error("the StepDone was not journaled")
     end
-    return real:emit(text, o, ...)
+    return real:emit(text, o)
   end }, { __index = function(_, k)
     local v = real[k]
     if type(v) == "function" then return function(_, ...) return v(real, ...) end end
