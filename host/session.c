@@ -80,8 +80,13 @@ struct cat {
 	struct catvals pending, writing;
 	uint64_t tip;
 	int inflight, again;
+	int queued; /* in its catq's waiting list, not yet taken by a pool job */
 	int final; /* the write of a closing session: the close goes on after it */
 	struct lr_session_open *open; /* the write of a new session: its open completes after it */
+	const struct lr_catalog_entry *known; /* the session's cat_known when the write started */
+	uint64_t known_rev;
+	struct lr_catalog_entry wrote;        /* what the write wrote, at wrote_rev (0: unknown) */
+	uint64_t wrote_rev;
 	int rc;
 	struct lr_err err;
 };
@@ -98,6 +103,12 @@ struct lr_session {
 	struct lr_session_sub *subs;
 	struct cat *cat;
 	struct catq *catq;
+	/* The catalog entry as this session last wrote it, at cat_known_rev (0:
+	 * unknown): the next write starts from it, without reading and decoding
+	 * the stored entry (a rev moved by anyone else makes it conflict and
+	 * start over from the store). */
+	struct lr_catalog_entry *cat_known;
+	uint64_t cat_known_rev;
 	int cat_logged;
 	int no_catalog;
 	int close_cat; /* close_work writes the catalog itself (no memory for a cat) */
@@ -773,6 +784,8 @@ struct catq {
 	size_t n;
 	int running, finishing;
 	struct lr_work work;
+	struct lr_defer kick;      /* catq_kick on the next loop round */
+	int has_kick, kick_pending; /* kick_pending holds a loop reference */
 };
 
 static pthread_mutex_t catqs_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -802,7 +815,7 @@ static struct catq *catq_get(struct lr_loop *loop, struct lr_store *store)
 static void catq_maybe_free(struct catq *q)
 {
 	pthread_mutex_lock(&catqs_mu);
-	int gone = q->refs == 0 && !q->running && !q->finishing && !q->head;
+	int gone = q->refs == 0 && !q->running && !q->finishing && !q->head && !q->kick_pending;
 	if (gone)
 		for (struct catq **pp = &catqs; *pp; pp = &(*pp)->next)
 			if (*pp == q) {
@@ -810,8 +823,11 @@ static void catq_maybe_free(struct catq *q)
 				break;
 			}
 	pthread_mutex_unlock(&catqs_mu);
-	if (gone)
+	if (gone) {
+		if (q->has_kick)
+			lr_defer_release(&q->kick);
 		free(q);
+	}
 }
 
 static void catq_put(struct catq *q)
@@ -844,13 +860,16 @@ static void catq_work(struct lr_work *w)
 	for (size_t i = 0; i < q->n; i++) {
 		struct cat *c = q->batch[i];
 		ctx[i] = (struct apply_ctx){ &c->writing, c->tip };
-		jobs[i] = (struct lr_catalog_job){ .sid = c->sid, .fn = cat_apply, .arg = &ctx[i] };
+		jobs[i] = (struct lr_catalog_job){ .sid = c->sid, .fn = cat_apply, .arg = &ctx[i],
+						   .known = c->known, .known_rev = c->known_rev,
+						   .wrote = &c->wrote };
 	}
 	lr_catalog_update_many(q->store, q->n, jobs);
 	for (size_t i = 0; i < q->n; i++) {
 		struct cat *c = q->batch[i];
 		c->rc = jobs[i].rc;
 		c->err = jobs[i].err;
+		c->wrote_rev = c->rc ? 0 : jobs[i].wrote_rev;
 	}
 	free(jobs);
 	free(ctx);
@@ -858,6 +877,17 @@ static void catq_work(struct lr_work *w)
 
 static void cat_finish(struct cat *c);
 static void catq_done(struct lr_work *w);
+static void catq_kick(struct catq *q);
+
+static void catq_kicked(struct lr_defer *d, void *arg)
+{
+	(void)d;
+	struct catq *q = arg;
+	q->kick_pending = 0;
+	lr_loop_unref(q->loop);
+	catq_kick(q);
+	catq_maybe_free(q);
+}
 
 /* Starts a pool job for what is waiting, unless one runs. */
 static void catq_kick(struct catq *q)
@@ -875,6 +905,7 @@ static void catq_kick(struct catq *q)
 		struct cat *c = q->head;
 		q->head = c->qnext;
 		c->qnext = NULL;
+		c->queued = 0;
 		if (batch)
 			batch[i] = c;
 		else
@@ -931,6 +962,16 @@ static void cat_finish(struct cat *c)
 {
 	struct lr_session *s = c->s;
 	c->inflight = 0;
+	s->cat_known_rev = 0;
+	if (c->wrote_rev) {
+		if (!s->cat_known)
+			s->cat_known = malloc(sizeof *s->cat_known);
+		if (s->cat_known) {
+			*s->cat_known = c->wrote;
+			s->cat_known_rev = c->wrote_rev;
+		}
+	}
+	c->wrote_rev = 0;
 	if (c->rc && !s->cat_logged) {
 		s->cat_logged = 1;
 		fprintf(stderr, "luarig: catalog of session %s: %s\n", s->id,
@@ -973,6 +1014,8 @@ static void cat_start(struct cat *c)
 	c->tip = s->tip;
 	c->again = 0;
 	c->inflight = 1;
+	c->known = s->cat_known_rev ? s->cat_known : NULL;
+	c->known_rev = s->cat_known_rev;
 	if (!s->catq)
 		s->catq = catq_get(s->loop, s->store);
 	struct catq *q = s->catq;
@@ -985,9 +1028,24 @@ static void cat_start(struct cat *c)
 		return;
 	}
 	c->qnext = NULL;
+	c->queued = 1;
 	*q->tail = c;
 	q->tail = &c->qnext;
-	catq_kick(q);
+	/* The pool job starts on the next loop round, not now: the writes of
+	 * this round (a turn's end sets its usage, then its state; other
+	 * sessions' turns end in the same round) go in one batch, and a
+	 * session's later values join its queued write instead of making
+	 * another one. */
+	if (!q->has_kick)
+		q->has_kick = lr_defer_init(s->loop, &q->kick, catq_kicked, q) == 0;
+	if (q->has_kick) {
+		if (!q->kick_pending) {
+			q->kick_pending = 1;
+			lr_loop_ref(q->loop); /* the loop runs until the write is made */
+			lr_defer_schedule(&q->kick);
+		}
+	} else
+		catq_kick(q);
 }
 
 /* The pending-writes record (created on demand); NULL when out of memory. */
@@ -1038,6 +1096,12 @@ int lr_session_catalog(struct lr_session *s, const struct lr_session_catalog *v)
 	struct cat *c = cat_get(s);
 	if (!c)
 		return -ENOMEM;
+	if (c->queued) {
+		/* its write has not started: these values go with it */
+		merge(&c->writing, &n);
+		c->tip = s->tip;
+		return 0;
+	}
 	merge(&c->pending, &n);
 	if (c->inflight)
 		c->again = 1;
@@ -1074,6 +1138,8 @@ static void session_release(struct lr_session *s)
 {
 	free(s->cat);
 	s->cat = NULL;
+	free(s->cat_known);
+	s->cat_known = NULL;
 	catq_put(s->catq);
 	s->catq = NULL;
 	free(s->fault);

@@ -924,6 +924,88 @@ static void enc_integer(struct enc *e, lua_Integer v)
 	put(e, tmp + i, sizeof tmp - (size_t)i);
 }
 
+/*
+ * The text the loop of enc_float below gives, without printf and strtod,
+ * for a non-integral |v| in [1, 1e14) (timestamps, durations in seconds):
+ * v = m / 2^k exactly, so for P = 15, 16, 17 significant digits the
+ * rounded decimal q / 10^d (d = P - 1 - X, X the exponent of v) is exact
+ * integer arithmetic, and whether it reads back as v is whether it lies
+ * strictly inside v's rounding interval. The cases that arithmetic does not
+ * settle alone (an exact tie, v at a power of two, a rounding that carries
+ * into a new digit) return -1: the caller takes the printf path. The
+ * digits are the same as printf's (tests/lua/json_spec.lua checks them
+ * against string.format on many values). Returns the length, or -1.
+ */
+static int enc_float_fast(char out[40], double v)
+{
+#ifdef __SIZEOF_INT128__
+	__extension__ typedef unsigned __int128 u128;
+	double a = fabs(v);
+	if (!(a >= 1.0 && a < 1e14) || a == floor(a))
+		return -1;
+	int ex;
+	double f = frexp(a, &ex); /* a = f * 2^ex, f in [0.5, 1) */
+	uint64_t m = (uint64_t)ldexp(f, 53);
+	int k = 53 - ex; /* a = m / 2^k; 6 <= k <= 52 */
+	if (m == (uint64_t)1 << 52)
+		return -1; /* the interval below v is half as wide */
+	uint64_t ip = (uint64_t)a;
+	int x = 0;
+	for (uint64_t t = ip; t >= 10; t /= 10)
+		x++;
+	u128 one = 1, mask = (one << k) - 1, half = one << (k - 1);
+	for (int p = 15; p <= 17; p++) {
+		int d = p - 1 - x; /* 1..16 */
+		u128 p10 = 1;
+		for (int i = 0; i < d; i++)
+			p10 *= 10;
+		u128 num = (u128)m * p10;
+		u128 q = num >> k, r = num & mask;
+		if (r == half)
+			return -1; /* an exact tie: printf's rounding decides */
+		if (r > half)
+			q++;
+		u128 lim = 1;
+		for (int i = 0; i < p; i++)
+			lim *= 10;
+		if (q >= lim)
+			return -1; /* carried into a new digit */
+		if (p < 17) {
+			u128 qk = q << k;
+			u128 diff = qk > num ? qk - num : num - qk;
+			if (2 * diff == p10)
+				return -1; /* on the interval's edge: strtod's tie */
+			if (2 * diff > p10)
+				continue; /* does not read back: more digits */
+		}
+		char dig[20];
+		int nd = 0;
+		for (uint64_t t = (uint64_t)q; nd < p; t /= 10)
+			dig[nd++] = (char)('0' + t % 10); /* reversed, p digits */
+		int n = 0;
+		if (v < 0)
+			out[n++] = '-';
+		for (int i = 0; i <= x; i++)
+			out[n++] = dig[p - 1 - i];
+		int last = 0; /* the fraction without its trailing zeros */
+		for (int i = 0; i < d; i++)
+			if (dig[d - 1 - i] != '0')
+				last = i + 1;
+		if (last) {
+			out[n++] = '.';
+			for (int i = 0; i < last; i++)
+				out[n++] = dig[d - 1 - i];
+		}
+		return n;
+	}
+	return -1;
+#else
+	(void)out;
+	(void)v;
+	return -1;
+#endif
+}
+
 static int enc_float(struct enc *e, double v)
 {
 	if (isnan(v))
@@ -931,11 +1013,11 @@ static int enc_float(struct enc *e, double v)
 	if (isinf(v))
 		return enc_fail(e, "cannot encode %s", v > 0 ? "inf" : "-inf");
 	char out[40];
-	int n = 0;
-	for (int prec = 15; prec <= 17; prec++) {
-		n = snprintf(out, sizeof out - 2, "%.*g", prec, v);
-		if (strtod(out, NULL) == v)
-			break;
+	int n = enc_float_fast(out, v);
+	for (int prec = 15; n < 0 && prec <= 17; prec++) {
+		int k = snprintf(out, sizeof out - 2, "%.*g", prec, v);
+		if (strtod(out, NULL) == v || prec == 17)
+			n = k;
 	}
 	int plainint = 1;
 	for (int i = 0; i < n; i++) {

@@ -65,8 +65,8 @@ static void check_fields(lua_State *L, int idx, const char *fn, const char *cons
 	while (lua_next(L, idx)) {
 		const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
 		int ok = 0;
-		for (int i = 0; k && known[i]; i++)
-			ok |= strcmp(k, known[i]) == 0;
+		for (int i = 0; k && !ok && known[i]; i++)
+			ok = strcmp(k, known[i]) == 0;
 		if (!ok)
 			luaL_error(L, "%s: unknown option '%s'", fn, k ? k : luaL_typename(L, -2));
 		lua_pop(L, 1);

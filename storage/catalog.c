@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,34 +46,188 @@ static int catalog_key(char out[64], const char *sid, struct lr_err *e)
 	return rc;
 }
 
+/*
+ * The entry's JSON, written directly: the same bytes as jansson's
+ * json_dumps(JSON_COMPACT | JSON_SORT_KEYS) of the object (keys sorted,
+ * reals as "%.17g" with ".0" or a bare exponent, jansson's string escapes;
+ * tests/unit/catalog_test.c compares the two), without building and
+ * sorting a tree: every turn of a session writes its entry twice. NULL
+ * for a string that is not UTF-8 or a number that is not finite, as
+ * jansson refused them.
+ */
+struct wr {
+	char *p;
+	size_t n, cap;
+	int bad;
+};
+
+static void wr_add(struct wr *w, const char *s, size_t n)
+{
+	if (w->bad || n > w->cap - w->n) {
+		w->bad = 1;
+		return;
+	}
+	memcpy(w->p + w->n, s, n);
+	w->n += n;
+}
+
+static void wr_lit(struct wr *w, const char *s)
+{
+	wr_add(w, s, strlen(s));
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0. */
+static int utf8_seq(const unsigned char *s)
+{
+	unsigned c = s[0];
+	if (c < 0x80)
+		return 1;
+	if (c < 0xC2)
+		return 0;
+	if (c < 0xE0)
+		return (s[1] & 0xC0) == 0x80 ? 2 : 0;
+	if (c < 0xF0) {
+		unsigned lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+		return s[1] >= lo && s[1] <= hi && (s[2] & 0xC0) == 0x80 ? 3 : 0;
+	}
+	if (c < 0xF5) {
+		unsigned lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+		return s[1] >= lo && s[1] <= hi && (s[2] & 0xC0) == 0x80 && (s[3] & 0xC0) == 0x80 ?
+			4 : 0;
+	}
+	return 0;
+}
+
+static void wr_str(struct wr *w, const char *str)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	const unsigned char *s = (const unsigned char *)str;
+	wr_add(w, "\"", 1);
+	while (*s) {
+		int k = utf8_seq(s);
+		if (!k) {
+			w->bad = 1;
+			return;
+		}
+		unsigned c = s[0];
+		char esc[6] = { '\\', 0 };
+		size_t en = 2;
+		if (k > 1 || (c >= 0x20 && c != '"' && c != '\\')) {
+			wr_add(w, (const char *)s, (size_t)k);
+			s += k;
+			continue;
+		}
+		switch (c) {
+		case '"': esc[1] = '"'; break;
+		case '\\': esc[1] = '\\'; break;
+		case '\b': esc[1] = 'b'; break;
+		case '\f': esc[1] = 'f'; break;
+		case '\n': esc[1] = 'n'; break;
+		case '\r': esc[1] = 'r'; break;
+		case '\t': esc[1] = 't'; break;
+		default:
+			esc[1] = 'u';
+			esc[2] = '0';
+			esc[3] = '0';
+			esc[4] = hex[c >> 4];
+			esc[5] = hex[c & 15];
+			en = 6;
+		}
+		wr_add(w, esc, en);
+		s++;
+	}
+	wr_add(w, "\"", 1);
+}
+
+static void wr_int(struct wr *w, long long v)
+{
+	char t[24];
+	int n = snprintf(t, sizeof t, "%lld", v);
+	wr_add(w, t, (size_t)n);
+}
+
+/* jansson's jsonp_dtostr with precision 17. */
+static void wr_real(struct wr *w, double v)
+{
+	if (!isfinite(v)) {
+		w->bad = 1;
+		return;
+	}
+	char t[40];
+	int n = snprintf(t, sizeof t - 2, "%.17g", v);
+	for (int i = 0; i < n; i++)
+		if (t[i] == ',')
+			t[i] = '.'; /* a locale's decimal point */
+	if (!strchr(t, '.') && !strchr(t, 'e')) {
+		t[n++] = '.';
+		t[n++] = '0';
+		t[n] = 0;
+	}
+	char *e = strchr(t, 'e');
+	if (e) {
+		char *start = e + 1, *end = start + 1;
+		if (*start == '-')
+			start++;
+		while (*end == '0')
+			end++;
+		if (end != start) {
+			memmove(start, end, (size_t)(t + n + 1 - end));
+			n -= (int)(end - start);
+		}
+	}
+	wr_add(w, t, (size_t)n);
+}
+
 static char *entry_encode(const struct lr_catalog_entry *c, size_t *len)
 {
-	json_t *o = json_pack("{s:i, s:s, s:s, s:f, s:f, s:s, s:s, s:I, s:I, s:{s:I, s:I, s:I, s:f}, s:s}",
-			      "v", 1, "id", c->id, "title", c->title,
-			      "created_at", c->created_at, "last_active_at", c->last_active_at,
-			      "status", lr_catalog_status_name(c->status),
-			      "state", lr_catalog_state_name(c->state),
-			      "loop_count", (json_int_t)c->loop_count,
-			      "last_seq", (json_int_t)c->last_seq,
-			      "usage",
-			      "input_tokens", (json_int_t)c->input_tokens,
-			      "output_tokens", (json_int_t)c->output_tokens,
-			      "cache_read_tokens", (json_int_t)c->cache_read_tokens,
-			      "cost", c->cost,
-			      "workspace_ref", c->workspace_ref);
-	if (o && c->forked_from[0] &&
-	    json_object_set_new(o, "forked_from",
-				json_pack("{s:s, s:I}", "session", c->forked_from, "at",
-					  (json_int_t)c->forked_at)) != 0) {
-		json_decref(o);
+	const char *status = lr_catalog_status_name(c->status);
+	const char *state = lr_catalog_state_name(c->state);
+	if (!status || !state)
 		return NULL;
+	char buf[4096];
+	struct wr w = { buf, 0, sizeof buf, 0 };
+	wr_lit(&w, "{\"created_at\":");
+	wr_real(&w, c->created_at);
+	if (c->forked_from[0]) {
+		wr_lit(&w, ",\"forked_from\":{\"at\":");
+		wr_int(&w, (long long)c->forked_at);
+		wr_lit(&w, ",\"session\":");
+		wr_str(&w, c->forked_from);
+		wr_lit(&w, "}");
 	}
-	if (!o)
+	wr_lit(&w, ",\"id\":");
+	wr_str(&w, c->id);
+	wr_lit(&w, ",\"last_active_at\":");
+	wr_real(&w, c->last_active_at);
+	wr_lit(&w, ",\"last_seq\":");
+	wr_int(&w, (long long)c->last_seq);
+	wr_lit(&w, ",\"loop_count\":");
+	wr_int(&w, (long long)c->loop_count);
+	wr_lit(&w, ",\"state\":");
+	wr_str(&w, state);
+	wr_lit(&w, ",\"status\":");
+	wr_str(&w, status);
+	wr_lit(&w, ",\"title\":");
+	wr_str(&w, c->title);
+	wr_lit(&w, ",\"usage\":{\"cache_read_tokens\":");
+	wr_int(&w, (long long)c->cache_read_tokens);
+	wr_lit(&w, ",\"cost\":");
+	wr_real(&w, c->cost);
+	wr_lit(&w, ",\"input_tokens\":");
+	wr_int(&w, (long long)c->input_tokens);
+	wr_lit(&w, ",\"output_tokens\":");
+	wr_int(&w, (long long)c->output_tokens);
+	wr_lit(&w, "},\"v\":1,\"workspace_ref\":");
+	wr_str(&w, c->workspace_ref);
+	wr_lit(&w, "}");
+	if (w.bad)
 		return NULL;
-	char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
-	json_decref(o);
-	if (s)
-		*len = strlen(s);
+	char *s = malloc(w.n + 1);
+	if (!s)
+		return NULL;
+	memcpy(s, buf, w.n);
+	s[w.n] = 0;
+	*len = w.n;
 	return s;
 }
 
@@ -182,14 +337,26 @@ static int entry_load(struct lr_store *s, const char *key, struct lr_catalog_ent
 }
 
 /* One attempt's read and change: 0 with *json (to put at *rev), 1 when fn
- * leaves the entry as it is, or an error. */
+ * leaves the entry as it is, or an error. known (at known_rev, not 0): the
+ * entry as the caller last wrote it, used instead of reading and decoding
+ * the stored one (a put at a rev that moved meanwhile conflicts). out (if
+ * set): the entry *json holds. */
 static int prepare(struct lr_store *store, const char *key, const char *sid, lr_catalog_fn fn,
-		   void *arg, uint64_t *rev, char **json, size_t *len, struct lr_err *e)
+		   void *arg, const struct lr_catalog_entry *known, uint64_t known_rev,
+		   uint64_t *rev, char **json, size_t *len, struct lr_catalog_entry *out,
+		   struct lr_err *e)
 {
 	struct lr_catalog_entry c;
 	*rev = 0;
 	*json = NULL;
-	int rc = entry_load(store, key, &c, rev, e);
+	int rc;
+	if (known && known_rev) {
+		c = *known;
+		*rev = known_rev;
+		rc = 0;
+	} else {
+		rc = entry_load(store, key, &c, rev, e);
+	}
 	int exists = rc == 0;
 	if (rc == LR_ENOTFOUND) {
 		memset(&c, 0, sizeof c);
@@ -212,6 +379,8 @@ static int prepare(struct lr_store *store, const char *key, const char *sid, lr_
 		lr_err_set(e, "catalog: cannot encode '%s' (invalid UTF-8 in a string?)", key);
 		return -EINVAL;
 	}
+	if (out)
+		*out = c;
 	return 0;
 }
 
@@ -226,7 +395,7 @@ int lr_catalog_update(struct lr_store *store, const char *sid, lr_catalog_fn fn,
 		uint64_t rev;
 		char *json;
 		size_t len = 0;
-		rc = prepare(store, key, sid, fn, arg, &rev, &json, &len, e);
+		rc = prepare(store, key, sid, fn, arg, NULL, 0, &rev, &json, &len, NULL, e);
 		if (rc == 1)
 			return 0;
 		if (rc)
@@ -258,12 +427,14 @@ void lr_catalog_update_many(struct lr_store *store, size_t n, struct lr_catalog_
 	for (size_t i = 0; i < n; i++) {
 		struct lr_catalog_job *j = &jobs[i];
 		j->err.msg[0] = 0;
+		j->wrote_rev = 0;
 		if ((j->rc = catalog_key(keys[i], j->sid, &j->err)) != 0)
 			continue;
 		char *json;
 		size_t len = 0;
 		uint64_t rev;
-		j->rc = prepare(store, keys[i], j->sid, j->fn, j->arg, &rev, &json, &len, &j->err);
+		j->rc = prepare(store, keys[i], j->sid, j->fn, j->arg, j->known, j->known_rev, &rev,
+				&json, &len, j->wrote, &j->err);
 		if (j->rc == 1)
 			j->rc = 0;
 		if (j->rc || !json)
@@ -277,6 +448,8 @@ void lr_catalog_update_many(struct lr_store *store, size_t n, struct lr_catalog_
 		struct lr_catalog_job *j = &jobs[of[k]];
 		free((void *)puts[k].val);
 		j->rc = puts[k].rc;
+		if (j->rc == 0 && j->wrote)
+			j->wrote_rev = puts[k].new_rev;
 		if (j->rc == LR_ECONFLICT) /* lost a race: on its own, as one update */
 			j->rc = lr_catalog_update(store, j->sid, j->fn, j->arg, &j->err);
 		else if (j->rc)

@@ -527,6 +527,16 @@ struct lr_catalog_job {
 	const char *sid;
 	lr_catalog_fn fn;
 	void *arg;
+	/* Optional: the entry as this caller last wrote it, at rev known_rev
+	 * (not 0): fn starts from it instead of the stored entry read and
+	 * decoded again; if the rev moved meanwhile the put conflicts and the
+	 * update is redone from the store. */
+	const struct lr_catalog_entry *known;
+	uint64_t known_rev;
+	/* Optional: filled with the entry written, and wrote_rev with its rev
+	 * (0 when the batch did not write it: fn left it, a conflict, an error). */
+	struct lr_catalog_entry *wrote;
+	uint64_t wrote_rev;
 	int rc;
 	struct lr_err err;
 };

@@ -16,7 +16,10 @@
 -- defined, before any session), turns, steps, texts (turns that ended with
 -- TurnDone, counted from the journals after the clock stopped), failed,
 -- and the shutdown of every session after the work (counted apart):
--- shutdown_wall_s, shutdown_sys_s, shutdown_cpu_s.
+-- shutdown_wall_s, shutdown_sys_s, shutdown_cpu_s. With SESSION_WORKLOAD_NOGC=1
+-- the collector is stopped through the work and alloc_kib is what the Lua
+-- heap grew by meanwhile (everything the work allocated; the difference of
+-- two TURNS counts is the allocation per step).
 
 local mode = arg[1]
 local base, n, turns, kind, root
@@ -94,6 +97,9 @@ collectgarbage("collect")
 local base_rss = status_kib("VmRSS")
 
 local sessions = {}
+local nogc = os.getenv("SESSION_WORKLOAD_NOGC") == "1"
+if nogc then collectgarbage("stop") end
+local heap0 = collectgarbage("count")
 local c0, w0 = os.clock(), rig.now()
 local tasks = {}
 for i = 1, n do
@@ -110,6 +116,8 @@ end
 for i = 1, n do assert(tasks[i]:wait()) end
 local cpu, wall = os.clock() - c0, rig.now() - w0
 local hwm = status_kib("VmHWM")
+local alloc_kib = collectgarbage("count") - heap0
+if nogc then collectgarbage("restart") end
 
 -- Check the work was done: every turn ended with TurnDone after two steps.
 local texts, steps, failed = 0, 0, {}
@@ -138,6 +146,7 @@ local shut_wall, shut_sys, shut_cpu = rig.now() - sw0, sys_s() - ss0, os.clock()
 
 print(string.format('{"cpu_s":%.6f,"wall_s":%.6f,"maxrss_kib":%d,"base_rss_kib":%d,"turns":%d,'
   .. '"steps":%d,"texts":%d,"failed":%s,"shutdown_wall_s":%.6f,"shutdown_sys_s":%.6f,'
-  .. '"shutdown_cpu_s":%.6f}',
+  .. '"shutdown_cpu_s":%.6f%s}',
   cpu, wall, hwm, base_rss, n * turns, steps, texts,
-  failed[1] and rig.json.encode(failed) or "[]", shut_wall, shut_sys, shut_cpu))
+  failed[1] and rig.json.encode(failed) or "[]", shut_wall, shut_sys, shut_cpu,
+  nogc and string.format(',"alloc_kib":%.1f', alloc_kib) or ""))

@@ -200,6 +200,41 @@ describe("rig.json encode", function()
     end
   end)
 
+  -- The encoder prints timestamps and other floats in [1, 1e14) with integer
+  -- arithmetic instead of printf; its text must be printf's, digit for digit.
+  it("prints floats as the fewest of %.15g, %.16g, %.17g that read back", function()
+    local function reference(x)
+      local s
+      for prec = 15, 17 do
+        s = string.format("%." .. prec .. "g", x)
+        if tonumber(s) == x then break end
+      end
+      s = s:gsub(",", ".")
+      if not s:find("[^%d%-]") then s = s .. ".0" end
+      return s
+    end
+    local values = { 1796162338.3054066, 1796162338.3065395, 1.5, 2.5, 1.0000000000000002,
+                     99999999999999.99, 9999999999999.998, 0.5 + 2 ^ 52 - 2 ^ 52 + 1, 123456789.123,
+                     4503599627370495.5, 10.000000000000002, 1e14 - 0.5, 1.25, 7.105427357601002e-15 + 1 }
+    local seed = 12345
+    local function rnd() -- a small LCG: the same values every run
+      seed = (seed * 6364136223846793005 + 1442695040888963407) & 0x7fffffffffffffff
+      return seed
+    end
+    for _ = 1, 20000 do
+      local e = rnd() % 47 -- magnitudes 1 .. 2^47
+      values[#values + 1] = (2.0 ^ e) * (1 + (rnd() % (1 << 52)) / 2 ^ 52)
+      values[#values + 1] = 1.7e9 + (rnd() % 1000000000) / 1e9 -- a wall clock
+      values[#values + 1] = -((rnd() % 100000) + (rnd() % 1000) / 1000) -- a few decimals
+    end
+    local bad = {}
+    for _, x in ipairs(values) do
+      local got, want = json.encode(x), reference(x)
+      if got ~= want and #bad < 5 then bad[#bad + 1] = string.format("%.17g: %s, not %s", x, got, want) end
+    end
+    expect(table.concat(bad, "; ")).to_be("")
+  end)
+
   it("pretty-prints with indent", function()
     local v = { name = "x", list = { 1, { a = true } }, empty = {}, none = json.array({}) }
     expect(json.encode(v, { indent = 2 })).to_be(table.concat({

@@ -7,6 +7,8 @@
 #include "test.h"
 
 #include <errno.h>
+#include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -368,6 +370,33 @@ static void update_many_on(struct lr_store *s)
 		CHECK_EQ_INT(c.loop_count, 2);
 	}
 	lr_catalog_update_many(s, 0, NULL);
+	/* A known entry: the update starts from it, not from the store... */
+	struct lr_catalog_entry wrote, known;
+	struct lr_catalog_job kj = { .sid = SID_A, .fn = bump_loops, .wrote = &wrote };
+	lr_catalog_update_many(s, 1, &kj);
+	CHECK_EQ_INT(kj.rc, 0);
+	CHECK(kj.wrote_rev > 0);
+	CHECK_EQ_INT(wrote.loop_count, 2);
+	known = wrote;
+	known.loop_count = 40; /* tells which one the update started from */
+	kj = (struct lr_catalog_job){ .sid = SID_A, .fn = bump_loops, .known = &known,
+				      .known_rev = kj.wrote_rev, .wrote = &wrote };
+	lr_catalog_update_many(s, 1, &kj);
+	CHECK_EQ_INT(kj.rc, 0);
+	CHECK_EQ_INT(wrote.loop_count, 41);
+	CHECK_EQ_INT(lr_catalog_get(s, SID_A, &c, &e), 0);
+	CHECK_EQ_INT(c.loop_count, 41);
+	/* ...unless someone wrote meanwhile: then from the store, nothing lost. */
+	uint64_t stale = kj.wrote_rev;
+	CHECK_EQ_INT(lr_catalog_update(s, SID_A, bump_loops, NULL, &e), 0); /* 42 */
+	known.loop_count = 40;
+	kj = (struct lr_catalog_job){ .sid = SID_A, .fn = bump_loops, .known = &known,
+				      .known_rev = stale, .wrote = &wrote };
+	lr_catalog_update_many(s, 1, &kj);
+	CHECK_EQ_INT(kj.rc, 0);
+	CHECK_EQ_INT(kj.wrote_rev, 0); /* redone on its own: not known */
+	CHECK_EQ_INT(lr_catalog_get(s, SID_A, &c, &e), 0);
+	CHECK_EQ_INT(c.loop_count, 43);
 }
 
 TEST(update_many_each_on_its_own)
@@ -404,6 +433,106 @@ TEST(update_many_each_on_its_own)
 	CHECK_EQ_INT(system(cmd), 0);
 }
 
+/* The entry as jansson dumped it before the catalog wrote its JSON itself. */
+static char *jansson_encode(const struct lr_catalog_entry *c)
+{
+	json_t *o = json_pack("{s:i, s:s, s:s, s:f, s:f, s:s, s:s, s:I, s:I, s:{s:I, s:I, s:I, s:f}, s:s}",
+			      "v", 1, "id", c->id, "title", c->title,
+			      "created_at", c->created_at, "last_active_at", c->last_active_at,
+			      "status", lr_catalog_status_name(c->status),
+			      "state", lr_catalog_state_name(c->state),
+			      "loop_count", (json_int_t)c->loop_count,
+			      "last_seq", (json_int_t)c->last_seq,
+			      "usage",
+			      "input_tokens", (json_int_t)c->input_tokens,
+			      "output_tokens", (json_int_t)c->output_tokens,
+			      "cache_read_tokens", (json_int_t)c->cache_read_tokens,
+			      "cost", c->cost,
+			      "workspace_ref", c->workspace_ref);
+	if (o && c->forked_from[0])
+		json_object_set_new(o, "forked_from", json_pack("{s:s, s:I}", "session", c->forked_from,
+								"at", (json_int_t)c->forked_at));
+	if (!o)
+		return NULL;
+	char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(o);
+	return s;
+}
+
+static uint64_t rnd_state = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+	rnd_state ^= rnd_state << 13;
+	rnd_state ^= rnd_state >> 7;
+	rnd_state ^= rnd_state << 17;
+	return rnd_state;
+}
+
+static int set_random(void *arg, struct lr_catalog_entry *c, int exists)
+{
+	(void)exists;
+	const struct lr_catalog_entry *want = arg;
+	char id[37];
+	memcpy(id, c->id, sizeof id);
+	*c = *want;
+	memcpy(c->id, id, sizeof id);
+	return 0;
+}
+
+/* The catalog's own JSON writer: jansson's bytes, entry for entry. */
+TEST(entry_json_is_janssons)
+{
+	static const char *const bits[] = { "a", "\"", "\\", "/", "\n", "\t", "\b", "\f", "\r", "\x01",
+					    "\x1f", "\x7f", "é", "世", "😀", " ", "fix the build", "%s" };
+	struct lr_store *s = mem();
+	struct lr_err e;
+	for (int i = 0; i < 400; i++) {
+		struct lr_catalog_entry c;
+		memset(&c, 0, sizeof c);
+		for (int k = (int)(rnd() % 12); k > 0; k--)
+			strncat(c.title, bits[rnd() % (sizeof bits / sizeof *bits)],
+				sizeof c.title - strlen(c.title) - 5);
+		static const double reals[] = { 0.0, 1.0, 0.1, 1e20, 1e-5, 123.456, 5e-324, 1e300,
+						1796162338.3054066, 2.5, 1e16, 0.0125 };
+		c.created_at = i % 3 ? 1.7e9 + (double)(rnd() % 1000000007) / 1e6 : reals[rnd() % 12];
+		c.last_active_at = reals[rnd() % 12] * (i % 2 ? 1 : 1 + (double)(rnd() % 1000) / 7);
+		c.cost = i % 4 ? (double)(rnd() % 100000) / 1e5 : reals[rnd() % 12];
+		c.status = (enum lr_catalog_status)(rnd() % 2);
+		c.state = (enum lr_catalog_state)(rnd() % 6);
+		c.loop_count = rnd() % 5;
+		c.last_seq = i % 5 ? rnd() % 100000 : rnd() >> 1;
+		c.input_tokens = rnd() % 1000000;
+		c.output_tokens = rnd() % 1000;
+		c.cache_read_tokens = i % 7 ? 0 : rnd() >> 1;
+		if (i % 3 == 0)
+			snprintf(c.workspace_ref, sizeof c.workspace_ref, "v1:sha256:%064d", i);
+		if (i % 5 == 0) {
+			snprintf(c.forked_from, sizeof c.forked_from, SID_B);
+			c.forked_at = 1 + rnd() % 1000;
+		}
+		CHECK_EQ_INT(lr_catalog_update(s, SID_A, set_random, &c, &e), 0);
+		snprintf(c.id, sizeof c.id, SID_A);
+		char *want = jansson_encode(&c);
+		CHECK(want != NULL);
+		struct lr_bytes b = { NULL, 0 };
+		CHECK_EQ_INT(lr_store_kv_get(s, "catalog/sessions/" SID_A, &b, NULL, &e), 0);
+		CHECK_EQ_INT(b.len, strlen(want));
+		if (b.len == strlen(want))
+			CHECK(memcmp(b.data, want, b.len) == 0);
+		lr_bytes_release(&b);
+		free(want);
+	}
+	/* What jansson refused, refused: a title that is not UTF-8, a NaN. */
+	struct lr_catalog_entry c;
+	memset(&c, 0, sizeof c);
+	snprintf(c.title, sizeof c.title, "bad \xc3\x28");
+	CHECK(lr_catalog_update(s, SID_A, set_random, &c, &e) != 0);
+	snprintf(c.title, sizeof c.title, "ok");
+	c.cost = NAN;
+	CHECK(lr_catalog_update(s, SID_A, set_random, &c, &e) != 0);
+	lr_store_close(s);
+}
+
 int main(void)
 {
 	RUN(update_creates_and_get_reads);
@@ -413,5 +542,6 @@ int main(void)
 	RUN(note_append_and_repair);
 	RUN(forked_from_round_trip_and_strict);
 	RUN(update_many_each_on_its_own);
+	RUN(entry_json_is_janssons);
 	return test_summary();
 }

@@ -56,20 +56,31 @@ function M.copy(b, path, fail)
            name = b.name }
 end
 
+-- Normalized messages (rig.model.request's copies, which nothing changes
+-- afterwards) found to hold no media block: a session sends its whole
+-- history every step, and each step would walk every block of it again.
+local PLAIN = setmetatable({}, { __mode = "k" })
+
 local function each_media(req, fn)
   for _, m in ipairs(req.messages) do
-    for _, b in ipairs(m.content) do
-      if M.is_media(b.type) then
-        local r = fn(b)
-        if r then return r end
-      elseif b.type == "tool_result" and type(b.content) == "table" then
-        for _, c in ipairs(b.content) do
-          if M.is_media(c.type) then
-            local r = fn(c)
-            if r then return r end
+    if not PLAIN[m] then
+      local any = false
+      for _, b in ipairs(m.content) do
+        if M.is_media(b.type) then
+          any = true
+          local r = fn(b)
+          if r then return r end
+        elseif b.type == "tool_result" and type(b.content) == "table" then
+          for _, c in ipairs(b.content) do
+            if M.is_media(c.type) then
+              any = true
+              local r = fn(c)
+              if r then return r end
+            end
           end
         end
       end
+      if not any then PLAIN[m] = true end
     end
   end
 end
