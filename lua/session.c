@@ -30,27 +30,26 @@
 #define PIPEOP_MT "rig.op.session_pipe"
 
 struct sess {
-	struct lr_session *s; /* NULL once closed */
+	struct lr_session *s; /* first, for lr_checkhandle; NULL once closed */
 	void *storeref;
 	char id[37];
 	struct lr_wait *close_waiter;
 	int close_done;
 };
+LR_HANDLE_FIRST(struct sess, s);
 
 struct pipeop;
 
 struct subud {
-	struct lr_session_sub *sub; /* NULL once closed */
+	struct lr_session_sub *sub; /* first, for lr_checkhandle; NULL once closed */
 	struct lr_wait *waiter;
 	struct pipeop *pipe;        /* sub:pipe in progress: events go to C */
 };
+LR_HANDLE_FIRST(struct subud, sub);
 
 static struct sess *check_sess(lua_State *L, int idx)
 {
-	struct sess *u = luaL_checkudata(L, idx, SESSION_MT);
-	if (!u->s)
-		luaL_error(L, "attempt to use a closed rig.session");
-	return u;
+	return lr_checkhandle(L, idx, SESSION_MT);
 }
 
 static void store_unref_cb(void *ref)
@@ -484,10 +483,7 @@ static int sess_subscribe(lua_State *L)
 
 static struct subud *check_sub(lua_State *L, int idx)
 {
-	struct subud *su = luaL_checkudata(L, idx, SUB_MT);
-	if (!su->sub)
-		luaL_error(L, "attempt to use a closed rig.session subscription");
-	return su;
+	return lr_checkhandle(L, idx, SUB_MT);
 }
 
 struct nextop {

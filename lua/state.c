@@ -299,7 +299,7 @@ void *lr_checkhandle(lua_State *L, int idx, const char *tname)
 	void **p = luaL_checkudata(L, idx, tname);
 	if (!*p)
 		luaL_error(L, "attempt to use a closed %s", tname);
-	return *p;
+	return p;
 }
 
 int lr_load_file(lua_State *L, const char *path)

@@ -282,9 +282,7 @@ out:
 
 static struct shared *check_store(lua_State *L)
 {
-	struct shared **p = luaL_checkudata(L, 1, STORE_MT);
-	if (!*p)
-		luaL_error(L, "attempt to use a closed rig.store");
+	struct shared **p = lr_checkhandle(L, 1, STORE_MT);
 	return *p;
 }
 
@@ -408,12 +406,10 @@ static int store_gc(lua_State *L)
 
 void *lr__store_ref(lua_State *L, int idx, struct lr_store **out)
 {
-	struct shared **p = luaL_checkudata(L, idx, STORE_MT);
-	if (!*p)
-		luaL_error(L, "attempt to use a closed rig.store");
-	(*p)->refs++;
-	*out = (*p)->s;
-	return *p;
+	struct shared **p = lr_checkhandle(L, idx, STORE_MT), *sh = *p;
+	sh->refs++;
+	*out = sh->s;
+	return sh;
 }
 
 void lr__store_unref(void *ref)
