@@ -451,8 +451,10 @@ int lr_state_open(struct lr_state *S, size_t mem_max, uint64_t instr_max)
 	if (instr_max)
 		lua_sethook(S->L, state_hook, LUA_MASKCOUNT, S->hook_count);
 	rc = lr_sched_open(S);
-	if (rc)
+	if (rc) {
+		lr_state_close(S);
 		return rc;
+	}
 	return 0;
 }
 

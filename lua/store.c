@@ -398,8 +398,10 @@ static int store_gc(lua_State *L)
 		lua_geti(L, 2, i);
 		op->live[op->nlive] = strdup(lua_tostring(L, -1));
 		lua_pop(L, 1);
-		if (op->live[op->nlive])
-			op->nlive++;
+		/* a live ref left out would be collected: never go on without it */
+		if (!op->live[op->nlive])
+			return luaL_error(L, "rig.store: out of memory");
+		op->nlive++;
 	}
 	return sop_start(L, sh, op);
 }
