@@ -303,6 +303,8 @@ static struct res *check_writer(lua_State *L)
 
 struct lr_httpd_req *lr__server_stream(lua_State *L, int idx, const char *fn, void **res)
 {
+	if (!luaL_testudata(L, idx, RES_MT))
+		luaL_typeerror(L, idx, "http response"); /* sub:pipe(res) names it so */
 	struct res *x = lr_checkhandle(L, idx, RES_MT);
 	if (!x->started || x->finished)
 		luaL_error(L, "%s: the response must be a started stream", fn);
