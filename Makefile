@@ -51,7 +51,7 @@ FUZZ_SRC := $(wildcard tests/fuzz/*_fuzz.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/%_replay,$(FUZZ_SRC))
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
 
-.PHONY: all deps demo test check soak bench fuzz fuzz-run clean lint layering symbols install uninstall
+.PHONY: all deps demo test check torture soak bench fuzz fuzz-run clean lint layering symbols install uninstall
 .DELETE_ON_ERROR:
 
 all: $(BUILD)/luarig
@@ -94,6 +94,21 @@ $(BUILD)/tests/fuzz/%_replay: tests/fuzz/%.c tests/fuzz/replay.c $(BUILD)/liblua
 
 test-build: $(BUILD)/luarig $(UNIT_BIN) $(FUZZ_REPLAY)
 
+# The allocation-failure mode (tests/torture/README.md): luarig's own objects
+# linked with the allocation functions wrapped by tests/torture/shim.c, so
+# that LUARIG_TORTURE=N fails the Nth allocation. Sanitizer builds only (the
+# point is ASan watching the failure paths); never installed.
+comma := ,
+TORTURE_WRAP := $(addprefix -Wl$(comma)--wrap=,malloc calloc realloc strdup strndup \
+	asprintf vasprintf realpath lr_loop_run)
+$(BUILD)/luarig-torture: $(BUILD)/lua/main.o $(BUILD)/tests/torture/shim.o $(BUILD)/libluarig.a
+	$(CC) $(LDFLAGS) $(TORTURE_WRAP) -o $@ $^ $(LDLIBS)
+
+# Every N over each case of tests/torture/cases.txt, under ASan (part of make check).
+torture:
+	$(MAKE) --no-print-directory SAN=1 BUILD=build/san build/san/luarig-torture
+	@BUILD=build/san sh tests/torture/run.sh
+
 test: test-build
 	@BUILD=$(BUILD) sh tests/run.sh
 
@@ -109,6 +124,7 @@ check:
 	$(MAKE) --no-print-directory SAN=1 BUILD=build/san test-build
 	@BUILD=build/san ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 sh tests/run.sh
+	$(MAKE) --no-print-directory torture
 	$(MAKE) --no-print-directory lint
 
 lint: layering symbols

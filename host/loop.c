@@ -30,6 +30,8 @@ struct lr_loop {
 	pthread_cond_t cv;
 	struct lr_work *jobs, **jobs_tail;
 	struct lr_work *dones, **dones_tail;
+	int unfinished; /* submitted jobs whose work has not returned yet */
+	pthread_cond_t idle; /* signalled when unfinished falls to 0 */
 	int nthreads;
 	int quit;
 	pthread_t threads[POOL_THREADS];
@@ -125,6 +127,7 @@ int lr_loop_new(struct lr_loop **out)
 	}
 	pthread_mutex_init(&loop->mu, NULL);
 	pthread_cond_init(&loop->cv, NULL);
+	pthread_cond_init(&loop->idle, NULL);
 	loop->jobs_tail = &loop->jobs;
 	loop->dones_tail = &loop->dones;
 	/* The completion eventfd exists from the start, so any thread may post to it. */
@@ -140,10 +143,33 @@ int lr_loop_new(struct lr_loop **out)
 	return 0;
 }
 
+/*
+ * Work still queued or running when the loop goes (a --max-memory stop, a
+ * script that ends while a worker hashes): wait for it and run every
+ * completion, so that what each item owns is freed there (an abandoned
+ * operation frees itself in its done callback). A completion may submit
+ * more work; the rounds are bounded all the same.
+ */
+static void pool_drain(struct lr_loop *loop)
+{
+	for (int round = 0; round < 64; round++) {
+		pthread_mutex_lock(&loop->mu);
+		while (loop->unfinished > 0)
+			pthread_cond_wait(&loop->idle, &loop->mu);
+		int none = !loop->dones;
+		pthread_mutex_unlock(&loop->mu);
+		if (none)
+			return;
+		on_pool_done(loop->efd, 0, loop);
+	}
+}
+
 void lr_loop_free(struct lr_loop *loop)
 {
 	if (!loop)
 		return;
+	if (loop->nthreads)
+		pool_drain(loop);
 	if (loop->nthreads) {
 		pthread_mutex_lock(&loop->mu);
 		loop->quit = 1;
@@ -172,6 +198,7 @@ void lr_loop_free(struct lr_loop *loop)
 	event_base_free(loop->base);
 	pthread_mutex_destroy(&loop->mu);
 	pthread_cond_destroy(&loop->cv);
+	pthread_cond_destroy(&loop->idle);
 	free(loop);
 }
 
@@ -322,11 +349,19 @@ int lr_defer_init(struct lr_loop *loop, struct lr_defer *d,
 	return d->ev ? 0 : -ENOMEM;
 }
 
+/*
+ * A zero timeout, so that the call comes on the next loop round, after the
+ * pending I/O. event_add can fail (the timer heap grows: out of memory);
+ * then the event is made active, which allocates nothing and still runs it
+ * from the loop, maybe in this round. Either way the call is never lost (a
+ * lost scheduler wake-up would leave the loop waiting forever).
+ */
 void lr_defer_schedule(struct lr_defer *d)
 {
 	if (!event_pending(d->ev, EV_TIMEOUT, NULL)) {
 		static const struct timeval zero = { 0, 0 };
-		event_add(d->ev, &zero);
+		if (event_add(d->ev, &zero) != 0)
+			event_active(d->ev, EV_TIMEOUT, 1);
 	}
 }
 
@@ -368,6 +403,8 @@ static void *pool_main(void *arg)
 
 		pthread_mutex_lock(&loop->mu);
 		post_locked(loop, w);
+		if (--loop->unfinished == 0)
+			pthread_cond_broadcast(&loop->idle);
 	}
 	pthread_mutex_unlock(&loop->mu);
 	return NULL;
@@ -423,6 +460,7 @@ int lr_pool_submit(struct lr_loop *loop, struct lr_work *w)
 	w->next = NULL;
 	loop->refs++;
 	pthread_mutex_lock(&loop->mu);
+	loop->unfinished++;
 	*loop->jobs_tail = w;
 	loop->jobs_tail = &w->next;
 	pthread_cond_signal(&loop->cv);

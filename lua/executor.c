@@ -27,8 +27,9 @@
 
 /* uservalues: the set holds 1 = executors by key, 2 = weak table of spawned handles. */
 struct setud {
-	struct lr_executor_set *s; /* NULL once closed */
+	struct lr_executor_set *s; /* first, for lr_checkhandle; NULL once closed */
 };
+LR_HANDLE_FIRST(struct setud, s);
 
 /* uservalues: 1 = the set userdata (keeps it alive), 2 = weak table of spawned handles. */
 struct execud {
@@ -39,10 +40,7 @@ struct execud {
 
 static struct setud *check_set(lua_State *L, int idx)
 {
-	struct setud *u = luaL_checkudata(L, idx, SET_MT);
-	if (!u->s)
-		luaL_error(L, "rig.sandbox: the executor set is closed");
-	return u;
+	return lr_checkhandle(L, idx, SET_MT);
 }
 
 static struct execud *check_exec(lua_State *L, int idx)

@@ -33,6 +33,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../host/host.h"
@@ -162,8 +163,19 @@ void lr_sched_push_marker(lua_State *L);
 /* The one conversion of a C status into Lua's nil, message, code. */
 int lr_pushfail(lua_State *L, int rc, const char *fmt, ...);
 
-/* Userdata helpers: a typed, closable handle. */
+/*
+ * A typed, closable handle: a userdata of metatable tname whose first
+ * field is a pointer to what it owns, NULL once closed (or before it owns
+ * anything: the userdata is made closed, then the resource acquired).
+ * Returns the userdata; raises "bad argument" when idx is no tname, and
+ * "attempt to use a closed <tname>" when it is closed. Every binding
+ * checks its handles with this, not with luaL_checkudata and a test of
+ * its own.
+ */
 void *lr_checkhandle(lua_State *L, int idx, const char *tname);
+/* Put after the handle's struct: the build fails when field is not first. */
+#define LR_HANDLE_FIRST(type, field) \
+	_Static_assert(offsetof(type, field) == 0, #type " starts with its handle pointer")
 
 /* core.c: the bound module rig.core */
 int luaopen_rig_core(lua_State *L);

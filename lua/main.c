@@ -179,6 +179,13 @@ static void async_signal_hook(int signo)
 	}
 }
 
+/* Protected: stack: f a1..an -> task. */
+static int main_spawn(lua_State *L)
+{
+	lr_sched_spawn(L, lua_gettop(L) - 1);
+	return 1;
+}
+
 int lr_main_task(struct lr_state *S, int nargs)
 {
 	lua_State *L = S->L;
@@ -187,7 +194,16 @@ int lr_main_task(struct lr_state *S, int nargs)
 	lr_loop_on_signal(S->loop, SIGINT, on_shutdown_signal, S);
 	lr_loop_on_signal(S->loop, SIGTERM, on_shutdown_signal, S);
 
-	struct lr_task *t = lr_sched_spawn(L, nargs);
+	/* Making the task allocates: protected, as everything Lua does here. */
+	luaL_checkstack(L, 1, NULL); /* callers leave room: no error */
+	lua_pushcfunction(L, main_spawn);
+	lua_insert(L, -2 - nargs);
+	if (lua_pcall(L, nargs + 1, 1, 0) != LUA_OK) {
+		fprintf(stderr, "luarig: %s\n", lua_tostring(L, -1));
+		lua_pop(L, 1);
+		return 1;
+	}
+	struct lr_task *t = lua_touserdata(L, -1);
 	/* stack: task (kept on the main stack, so it stays reachable) */
 	int rc = lr_loop_run(S->loop);
 	int code = 0;
@@ -237,27 +253,46 @@ int lr_main_task(struct lr_state *S, int nargs)
 	return code;
 }
 
+struct script {
+	const char *script, *chunk;
+	int argc;
+	char **argv;
+};
+
+/* Protected (it allocates): stack: -> the chunk and its arguments. */
+static int script_load(lua_State *L)
+{
+	struct script *a = lua_touserdata(L, 1);
+	lua_pop(L, 1);
+	int rc;
+	if (a->chunk) {
+		rc = luaL_loadbufferx(L, a->chunk, strlen(a->chunk), "=(command line)", "t");
+		lr_set_arg(L, "-e", a->argc, a->argv);
+	} else {
+		rc = lr_load_file(L, a->script);
+		lr_set_arg(L, a->script, a->argc, a->argv);
+	}
+	if (rc != LUA_OK)
+		return lua_error(L);
+	luaL_checkstack(L, a->argc + 2, "too many arguments");
+	for (int i = 0; i < a->argc; i++)
+		lua_pushstring(L, a->argv[i]);
+	return a->argc + 1;
+}
+
 /* Runs a script file, "-" for standard input, or a chunk string. */
 static int run_script(struct lr_state *S, const char *script, const char *chunk,
 		      int argc, char **argv)
 {
 	lua_State *L = S->L;
-	int rc;
-	if (chunk) {
-		rc = luaL_loadbufferx(L, chunk, strlen(chunk), "=(command line)", "t");
-		lr_set_arg(L, "-e", argc, argv);
-	} else {
-		rc = lr_load_file(L, script);
-		lr_set_arg(L, script, argc, argv);
-	}
-	if (rc != LUA_OK) {
+	struct script a = { script, chunk, argc, argv };
+	lua_pushcfunction(L, script_load);
+	lua_pushlightuserdata(L, &a);
+	if (lua_pcall(L, 1, LUA_MULTRET, 0) != LUA_OK) {
 		fprintf(stderr, "luarig: %s\n", lua_tostring(L, -1));
 		lua_pop(L, 1);
 		return 1;
 	}
-	luaL_checkstack(L, argc + 1, "too many arguments");
-	for (int i = 0; i < argc; i++)
-		lua_pushstring(L, argv[i]);
 	return lr_main_task(S, argc);
 }
 
@@ -406,8 +441,9 @@ int main(int argc, char **argv)
 
 	struct lr_state S;
 	memset(&S, 0, sizeof S);
-	if (lr_state_open(&S, max_mem, max_instr) != 0) {
-		fprintf(stderr, "luarig: cannot create the Lua state\n");
+	int rc = lr_state_open(&S, max_mem, max_instr);
+	if (rc != 0) {
+		fprintf(stderr, "luarig: cannot create the Lua state: %s\n", lr_strerror(rc));
 		return 1;
 	}
 	/* Before the library loads: a bundle runs the rig library built in (bundle.c). */

@@ -395,6 +395,7 @@ struct handle {
 	void (*on_end)(void *arg); /* once, when the process is over or the handle closed */
 	void *end_arg;
 };
+LR_HANDLE_FIRST(struct handle, p);
 
 static void handle_ended(struct handle *h)
 {
@@ -582,8 +583,7 @@ static struct hop *hop_new(lua_State *L, struct handle *h, int kind)
 
 static struct handle *check_handle(lua_State *L)
 {
-	lr_checkhandle(L, 1, PROC_MT);
-	return lua_touserdata(L, 1);
+	return lr_checkhandle(L, 1, PROC_MT);
 }
 
 static int check_stream(lua_State *L, struct handle *h, int idx)

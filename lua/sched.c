@@ -41,6 +41,7 @@ struct lr_task {
 	int results_ref; /* a table of results once done */
 	int nresults;
 	int err_ref;     /* the error message with traceback once failed */
+	int oom;         /* failed, and there was no memory to keep why: "not enough memory" */
 	int state;
 	int nargs;       /* arguments waiting on co for the first resume */
 	int cancel_requested;
@@ -97,6 +98,14 @@ static void child_unlink(struct lr_task *t)
 	t->parent = t->next_sib = t->prev_sib = NULL;
 }
 
+struct settle {
+	struct lr_task *t;
+	int status, nres;
+	int state; /* how the task ends */
+};
+
+static int task_settle(lua_State *L);
+
 /* Runs one task until it waits, finishes or fails. */
 static void task_resume(struct lr_state *S, struct lr_task *t)
 {
@@ -118,22 +127,55 @@ static void task_resume(struct lr_state *S, struct lr_task *t)
 			return;
 		if (marked && t->state == T_READY) /* woken before it yielded */
 			return;
+	}
+	/*
+	 * Keeping the results or the error allocates (a table, a traceback, a
+	 * registry slot), and this runs from the loop, outside any pcall: an
+	 * allocation failure here would be a panic. So it runs protected, and
+	 * when even that fails the task fails with "not enough memory", kept
+	 * as a flag (lr_task_push_error pushes the message Lua preallocated).
+	 */
+	struct settle c = { t, status, nres, T_FAILED };
+	lua_pushcfunction(L, task_settle); /* the main stack always has room for two */
+	lua_pushlightuserdata(L, &c);
+	if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+		lua_pop(L, 1);
+		if (t->co)
+			lua_settop(t->co, 0);
+		luaL_unref(L, LUA_REGISTRYINDEX, t->results_ref);
+		luaL_unref(L, LUA_REGISTRYINDEX, t->err_ref);
+		t->results_ref = t->err_ref = LUA_NOREF;
+		t->oom = 1;
+		c.state = T_FAILED;
+	}
+	task_finish(t, c.state);
+}
+
+/* Protected, from task_resume: keeps a finished task's results or error. */
+static int task_settle(lua_State *L)
+{
+	struct settle *c = lua_touserdata(L, 1);
+	struct lr_task *t = c->t;
+	struct lr_state *S = t->S;
+	int nres = c->nres;
+	if (c->status == LUA_YIELD) {
 		lua_pushstring(L, "attempt to yield from a task outside a coroutine "
 				  "(use rig.sleep to pause a task)");
 		t->err_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-		task_finish(t, T_FAILED);
-		return;
+		c->state = T_FAILED;
+		return 0;
 	}
-	if (status == LUA_OK) {
+	if (c->status == LUA_OK) {
 		/* stack of co: results */
+		luaL_checkstack(L, nres + 1, "too many results");
 		lua_createtable(L, nres, 0);
 		lua_xmove(t->co, L, nres); /* stack: results table, r1..rn */
 		for (int i = nres; i >= 1; i--)
 			lua_rawseti(L, -1 - i, i);
 		t->nresults = nres;
 		t->results_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-		task_finish(t, T_DONE);
-		return;
+		c->state = T_DONE;
+		return 0;
 	}
 	/* An error: the dead coroutine's stack is still intact for the traceback. */
 	const char *msg = NULL;
@@ -147,7 +189,8 @@ static void task_resume(struct lr_state *S, struct lr_task *t)
 		msg = S->kill_msg;
 	luaL_traceback(L, t->co, msg, 0);
 	t->err_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-	task_finish(t, T_FAILED);
+	c->state = T_FAILED;
+	return 0;
 }
 
 static void on_ready(struct lr_defer *d, void *arg)
@@ -368,6 +411,8 @@ void lr_task_push_error(lua_State *L, struct lr_task *t)
 	t->retrieved = 1;
 	if (t->err_ref != LUA_NOREF)
 		lua_rawgeti(L, LUA_REGISTRYINDEX, t->err_ref);
+	else if (t->oom)
+		lua_pushliteral(L, "not enough memory");
 	else
 		lua_pushstring(L, "cancelled");
 }
@@ -526,8 +571,8 @@ static int task_gc(lua_State *L)
 {
 	struct lr_task *t = lua_touserdata(L, 1);
 	struct lr_state *S = lr_state_of(L);
-	if (t->state == T_FAILED && !t->retrieved && t->err_ref != LUA_NOREF) {
-		lua_rawgeti(L, LUA_REGISTRYINDEX, t->err_ref);
+	if (t->state == T_FAILED && !t->retrieved && (t->err_ref != LUA_NOREF || t->oom)) {
+		lr_task_push_error(L, t);
 		char lead[48];
 		snprintf(lead, sizeof lead, "unhandled error in task %u: ", t->id);
 		lr__report_error(S, lead, lua_tostring(L, -1));

@@ -37,7 +37,7 @@ struct server {
 };
 
 struct res {
-	struct lr_httpd_req *r; /* NULL before the task is set up */
+	struct lr_httpd_req *r; /* first, for lr_checkhandle; NULL before the task is set up and once released */
 	struct lr_task *task;   /* anchored by the user value */
 	struct lr_wait wait;    /* a write waiting for the output to drain */
 	int waiting;
@@ -45,6 +45,7 @@ struct res {
 	void (*hook)(void *arg); /* a C writer's drain notification (lr__server_hook) */
 	void *hook_arg;
 };
+LR_HANDLE_FIRST(struct res, r);
 
 /* Server. */
 
@@ -288,10 +289,7 @@ static int core_http_listen(lua_State *L)
 
 static struct res *check_res(lua_State *L)
 {
-	struct res *x = luaL_checkudata(L, 1, RES_MT);
-	if (!x->r)
-		luaL_error(L, "attempt to use a released response");
-	return x;
+	return lr_checkhandle(L, 1, RES_MT);
 }
 
 /* A response Lua may write to: none while a C writer owns its stream. */
@@ -305,11 +303,9 @@ static struct res *check_writer(lua_State *L)
 
 struct lr_httpd_req *lr__server_stream(lua_State *L, int idx, const char *fn, void **res)
 {
-	struct res *x = luaL_testudata(L, idx, RES_MT);
-	if (!x)
-		luaL_typeerror(L, idx, "http response");
-	if (!x->r)
-		luaL_error(L, "attempt to use a released response");
+	if (!luaL_testudata(L, idx, RES_MT))
+		luaL_typeerror(L, idx, "http response"); /* sub:pipe(res) names it so */
+	struct res *x = lr_checkhandle(L, idx, RES_MT);
 	if (!x->started || x->finished)
 		luaL_error(L, "%s: the response must be a started stream", fn);
 	if (x->waiting || x->hook)

@@ -30,27 +30,26 @@
 #define PIPEOP_MT "rig.op.session_pipe"
 
 struct sess {
-	struct lr_session *s; /* NULL once closed */
+	struct lr_session *s; /* first, for lr_checkhandle; NULL once closed */
 	void *storeref;
 	char id[37];
 	struct lr_wait *close_waiter;
 	int close_done;
 };
+LR_HANDLE_FIRST(struct sess, s);
 
 struct pipeop;
 
 struct subud {
-	struct lr_session_sub *sub; /* NULL once closed */
+	struct lr_session_sub *sub; /* first, for lr_checkhandle; NULL once closed */
 	struct lr_wait *waiter;
 	struct pipeop *pipe;        /* sub:pipe in progress: events go to C */
 };
+LR_HANDLE_FIRST(struct subud, sub);
 
 static struct sess *check_sess(lua_State *L, int idx)
 {
-	struct sess *u = luaL_checkudata(L, idx, SESSION_MT);
-	if (!u->s)
-		luaL_error(L, "attempt to use a closed rig.session");
-	return u;
+	return lr_checkhandle(L, idx, SESSION_MT);
 }
 
 static void store_unref_cb(void *ref)
@@ -92,6 +91,7 @@ struct openop {
 	struct lr_session_open o;
 	struct openud *ud; /* NULL once abandoned */
 	void *storeref;
+	int pending;       /* on the pool: open_done will run */
 };
 
 struct openud {
@@ -111,6 +111,7 @@ static void openop_finish(struct openop *op)
 static void open_done(struct lr_session_open *o)
 {
 	struct openop *op = (struct openop *)o;
+	op->pending = 0;
 	if (!op->ud) {
 		openop_finish(op);
 		return;
@@ -118,22 +119,27 @@ static void open_done(struct lr_session_open *o)
 	lr_sched_wake(&op->ud->wait);
 }
 
+/* The userdata lets go of its op: abandoned while on the pool, freed otherwise. */
+static void openud_release(struct openud *ud)
+{
+	struct openop *op = ud->op;
+	ud->op = NULL;
+	if (!op)
+		return;
+	if (op->pending)
+		op->ud = NULL; /* the worker finishes; open_done closes what it opened */
+	else
+		openop_finish(op);
+}
+
 static void open_cancel(struct lr_wait *w)
 {
-	struct openud *ud = (struct openud *)w;
-	if (ud->op) {
-		ud->op->ud = NULL; /* the worker finishes; open_done closes what it opened */
-		ud->op = NULL;
-	}
+	openud_release((struct openud *)w);
 }
 
 static int openud_gc(lua_State *L)
 {
-	struct openud *ud = lua_touserdata(L, 1);
-	if (ud->op) {
-		ud->op->ud = NULL;
-		ud->op = NULL;
-	}
+	openud_release(lua_touserdata(L, 1));
 	return 0;
 }
 
@@ -143,8 +149,8 @@ static int open_k(lua_State *L, int status, lua_KContext ctx)
 	struct openud *ud = (struct openud *)ctx;
 	lr_sched_resumed(L, &ud->wait);
 	struct openop *op = ud->op;
-	ud->op = NULL;
 	if (op->o.rc) {
+		ud->op = NULL;
 		int rc = op->o.rc;
 		char msg[sizeof op->o.err];
 		memcpy(msg, op->o.err, sizeof msg);
@@ -156,9 +162,11 @@ static int open_k(lua_State *L, int status, lua_KContext ctx)
 		lua_pushstring(L, code);
 		return 3;
 	}
+	/* the handle first: if making it raises, the op (and the open session) stays with ud */
 	struct sess *u = lua_newuserdatauv(L, sizeof *u, 0);
 	memset(u, 0, sizeof *u);
 	luaL_setmetatable(L, SESSION_MT);
+	ud->op = NULL;
 	u->s = op->o.session;
 	u->storeref = op->storeref;
 	snprintf(u->id, sizeof u->id, "%s", lr_session_id(u->s));
@@ -196,17 +204,19 @@ static int core_session_open(lua_State *L)
 	struct openop *op = calloc(1, sizeof *op);
 	if (!op)
 		return luaL_error(L, "rig.core.session_open: out of memory");
+	op->ud = ud; /* ud owns op from here: a raise below leaves it to ud's __gc */
+	ud->op = op;
 	op->storeref = lr__store_ref(L, 1, &st);
 	op->o.loop = lr_state_of(L)->loop;
 	op->o.store = st;
 	snprintf(op->o.sid, sizeof op->o.sid, "%s", sid ? sid : "");
 	op->o.no_catalog = no_catalog;
 	op->o.done = open_done;
-	op->ud = ud;
-	ud->op = op;
 	ud->wait.cancel = open_cancel;
+	op->pending = 1;
 	int rc = lr_session_open(&op->o);
 	if (rc) {
+		op->pending = 0;
 		char msg[sizeof op->o.err];
 		memcpy(msg, op->o.err, sizeof msg);
 		ud->op = NULL;
@@ -484,10 +494,7 @@ static int sess_subscribe(lua_State *L)
 
 static struct subud *check_sub(lua_State *L, int idx)
 {
-	struct subud *su = luaL_checkudata(L, idx, SUB_MT);
-	if (!su->sub)
-		luaL_error(L, "attempt to use a closed rig.session subscription");
-	return su;
+	return lr_checkhandle(L, idx, SUB_MT);
 }
 
 struct nextop {

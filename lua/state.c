@@ -299,7 +299,7 @@ void *lr_checkhandle(lua_State *L, int idx, const char *tname)
 	void **p = luaL_checkudata(L, idx, tname);
 	if (!*p)
 		luaL_error(L, "attempt to use a closed %s", tname);
-	return *p;
+	return p;
 }
 
 int lr_load_file(lua_State *L, const char *path)
@@ -451,8 +451,10 @@ int lr_state_open(struct lr_state *S, size_t mem_max, uint64_t instr_max)
 	if (instr_max)
 		lua_sethook(S->L, state_hook, LUA_MASKCOUNT, S->hook_count);
 	rc = lr_sched_open(S);
-	if (rc)
+	if (rc) {
+		lr_state_close(S);
 		return rc;
+	}
 	return 0;
 }
 

@@ -282,9 +282,7 @@ out:
 
 static struct shared *check_store(lua_State *L)
 {
-	struct shared **p = luaL_checkudata(L, 1, STORE_MT);
-	if (!*p)
-		luaL_error(L, "attempt to use a closed rig.store");
+	struct shared **p = lr_checkhandle(L, 1, STORE_MT);
 	return *p;
 }
 
@@ -400,20 +398,20 @@ static int store_gc(lua_State *L)
 		lua_geti(L, 2, i);
 		op->live[op->nlive] = strdup(lua_tostring(L, -1));
 		lua_pop(L, 1);
-		if (op->live[op->nlive])
-			op->nlive++;
+		/* a live ref left out would be collected: never go on without it */
+		if (!op->live[op->nlive])
+			return luaL_error(L, "rig.store: out of memory");
+		op->nlive++;
 	}
 	return sop_start(L, sh, op);
 }
 
 void *lr__store_ref(lua_State *L, int idx, struct lr_store **out)
 {
-	struct shared **p = luaL_checkudata(L, idx, STORE_MT);
-	if (!*p)
-		luaL_error(L, "attempt to use a closed rig.store");
-	(*p)->refs++;
-	*out = (*p)->s;
-	return *p;
+	struct shared **p = lr_checkhandle(L, idx, STORE_MT), *sh = *p;
+	sh->refs++;
+	*out = sh->s;
+	return sh;
 }
 
 void lr__store_unref(void *ref)

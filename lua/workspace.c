@@ -37,9 +37,10 @@
 #define ACQOP_MT "rig.op.lease_acquire"
 
 struct leaseud {
-	struct lr_lease *l; /* NULL once released */
+	struct lr_lease *l; /* first, for lr_checkhandle; NULL once released */
 	void *storeref;
 };
+LR_HANDLE_FIRST(struct leaseud, l);
 
 struct acqop {
 	struct lr_work work;
@@ -174,10 +175,7 @@ static int workspace_lease_acquire(lua_State *L)
 
 static struct leaseud *check_lease(lua_State *L)
 {
-	struct leaseud *u = luaL_checkudata(L, 1, LEASE_MT);
-	if (!u->l)
-		luaL_error(L, "attempt to use a released rig.lease");
-	return u;
+	return lr_checkhandle(L, 1, LEASE_MT);
 }
 
 static int lease_release(lua_State *L)

@@ -137,8 +137,10 @@ static int mem_append(struct lr_store *s, const char *name, uint64_t expected,
 	struct mem *m = (struct mem *)s;
 	int rc = 0;
 	void *copy = copy_bytes(data, len);
-	if (!copy)
+	if (!copy) {
+		lr_err_set(e, "storage: append to '%s': out of memory", name);
 		return -ENOMEM;
+	}
 	pthread_mutex_lock(&m->mu);
 	int found;
 	size_t i = table_find(&m->ledgers, name, &found);
