@@ -353,15 +353,22 @@ static int queue_event(void *arg, const struct lr_sse_event *ev)
 		r->q.len -= r->q_off;
 		r->q_off = 0;
 	}
-	int rc = lr_buf_add(&r->q, &h, sizeof h);
-	if (!rc)
-		rc = lr_buf_add(&r->q, ev->type, h.type_len);
-	if (!rc)
-		rc = lr_buf_add(&r->q, ev->data, h.data_len);
-	if (!rc && h.id_len)
-		rc = lr_buf_add(&r->q, ev->id, h.id_len);
+	int rc = lr_buf_reserve(&r->q, n);
 	if (rc)
 		return rc;
+	/* One record, written in place: the header, then type, data and id bytes. */
+	char *w = r->q.data + r->q.len;
+	memcpy(w, &h, sizeof h);
+	w += sizeof h;
+	memcpy(w, ev->type, h.type_len);
+	w += h.type_len;
+	if (h.data_len)
+		memcpy(w, ev->data, h.data_len);
+	w += h.data_len;
+	if (h.id_len)
+		memcpy(w, ev->id, h.id_len);
+	r->q.len += n;
+	r->q.data[r->q.len] = '\0';
 	r->queued++;
 	r->queued_bytes += n;
 	return 0;
