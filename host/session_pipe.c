@@ -151,21 +151,82 @@ static void pipe_end(struct lr_session_pipe *p, int why)
 	p->done(p->arg, why);
 }
 
-/* Stages one frame; returns its size, or -ENOMEM. */
-static ssize_t stage_event(struct lr_session_pipe *p, const struct lr_session_event *ev)
+/*
+ * The frame of the last event staged, and that event (referenced, so its
+ * address cannot come back as another one while it is cached). A fan-out
+ * pumps one event into every subscriber's pipe in turn: it is framed once,
+ * not once per subscriber (framing was most of a delivery's instructions).
+ */
+static struct {
+	struct lr_session_event *ev;
+	struct lr_buf frame;
+} fc;
+
+static void frame_cache_release(void)
 {
+	lr_session_event_unref(fc.ev);
+	fc.ev = NULL;
+	lr_buf_release(&fc.frame);
+}
+
+/*
+ * The frame of ev in fc.frame: its name and id, then its data as "data: "
+ * lines (split at LF, CR or CRLF as lr_httpd_req_append_lines does), then
+ * the blank line. 0 or -ENOMEM.
+ */
+static int frame_event(struct lr_session_event *ev)
+{
+	if (fc.ev == ev)
+		return 0;
+	lr_session_event_unref(fc.ev);
+	fc.ev = NULL;
+	struct lr_buf *b = &fc.frame;
+	if (!b->cap)
+		lr_buf_init(b, SIZE_MAX);
+	lr_buf_reset(b);
 	char head[64];
 	int n;
 	if (ev->seq)
 		n = snprintf(head, sizeof head, "event: enduring\nid: %" PRIu64 "\n", ev->seq);
 	else
 		n = snprintf(head, sizeof head, "event: ephemeral\n");
-	if (lr_httpd_req_append(p->r, head, (size_t)n))
+	int rc = lr_buf_add(b, head, (size_t)n);
+	const char *s = ev->data;
+	size_t len = ev->len, i = 0;
+	while (!rc) {
+		size_t j = i;
+		while (j < len && s[j] != '\n' && s[j] != '\r')
+			j++;
+		rc = lr_buf_add(b, "data: ", 6);
+		if (!rc)
+			rc = lr_buf_add(b, s + i, j - i);
+		if (!rc)
+			rc = lr_buf_add(b, "\n", 1);
+		if (rc || j >= len)
+			break;
+		if (s[j] == '\r' && j + 1 < len && s[j + 1] == '\n')
+			j++;
+		i = j + 1;
+		if (i >= len)
+			break; /* a trailing break ends the last line */
+	}
+	if (!rc)
+		rc = lr_buf_add(b, "\n", 1);
+	if (rc) {
+		lr_buf_reset(b);
 		return -ENOMEM;
-	if (lr_httpd_req_append_lines(p->r, "data: ", ev->data, ev->len) ||
-	    lr_httpd_req_append(p->r, "\n", 1))
+	}
+	ev->refs++;
+	fc.ev = ev;
+	return 0;
+}
+
+/* Stages one frame; returns its size, or -ENOMEM. */
+static ssize_t stage_event(struct lr_session_pipe *p, struct lr_session_event *ev)
+{
+	if (frame_event(ev) || lr_httpd_req_append(p->r, fc.frame.data, fc.frame.len))
 		return -ENOMEM;
-	return n + (ssize_t)ev->len + 8;
+	return (ssize_t)fc.frame.len;
 }
 
 /* Sends what was staged as one chunk; 0, or the reason to end. */
@@ -292,6 +353,7 @@ static void on_beat(struct lr_timer *t, void *arg)
 static void fq_unref(void)
 {
 	if (--fq.pipes == 0) {
+		frame_cache_release();
 		lr_defer_release(&fq.defer);
 		lr_timer_release(&fq.hold);
 		fq.loop = NULL;

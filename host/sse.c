@@ -5,8 +5,12 @@
  * Speed matters: a model stream is parsed as it arrives and the benchmark
  * compares against `curl -N`. Line ends are found with memchr, never byte by
  * byte, and a line that lies whole inside a chunk is processed in place;
- * only a line split across chunks is copied into p->line. Data bytes are
- * copied once, into the event being built.
+ * only a line split across chunks is copied into p->line. An event whose
+ * data is one line lying whole inside the chunk (a provider's every event)
+ * is dispatched from the chunk itself (p->borrowed), never copied; other
+ * data bytes are copied once, into the event being built, and a borrowed
+ * line is copied there only when the event goes on past it (a second data
+ * line, or the end of the chunk).
  */
 #include "sse.h"
 
@@ -53,13 +57,19 @@ static int sse_dispatch(struct lr_sse *p, lr_sse_cb cb, void *arg, int untermina
 		ev.type = "message";
 		ev.type_len = 7;
 	}
-	ev.data = p->data.len ? p->data.data : "";
-	ev.data_len = p->data.len;
+	if (p->borrowed) {
+		ev.data = p->borrowed;
+		ev.data_len = p->borrowed_len;
+	} else {
+		ev.data = p->data.len ? p->data.data : "";
+		ev.data_len = p->data.len;
+	}
 	ev.id = p->id.len ? p->id.data : NULL;
 	ev.id_len = p->id.len;
 	ev.retry = p->retry;
 	ev.unterminated = unterminated;
 	int rc = cb(arg, &ev);
+	p->borrowed = NULL;
 	lr_buf_reset(&p->data);
 	lr_buf_reset(&p->type);
 	p->has_data = 0;
@@ -73,8 +83,21 @@ static int sse_set(struct lr_buf *b, const char *v, size_t n)
 	return lr_buf_add(b, v, n);
 }
 
-/* One complete line without its terminator. */
-static int sse_line(struct lr_sse *p, const char *line, size_t n, lr_sse_cb cb, void *arg)
+/* A borrowed data line becomes the start of p->data: the event goes on past it. */
+static int sse_unborrow(struct lr_sse *p)
+{
+	const char *v = p->borrowed;
+	p->borrowed = NULL;
+	return lr_buf_add(&p->data, v, p->borrowed_len);
+}
+
+/*
+ * One complete line without its terminator; inplace when it lies in the
+ * chunk being fed (it outlives this call until the feed returns), not in
+ * p->line.
+ */
+static int sse_line(struct lr_sse *p, const char *line, size_t n, int inplace, lr_sse_cb cb,
+		    void *arg)
 {
 	if (n == 0)
 		return sse_dispatch(p, cb, arg, 0);
@@ -92,7 +115,18 @@ static int sse_line(struct lr_sse *p, const char *line, size_t n, lr_sse_cb cb, 
 	switch (flen) {
 	case 4:
 		if (memcmp(line, "data", 4) == 0) {
-			if (p->has_data)
+			if (!p->has_data && inplace) {
+				/* p->data's own cap, checked as lr_buf_add would */
+				if (vlen > p->max_event)
+					return LR_ETOOBIG;
+				p->borrowed = v;
+				p->borrowed_len = vlen;
+				p->has_data = 1;
+				break;
+			}
+			if (p->borrowed)
+				rc = sse_unborrow(p);
+			if (p->has_data && !rc)
 				rc = lr_buf_add(&p->data, "\n", 1);
 			if (!rc)
 				rc = lr_buf_add(&p->data, v, vlen);
@@ -120,7 +154,7 @@ static int sse_line(struct lr_sse *p, const char *line, size_t n, lr_sse_cb cb, 
 }
 
 /* The body after the BOM check. */
-static int sse_body(struct lr_sse *p, const char *s, const char *end, lr_sse_cb cb, void *arg)
+static int sse_lines(struct lr_sse *p, const char *s, const char *end, lr_sse_cb cb, void *arg)
 {
 	int rc;
 	if (p->after_cr && s < end) {
@@ -128,11 +162,20 @@ static int sse_body(struct lr_sse *p, const char *s, const char *end, lr_sse_cb 
 		if (*s == '\n')
 			s++;
 	}
+	/*
+	 * The next CR at or after s (NULL: none before end), known once
+	 * scanned: a chunk without CRs is scanned for them once, not per line.
+	 */
+	const char *cr = NULL;
+	int cr_known = 0;
 	while (s < end) {
-		/* The first CR or LF: scan for LF, then for a CR before it. */
+		/* The first CR or LF: scan for LF, then take the next CR if before it. */
 		const char *eol = memchr(s, '\n', (size_t)(end - s));
-		const char *cr = memchr(s, '\r', (size_t)((eol ? eol : end) - s));
-		if (cr)
+		if (!cr_known || (cr && cr < s)) {
+			cr = memchr(s, '\r', (size_t)(end - s));
+			cr_known = 1;
+		}
+		if (cr && (!eol || cr < eol))
 			eol = cr;
 		if (!eol)
 			return lr_buf_add(&p->line, s, (size_t)(end - s));
@@ -140,10 +183,10 @@ static int sse_body(struct lr_sse *p, const char *s, const char *end, lr_sse_cb 
 		if (p->line.len) {
 			rc = lr_buf_add(&p->line, s, n);
 			if (!rc)
-				rc = sse_line(p, p->line.data, p->line.len, cb, arg);
+				rc = sse_line(p, p->line.data, p->line.len, 0, cb, arg);
 			lr_buf_reset(&p->line);
 		} else {
-			rc = n > p->max_line ? LR_ETOOBIG : sse_line(p, s, n, cb, arg);
+			rc = n > p->max_line ? LR_ETOOBIG : sse_line(p, s, n, 1, cb, arg);
 		}
 		if (rc)
 			return rc;
@@ -156,6 +199,18 @@ static int sse_body(struct lr_sse *p, const char *s, const char *end, lr_sse_cb 
 		}
 	}
 	return 0;
+}
+
+/* sse_lines, and the chunk is no longer borrowed when it returns. */
+static int sse_body(struct lr_sse *p, const char *s, const char *end, lr_sse_cb cb, void *arg)
+{
+	int rc = sse_lines(p, s, end, cb, arg);
+	if (p->borrowed) {
+		int rc2 = sse_unborrow(p);
+		if (!rc)
+			rc = rc2;
+	}
+	return rc;
 }
 
 int lr_sse_feed(struct lr_sse *p, const void *buf, size_t len, lr_sse_cb cb, void *arg)
@@ -196,7 +251,7 @@ int lr_sse_finish(struct lr_sse *p, lr_sse_cb cb, void *arg)
 	p->bom = 3;
 	p->after_cr = 0;
 	if (p->line.len) {
-		rc = sse_line(p, p->line.data, p->line.len, cb, arg);
+		rc = sse_line(p, p->line.data, p->line.len, 0, cb, arg);
 		lr_buf_reset(&p->line);
 		if (rc)
 			return p->status = rc;

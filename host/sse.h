@@ -53,6 +53,8 @@ typedef int (*lr_sse_cb)(void *arg, const struct lr_sse_event *ev);
 struct lr_sse {
 	struct lr_buf line;  /* a line split across chunks */
 	struct lr_buf data;
+	const char *borrowed;   /* the data, while it is one line inside the chunk being fed */
+	size_t borrowed_len;
 	struct lr_buf type;
 	struct lr_buf id;
 	size_t max_line, max_event;

@@ -4,8 +4,10 @@
  * rig.http.request and rig.http.stream.
  *
  * A request waits in a task until the transfer ends. A stream waits until
- * the response headers arrive and then hands out decoded SSE events, one
- * per st:next(); the C side pauses the transfer while too many are queued.
+ * the response headers arrive and then hands out decoded SSE events: one
+ * per st:next() (a table) or st:read() (two strings), or as many as are
+ * queued per st:batch() (into the caller's table); the C side pauses the
+ * transfer while too many are queued.
  */
 #include "internal.h"
 
@@ -340,10 +342,17 @@ struct stream {
 	int closed;               /* closed by the owner */
 	int cancelled;            /* aborted under a waiting task */
 	int ended;                /* the end was reported */
-	int raw;                  /* the waiting call is read(): two strings, no table */
+	int mode;                 /* the waiting call: STEP_TABLE, STEP_READ or STEP_BATCH */
 	int rc;                   /* how it ended */
 	struct lr_err err;
 };
+
+/* What stream_step hands out: next()'s table, read()'s strings, batch()'s array. */
+enum { STEP_TABLE, STEP_READ, STEP_BATCH };
+
+/* batch()'s default and largest number of events per call. */
+#define BATCH_DEFAULT 64
+#define BATCH_MAX MAX_QUEUE
 
 static void stream_notify(void *arg)
 {
@@ -411,6 +420,46 @@ static int stream_wait(lua_State *L, struct stream *s, lua_KFunction k)
 
 static int stream_next_k(lua_State *L, int status, lua_KContext ctx);
 
+/*
+ * batch()'s body once an event is queued (e, peeked): moves up to max queued
+ * events into buf (index 2) as data, event pairs, without waiting for more.
+ * One Lua string per event: the event name of a run of events with the same
+ * name is one string, pushed once (a provider stream names every event the
+ * same, or alternates a few).
+ */
+static int stream_fill(lua_State *L, struct stream *s, struct lr_http_event *e)
+{
+	lua_Integer max = lua_tointeger(L, 3);
+	lua_Integer n = 0;
+	int cut = 0;
+	lua_settop(L, 3);
+	lua_pushnil(L); /* stack: st buf max name: the last event name pushed */
+	const char *name = NULL;
+	size_t name_len = 0;
+	do {
+		lua_pushlstring(L, e->data, e->data_len);
+		lua_rawseti(L, 2, 2 * n + 1);
+		if (!name || name_len != e->type_len || memcmp(name, e->type, name_len) != 0) {
+			lua_pushlstring(L, e->type, e->type_len);
+			lua_replace(L, 4);
+			name = lua_tolstring(L, 4, &name_len); /* anchored in slot 4 */
+		}
+		lua_pushvalue(L, 4);
+		lua_rawseti(L, 2, 2 * n + 2);
+		n++;
+		cut = e->unterminated;
+		lr_http_consume(s->req);
+		/* Consuming may resume the transfer, which may queue more. */
+	} while (n < max && !cut && s->req && lr_http_peek(s->req, e));
+	lua_pushnil(L);
+	lua_rawseti(L, 2, 2 * n + 1);
+	lua_pushinteger(L, n);
+	if (!cut)
+		return 1;
+	lua_pushboolean(L, 1);
+	return 2;
+}
+
 /* The body of next(): an event, the end, a failure, or wait for more. */
 static int stream_step(lua_State *L, struct stream *s)
 {
@@ -423,9 +472,11 @@ static int stream_step(lua_State *L, struct stream *s)
 		return lr_pushfail(L, s->rc, "%s", s->err.msg);
 	}
 	struct lr_http_event e;
+	if (s->mode == STEP_BATCH && lr_http_peek(s->req, &e))
+		return stream_fill(L, s, &e);
 	if (lr_http_peek(s->req, &e)) {
 		/* Copy out before consuming: consuming may resume the transfer. */
-		if (s->raw) {
+		if (s->mode == STEP_READ) {
 			lua_pushlstring(L, e.data, e.data_len);
 			if (e.type_len)
 				lua_pushlstring(L, e.type, e.type_len);
@@ -487,7 +538,7 @@ static int stream_next(lua_State *L)
 	struct stream *s = check_stream(L);
 	if (s->waiting)
 		return luaL_error(L, "rig.http.stream: another task is already waiting on this stream");
-	s->raw = 0;
+	s->mode = STEP_TABLE;
 	if (s->ended) {
 		if (s->rc)
 			return lr_pushfail(L, s->rc, "%s", s->err.msg);
@@ -509,7 +560,37 @@ static int stream_read(lua_State *L)
 	struct stream *s = check_stream(L);
 	if (s->waiting)
 		return luaL_error(L, "rig.http.stream: another task is already waiting on this stream");
-	s->raw = 1;
+	s->mode = STEP_READ;
+	if (s->ended) {
+		if (s->rc)
+			return lr_pushfail(L, s->rc, "%s", s->err.msg);
+		lua_pushnil(L);
+		return 1;
+	}
+	return stream_step(L, s);
+}
+
+/*
+ * st:batch(buf [, max]) -> n [, true] | nil (the end) | nil, message, code:
+ * read() for up to max events (BATCH_DEFAULT) at once, into the caller's
+ * table: buf[2i-1] is the i-th event's data and buf[2i] its name, for i =
+ * 1..n, and buf[2n+1] = nil (the rest of buf is left as it was). It waits
+ * only while no event is queued, so n is at least 1 and at most what had
+ * arrived. The second value is true when the last of the n events was cut
+ * short by the end of the stream (read()'s third value). No table per
+ * event: the form for a decoder that reads many events, reusing buf.
+ */
+static int stream_batch(lua_State *L)
+{
+	struct stream *s = check_stream(L);
+	luaL_checktype(L, 2, LUA_TTABLE);
+	lua_Integer max = luaL_optinteger(L, 3, BATCH_DEFAULT);
+	luaL_argcheck(L, max >= 1 && max <= BATCH_MAX, 3, "max must be 1..1024");
+	if (s->waiting)
+		return luaL_error(L, "rig.http.stream: another task is already waiting on this stream");
+	lua_settop(L, 2);
+	lua_pushinteger(L, max);
+	s->mode = STEP_BATCH;
 	if (s->ended) {
 		if (s->rc)
 			return lr_pushfail(L, s->rc, "%s", s->err.msg);
@@ -689,6 +770,7 @@ void lr__http_open(lua_State *L)
 	luaL_newmetatable(L, STREAM_MT);
 	static const luaL_Reg methods[] = {
 		{ "next", stream_next },     { "read", stream_read },     { "events", stream_events },
+		{ "batch", stream_batch },
 		{ "result", stream_result }, { "close", stream_close },
 		{ "head", stream_head },
 		{ NULL, NULL },

@@ -50,6 +50,11 @@ static int buf_grow(struct lr_buf *b, size_t n)
 	return 0;
 }
 
+int lr_buf_reserve(struct lr_buf *b, size_t n)
+{
+	return buf_grow(b, n);
+}
+
 int lr_buf_add(struct lr_buf *b, const void *p, size_t n)
 {
 	int rc = buf_grow(b, n);

@@ -84,6 +84,8 @@ void lr_buf_init(struct lr_buf *b, size_t cap);
 void lr_buf_release(struct lr_buf *b);       /* frees data; b may be reused after init */
 void lr_buf_reset(struct lr_buf *b);         /* len = 0, keeps the allocation */
 int lr_buf_add(struct lr_buf *b, const void *p, size_t n);
+/* Room for n more bytes (and the NUL) past len, appended by the caller: 0, LR_ETOOBIG, -ENOMEM. */
+int lr_buf_reserve(struct lr_buf *b, size_t n);
 int lr_buf_addstr(struct lr_buf *b, const char *s);
 int lr_buf_printf(struct lr_buf *b, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

@@ -458,6 +458,23 @@ local function retry_wait(st, msg, code, detail)
   return true
 end
 
+-- An HTTP event stream is read in batches (st:batch: one string per event, no
+-- table and no C call per event) and handed out one event at a time, as
+-- transport:read() does: data, event [, true for the cut-short last event].
+local function batch_reader(tr)
+  local buf, i, n, cut = {}, 1, 0, nil
+  return function()
+    if i > n then
+      local k, c, code = tr:batch(buf, 64)
+      if not k then return nil, c, code end
+      i, n, cut = 1, k, c
+    end
+    local j = 2 * i
+    i = i + 1
+    return buf[j - 1], buf[j], i > n and cut or nil
+  end
+end
+
 -- Opens one attempt after another until one is established or the failure is final.
 local function establish(st)
   while true do
@@ -466,7 +483,7 @@ local function establish(st)
     local tr, msg, code, detail = st.open(st)
     if tr then
       st.transport = tr
-      st.read = tr.read
+      st.read = type(tr.batch) == "function" and batch_reader(tr) or tr.read
       st.events = 0
       return true
     end

@@ -3,8 +3,11 @@
 provider stream (shared fixture openai_chat_parallel_tool_calls.sse, ~300
 bytes an event, repeated) is served on loopback by a sendfile() server, so
 the server is never the bottleneck. luarig reads it with rig.http.stream and
-touches every event in Lua; the peer is `curl -N` writing the same stream to
-/dev/null. Both are timed as whole processes in the same run, alternating,
+touches every event's data in Lua, in two shapes: st:batch (events moved
+into a reused table as data, name pairs, no table per event: sse_100mb,
+sse_per_event) and st:events (a table per event: sse_per_event_table). The
+peer is `curl -N` writing the same stream to /dev/null. All are timed as
+whole processes in the same run, in rounds (batch, curl, table),
 SSE_BENCH_ROUNDS (BENCH_RUNS, 5) times: medians with min-max.
 """
 import http.server
@@ -88,25 +91,41 @@ def main():
              "local n, bytes = 0, 0 "
              "for ev in st:events() do n = n + 1 bytes = bytes + #ev.data end "
              "assert(st:result()) print(n)")
-    ours, peer = [], []
+    batch = ("local st = assert(rig.http.stream{ url = arg[1], idle_timeout = 30 }) "
+             "local n, bytes, buf = 0, 0, {} "
+             "while true do local k = st:batch(buf, 256) if not k then break end "
+             "for i = 1, 2 * k, 2 do n = n + 1 bytes = bytes + #buf[i] end end "
+             "assert(st:result()) print(n)")
+
+    def ours_run(code):
+        dt, out = timed([LUARIG, "-e", code, url])
+        if dt is not None and int(out.strip()) != nevents:
+            sys.stderr.write(f"sse bench: luarig saw {out.strip()} events, expected {nevents}\n")
+            return None
+        return dt
+
+    ours, table, peer = [], [], []
     try:
         for _ in range(ROUNDS):
-            dt, out = timed([LUARIG, "-e", chunk, url])
+            dt = ours_run(batch)
             if dt is None:
-                return
-            if int(out.strip()) != nevents:
-                sys.stderr.write(f"sse bench: luarig saw {out.strip()} events, expected {nevents}\n")
                 return
             ours.append(dt)
             dt, _ = timed(["curl", "-sS", "-N", "-o", "/dev/null", url])
             if dt is None:
                 return
             peer.append(dt)
+            dt = ours_run(chunk)
+            if dt is None:
+                return
+            table.append(dt)
     finally:
         srv.shutdown()
         os.unlink(path)
     benchlib.line("sse_100mb", ours, "s", "curl-N", peer)
     benchlib.line("sse_per_event", [x / nevents * 1e9 for x in ours], "ns", "curl-N",
+                  [x / nevents * 1e9 for x in peer])
+    benchlib.line("sse_per_event_table", [x / nevents * 1e9 for x in table], "ns", "curl-N",
                   [x / nevents * 1e9 for x in peer])
     o, p = benchlib.median(ours), benchlib.median(peer)
     print(f"# {total / 1e6:.0f} MB, {nevents} events of ~{total // nevents} bytes; "

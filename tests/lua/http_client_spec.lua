@@ -417,6 +417,55 @@ describe("rig.http.stream", function()
     expect(data).to_be('{"half":'); expect(name).to_be("message"); expect(cut).to_be(true)
   end)
 
+  it("moves events in batches into the caller's table, names shared, the cut one flagged", function()
+    local st = assert(http.stream{ url = base .. "/events" })
+    local buf, got = { "stale", "stale", "stale", "stale", "stale", "stale" }, {}
+    while true do
+      local n, cut = st:batch(buf, 3)
+      if not n then break end
+      expect(n >= 1 and n <= 3).to_be(true)
+      expect(cut).to_be_nil()
+      expect(buf[2 * n + 1]).to_be_nil()
+      for i = 1, n do got[#got + 1] = buf[2 * i] .. "=" .. buf[2 * i - 1] end
+    end
+    expect(st:result()).to_be(true)
+    expect(table.concat(got, "|")).to_be('x=line1\nline2|message=crlf\nlines|message=plain|named={"k":1}')
+    expect(st:batch(buf)).to_be_nil()  -- stays ended
+
+    -- a batch waits only for the first event; 2000 come through in order
+    local many = assert(http.stream{ url = base .. "/many" })
+    local n, ok_order, calls = 0, true, 0
+    while true do
+      local k = many:batch(buf, 1024)
+      if not k then break end
+      calls = calls + 1
+      for i = 1, k do
+        n = n + 1
+        if buf[2 * i - 1] ~= tostring(n) then ok_order = false end
+      end
+    end
+    expect(many:result()).to_be(true)
+    expect(n).to_be(2000)
+    expect(ok_order).to_be(true)
+    expect(calls < 2000).to_be(true)
+
+    local cut = assert(http.stream{ url = base .. "/cut" })
+    local got_cut, datas = false, {}
+    while true do
+      local k, c = cut:batch(buf)
+      if not k then break end
+      for i = 1, k do datas[#datas + 1] = buf[2 * i - 1] end
+      if c then got_cut = true end
+    end
+    expect(table.concat(datas, "|")).to_be('whole|{"half":')
+    expect(got_cut).to_be(true)
+
+    expect(function() st:batch() end).to_fail("table expected")
+    expect(function() many:batch(buf, 0) end).to_fail("max must be")
+    st:close()
+    expect(function() st:batch(buf) end).to_fail("closed")
+  end)
+
   it("keeps the first bytes of a 2xx body that is no event stream", function()
     local st = assert(http.stream{ url = base .. "/html" })
     expect(st.headers["content-type"]).to_be("text/html; charset=utf-8")
