@@ -24,7 +24,7 @@
 #define DEPTH_MAX 256
 #define MAGIC "lrtree1\n"
 #define MAGIC_LEN 8
-#define CACHE_MAGIC "lrstat2\n"
+#define CACHE_MAGIC "lrstat3\n" /* lrstat2 had no directory records */
 /* kv key of the GC generation: bumped by every GC before it deletes anything. */
 #define GC_KEY "workspaces/gc"
 
@@ -201,35 +201,66 @@ static int ent_cmp(const void *a, const void *b)
 	return strcmp(((const struct lr__snap_ent *)a)->name, ((const struct lr__snap_ent *)b)->name);
 }
 
+static size_t ent_size(char type, size_t nlen, size_t tlen)
+{
+	return 4 + nlen + (type == 'f' ? 8 + LR_SHA256_LEN : type == 'd' ? LR_SHA256_LEN : 2 + tlen);
+}
+
+/* Writes one manifest entry at p (ent_size bytes); returns the end. */
+static unsigned char *ent_put(unsigned char *p, char type, unsigned mode, const char *name,
+			      size_t nlen, uint64_t size, const unsigned char *hash,
+			      const char *target, size_t tlen)
+{
+	p[0] = (unsigned char)type;
+	put_u16(p + 1, type == 'l' ? 0 : mode & 0777);
+	p[3] = (unsigned char)nlen;
+	memcpy(p + 4, name, nlen);
+	p += 4 + nlen;
+	if (type == 'f') {
+		put_u64(p, size);
+		memcpy(p + 8, hash, LR_SHA256_LEN);
+		return p + 8 + LR_SHA256_LEN;
+	}
+	if (type == 'd') {
+		memcpy(p, hash, LR_SHA256_LEN);
+		return p + LR_SHA256_LEN;
+	}
+	put_u16(p, (unsigned)tlen);
+	memcpy(p + 2, target, tlen);
+	return p + 2 + tlen;
+}
+
+/* Gives b an exact allocation of n bytes (plus a NUL, as lr_buf keeps) and the header. */
+static unsigned char *manifest_begin(struct lr_buf *b, size_t n, size_t count)
+{
+	lr_buf_init(b, SIZE_MAX / 2);
+	unsigned char *p = malloc(n + 1);
+	if (!p)
+		return NULL;
+	p[n] = 0;
+	b->data = (char *)p;
+	b->len = n;
+	b->alloc = n + 1;
+	memcpy(p, MAGIC, MAGIC_LEN);
+	put_u32(p + MAGIC_LEN, (uint32_t)count);
+	return p + MAGIC_LEN + 4;
+}
+
 static int tree_encode(const struct lr__snap_tree *t, struct lr_buf *b)
 {
-	unsigned char h[16];
-	int rc = lr_buf_add(b, MAGIC, MAGIC_LEN);
-	put_u32(h, (uint32_t)t->n);
-	rc = rc ? rc : lr_buf_add(b, h, 4);
-	for (size_t i = 0; i < t->n && !rc; i++) {
+	size_t n = MAGIC_LEN + 4;
+	for (size_t i = 0; i < t->n; i++)
+		n += ent_size(t->e[i].type, t->e[i].nlen,
+			      t->e[i].type == 'l' ? strlen(t->e[i].target) : 0);
+	unsigned char *p = manifest_begin(b, n, t->n);
+	if (!p)
+		return -ENOMEM;
+	for (size_t i = 0; i < t->n; i++) {
 		const struct lr__snap_ent *en = &t->e[i];
-		h[0] = (unsigned char)en->type;
-		put_u16(h + 1, en->type == 'l' ? 0 : en->mode & 0777);
-		h[3] = (unsigned char)en->nlen;
-		rc = lr_buf_add(b, h, 4);
-		rc = rc ? rc : lr_buf_add(b, en->name, en->nlen);
-		if (rc)
-			break;
-		if (en->type == 'f') {
-			put_u64(h, en->size);
-			rc = lr_buf_add(b, h, 8);
-			rc = rc ? rc : lr_buf_add(b, en->hash, LR_SHA256_LEN);
-		} else if (en->type == 'd') {
-			rc = lr_buf_add(b, en->hash, LR_SHA256_LEN);
-		} else {
-			size_t tl = strlen(en->target);
-			put_u16(h, (unsigned)tl);
-			rc = lr_buf_add(b, h, 2);
-			rc = rc ? rc : lr_buf_add(b, en->target, tl);
-		}
+		p = ent_put(p, en->type, en->mode, en->name, en->nlen, en->size, en->hash,
+			    en->target, en->type == 'l' ? strlen(en->target) : 0);
 	}
-	return rc;
+	return 0;
 }
 
 /*
@@ -726,6 +757,7 @@ struct node {
 	size_t nkids;
 	char *path;
 	uint64_t dev, ino, mtime, ctime;
+	uint64_t dsize; /* a directory: its manifest's length */
 };
 
 struct cap {
@@ -753,8 +785,12 @@ struct cap {
 	size_t *par_sub;
 	struct node **todo; /* files the stat cache cannot vouch for */
 	size_t ntodo;
-	struct sealed *trees; /* every directory's manifest, stored after the walk */
+	struct sealed *trees; /* the manifests to store after the walk */
 	size_t ntrees, captrees;
+	struct node **dirs; /* every directory, for the new stat cache */
+	size_t ndirs, capdirs;
+	size_t dirs_same;  /* directories whose manifest the cache vouched for */
+	size_t files_same; /* files whose hash the cache vouched for (before any thread) */
 };
 
 static void node_release(struct node *nd)
@@ -1235,15 +1271,48 @@ static int tree_job(void *ctx, size_t i, struct lr_err *e)
 }
 
 /*
+ * The directory's manifest as the stat cache remembers it: when the store
+ * holds, under the hash the cache names for this directory, exactly the
+ * bytes just encoded, that hash is the manifest's (it was stored under its
+ * SHA-256) and the manifest need not be hashed or stored again.
+ */
+static int dir_cached(struct cap *c, struct node *dir, const struct lr_buf *b)
+{
+	char key[PATH_MAX];
+	size_t pl = strlen(dir->path);
+	if (!c->old || pl + 2 > sizeof key)
+		return 0;
+	memcpy(key, dir->path, pl);
+	key[pl] = '/';
+	key[pl + 1] = 0;
+	const struct sc_ent *ce = sc_find(c->old, key);
+	if (!ce || ce->size != b->len)
+		return 0;
+	char bkey[128];
+	lr__snap_blob_key(bkey, "trees", ce->hash);
+	struct lr_bytes have;
+	struct lr_err ign;
+	if (lr_store_blob_get(c->sn->store, bkey, &have, &ign))
+		return 0;
+	int same = have.len == b->len && memcmp(have.data, b->data, b->len) == 0;
+	lr_bytes_release(&have);
+	if (same)
+		memcpy(dir->hash, ce->hash, LR_SHA256_LEN);
+	return same;
+}
+
+/*
  * Seals every directory's manifest bottom-up (a parent needs its children's
- * hashes, not their storage), collecting them in c->trees; they are stored
+ * hashes, not their storage), straight from the walk's nodes (sorted by
+ * name, as a manifest is). A manifest the stat cache vouches for is taken
+ * as it is; the others are hashed and collected in c->trees, to be stored
  * afterwards on the capture threads, so that the LMDB writer commits the
  * new ones of a capture together instead of one durable commit each.
  */
 static int put_dir(struct cap *c, struct node *dir, struct lr_err *e)
 {
-	struct lr__snap_tree t = { 0 };
 	int rc = 0;
+	size_t n = MAGIC_LEN + 4;
 	for (size_t i = 0; i < dir->nkids && !rc; i++) {
 		struct node *nd = &dir->kids[i];
 		if (nd->type == 'd') {
@@ -1255,33 +1324,56 @@ static int put_dir(struct cap *c, struct node *dir, struct lr_err *e)
 		} else {
 			c->r->symlinks++;
 		}
-		if (rc)
-			break;
-		struct lr__snap_ent en = { .name = nd->name, .nlen = nd->nlen, .type = nd->type,
-					   .mode = nd->mode, .size = nd->size, .target = nd->target };
-		memcpy(en.hash, nd->hash, LR_SHA256_LEN);
-		rc = lr__snap_tree_add(&t, &en);
+		n += ent_size(nd->type, nd->nlen, nd->type == 'l' ? nd->size : 0);
 	}
-	if (!rc && c->ntrees == c->captrees) {
-		size_t nc = c->captrees ? 2 * c->captrees : 64;
-		void *p = realloc(c->trees, nc * sizeof *c->trees);
+	if (rc)
+		return rc;
+	if (c->ndirs == c->capdirs) {
+		size_t nc = c->capdirs ? 2 * c->capdirs : 64;
+		void *p = realloc(c->dirs, nc * sizeof *c->dirs);
 		if (!p)
-			rc = -ENOMEM;
-		else {
-			c->trees = p;
-			c->captrees = nc;
-		}
+			return -ENOMEM;
+		c->dirs = p;
+		c->capdirs = nc;
 	}
-	if (!rc) {
-		struct sealed *sd = &c->trees[c->ntrees];
-		rc = tree_seal(&t, &sd->bytes, sd->hash, e);
-		if (!rc) {
-			memcpy(dir->hash, sd->hash, LR_SHA256_LEN);
-			c->ntrees++;
-		}
+	c->dirs[c->ndirs++] = dir;
+	dir->dsize = n;
+	struct lr_buf b;
+	unsigned char *p = manifest_begin(&b, n, dir->nkids);
+	if (!p)
+		return -ENOMEM;
+	for (size_t i = 0; i < dir->nkids; i++) {
+		const struct node *nd = &dir->kids[i];
+		p = ent_put(p, nd->type, nd->mode, nd->name, nd->nlen, nd->size, nd->hash,
+			    nd->target, nd->type == 'l' ? nd->size : 0);
 	}
-	lr__snap_tree_release(&t);
-	return rc;
+	if (dir_cached(c, dir, &b)) {
+		c->dirs_same++;
+		lr_buf_release(&b);
+		return 0;
+	}
+	if (c->ntrees == c->captrees) {
+		size_t nc = c->captrees ? 2 * c->captrees : 64;
+		void *q = realloc(c->trees, nc * sizeof *c->trees);
+		if (!q) {
+			lr_buf_release(&b);
+			return -ENOMEM;
+		}
+		c->trees = q;
+		c->captrees = nc;
+	}
+	struct sealed *sd = &c->trees[c->ntrees];
+	rc = lr__snap_crypto_ready(e);
+	if (!rc && (rc = lr_sha256(b.data, b.len, sd->hash)))
+		lr_err_set(e, "snapshot: hashing a manifest failed: %s", lr_strerror(rc));
+	if (rc) {
+		lr_buf_release(&b);
+		return rc;
+	}
+	sd->bytes = b;
+	memcpy(dir->hash, sd->hash, LR_SHA256_LEN);
+	c->ntrees++;
+	return 0;
 }
 
 static int skip_cmp(const void *a, const void *b)
@@ -1364,9 +1456,8 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 		    struct lr_err *e)
 {
 	memset(r, 0, sizeof *r);
-	int rc = lr__snap_crypto_ready(e);
-	if (rc)
-		return rc;
+	int rc = 0;
+	/* libcrypto is opened only when something is hashed: an unchanged tree needs none. */
 	struct cap c = { .sn = sn, .r = r, .start_ns = wall_ns() };
 	pthread_mutex_init(&c.mu, NULL);
 	for (int i = 0; i < 64; i++)
@@ -1410,12 +1501,14 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 	for (size_t i = 0; !rc && i < c.nfiles; i++) {
 		struct node *nd = c.files[i];
 		const struct sc_ent *ce = c.gen_same ? sc_find(c.old, nd->path) : NULL;
-		if (ce && cache_trusted(&c, ce, nd))
+		if (ce && cache_trusted(&c, ce, nd)) {
 			memcpy(nd->hash, ce->hash, LR_SHA256_LEN);
-		else
+			c.files_same++;
+		} else {
 			c.todo[c.ntodo++] = nd;
+		}
 	}
-	if (!rc && c.ntodo)
+	if (!rc && c.ntodo && !(rc = lr__snap_crypto_ready(e)))
 		rc = par_run(sn->threads, c.ntodo, hash_job, &c, e);
 	if (!rc)
 		rc = put_dir(&c, &root, e);
@@ -1431,7 +1524,14 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 	rc = lr__snap_index_put(sn, root.hash, r->files, r->bytes, e);
 	if (rc)
 		goto out;
-	/* The new cache: every file but the racily clean ones. */
+	/*
+	 * Every file and directory as the old cache had them: the new cache
+	 * would be the same, so it is neither built nor written.
+	 */
+	if (c.gen_same && c.files_same == c.nfiles && c.dirs_same == c.ndirs &&
+	    c.old->n == c.nfiles + c.ndirs)
+		goto out;
+	/* The new cache: every file but the racily clean ones, and every directory. */
 	struct lr__statcache *nc = calloc(1, sizeof *nc);
 	for (size_t i = 0; nc && i < c.nfiles; i++) {
 		struct node *nd = c.files[i];
@@ -1439,6 +1539,23 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 			continue;
 		struct sc_ent en = { .path = nd->path, .dev = nd->dev, .ino = nd->ino,
 				     .size = nd->size, .mtime = nd->mtime, .ctime = nd->ctime };
+		memcpy(en.hash, nd->hash, LR_SHA256_LEN);
+		if (sc_add(nc, &en)) {
+			sc_free(nc);
+			nc = NULL;
+		}
+	}
+	/* A directory's record: its path and '/', its manifest's length and hash. */
+	for (size_t i = 0; nc && i < c.ndirs; i++) {
+		struct node *nd = c.dirs[i];
+		char key[PATH_MAX];
+		size_t pl = strlen(nd->path);
+		if (pl + 2 > sizeof key)
+			continue;
+		memcpy(key, nd->path, pl);
+		key[pl] = '/';
+		key[pl + 1] = 0;
+		struct sc_ent en = { .path = key, .size = nd->dsize };
 		memcpy(en.hash, nd->hash, LR_SHA256_LEN);
 		if (sc_add(nc, &en)) {
 			sc_free(nc);
@@ -1462,6 +1579,7 @@ out:
 	for (size_t i = 0; i < c.ntrees; i++)
 		lr_buf_release(&c.trees[i].bytes);
 	free(c.trees);
+	free(c.dirs);
 	free(c.files);
 	free(c.todo);
 	sc_free(c.old);
