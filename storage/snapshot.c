@@ -445,7 +445,7 @@ static int load_ref(struct lr_snap *sn, const char *ref, unsigned char root[LR_S
 /* ---- the stat cache ---- */
 
 struct sc_ent {
-	char *path;
+	char *path; /* in the cache's arena */
 	uint64_t dev, ino, size, mtime, ctime;
 	unsigned char hash[LR_SHA256_LEN];
 };
@@ -457,15 +457,53 @@ struct lr__statcache {
 	uint64_t gen; /* the GC generation the cached hashes were seen in */
 	uint32_t *idx; /* open addressing over e by path hash: i + 1, 0 = empty */
 	size_t idxcap;  /* a power of two, or 0 before sc_index */
+	struct chunk *strs; /* the paths: a cache of n entries costs few allocations, not n */
 	struct lr__statcache *next;
 };
+
+struct chunk {
+	struct chunk *next;
+	size_t used, cap;
+	char data[];
+};
+
+#define CHUNK_SIZE ((size_t)64 << 10)
+
+/* A NUL-terminated copy of p[0..n) in the arena *a. */
+static char *arena_dup(struct chunk **a, const char *p, size_t n)
+{
+	struct chunk *k = *a;
+	if (!k || k->cap - k->used < n + 1) {
+		size_t cap = n + 1 > CHUNK_SIZE - sizeof *k ? n + 1 : CHUNK_SIZE - sizeof *k;
+		k = malloc(sizeof *k + cap);
+		if (!k)
+			return NULL;
+		k->next = *a;
+		k->used = 0;
+		k->cap = cap;
+		*a = k;
+	}
+	char *d = k->data + k->used;
+	memcpy(d, p, n);
+	d[n] = 0;
+	k->used += n + 1;
+	return d;
+}
+
+static void arena_free(struct chunk *k)
+{
+	while (k) {
+		struct chunk *next = k->next;
+		free(k);
+		k = next;
+	}
+}
 
 static void sc_free(struct lr__statcache *c)
 {
 	if (!c)
 		return;
-	for (size_t i = 0; i < c->n; i++)
-		free(c->e[i].path);
+	arena_free(c->strs);
 	free(c->e);
 	free(c->idx);
 	free(c->key);
@@ -509,7 +547,7 @@ static int sc_cmp(const void *a, const void *b)
 	return strcmp(((const struct sc_ent *)a)->path, ((const struct sc_ent *)b)->path);
 }
 
-static int sc_add(struct lr__statcache *c, const struct sc_ent *src)
+static int sc_add_n(struct lr__statcache *c, const struct sc_ent *src, size_t pl)
 {
 	if (c->n == c->cap) {
 		size_t nc = c->cap ? 2 * c->cap : 64;
@@ -520,11 +558,16 @@ static int sc_add(struct lr__statcache *c, const struct sc_ent *src)
 		c->cap = nc;
 	}
 	c->e[c->n] = *src;
-	c->e[c->n].path = strdup(src->path);
+	c->e[c->n].path = arena_dup(&c->strs, src->path, pl);
 	if (!c->e[c->n].path)
 		return -ENOMEM;
 	c->n++;
 	return 0;
+}
+
+static int sc_add(struct lr__statcache *c, const struct sc_ent *src)
+{
+	return sc_add_n(c, src, strlen(src->path));
 }
 
 static const struct sc_ent *sc_find(const struct lr__statcache *c, const char *path)
@@ -595,24 +638,24 @@ static struct lr__statcache *sc_load(struct lr_snap *sn, const char *canon)
 	size_t at = 20;
 	int sorted = 1;
 	enum { FIXED = 40 + LR_SHA256_LEN };
+	size_t most = (len - 20) / (2 + 1 + FIXED); /* what the file can hold at most */
+	if (cnt && (c->e = malloc((cnt < most ? cnt : most) * sizeof *c->e)))
+		c->cap = cnt < most ? cnt : most;
 	for (uint64_t i = 0; i < cnt; i++) {
 		if (len - at < 2)
 			break;
 		size_t pl = (size_t)get_be(buf + at, 2);
 		if (pl == 0 || pl >= PATH_MAX || len - at - 2 < pl + FIXED)
 			break;
-		char name[PATH_MAX];
-		memcpy(name, buf + at + 2, pl);
-		name[pl] = 0;
 		const unsigned char *rec = buf + at + 2 + pl;
-		struct sc_ent en = { .path = name };
+		struct sc_ent en = { .path = (char *)buf + at + 2 };
 		en.dev = get_be(rec, 8);
 		en.ino = get_be(rec + 8, 8);
 		en.size = get_be(rec + 16, 8);
 		en.mtime = get_be(rec + 24, 8);
 		en.ctime = get_be(rec + 32, 8);
 		memcpy(en.hash, rec + 40, LR_SHA256_LEN);
-		if (sc_add(c, &en))
+		if (sc_add_n(c, &en, pl))
 			break;
 		if (c->n > 1 && strcmp(c->e[c->n - 2].path, c->e[c->n - 1].path) >= 0)
 			sorted = 0;
@@ -758,6 +801,7 @@ struct node {
 	char *path;
 	uint64_t dev, ino, mtime, ctime;
 	uint64_t dsize; /* a directory: its manifest's length */
+	char *strs;     /* a directory: one block with its kids' names and paths */
 };
 
 struct cap {
@@ -798,9 +842,8 @@ static void node_release(struct node *nd)
 	for (size_t i = 0; i < nd->nkids; i++)
 		node_release(&nd->kids[i]);
 	free(nd->kids);
-	free(nd->name);
 	free(nd->target);
-	free(nd->path);
+	free(nd->strs);
 }
 
 static int add_skip_locked(struct cap *c, const char *path, const char *reason);
@@ -831,11 +874,6 @@ static int add_skip_locked(struct cap *c, const char *path, const char *reason)
 	r->skipped[r->nskipped].reason = reason;
 	r->nskipped++;
 	return 0;
-}
-
-static int node_cmp(const void *a, const void *b)
-{
-	return strcmp(((const struct node *)a)->name, ((const struct node *)b)->name);
 }
 
 /* Reads the names in dirfd (without "." and ".."); *names is a NULL-terminated array. */
@@ -907,6 +945,96 @@ static void free_names(char **v, size_t n)
 static int walk_sub(struct cap *c, int dirfd, struct node *nd, int depth, struct lr_err *e);
 static int walk_job(void *ctx, size_t i, struct lr_err *e);
 
+/* The names in a directory, as read by getdents64 into one buffer. */
+struct dents {
+	char *buf;     /* the names, each NUL-terminated */
+	size_t len, cap;
+	char **v;      /* into buf once the reading is done, sorted */
+	size_t n, capn;
+};
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * Reads dirfd's names (without "." and "..") in big getdents64 batches,
+ * copying them into one buffer: a directory of n entries costs a few
+ * allocations, not n, and they come out sorted by name.
+ */
+static int read_names(int dirfd, struct dents *d)
+{
+	memset(d, 0, sizeof *d);
+	if (lseek(dirfd, 0, SEEK_SET) < 0)
+		return -errno;
+	size_t *off = NULL;
+	int rc = 0;
+	union {
+		char b[32768];
+		struct dirent64 align;
+	} raw;
+	for (;;) {
+		ssize_t got = getdents64(dirfd, raw.b, sizeof raw.b);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			rc = -errno;
+			break;
+		}
+		if (got == 0)
+			break;
+		for (ssize_t at = 0; at < got;) {
+			struct dirent64 *de = (struct dirent64 *)(raw.b + at);
+			at += de->d_reclen;
+			const char *nm = de->d_name;
+			if (nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2])))
+				continue;
+			size_t nl = strlen(nm) + 1;
+			if (d->len + nl > d->cap) {
+				size_t nc = d->cap ? 2 * d->cap : 4096;
+				while (nc < d->len + nl)
+					nc *= 2;
+				char *p = realloc(d->buf, nc);
+				if (!p) {
+					rc = -ENOMEM;
+					break;
+				}
+				d->buf = p;
+				d->cap = nc;
+			}
+			if (d->n == d->capn) {
+				size_t nc = d->capn ? 2 * d->capn : 64;
+				void *p = realloc(off, nc * sizeof *off);
+				if (!p) {
+					rc = -ENOMEM;
+					break;
+				}
+				off = p;
+				d->capn = nc;
+			}
+			memcpy(d->buf + d->len, nm, nl);
+			off[d->n++] = d->len;
+			d->len += nl;
+		}
+		if (rc)
+			break;
+	}
+	/* The offsets become pointers in place (a size_t holds a pointer here). */
+	_Static_assert(sizeof(size_t) == sizeof(char *), "offsets are reused as pointers");
+	d->v = (char **)off;
+	for (size_t i = 0; !rc && i < d->n; i++)
+		d->v[i] = d->buf + off[i];
+	if (rc) {
+		free(d->buf);
+		free(d->v);
+		memset(d, 0, sizeof *d);
+		return rc;
+	}
+	sort_n(d->v, d->n, sizeof *d->v, name_cmp);
+	return 0;
+}
+
 static int walk(struct cap *c, int dirfd, const char *rel, struct node *dir, int depth,
 		struct lr_err *e)
 {
@@ -914,49 +1042,54 @@ static int walk(struct cap *c, int dirfd, const char *rel, struct node *dir, int
 		lr_err_set(e, "snapshot: '%s' is nested deeper than %d levels", rel, DEPTH_MAX);
 		return LR_ETOOBIG;
 	}
-	char **names;
-	size_t n;
-	int rc = list_names(dirfd, &names, &n);
+	struct dents d;
+	int rc = read_names(dirfd, &d);
 	if (rc) {
 		lr_err_set(e, "snapshot: cannot read directory '%s': %s", *rel ? rel : ".",
 			   lr_strerror(rc));
 		return rc;
 	}
+	size_t n = d.n, rl = strlen(rel);
+	/* Each kid's name and path ("rel/name") in one block the directory owns. */
 	dir->kids = calloc(n ? n : 1, sizeof *dir->kids);
-	if (!dir->kids) {
-		free_names(names, n);
+	dir->strs = malloc(d.len + n * (rl + 1) + d.len + 1);
+	if (!dir->kids || !dir->strs) {
+		free(d.buf);
+		free(d.v);
 		return -ENOMEM;
 	}
+	char *sp = dir->strs;
 	for (size_t i = 0; i < n && !rc; i++) {
 		struct stat st;
-		char *path = path_join(rel, names[i]);
-		if (!path) {
-			rc = -ENOMEM;
-			break;
+		const char *name = d.v[i];
+		size_t nl = strlen(name);
+		char *nm = sp, *path = sp + nl + 1;
+		memcpy(nm, name, nl + 1);
+		if (rl) {
+			memcpy(path, rel, rl);
+			path[rl] = '/';
+			memcpy(path + rl + 1, name, nl + 1);
+		} else {
+			memcpy(path, name, nl + 1);
 		}
-		if (fstatat(dirfd, names[i], &st, AT_SYMLINK_NOFOLLOW) != 0) {
+		if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
 			rc = errno == ENOENT ? 0 : -errno; /* vanished since readdir: not there */
 			if (rc)
 				lr_err_set(e, "snapshot: cannot stat '%s': %s", path, lr_strerror(rc));
-			free(path);
 			continue;
 		}
-		if (strlen(names[i]) > LR__SNAP_NAME_MAX) {
-			free(path);
+		if (nl > LR__SNAP_NAME_MAX)
 			continue;
-		}
 		const char *skip = S_ISSOCK(st.st_mode) ? "socket" : S_ISFIFO(st.st_mode) ? "fifo"
 				 : (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) ? "device" : NULL;
 		if (skip || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode))) {
 			rc = add_skip(c, path, skip ? skip : "unknown type");
-			free(path);
 			continue;
 		}
 		struct node *nd = &dir->kids[dir->nkids];
 		memset(nd, 0, sizeof *nd);
-		nd->name = names[i];
-		names[i] = NULL;
-		nd->nlen = strlen(nd->name);
+		nd->name = nm;
+		nd->nlen = nl;
 		nd->path = path;
 		nd->mode = (uint16_t)(st.st_mode & 0777);
 		if (S_ISLNK(st.st_mode)) {
@@ -968,8 +1101,6 @@ static int walk(struct cap *c, int dirfd, const char *rel, struct node *dir, int
 				rc = tl < 0 ? -errno : LR_ETOOBIG;
 				lr_err_set(e, "snapshot: cannot read symlink '%s': %s", path,
 					   tl < 0 ? strerror(errno) : "target too long");
-				free(nd->name);
-				free(path);
 				continue;
 			}
 			buf[tl] = 0;
@@ -987,12 +1118,14 @@ static int walk(struct cap *c, int dirfd, const char *rel, struct node *dir, int
 			nd->mtime = ts_ns(&st.st_mtim);
 			nd->ctime = ts_ns(&st.st_ctim);
 		}
+		sp = path + rl + (rl ? 1 : 0) + nl + 1; /* kept: the block holds this kid's strings */
 		dir->nkids++;
 	}
-	free_names(names, n);
+	free(d.buf);
+	free(d.v);
 	if (rc)
 		return rc;
-	sort_n(dir->kids, dir->nkids, sizeof *dir->kids, node_cmp);
+
 	size_t nsub = 0;
 	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < dir->nkids && !rc; i++) {
@@ -1478,9 +1611,9 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 		free(canon);
 		return rc;
 	}
-	root.path = strdup("");
+	root.path = (char *)""; /* the root's strings are nobody's block: not freed */
 	c.old = sc_load(sn, canon);
-	if (!root.path || !c.old) {
+	if (!c.old) {
 		rc = -ENOMEM;
 		goto out;
 	}
