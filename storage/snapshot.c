@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -444,10 +445,22 @@ static int load_ref(struct lr_snap *sn, const char *ref, unsigned char root[LR_S
 
 /* ---- the stat cache ---- */
 
+/*
+ * One record: a file (path, stat fields, content hash), or a directory
+ * (path + "/", its manifest's length in size, the manifest's hash and its
+ * bytes in man).
+ */
 struct sc_ent {
-	char *path; /* in the cache's arena */
+	const char *path; /* NUL-terminated, in the cache file's mapping or the arena */
+	const unsigned char *man; /* a directory: its manifest, size bytes; else NULL */
 	uint64_t dev, ino, size, mtime, ctime;
 	unsigned char hash[LR_SHA256_LEN];
+};
+
+struct chunk {
+	struct chunk *next;
+	size_t used, cap;
+	char data[];
 };
 
 struct lr__statcache {
@@ -457,20 +470,16 @@ struct lr__statcache {
 	uint64_t gen; /* the GC generation the cached hashes were seen in */
 	uint32_t *idx; /* open addressing over e by path hash: i + 1, 0 = empty */
 	size_t idxcap;  /* a power of two, or 0 before sc_index */
-	struct chunk *strs; /* the paths: a cache of n entries costs few allocations, not n */
+	struct chunk *strs; /* copies of paths and manifests: few allocations, not n */
+	void *map;          /* the cache file, mapped: loaded records point into it */
+	size_t maplen;
 	struct lr__statcache *next;
-};
-
-struct chunk {
-	struct chunk *next;
-	size_t used, cap;
-	char data[];
 };
 
 #define CHUNK_SIZE ((size_t)64 << 10)
 
 /* A NUL-terminated copy of p[0..n) in the arena *a. */
-static char *arena_dup(struct chunk **a, const char *p, size_t n)
+static char *arena_dup(struct chunk **a, const void *p, size_t n)
 {
 	struct chunk *k = *a;
 	if (!k || k->cap - k->used < n + 1) {
@@ -504,6 +513,8 @@ static void sc_free(struct lr__statcache *c)
 	if (!c)
 		return;
 	arena_free(c->strs);
+	if (c->map)
+		munmap(c->map, c->maplen);
 	free(c->e);
 	free(c->idx);
 	free(c->key);
@@ -547,27 +558,33 @@ static int sc_cmp(const void *a, const void *b)
 	return strcmp(((const struct sc_ent *)a)->path, ((const struct sc_ent *)b)->path);
 }
 
-static int sc_add_n(struct lr__statcache *c, const struct sc_ent *src, size_t pl)
+static int sc_grow(struct lr__statcache *c)
 {
-	if (c->n == c->cap) {
-		size_t nc = c->cap ? 2 * c->cap : 64;
-		void *p = realloc(c->e, nc * sizeof *c->e);
-		if (!p)
-			return -ENOMEM;
-		c->e = p;
-		c->cap = nc;
-	}
-	c->e[c->n] = *src;
-	c->e[c->n].path = arena_dup(&c->strs, src->path, pl);
-	if (!c->e[c->n].path)
+	if (c->n < c->cap)
+		return 0;
+	size_t nc = c->cap ? 2 * c->cap : 64;
+	void *p = realloc(c->e, nc * sizeof *c->e);
+	if (!p)
 		return -ENOMEM;
-	c->n++;
+	c->e = p;
+	c->cap = nc;
 	return 0;
 }
 
+/* Appends a copy of src (its path and manifest copied into the arena). */
 static int sc_add(struct lr__statcache *c, const struct sc_ent *src)
 {
-	return sc_add_n(c, src, strlen(src->path));
+	if (sc_grow(c))
+		return -ENOMEM;
+	struct sc_ent *en = &c->e[c->n];
+	*en = *src;
+	en->path = arena_dup(&c->strs, src->path, strlen(src->path));
+	if (!en->path)
+		return -ENOMEM;
+	if (src->man && !(en->man = (unsigned char *)arena_dup(&c->strs, src->man, src->size)))
+		return -ENOMEM;
+	c->n++;
+	return 0;
 }
 
 static const struct sc_ent *sc_find(const struct lr__statcache *c, const char *path)
@@ -581,7 +598,7 @@ static const struct sc_ent *sc_find(const struct lr__statcache *c, const char *p
 				return &c->e[c->idx[j] - 1];
 		return NULL;
 	}
-	struct sc_ent k = { .path = (char *)path };
+	struct sc_ent k = { .path = path };
 	return bsearch(&k, c->e, c->n, sizeof *c->e, sc_cmp);
 }
 
@@ -592,7 +609,25 @@ static void cache_file_path(const struct lr_snap *sn, const char *canon, char *o
 	snprintf(out, cap, "%s/%s", sn->cache_dir, hex);
 }
 
-/* A copy of the cache for canon, or an empty one. A damaged cache file is ignored. */
+static uint64_t be64(const unsigned char *p)
+{
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return __builtin_bswap64(v);
+#else
+	return get_be(p, 8);
+#endif
+}
+
+/*
+ * A copy of the cache for canon, or an empty one. A damaged cache file is
+ * ignored from its first damage on. The file (CACHE_MAGIC, u32 count, u64
+ * GC generation, then records of u16 path length, path, NUL, u64 dev, ino,
+ * size, mtime, ctime, the 32-byte hash and, for a directory, size bytes of
+ * manifest) is mapped, and the records point into the mapping: loading
+ * copies nothing.
+ */
 static struct lr__statcache *sc_load(struct lr_snap *sn, const char *canon)
 {
 	struct lr__statcache *c = calloc(1, sizeof *c);
@@ -613,33 +648,29 @@ static struct lr__statcache *sc_load(struct lr_snap *sn, const char *canon)
 	}
 	char path[PATH_MAX];
 	cache_file_path(sn, canon, path, sizeof path);
-	/* One read of the whole file, then a parse that stops at the first damage. */
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return c;
 	struct stat st;
-	unsigned char *buf = NULL;
+	void *map = MAP_FAILED;
 	if (fstat(fd, &st) == 0 && st.st_size >= 20 && st.st_size < ((off_t)1 << 32))
-		buf = malloc((size_t)st.st_size);
-	size_t len = 0;
-	while (buf && len < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + len, (size_t)st.st_size - len);
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
+		map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
-	if (!buf || len != (size_t)st.st_size || memcmp(buf, CACHE_MAGIC, 8) != 0) {
-		free(buf);
+	if (map == MAP_FAILED)
 		return c;
-	}
+	c->map = map;
+	c->maplen = (size_t)st.st_size;
+	const unsigned char *buf = map;
+	size_t len = c->maplen;
+	if (memcmp(buf, CACHE_MAGIC, 8) != 0)
+		return c;
 	uint64_t cnt = get_be(buf + 8, 4);
-	c->gen = get_be(buf + 12, 8);
+	c->gen = be64(buf + 12);
 	size_t at = 20;
 	int sorted = 1;
-	enum { FIXED = 40 + LR_SHA256_LEN };
+	enum { FIXED = 1 + 40 + LR_SHA256_LEN };
 	size_t most = (len - 20) / (2 + 1 + FIXED); /* what the file can hold at most */
-	if (cnt && (c->e = malloc((cnt < most ? cnt : most) * sizeof *c->e)))
+	if (cnt && most && (c->e = malloc((cnt < most ? cnt : most) * sizeof *c->e)))
 		c->cap = cnt < most ? cnt : most;
 	for (uint64_t i = 0; i < cnt; i++) {
 		if (len - at < 2)
@@ -647,21 +678,30 @@ static struct lr__statcache *sc_load(struct lr_snap *sn, const char *canon)
 		size_t pl = (size_t)get_be(buf + at, 2);
 		if (pl == 0 || pl >= PATH_MAX || len - at - 2 < pl + FIXED)
 			break;
-		const unsigned char *rec = buf + at + 2 + pl;
-		struct sc_ent en = { .path = (char *)buf + at + 2 };
-		en.dev = get_be(rec, 8);
-		en.ino = get_be(rec + 8, 8);
-		en.size = get_be(rec + 16, 8);
-		en.mtime = get_be(rec + 24, 8);
-		en.ctime = get_be(rec + 32, 8);
-		memcpy(en.hash, rec + 40, LR_SHA256_LEN);
-		if (sc_add_n(c, &en, pl))
+		const char *p = (const char *)buf + at + 2;
+		if (p[pl] != 0 || memchr(p, 0, pl))
 			break;
+		const unsigned char *rec = buf + at + 2 + pl + 1;
+		struct sc_ent en = { .path = p };
+		en.dev = be64(rec);
+		en.ino = be64(rec + 8);
+		en.size = be64(rec + 16);
+		en.mtime = be64(rec + 24);
+		en.ctime = be64(rec + 32);
+		memcpy(en.hash, rec + 40, LR_SHA256_LEN);
+		at += 2 + pl + FIXED;
+		if (p[pl - 1] == '/') {
+			if (len - at < en.size)
+				break;
+			en.man = buf + at;
+			at += (size_t)en.size;
+		}
+		if (sc_grow(c))
+			break;
+		c->e[c->n++] = en;
 		if (c->n > 1 && strcmp(c->e[c->n - 2].path, c->e[c->n - 1].path) >= 0)
 			sorted = 0;
-		at += 2 + pl + FIXED;
 	}
-	free(buf);
 	if (!sorted)
 		sort_n(c->e, c->n, sizeof *c->e, sc_cmp);
 	return c;
@@ -697,25 +737,31 @@ static void sc_save(struct lr_snap *sn, const char *canon, struct lr__statcache 
 		sc_free(c);
 		return;
 	}
+	size_t n = 0;
+	for (size_t i = 0; i < c->n; i++)
+		n += strlen(c->e[i].path) < PATH_MAX;
 	unsigned char h[12];
-	put_u32(h, (uint32_t)c->n);
+	put_u32(h, (uint32_t)n);
 	put_u64(h + 4, c->gen);
 	int ok = fwrite(CACHE_MAGIC, 1, 8, f) == 8 && fwrite(h, 1, 12, f) == 12;
 	for (size_t i = 0; ok && i < c->n; i++) {
 		const struct sc_ent *en = &c->e[i];
-		unsigned char rec[2 + 40 + LR_SHA256_LEN];
+		unsigned char rec[2 + 1 + 40 + LR_SHA256_LEN];
 		size_t pl = strlen(en->path);
-		if (pl >= 65536)
+		if (pl >= PATH_MAX)
 			continue;
 		put_u16(rec, (unsigned)pl);
-		put_u64(rec + 2, en->dev);
-		put_u64(rec + 10, en->ino);
-		put_u64(rec + 18, en->size);
-		put_u64(rec + 26, en->mtime);
-		put_u64(rec + 34, en->ctime);
-		memcpy(rec + 42, en->hash, LR_SHA256_LEN);
+		rec[2] = 0;
+		put_u64(rec + 3, en->dev);
+		put_u64(rec + 11, en->ino);
+		put_u64(rec + 19, en->size);
+		put_u64(rec + 27, en->mtime);
+		put_u64(rec + 35, en->ctime);
+		memcpy(rec + 43, en->hash, LR_SHA256_LEN);
 		ok = fwrite(rec, 1, 2, f) == 2 && fwrite(en->path, 1, pl, f) == pl &&
 		     fwrite(rec + 2, 1, sizeof rec - 2, f) == sizeof rec - 2;
+		if (ok && en->man)
+			ok = fwrite(en->man, 1, (size_t)en->size, f) == en->size;
 	}
 	if (fclose(f) != 0)
 		ok = 0;
@@ -801,6 +847,7 @@ struct node {
 	char *path;
 	uint64_t dev, ino, mtime, ctime;
 	uint64_t dsize; /* a directory: its manifest's length */
+	char *man;      /* a directory: its manifest, dsize bytes (owned) */
 	char *strs;     /* a directory: one block with its kids' names and paths */
 };
 
@@ -844,6 +891,7 @@ static void node_release(struct node *nd)
 	free(nd->kids);
 	free(nd->target);
 	free(nd->strs);
+	free(nd->man);
 }
 
 static int add_skip_locked(struct cap *c, const char *path, const char *reason);
@@ -1393,7 +1441,7 @@ static int hash_job(void *ctx, size_t i, struct lr_err *e)
 
 struct sealed {
 	unsigned char hash[LR_SHA256_LEN];
-	struct lr_buf bytes;
+	struct lr_buf bytes; /* borrowed from the directory's node */
 };
 
 static int tree_job(void *ctx, size_t i, struct lr_err *e)
@@ -1421,6 +1469,17 @@ static int dir_cached(struct cap *c, struct node *dir, const struct lr_buf *b)
 	const struct sc_ent *ce = sc_find(c->old, key);
 	if (!ce || ce->size != b->len)
 		return 0;
+	/*
+	 * With no GC since the cache was written, the tree it names is still
+	 * stored (as a file's blob is) and the cache's copy of the manifest
+	 * stands for the stored bytes.
+	 */
+	if (ce->man && c->gen_same) {
+		if (memcmp(ce->man, b->data, b->len) != 0)
+			return 0;
+		memcpy(dir->hash, ce->hash, LR_SHA256_LEN);
+		return 1;
+	}
 	char bkey[128];
 	lr__snap_blob_key(bkey, "trees", ce->hash);
 	struct lr_bytes have;
@@ -1480,18 +1539,16 @@ static int put_dir(struct cap *c, struct node *dir, struct lr_err *e)
 		p = ent_put(p, nd->type, nd->mode, nd->name, nd->nlen, nd->size, nd->hash,
 			    nd->target, nd->type == 'l' ? nd->size : 0);
 	}
+	dir->man = b.data; /* the new stat cache's copy; trees[] only borrow it */
 	if (dir_cached(c, dir, &b)) {
 		c->dirs_same++;
-		lr_buf_release(&b);
 		return 0;
 	}
 	if (c->ntrees == c->captrees) {
 		size_t nc = c->captrees ? 2 * c->captrees : 64;
 		void *q = realloc(c->trees, nc * sizeof *c->trees);
-		if (!q) {
-			lr_buf_release(&b);
+		if (!q)
 			return -ENOMEM;
-		}
 		c->trees = q;
 		c->captrees = nc;
 	}
@@ -1499,10 +1556,8 @@ static int put_dir(struct cap *c, struct node *dir, struct lr_err *e)
 	rc = lr__snap_crypto_ready(e);
 	if (!rc && (rc = lr_sha256(b.data, b.len, sd->hash)))
 		lr_err_set(e, "snapshot: hashing a manifest failed: %s", lr_strerror(rc));
-	if (rc) {
-		lr_buf_release(&b);
+	if (rc)
 		return rc;
-	}
 	sd->bytes = b;
 	memcpy(dir->hash, sd->hash, LR_SHA256_LEN);
 	c->ntrees++;
@@ -1688,7 +1743,8 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 		memcpy(key, nd->path, pl);
 		key[pl] = '/';
 		key[pl + 1] = 0;
-		struct sc_ent en = { .path = key, .size = nd->dsize };
+		struct sc_ent en = { .path = key, .size = nd->dsize,
+				     .man = (const unsigned char *)nd->man };
 		memcpy(en.hash, nd->hash, LR_SHA256_LEN);
 		if (sc_add(nc, &en)) {
 			sc_free(nc);
@@ -1709,9 +1765,7 @@ out:
 	if (rc == -ENOMEM && !e->msg[0])
 		lr_err_set(e, "snapshot: out of memory");
 	node_release(&root);
-	for (size_t i = 0; i < c.ntrees; i++)
-		lr_buf_release(&c.trees[i].bytes);
-	free(c.trees);
+	free(c.trees); /* their bytes are the directories' (node_release) */
 	free(c.dirs);
 	free(c.files);
 	free(c.todo);
