@@ -219,7 +219,7 @@ int lr_snapshot_cli(int argc, char **argv)
 	if (lr_cli_store_open(state, store, writes, &s, cache, sizeof cache))
 		return LR_CLI_FAILED;
 	/* Many puts in flight let the LMDB writer commit them in few transactions. */
-	struct lr_snap_opts so = { .cache_dir = cache[0] ? cache : NULL, .threads = getenv("XT") ? atoi(getenv("XT")) : 32 };
+	struct lr_snap_opts so = { .cache_dir = cache[0] ? cache : NULL, .threads = 32 };
 	if (lr_snap_new(s, &so, &sn, &e)) {
 		lr_store_close(s);
 		return lr_cli_fail(&snapshot_cli, "%s", e.msg);

@@ -1202,6 +1202,15 @@ static int walk(struct cap *c, int dirfd, const char *rel, struct node *dir, int
 	 * unchanged capture spends its time on.
 	 */
 	if (depth == 0 && nsub >= 2 && c->sn->threads > 1) {
+		/*
+		 * A walk is lstat calls, CPU in the kernel once the tree is in
+		 * the page cache: threads beyond a few per core only cost their
+		 * creation (the many threads are for the puts of a capture).
+		 */
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		int nt = cpus > 0 && cpus < 64 ? 4 * (int)cpus : 64;
+		if (nt > c->sn->threads)
+			nt = c->sn->threads;
 		size_t *sub = malloc(nsub * sizeof *sub), k = 0;
 		if (!sub)
 			return -ENOMEM;
@@ -1211,7 +1220,7 @@ static int walk(struct cap *c, int dirfd, const char *rel, struct node *dir, int
 		c->par_dir = dir;
 		c->par_dirfd = dirfd;
 		c->par_sub = sub;
-		rc = par_run(c->sn->threads, nsub, walk_job, c, e);
+		rc = par_run(nt, nsub, walk_job, c, e);
 		free(sub);
 		return rc;
 	}
