@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,7 +25,7 @@
 #define DEPTH_MAX 256
 #define MAGIC "lrtree1\n"
 #define MAGIC_LEN 8
-#define CACHE_MAGIC "lrstat2\n"
+#define CACHE_MAGIC "lrstat3\n" /* lrstat2 had no directory records */
 /* kv key of the GC generation: bumped by every GC before it deletes anything. */
 #define GC_KEY "workspaces/gc"
 
@@ -201,35 +202,66 @@ static int ent_cmp(const void *a, const void *b)
 	return strcmp(((const struct lr__snap_ent *)a)->name, ((const struct lr__snap_ent *)b)->name);
 }
 
+static size_t ent_size(char type, size_t nlen, size_t tlen)
+{
+	return 4 + nlen + (type == 'f' ? 8 + LR_SHA256_LEN : type == 'd' ? LR_SHA256_LEN : 2 + tlen);
+}
+
+/* Writes one manifest entry at p (ent_size bytes); returns the end. */
+static unsigned char *ent_put(unsigned char *p, char type, unsigned mode, const char *name,
+			      size_t nlen, uint64_t size, const unsigned char *hash,
+			      const char *target, size_t tlen)
+{
+	p[0] = (unsigned char)type;
+	put_u16(p + 1, type == 'l' ? 0 : mode & 0777);
+	p[3] = (unsigned char)nlen;
+	memcpy(p + 4, name, nlen);
+	p += 4 + nlen;
+	if (type == 'f') {
+		put_u64(p, size);
+		memcpy(p + 8, hash, LR_SHA256_LEN);
+		return p + 8 + LR_SHA256_LEN;
+	}
+	if (type == 'd') {
+		memcpy(p, hash, LR_SHA256_LEN);
+		return p + LR_SHA256_LEN;
+	}
+	put_u16(p, (unsigned)tlen);
+	memcpy(p + 2, target, tlen);
+	return p + 2 + tlen;
+}
+
+/* Gives b an exact allocation of n bytes (plus a NUL, as lr_buf keeps) and the header. */
+static unsigned char *manifest_begin(struct lr_buf *b, size_t n, size_t count)
+{
+	lr_buf_init(b, SIZE_MAX / 2);
+	unsigned char *p = malloc(n + 1);
+	if (!p)
+		return NULL;
+	p[n] = 0;
+	b->data = (char *)p;
+	b->len = n;
+	b->alloc = n + 1;
+	memcpy(p, MAGIC, MAGIC_LEN);
+	put_u32(p + MAGIC_LEN, (uint32_t)count);
+	return p + MAGIC_LEN + 4;
+}
+
 static int tree_encode(const struct lr__snap_tree *t, struct lr_buf *b)
 {
-	unsigned char h[16];
-	int rc = lr_buf_add(b, MAGIC, MAGIC_LEN);
-	put_u32(h, (uint32_t)t->n);
-	rc = rc ? rc : lr_buf_add(b, h, 4);
-	for (size_t i = 0; i < t->n && !rc; i++) {
+	size_t n = MAGIC_LEN + 4;
+	for (size_t i = 0; i < t->n; i++)
+		n += ent_size(t->e[i].type, t->e[i].nlen,
+			      t->e[i].type == 'l' ? strlen(t->e[i].target) : 0);
+	unsigned char *p = manifest_begin(b, n, t->n);
+	if (!p)
+		return -ENOMEM;
+	for (size_t i = 0; i < t->n; i++) {
 		const struct lr__snap_ent *en = &t->e[i];
-		h[0] = (unsigned char)en->type;
-		put_u16(h + 1, en->type == 'l' ? 0 : en->mode & 0777);
-		h[3] = (unsigned char)en->nlen;
-		rc = lr_buf_add(b, h, 4);
-		rc = rc ? rc : lr_buf_add(b, en->name, en->nlen);
-		if (rc)
-			break;
-		if (en->type == 'f') {
-			put_u64(h, en->size);
-			rc = lr_buf_add(b, h, 8);
-			rc = rc ? rc : lr_buf_add(b, en->hash, LR_SHA256_LEN);
-		} else if (en->type == 'd') {
-			rc = lr_buf_add(b, en->hash, LR_SHA256_LEN);
-		} else {
-			size_t tl = strlen(en->target);
-			put_u16(h, (unsigned)tl);
-			rc = lr_buf_add(b, h, 2);
-			rc = rc ? rc : lr_buf_add(b, en->target, tl);
-		}
+		p = ent_put(p, en->type, en->mode, en->name, en->nlen, en->size, en->hash,
+			    en->target, en->type == 'l' ? strlen(en->target) : 0);
 	}
-	return rc;
+	return 0;
 }
 
 /*
@@ -413,10 +445,22 @@ static int load_ref(struct lr_snap *sn, const char *ref, unsigned char root[LR_S
 
 /* ---- the stat cache ---- */
 
+/*
+ * One record: a file (path, stat fields, content hash), or a directory
+ * (path + "/", its manifest's length in size, the manifest's hash and its
+ * bytes in man).
+ */
 struct sc_ent {
-	char *path;
+	const char *path; /* NUL-terminated, in the cache file's mapping or the arena */
+	const unsigned char *man; /* a directory: its manifest, size bytes; else NULL */
 	uint64_t dev, ino, size, mtime, ctime;
 	unsigned char hash[LR_SHA256_LEN];
+};
+
+struct chunk {
+	struct chunk *next;
+	size_t used, cap;
+	char data[];
 };
 
 struct lr__statcache {
@@ -426,15 +470,51 @@ struct lr__statcache {
 	uint64_t gen; /* the GC generation the cached hashes were seen in */
 	uint32_t *idx; /* open addressing over e by path hash: i + 1, 0 = empty */
 	size_t idxcap;  /* a power of two, or 0 before sc_index */
+	struct chunk *strs; /* copies of paths and manifests: few allocations, not n */
+	void *map;          /* the cache file, mapped: loaded records point into it */
+	size_t maplen;
 	struct lr__statcache *next;
 };
+
+#define CHUNK_SIZE ((size_t)64 << 10)
+
+/* A NUL-terminated copy of p[0..n) in the arena *a. */
+static char *arena_dup(struct chunk **a, const void *p, size_t n)
+{
+	struct chunk *k = *a;
+	if (!k || k->cap - k->used < n + 1) {
+		size_t cap = n + 1 > CHUNK_SIZE - sizeof *k ? n + 1 : CHUNK_SIZE - sizeof *k;
+		k = malloc(sizeof *k + cap);
+		if (!k)
+			return NULL;
+		k->next = *a;
+		k->used = 0;
+		k->cap = cap;
+		*a = k;
+	}
+	char *d = k->data + k->used;
+	memcpy(d, p, n);
+	d[n] = 0;
+	k->used += n + 1;
+	return d;
+}
+
+static void arena_free(struct chunk *k)
+{
+	while (k) {
+		struct chunk *next = k->next;
+		free(k);
+		k = next;
+	}
+}
 
 static void sc_free(struct lr__statcache *c)
 {
 	if (!c)
 		return;
-	for (size_t i = 0; i < c->n; i++)
-		free(c->e[i].path);
+	arena_free(c->strs);
+	if (c->map)
+		munmap(c->map, c->maplen);
 	free(c->e);
 	free(c->idx);
 	free(c->key);
@@ -478,19 +558,30 @@ static int sc_cmp(const void *a, const void *b)
 	return strcmp(((const struct sc_ent *)a)->path, ((const struct sc_ent *)b)->path);
 }
 
+static int sc_grow(struct lr__statcache *c)
+{
+	if (c->n < c->cap)
+		return 0;
+	size_t nc = c->cap ? 2 * c->cap : 64;
+	void *p = realloc(c->e, nc * sizeof *c->e);
+	if (!p)
+		return -ENOMEM;
+	c->e = p;
+	c->cap = nc;
+	return 0;
+}
+
+/* Appends a copy of src (its path and manifest copied into the arena). */
 static int sc_add(struct lr__statcache *c, const struct sc_ent *src)
 {
-	if (c->n == c->cap) {
-		size_t nc = c->cap ? 2 * c->cap : 64;
-		void *p = realloc(c->e, nc * sizeof *c->e);
-		if (!p)
-			return -ENOMEM;
-		c->e = p;
-		c->cap = nc;
-	}
-	c->e[c->n] = *src;
-	c->e[c->n].path = strdup(src->path);
-	if (!c->e[c->n].path)
+	if (sc_grow(c))
+		return -ENOMEM;
+	struct sc_ent *en = &c->e[c->n];
+	*en = *src;
+	en->path = arena_dup(&c->strs, src->path, strlen(src->path));
+	if (!en->path)
+		return -ENOMEM;
+	if (src->man && !(en->man = (unsigned char *)arena_dup(&c->strs, src->man, src->size)))
 		return -ENOMEM;
 	c->n++;
 	return 0;
@@ -507,7 +598,7 @@ static const struct sc_ent *sc_find(const struct lr__statcache *c, const char *p
 				return &c->e[c->idx[j] - 1];
 		return NULL;
 	}
-	struct sc_ent k = { .path = (char *)path };
+	struct sc_ent k = { .path = path };
 	return bsearch(&k, c->e, c->n, sizeof *c->e, sc_cmp);
 }
 
@@ -518,7 +609,25 @@ static void cache_file_path(const struct lr_snap *sn, const char *canon, char *o
 	snprintf(out, cap, "%s/%s", sn->cache_dir, hex);
 }
 
-/* A copy of the cache for canon, or an empty one. A damaged cache file is ignored. */
+static uint64_t be64(const unsigned char *p)
+{
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return __builtin_bswap64(v);
+#else
+	return get_be(p, 8);
+#endif
+}
+
+/*
+ * A copy of the cache for canon, or an empty one. A damaged cache file is
+ * ignored from its first damage on. The file (CACHE_MAGIC, u32 count, u64
+ * GC generation, then records of u16 path length, path, NUL, u64 dev, ino,
+ * size, mtime, ctime, the 32-byte hash and, for a directory, size bytes of
+ * manifest) is mapped, and the records point into the mapping: loading
+ * copies nothing.
+ */
 static struct lr__statcache *sc_load(struct lr_snap *sn, const char *canon)
 {
 	struct lr__statcache *c = calloc(1, sizeof *c);
@@ -539,55 +648,60 @@ static struct lr__statcache *sc_load(struct lr_snap *sn, const char *canon)
 	}
 	char path[PATH_MAX];
 	cache_file_path(sn, canon, path, sizeof path);
-	/* One read of the whole file, then a parse that stops at the first damage. */
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return c;
 	struct stat st;
-	unsigned char *buf = NULL;
+	void *map = MAP_FAILED;
 	if (fstat(fd, &st) == 0 && st.st_size >= 20 && st.st_size < ((off_t)1 << 32))
-		buf = malloc((size_t)st.st_size);
-	size_t len = 0;
-	while (buf && len < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + len, (size_t)st.st_size - len);
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
+		map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
-	if (!buf || len != (size_t)st.st_size || memcmp(buf, CACHE_MAGIC, 8) != 0) {
-		free(buf);
+	if (map == MAP_FAILED)
 		return c;
-	}
+	c->map = map;
+	c->maplen = (size_t)st.st_size;
+	const unsigned char *buf = map;
+	size_t len = c->maplen;
+	if (memcmp(buf, CACHE_MAGIC, 8) != 0)
+		return c;
 	uint64_t cnt = get_be(buf + 8, 4);
-	c->gen = get_be(buf + 12, 8);
+	c->gen = be64(buf + 12);
 	size_t at = 20;
 	int sorted = 1;
-	enum { FIXED = 40 + LR_SHA256_LEN };
+	enum { FIXED = 1 + 40 + LR_SHA256_LEN };
+	size_t most = (len - 20) / (2 + 1 + FIXED); /* what the file can hold at most */
+	if (cnt && most && (c->e = malloc((cnt < most ? cnt : most) * sizeof *c->e)))
+		c->cap = cnt < most ? cnt : most;
 	for (uint64_t i = 0; i < cnt; i++) {
 		if (len - at < 2)
 			break;
 		size_t pl = (size_t)get_be(buf + at, 2);
 		if (pl == 0 || pl >= PATH_MAX || len - at - 2 < pl + FIXED)
 			break;
-		char name[PATH_MAX];
-		memcpy(name, buf + at + 2, pl);
-		name[pl] = 0;
-		const unsigned char *rec = buf + at + 2 + pl;
-		struct sc_ent en = { .path = name };
-		en.dev = get_be(rec, 8);
-		en.ino = get_be(rec + 8, 8);
-		en.size = get_be(rec + 16, 8);
-		en.mtime = get_be(rec + 24, 8);
-		en.ctime = get_be(rec + 32, 8);
-		memcpy(en.hash, rec + 40, LR_SHA256_LEN);
-		if (sc_add(c, &en))
+		const char *p = (const char *)buf + at + 2;
+		if (p[pl] != 0 || memchr(p, 0, pl))
 			break;
+		const unsigned char *rec = buf + at + 2 + pl + 1;
+		struct sc_ent en = { .path = p };
+		en.dev = be64(rec);
+		en.ino = be64(rec + 8);
+		en.size = be64(rec + 16);
+		en.mtime = be64(rec + 24);
+		en.ctime = be64(rec + 32);
+		memcpy(en.hash, rec + 40, LR_SHA256_LEN);
+		at += 2 + pl + FIXED;
+		if (p[pl - 1] == '/') {
+			if (len - at < en.size)
+				break;
+			en.man = buf + at;
+			at += (size_t)en.size;
+		}
+		if (sc_grow(c))
+			break;
+		c->e[c->n++] = en;
 		if (c->n > 1 && strcmp(c->e[c->n - 2].path, c->e[c->n - 1].path) >= 0)
 			sorted = 0;
-		at += 2 + pl + FIXED;
 	}
-	free(buf);
 	if (!sorted)
 		sort_n(c->e, c->n, sizeof *c->e, sc_cmp);
 	return c;
@@ -623,25 +737,31 @@ static void sc_save(struct lr_snap *sn, const char *canon, struct lr__statcache 
 		sc_free(c);
 		return;
 	}
+	size_t n = 0;
+	for (size_t i = 0; i < c->n; i++)
+		n += strlen(c->e[i].path) < PATH_MAX;
 	unsigned char h[12];
-	put_u32(h, (uint32_t)c->n);
+	put_u32(h, (uint32_t)n);
 	put_u64(h + 4, c->gen);
 	int ok = fwrite(CACHE_MAGIC, 1, 8, f) == 8 && fwrite(h, 1, 12, f) == 12;
 	for (size_t i = 0; ok && i < c->n; i++) {
 		const struct sc_ent *en = &c->e[i];
-		unsigned char rec[2 + 40 + LR_SHA256_LEN];
+		unsigned char rec[2 + 1 + 40 + LR_SHA256_LEN];
 		size_t pl = strlen(en->path);
-		if (pl >= 65536)
+		if (pl >= PATH_MAX)
 			continue;
 		put_u16(rec, (unsigned)pl);
-		put_u64(rec + 2, en->dev);
-		put_u64(rec + 10, en->ino);
-		put_u64(rec + 18, en->size);
-		put_u64(rec + 26, en->mtime);
-		put_u64(rec + 34, en->ctime);
-		memcpy(rec + 42, en->hash, LR_SHA256_LEN);
+		rec[2] = 0;
+		put_u64(rec + 3, en->dev);
+		put_u64(rec + 11, en->ino);
+		put_u64(rec + 19, en->size);
+		put_u64(rec + 27, en->mtime);
+		put_u64(rec + 35, en->ctime);
+		memcpy(rec + 43, en->hash, LR_SHA256_LEN);
 		ok = fwrite(rec, 1, 2, f) == 2 && fwrite(en->path, 1, pl, f) == pl &&
 		     fwrite(rec + 2, 1, sizeof rec - 2, f) == sizeof rec - 2;
+		if (ok && en->man)
+			ok = fwrite(en->man, 1, (size_t)en->size, f) == en->size;
 	}
 	if (fclose(f) != 0)
 		ok = 0;
@@ -726,6 +846,9 @@ struct node {
 	size_t nkids;
 	char *path;
 	uint64_t dev, ino, mtime, ctime;
+	uint64_t dsize; /* a directory: its manifest's length */
+	char *man;      /* a directory: its manifest, dsize bytes (owned) */
+	char *strs;     /* a directory: one block with its kids' names and paths */
 };
 
 struct cap {
@@ -753,8 +876,12 @@ struct cap {
 	size_t *par_sub;
 	struct node **todo; /* files the stat cache cannot vouch for */
 	size_t ntodo;
-	struct sealed *trees; /* every directory's manifest, stored after the walk */
+	struct sealed *trees; /* the manifests to store after the walk */
 	size_t ntrees, captrees;
+	struct node **dirs; /* every directory, for the new stat cache */
+	size_t ndirs, capdirs;
+	size_t dirs_same;  /* directories whose manifest the cache vouched for */
+	size_t files_same; /* files whose hash the cache vouched for (before any thread) */
 };
 
 static void node_release(struct node *nd)
@@ -762,9 +889,9 @@ static void node_release(struct node *nd)
 	for (size_t i = 0; i < nd->nkids; i++)
 		node_release(&nd->kids[i]);
 	free(nd->kids);
-	free(nd->name);
 	free(nd->target);
-	free(nd->path);
+	free(nd->strs);
+	free(nd->man);
 }
 
 static int add_skip_locked(struct cap *c, const char *path, const char *reason);
@@ -795,11 +922,6 @@ static int add_skip_locked(struct cap *c, const char *path, const char *reason)
 	r->skipped[r->nskipped].reason = reason;
 	r->nskipped++;
 	return 0;
-}
-
-static int node_cmp(const void *a, const void *b)
-{
-	return strcmp(((const struct node *)a)->name, ((const struct node *)b)->name);
 }
 
 /* Reads the names in dirfd (without "." and ".."); *names is a NULL-terminated array. */
@@ -871,6 +993,96 @@ static void free_names(char **v, size_t n)
 static int walk_sub(struct cap *c, int dirfd, struct node *nd, int depth, struct lr_err *e);
 static int walk_job(void *ctx, size_t i, struct lr_err *e);
 
+/* The names in a directory, as read by getdents64 into one buffer. */
+struct dents {
+	char *buf;     /* the names, each NUL-terminated */
+	size_t len, cap;
+	char **v;      /* into buf once the reading is done, sorted */
+	size_t n, capn;
+};
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * Reads dirfd's names (without "." and "..") in big getdents64 batches,
+ * copying them into one buffer: a directory of n entries costs a few
+ * allocations, not n, and they come out sorted by name.
+ */
+static int read_names(int dirfd, struct dents *d)
+{
+	memset(d, 0, sizeof *d);
+	if (lseek(dirfd, 0, SEEK_SET) < 0)
+		return -errno;
+	size_t *off = NULL;
+	int rc = 0;
+	union {
+		char b[32768];
+		struct dirent64 align;
+	} raw;
+	for (;;) {
+		ssize_t got = getdents64(dirfd, raw.b, sizeof raw.b);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			rc = -errno;
+			break;
+		}
+		if (got == 0)
+			break;
+		for (ssize_t at = 0; at < got;) {
+			struct dirent64 *de = (struct dirent64 *)(raw.b + at);
+			at += de->d_reclen;
+			const char *nm = de->d_name;
+			if (nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2])))
+				continue;
+			size_t nl = strlen(nm) + 1;
+			if (d->len + nl > d->cap) {
+				size_t nc = d->cap ? 2 * d->cap : 4096;
+				while (nc < d->len + nl)
+					nc *= 2;
+				char *p = realloc(d->buf, nc);
+				if (!p) {
+					rc = -ENOMEM;
+					break;
+				}
+				d->buf = p;
+				d->cap = nc;
+			}
+			if (d->n == d->capn) {
+				size_t nc = d->capn ? 2 * d->capn : 64;
+				void *p = realloc(off, nc * sizeof *off);
+				if (!p) {
+					rc = -ENOMEM;
+					break;
+				}
+				off = p;
+				d->capn = nc;
+			}
+			memcpy(d->buf + d->len, nm, nl);
+			off[d->n++] = d->len;
+			d->len += nl;
+		}
+		if (rc)
+			break;
+	}
+	/* The offsets become pointers in place (a size_t holds a pointer here). */
+	_Static_assert(sizeof(size_t) == sizeof(char *), "offsets are reused as pointers");
+	d->v = (char **)off;
+	for (size_t i = 0; !rc && i < d->n; i++)
+		d->v[i] = d->buf + off[i];
+	if (rc) {
+		free(d->buf);
+		free(d->v);
+		memset(d, 0, sizeof *d);
+		return rc;
+	}
+	sort_n(d->v, d->n, sizeof *d->v, name_cmp);
+	return 0;
+}
+
 static int walk(struct cap *c, int dirfd, const char *rel, struct node *dir, int depth,
 		struct lr_err *e)
 {
@@ -878,49 +1090,54 @@ static int walk(struct cap *c, int dirfd, const char *rel, struct node *dir, int
 		lr_err_set(e, "snapshot: '%s' is nested deeper than %d levels", rel, DEPTH_MAX);
 		return LR_ETOOBIG;
 	}
-	char **names;
-	size_t n;
-	int rc = list_names(dirfd, &names, &n);
+	struct dents d;
+	int rc = read_names(dirfd, &d);
 	if (rc) {
 		lr_err_set(e, "snapshot: cannot read directory '%s': %s", *rel ? rel : ".",
 			   lr_strerror(rc));
 		return rc;
 	}
+	size_t n = d.n, rl = strlen(rel);
+	/* Each kid's name and path ("rel/name") in one block the directory owns. */
 	dir->kids = calloc(n ? n : 1, sizeof *dir->kids);
-	if (!dir->kids) {
-		free_names(names, n);
+	dir->strs = malloc(d.len + n * (rl + 1) + d.len + 1);
+	if (!dir->kids || !dir->strs) {
+		free(d.buf);
+		free(d.v);
 		return -ENOMEM;
 	}
+	char *sp = dir->strs;
 	for (size_t i = 0; i < n && !rc; i++) {
 		struct stat st;
-		char *path = path_join(rel, names[i]);
-		if (!path) {
-			rc = -ENOMEM;
-			break;
+		const char *name = d.v[i];
+		size_t nl = strlen(name);
+		char *nm = sp, *path = sp + nl + 1;
+		memcpy(nm, name, nl + 1);
+		if (rl) {
+			memcpy(path, rel, rl);
+			path[rl] = '/';
+			memcpy(path + rl + 1, name, nl + 1);
+		} else {
+			memcpy(path, name, nl + 1);
 		}
-		if (fstatat(dirfd, names[i], &st, AT_SYMLINK_NOFOLLOW) != 0) {
+		if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
 			rc = errno == ENOENT ? 0 : -errno; /* vanished since readdir: not there */
 			if (rc)
 				lr_err_set(e, "snapshot: cannot stat '%s': %s", path, lr_strerror(rc));
-			free(path);
 			continue;
 		}
-		if (strlen(names[i]) > LR__SNAP_NAME_MAX) {
-			free(path);
+		if (nl > LR__SNAP_NAME_MAX)
 			continue;
-		}
 		const char *skip = S_ISSOCK(st.st_mode) ? "socket" : S_ISFIFO(st.st_mode) ? "fifo"
 				 : (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) ? "device" : NULL;
 		if (skip || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode))) {
 			rc = add_skip(c, path, skip ? skip : "unknown type");
-			free(path);
 			continue;
 		}
 		struct node *nd = &dir->kids[dir->nkids];
 		memset(nd, 0, sizeof *nd);
-		nd->name = names[i];
-		names[i] = NULL;
-		nd->nlen = strlen(nd->name);
+		nd->name = nm;
+		nd->nlen = nl;
 		nd->path = path;
 		nd->mode = (uint16_t)(st.st_mode & 0777);
 		if (S_ISLNK(st.st_mode)) {
@@ -932,8 +1149,6 @@ static int walk(struct cap *c, int dirfd, const char *rel, struct node *dir, int
 				rc = tl < 0 ? -errno : LR_ETOOBIG;
 				lr_err_set(e, "snapshot: cannot read symlink '%s': %s", path,
 					   tl < 0 ? strerror(errno) : "target too long");
-				free(nd->name);
-				free(path);
 				continue;
 			}
 			buf[tl] = 0;
@@ -951,12 +1166,14 @@ static int walk(struct cap *c, int dirfd, const char *rel, struct node *dir, int
 			nd->mtime = ts_ns(&st.st_mtim);
 			nd->ctime = ts_ns(&st.st_ctim);
 		}
+		sp = path + rl + (rl ? 1 : 0) + nl + 1; /* kept: the block holds this kid's strings */
 		dir->nkids++;
 	}
-	free_names(names, n);
+	free(d.buf);
+	free(d.v);
 	if (rc)
 		return rc;
-	sort_n(dir->kids, dir->nkids, sizeof *dir->kids, node_cmp);
+
 	size_t nsub = 0;
 	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < dir->nkids && !rc; i++) {
@@ -985,6 +1202,15 @@ static int walk(struct cap *c, int dirfd, const char *rel, struct node *dir, int
 	 * unchanged capture spends its time on.
 	 */
 	if (depth == 0 && nsub >= 2 && c->sn->threads > 1) {
+		/*
+		 * A walk is lstat calls, CPU in the kernel once the tree is in
+		 * the page cache: threads beyond a few per core only cost their
+		 * creation (the many threads are for the puts of a capture).
+		 */
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		int nt = cpus > 0 && cpus < 64 ? 4 * (int)cpus : 64;
+		if (nt > c->sn->threads)
+			nt = c->sn->threads;
 		size_t *sub = malloc(nsub * sizeof *sub), k = 0;
 		if (!sub)
 			return -ENOMEM;
@@ -994,7 +1220,7 @@ static int walk(struct cap *c, int dirfd, const char *rel, struct node *dir, int
 		c->par_dir = dir;
 		c->par_dirfd = dirfd;
 		c->par_sub = sub;
-		rc = par_run(c->sn->threads, nsub, walk_job, c, e);
+		rc = par_run(nt, nsub, walk_job, c, e);
 		free(sub);
 		return rc;
 	}
@@ -1224,7 +1450,7 @@ static int hash_job(void *ctx, size_t i, struct lr_err *e)
 
 struct sealed {
 	unsigned char hash[LR_SHA256_LEN];
-	struct lr_buf bytes;
+	struct lr_buf bytes; /* borrowed from the directory's node */
 };
 
 static int tree_job(void *ctx, size_t i, struct lr_err *e)
@@ -1235,15 +1461,59 @@ static int tree_job(void *ctx, size_t i, struct lr_err *e)
 }
 
 /*
+ * The directory's manifest as the stat cache remembers it: when the store
+ * holds, under the hash the cache names for this directory, exactly the
+ * bytes just encoded, that hash is the manifest's (it was stored under its
+ * SHA-256) and the manifest need not be hashed or stored again.
+ */
+static int dir_cached(struct cap *c, struct node *dir, const struct lr_buf *b)
+{
+	char key[PATH_MAX];
+	size_t pl = strlen(dir->path);
+	if (!c->old || pl + 2 > sizeof key)
+		return 0;
+	memcpy(key, dir->path, pl);
+	key[pl] = '/';
+	key[pl + 1] = 0;
+	const struct sc_ent *ce = sc_find(c->old, key);
+	if (!ce || ce->size != b->len)
+		return 0;
+	/*
+	 * With no GC since the cache was written, the tree it names is still
+	 * stored (as a file's blob is) and the cache's copy of the manifest
+	 * stands for the stored bytes.
+	 */
+	if (ce->man && c->gen_same) {
+		if (memcmp(ce->man, b->data, b->len) != 0)
+			return 0;
+		memcpy(dir->hash, ce->hash, LR_SHA256_LEN);
+		return 1;
+	}
+	char bkey[128];
+	lr__snap_blob_key(bkey, "trees", ce->hash);
+	struct lr_bytes have;
+	struct lr_err ign;
+	if (lr_store_blob_get(c->sn->store, bkey, &have, &ign))
+		return 0;
+	int same = have.len == b->len && memcmp(have.data, b->data, b->len) == 0;
+	lr_bytes_release(&have);
+	if (same)
+		memcpy(dir->hash, ce->hash, LR_SHA256_LEN);
+	return same;
+}
+
+/*
  * Seals every directory's manifest bottom-up (a parent needs its children's
- * hashes, not their storage), collecting them in c->trees; they are stored
+ * hashes, not their storage), straight from the walk's nodes (sorted by
+ * name, as a manifest is). A manifest the stat cache vouches for is taken
+ * as it is; the others are hashed and collected in c->trees, to be stored
  * afterwards on the capture threads, so that the LMDB writer commits the
  * new ones of a capture together instead of one durable commit each.
  */
 static int put_dir(struct cap *c, struct node *dir, struct lr_err *e)
 {
-	struct lr__snap_tree t = { 0 };
 	int rc = 0;
+	size_t n = MAGIC_LEN + 4;
 	for (size_t i = 0; i < dir->nkids && !rc; i++) {
 		struct node *nd = &dir->kids[i];
 		if (nd->type == 'd') {
@@ -1255,33 +1525,52 @@ static int put_dir(struct cap *c, struct node *dir, struct lr_err *e)
 		} else {
 			c->r->symlinks++;
 		}
-		if (rc)
-			break;
-		struct lr__snap_ent en = { .name = nd->name, .nlen = nd->nlen, .type = nd->type,
-					   .mode = nd->mode, .size = nd->size, .target = nd->target };
-		memcpy(en.hash, nd->hash, LR_SHA256_LEN);
-		rc = lr__snap_tree_add(&t, &en);
+		n += ent_size(nd->type, nd->nlen, nd->type == 'l' ? nd->size : 0);
 	}
-	if (!rc && c->ntrees == c->captrees) {
-		size_t nc = c->captrees ? 2 * c->captrees : 64;
-		void *p = realloc(c->trees, nc * sizeof *c->trees);
+	if (rc)
+		return rc;
+	if (c->ndirs == c->capdirs) {
+		size_t nc = c->capdirs ? 2 * c->capdirs : 64;
+		void *p = realloc(c->dirs, nc * sizeof *c->dirs);
 		if (!p)
-			rc = -ENOMEM;
-		else {
-			c->trees = p;
-			c->captrees = nc;
-		}
+			return -ENOMEM;
+		c->dirs = p;
+		c->capdirs = nc;
 	}
-	if (!rc) {
-		struct sealed *sd = &c->trees[c->ntrees];
-		rc = tree_seal(&t, &sd->bytes, sd->hash, e);
-		if (!rc) {
-			memcpy(dir->hash, sd->hash, LR_SHA256_LEN);
-			c->ntrees++;
-		}
+	c->dirs[c->ndirs++] = dir;
+	dir->dsize = n;
+	struct lr_buf b;
+	unsigned char *p = manifest_begin(&b, n, dir->nkids);
+	if (!p)
+		return -ENOMEM;
+	for (size_t i = 0; i < dir->nkids; i++) {
+		const struct node *nd = &dir->kids[i];
+		p = ent_put(p, nd->type, nd->mode, nd->name, nd->nlen, nd->size, nd->hash,
+			    nd->target, nd->type == 'l' ? nd->size : 0);
 	}
-	lr__snap_tree_release(&t);
-	return rc;
+	dir->man = b.data; /* the new stat cache's copy; trees[] only borrow it */
+	if (dir_cached(c, dir, &b)) {
+		c->dirs_same++;
+		return 0;
+	}
+	if (c->ntrees == c->captrees) {
+		size_t nc = c->captrees ? 2 * c->captrees : 64;
+		void *q = realloc(c->trees, nc * sizeof *c->trees);
+		if (!q)
+			return -ENOMEM;
+		c->trees = q;
+		c->captrees = nc;
+	}
+	struct sealed *sd = &c->trees[c->ntrees];
+	rc = lr__snap_crypto_ready(e);
+	if (!rc && (rc = lr_sha256(b.data, b.len, sd->hash)))
+		lr_err_set(e, "snapshot: hashing a manifest failed: %s", lr_strerror(rc));
+	if (rc)
+		return rc;
+	sd->bytes = b;
+	memcpy(dir->hash, sd->hash, LR_SHA256_LEN);
+	c->ntrees++;
+	return 0;
 }
 
 static int skip_cmp(const void *a, const void *b)
@@ -1364,9 +1653,8 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 		    struct lr_err *e)
 {
 	memset(r, 0, sizeof *r);
-	int rc = lr__snap_crypto_ready(e);
-	if (rc)
-		return rc;
+	int rc = 0;
+	/* libcrypto is opened only when something is hashed: an unchanged tree needs none. */
 	struct cap c = { .sn = sn, .r = r, .start_ns = wall_ns() };
 	pthread_mutex_init(&c.mu, NULL);
 	for (int i = 0; i < 64; i++)
@@ -1387,9 +1675,9 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 		free(canon);
 		return rc;
 	}
-	root.path = strdup("");
+	root.path = (char *)""; /* the root's strings are nobody's block: not freed */
 	c.old = sc_load(sn, canon);
-	if (!root.path || !c.old) {
+	if (!c.old) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -1410,12 +1698,14 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 	for (size_t i = 0; !rc && i < c.nfiles; i++) {
 		struct node *nd = c.files[i];
 		const struct sc_ent *ce = c.gen_same ? sc_find(c.old, nd->path) : NULL;
-		if (ce && cache_trusted(&c, ce, nd))
+		if (ce && cache_trusted(&c, ce, nd)) {
 			memcpy(nd->hash, ce->hash, LR_SHA256_LEN);
-		else
+			c.files_same++;
+		} else {
 			c.todo[c.ntodo++] = nd;
+		}
 	}
-	if (!rc && c.ntodo)
+	if (!rc && c.ntodo && !(rc = lr__snap_crypto_ready(e)))
 		rc = par_run(sn->threads, c.ntodo, hash_job, &c, e);
 	if (!rc)
 		rc = put_dir(&c, &root, e);
@@ -1431,7 +1721,14 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 	rc = lr__snap_index_put(sn, root.hash, r->files, r->bytes, e);
 	if (rc)
 		goto out;
-	/* The new cache: every file but the racily clean ones. */
+	/*
+	 * Every file and directory as the old cache had them: the new cache
+	 * would be the same, so it is neither built nor written.
+	 */
+	if (c.gen_same && c.files_same == c.nfiles && c.dirs_same == c.ndirs &&
+	    c.old->n == c.nfiles + c.ndirs)
+		goto out;
+	/* The new cache: every file but the racily clean ones, and every directory. */
 	struct lr__statcache *nc = calloc(1, sizeof *nc);
 	for (size_t i = 0; nc && i < c.nfiles; i++) {
 		struct node *nd = c.files[i];
@@ -1439,6 +1736,24 @@ int lr_snap_capture(struct lr_snap *sn, const char *dir, struct lr_snap_result *
 			continue;
 		struct sc_ent en = { .path = nd->path, .dev = nd->dev, .ino = nd->ino,
 				     .size = nd->size, .mtime = nd->mtime, .ctime = nd->ctime };
+		memcpy(en.hash, nd->hash, LR_SHA256_LEN);
+		if (sc_add(nc, &en)) {
+			sc_free(nc);
+			nc = NULL;
+		}
+	}
+	/* A directory's record: its path and '/', its manifest's length and hash. */
+	for (size_t i = 0; nc && i < c.ndirs; i++) {
+		struct node *nd = c.dirs[i];
+		char key[PATH_MAX];
+		size_t pl = strlen(nd->path);
+		if (pl + 2 > sizeof key)
+			continue;
+		memcpy(key, nd->path, pl);
+		key[pl] = '/';
+		key[pl + 1] = 0;
+		struct sc_ent en = { .path = key, .size = nd->dsize,
+				     .man = (const unsigned char *)nd->man };
 		memcpy(en.hash, nd->hash, LR_SHA256_LEN);
 		if (sc_add(nc, &en)) {
 			sc_free(nc);
@@ -1459,9 +1774,8 @@ out:
 	if (rc == -ENOMEM && !e->msg[0])
 		lr_err_set(e, "snapshot: out of memory");
 	node_release(&root);
-	for (size_t i = 0; i < c.ntrees; i++)
-		lr_buf_release(&c.trees[i].bytes);
-	free(c.trees);
+	free(c.trees); /* their bytes are the directories' (node_release) */
+	free(c.dirs);
 	free(c.files);
 	free(c.todo);
 	sc_free(c.old);

@@ -833,6 +833,227 @@ TEST(gc)
 	close_ctx(&c);
 }
 
+/*
+ * Waits until the file system's clock has moved on: a file changed after
+ * this returns has an mtime and ctime later than any set before it (ext4
+ * stamps files from a coarse clock, a few ms a tick).
+ */
+static void wait_fs_tick(void)
+{
+	char p[1100];
+	snprintf(p, sizeof p, "%s/.tick", tmp_root);
+	write_file(p, "t", 0644);
+	struct stat a, b;
+	CHECK(stat(p, &a) == 0);
+	do {
+		write_file(p, "t", 0644);
+		CHECK(stat(p, &b) == 0);
+	} while (b.st_ctim.tv_sec == a.st_ctim.tv_sec && b.st_ctim.tv_nsec == a.st_ctim.tv_nsec);
+	unlink(p);
+}
+
+/* The ref a snapshotter with no stat cache at all gives dir (on c's store). */
+static void cold_ref(struct ctx *c, const char *dir, char ref[LR_SNAP_REF_MAX])
+{
+	struct lr_snap *sn;
+	struct lr_snap_opts o = { .racy_ns = 1 };
+	struct lr_snap_result r;
+	ref[0] = 0;
+	CHECK(lr_snap_new(c->s, &o, &sn, &c->e) == 0);
+	CHECK(lr_snap_capture(sn, dir, &r, &c->e) == 0);
+	CHECK_EQ_INT(r.files_hashed, r.files);
+	snprintf(ref, LR_SNAP_REF_MAX, "%s", r.ref);
+	lr_snap_result_release(&r);
+	lr_snap_free(sn);
+}
+
+/* Captures d with c's (warm) cache and checks it against a cold capture and a restore. */
+static void check_warm(struct ctx *c, const char *d, const char *what, int *step)
+{
+	struct lr_snap_result r;
+	char cold[LR_SNAP_REF_MAX];
+	CHECK(capture(c, d, &r) == 0);
+	cold_ref(c, d, cold);
+	if (strcmp(r.ref, cold) != 0)
+		fprintf(stderr, "warm_matches_cold: after '%s' the warm ref differs\n", what);
+	CHECK_EQ_STR(r.ref, cold);
+	char o[560];
+	snprintf(o, sizeof o, "%s/warm-out%d", tmp_root, (*step)++);
+	CHECK(lr_snap_restore(c->sn, r.ref, o, &c->e) == 0);
+	CHECK(same_tree(d, o, 0));
+	rm_rf(o);
+	lr_snap_result_release(&r);
+	wait_fs_tick();
+}
+
+/*
+ * With the stat cache warm (files and directories), every kind of change
+ * gives the ref a capture with no cache gives: an edit that keeps the size
+ * and puts the mtime back, modes of files and directories, entries added,
+ * removed and renamed deep down, a file turned into a symlink, a symlink's
+ * target changed for one of the same length, an empty directory.
+ */
+static void warm_sequence(struct ctx *c)
+{
+	char d[512], p[1100], q[1100];
+	snprintf(d, sizeof d, "%s", tmp_dir("warm")); /* tmp_dir's buffers are reused */
+	int step = 0;
+	mkdir(d, 0755);
+	for (int i = 0; i < 3; i++) {
+		snprintf(p, sizeof p, "%s/d%d", d, i);
+		mkdir(p, 0755);
+		snprintf(p, sizeof p, "%s/d%d/sub", d, i);
+		mkdir(p, 0755);
+		for (int j = 0; j < 4; j++) {
+			snprintf(p, sizeof p, "%s/d%d/sub/f%d", d, i, j);
+			write_file(p, j % 2 ? "odd file" : "even file", 0644);
+		}
+	}
+	snprintf(p, sizeof p, "%s/d0/link", d);
+	CHECK(symlink("sub/f0", p) == 0);
+	check_warm(c, d, "first capture", &step);
+	check_warm(c, d, "nothing", &step);
+
+	/* The same size and the old mtime back: only ctime tells. */
+	snprintf(p, sizeof p, "%s/d1/sub/f2", d);
+	struct stat st;
+	CHECK(stat(p, &st) == 0);
+	write_file(p, "EVEN FILE", 0644);
+	struct timespec ts[2] = { st.st_atim, st.st_mtim };
+	CHECK(utimensat(AT_FDCWD, p, ts, 0) == 0);
+	check_warm(c, d, "same-size edit, mtime restored", &step);
+
+	CHECK(chmod(p, 0755) == 0);
+	check_warm(c, d, "file mode", &step);
+	snprintf(p, sizeof p, "%s/d2/sub", d);
+	CHECK(chmod(p, 0700) == 0);
+	check_warm(c, d, "directory mode", &step);
+
+	snprintf(p, sizeof p, "%s/d2/sub/new", d);
+	write_file(p, "new", 0644);
+	check_warm(c, d, "file added", &step);
+	CHECK(unlink(p) == 0);
+	check_warm(c, d, "file removed", &step);
+	snprintf(p, sizeof p, "%s/d0/sub/f1", d);
+	snprintf(q, sizeof q, "%s/d0/sub/g1", d);
+	CHECK(rename(p, q) == 0);
+	check_warm(c, d, "file renamed", &step);
+	/* Two files swap names: same names, same sizes, the stat of each moves. */
+	snprintf(p, sizeof p, "%s/d1/sub/f0", d);
+	snprintf(q, sizeof q, "%s/d1/sub/f1", d);
+	write_file(p, "content A", 0644);
+	write_file(q, "content B", 0644);
+	check_warm(c, d, "two files written", &step);
+	CHECK(renameat2(AT_FDCWD, p, AT_FDCWD, q, RENAME_EXCHANGE) == 0);
+	check_warm(c, d, "two files exchanged", &step);
+
+	snprintf(p, sizeof p, "%s/d0/sub/f0", d);
+	CHECK(unlink(p) == 0);
+	CHECK(symlink("../link", p) == 0);
+	check_warm(c, d, "file to symlink", &step);
+	snprintf(p, sizeof p, "%s/d0/link", d);
+	CHECK(unlink(p) == 0);
+	CHECK(symlink("sub/g1", p) == 0);
+	check_warm(c, d, "symlink target, same length", &step);
+	snprintf(p, sizeof p, "%s/d1/empty", d);
+	mkdir(p, 0755);
+	check_warm(c, d, "empty directory", &step);
+	snprintf(p, sizeof p, "%s/d1/sub", d);
+	snprintf(q, sizeof q, "%s/d1/bus", d);
+	CHECK(rename(p, q) == 0);
+	check_warm(c, d, "directory renamed", &step);
+	rm_rf(d);
+}
+
+TEST(warm_matches_cold)
+{
+	struct ctx c;
+	open_ctx(&c, 1); /* the cache in memory */
+	warm_sequence(&c);
+	close_ctx(&c);
+	/* The cache on disk. */
+	memset(&c, 0, sizeof c);
+	CHECK(lr_store_memory_open(&c.s, &c.e) == 0);
+	char cd[512];
+	snprintf(cd, sizeof cd, "%s", tmp_dir("warm-state"));
+	struct lr_snap_opts o = { .cache_dir = cd, .racy_ns = 1 };
+	CHECK(lr_snap_new(c.s, &o, &c.sn, &c.e) == 0);
+	warm_sequence(&c);
+	close_ctx(&c);
+	rm_rf(cd);
+}
+
+/*
+ * A cache file cut short anywhere (a record, a path, a manifest) is used up
+ * to the damage and no further: the capture still gives the right ref.
+ */
+TEST(stat_cache_damaged)
+{
+	struct ctx c;
+	memset(&c, 0, sizeof c);
+	CHECK(lr_store_memory_open(&c.s, &c.e) == 0);
+	char d[512], cd[512], p[1100];
+	snprintf(d, sizeof d, "%s", tmp_dir("damaged"));
+	snprintf(cd, sizeof cd, "%s", tmp_dir("damaged-state"));
+	mkdir(d, 0755);
+	snprintf(p, sizeof p, "%s/sub", d);
+	mkdir(p, 0755);
+	for (int i = 0; i < 3; i++) {
+		snprintf(p, sizeof p, "%s/sub/f%d", d, i);
+		write_file(p, "x", 0644);
+	}
+	struct lr_snap_opts o = { .cache_dir = cd, .racy_ns = 1 };
+	struct lr_snap *sn;
+	struct lr_snap_result r;
+	CHECK(lr_snap_new(c.s, &o, &sn, &c.e) == 0);
+	CHECK(lr_snap_capture(sn, d, &r, &c.e) == 0);
+	char good[LR_SNAP_REF_MAX];
+	snprintf(good, sizeof good, "%s", r.ref);
+	lr_snap_result_release(&r);
+	lr_snap_free(sn);
+	DIR *dd = opendir(cd);
+	CHECK(dd != NULL);
+	struct dirent *de;
+	char cf[1400] = "";
+	while (dd && (de = readdir(dd)))
+		if (de->d_name[0] != '.')
+			snprintf(cf, sizeof cf, "%s/%s", cd, de->d_name);
+	if (dd)
+		closedir(dd);
+	struct stat st;
+	CHECK(stat(cf, &st) == 0);
+	char *whole = malloc((size_t)st.st_size);
+	FILE *f = fopen(cf, "rb");
+	CHECK(f && fread(whole, 1, (size_t)st.st_size, f) == (size_t)st.st_size);
+	if (f)
+		fclose(f);
+	wait_fs_tick();
+	/* The tree changes (sub/f1 grows), then every cut of the old cache is tried. */
+	snprintf(p, sizeof p, "%s/sub/f1", d);
+	write_file(p, "xy", 0644);
+	char cold[LR_SNAP_REF_MAX];
+	cold_ref(&c, d, cold);
+	CHECK(strcmp(cold, good) != 0);
+	for (off_t cut = 0; cut < st.st_size; cut++) {
+		f = fopen(cf, "wb");
+		CHECK(f && fwrite(whole, 1, (size_t)cut, f) == (size_t)cut);
+		if (f)
+			fclose(f);
+		CHECK(lr_snap_new(c.s, &o, &sn, &c.e) == 0);
+		CHECK(lr_snap_capture(sn, d, &r, &c.e) == 0);
+		if (strcmp(r.ref, cold) != 0)
+			fprintf(stderr, "stat_cache_damaged: a cache cut at %lld gave a wrong ref\n",
+				(long long)cut);
+		CHECK_EQ_STR(r.ref, cold);
+		lr_snap_result_release(&r);
+		lr_snap_free(sn);
+	}
+	free(whole);
+	close_ctx(&(struct ctx){ .s = c.s });
+	rm_rf(d);
+	rm_rf(cd);
+}
+
 TEST(manifest_decoder)
 {
 	size_t n;
@@ -865,6 +1086,8 @@ int main(void)
 	RUN(same_tree_same_ref);
 	RUN(stat_cache);
 	RUN(stat_cache_on_disk);
+	RUN(warm_matches_cold);
+	RUN(stat_cache_damaged);
 	RUN(changed_while_read);
 	RUN(rewind_and_diff);
 	RUN(export_import_round_trip);
