@@ -12,9 +12,11 @@
  *       and Lr-Seq), compares Lr-Seq with the expected tip, and publishes
  *       with "Nats-Expected-Last-Subject-Sequence: S" (0 for an empty
  *       ledger: the client library only sends the header for values above
- *       zero, so it is set on the message here). The server refuses with
- *       10071 when another append got in between: LR_ECONFLICT. A publish
- *       whose acknowledgement does not arrive is LR_EAMBIGUOUS.
+ *       zero, so it is set on the message here) and a message id that a
+ *       retry of the same append repeats (ledger_publish). The server
+ *       refuses with 10071 when another append got in between:
+ *       LR_ECONFLICT. A publish whose acknowledgement does not arrive is
+ *       LR_EAMBIGUOUS.
  *       Reads use direct get (next_by_subj), finding a middle record by
  *       binary search over stream sequences; delete purges the subject.
  *   bucket LR_KV (stream KV_LR_KV, subjects $KV.LR_KV.>, history 1): kv,
