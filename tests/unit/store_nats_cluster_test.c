@@ -202,7 +202,7 @@ static int leader_of(const char *stream)
 		if (!f)
 			continue;
 		while (fgets(line, sizeof line, f)) {
-			/* "[pid] 2026/12/01 21:56:39.073677 [INF] JetStream cluster new stream ..." */
+			/* "[pid] 2026/12/01 21:56:39.073677 [INF] JetStream cluster new ..." */
 			char *t = strchr(line, ']');
 			if (!strstr(line, pat) || !t || strlen(t) < 28)
 				continue;
