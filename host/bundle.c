@@ -18,7 +18,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,15 +27,6 @@
 #define MIB ((size_t)1 << 20)
 #define PATH_CAP 1024   /* bytes of one path inside a bundle */
 #define AUTHOR_CAP MIB  /* bytes of an author's rig.json */
-
-static int open_libarchive(char *err, size_t errlen)
-{
-	struct lr_err why;
-	int rc = lr_libarchive_open(&why);
-	if (rc)
-		snprintf(err, errlen, "%s", why.msg);
-	return rc;
-}
 
 void lr_bundle_limits_default(struct lr_bundle_limits *lim)
 {
@@ -48,28 +38,20 @@ void lr_bundle_limits_default(struct lr_bundle_limits *lim)
 	lim->version = NULL;
 }
 
-__attribute__((format(printf, 3, 4)))
-static int refuse(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return LR_EREFUSED;
-}
+/* Sets the message and returns LR_EREFUSED. */
+#define refuse(e, ...) lr_err_fail((e), LR_EREFUSED, __VA_ARGS__)
 
 /*
- * A name from outside, made safe to print: control bytes as \xNN, at most
- * about 100 bytes. buf must hold 512 bytes.
+ * Outside bytes made safe to print into buf (cap bytes): control bytes as
+ * \xNN; past about cut bytes (0: no cut) the rest is "...". Returns buf.
  */
-#define SHOW_LEN 512
-static const char *show(const char *s, char buf[SHOW_LEN])
+static const char *show_cut(const char *s, char *buf, size_t cap, size_t cut)
 {
 	static const char hex[] = "0123456789abcdef";
 	size_t o = 0;
-	for (size_t i = 0; s[i]; i++) {
+	for (size_t i = 0; s[i] && o + 5 < cap; i++) {
 		unsigned char c = (unsigned char)s[i];
-		if (o > 100) {
+		if (cut && o > cut) {
 			memcpy(buf + o, "...", 3);
 			o += 3;
 			break;
@@ -87,24 +69,11 @@ static const char *show(const char *s, char buf[SHOW_LEN])
 	return buf;
 }
 
-/* A message with outside bytes in it, control bytes as \xNN, cut to fit cap. */
-static const char *show_msg(const char *s, char *buf, size_t cap)
+/* A name from outside for a message: at most about 100 bytes. */
+#define SHOW_LEN 512
+static const char *show(const char *s, char buf[SHOW_LEN])
 {
-	static const char hex[] = "0123456789abcdef";
-	size_t o = 0;
-	for (size_t i = 0; s[i] && o + 5 < cap; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (c < 0x20 || c == 0x7f) {
-			buf[o++] = '\\';
-			buf[o++] = 'x';
-			buf[o++] = hex[c >> 4];
-			buf[o++] = hex[c & 15];
-		} else {
-			buf[o++] = (char)c;
-		}
-	}
-	buf[o] = '\0';
-	return buf;
+	return show_cut(s, buf, SHOW_LEN, 100);
 }
 
 /* A cap for messages: "16 MiB", "64 KiB" or "1000 bytes". buf holds 32 bytes. */
@@ -309,17 +278,17 @@ const struct lr_bundle_file *lr_bundle_module(const struct lr_bundle *b, const c
 
 /* A string field of o: *out = copy (or NULL when absent and optional). */
 static int get_string(json_t *o, const char *key, int required, char **out,
-		      char *err, size_t errlen)
+		      struct lr_err *e)
 {
 	json_t *v = json_object_get(o, key);
 	*out = NULL;
 	if (!v) {
 		if (required)
-			return refuse(err, errlen, "manifest 'rig.json' lacks the field '%s'", key);
+			return refuse(e, "manifest 'rig.json' lacks the field '%s'", key);
 		return 0;
 	}
 	if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v))
-		return refuse(err, errlen, "manifest 'rig.json': field '%s' must be a string", key);
+		return refuse(e, "manifest 'rig.json': field '%s' must be a string", key);
 	*out = strdup(json_string_value(v));
 	return *out ? 0 : -ENOMEM;
 }
@@ -334,18 +303,18 @@ static int is_hex64(const char *s)
 }
 
 static int parse_manifest(struct lr_bundle *b, const struct lr_bundle_limits *lim,
-			  char *err, size_t errlen)
+			  struct lr_err *e)
 {
 	char q[SHOW_LEN];
 	char sz[32];
 	json_error_t jerr;
 	json_t *root = json_loadb(b->manifest, b->manifest_len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root)
-		return refuse(err, errlen, "manifest 'rig.json' is not valid JSON: %s at line %d",
+		return refuse(e, "manifest 'rig.json' is not valid JSON: %s at line %d",
 			      jerr.text, jerr.line);
 	int rc = 0;
 	if (!json_is_object(root)) {
-		rc = refuse(err, errlen, "manifest 'rig.json' is not a JSON object");
+		rc = refuse(e, "manifest 'rig.json' is not a JSON object");
 		goto out;
 	}
 	const char *key;
@@ -354,70 +323,70 @@ static int parse_manifest(struct lr_bundle *b, const struct lr_bundle_limits *li
 		if (strcmp(key, "format") && strcmp(key, "name") && strcmp(key, "version") &&
 		    strcmp(key, "entry") && strcmp(key, "description") &&
 		    strcmp(key, "luarig") && strcmp(key, "files")) {
-			rc = refuse(err, errlen, "manifest 'rig.json' has an unknown field '%s'",
+			rc = refuse(e, "manifest 'rig.json' has an unknown field '%s'",
 				    show(key, q));
 			goto out;
 		}
 	}
 	json_t *fmt = json_object_get(root, "format");
 	if (!fmt) {
-		rc = refuse(err, errlen, "manifest 'rig.json' lacks the field 'format'");
+		rc = refuse(e, "manifest 'rig.json' lacks the field 'format'");
 		goto out;
 	}
 	if (!json_is_integer(fmt) || json_integer_value(fmt) != 1) {
 		if (json_is_integer(fmt))
-			rc = refuse(err, errlen, "manifest 'rig.json' has format %lld, this luarig reads format 1",
+			rc = refuse(e, "manifest 'rig.json' has format %lld, this luarig reads format 1",
 				    (long long)json_integer_value(fmt));
 		else
-			rc = refuse(err, errlen, "manifest 'rig.json': field 'format' must be an integer");
+			rc = refuse(e, "manifest 'rig.json': field 'format' must be an integer");
 		goto out;
 	}
 	b->format = 1;
-	if ((rc = get_string(root, "name", 1, &b->name, err, errlen)) ||
-	    (rc = get_string(root, "version", 1, &b->version, err, errlen)) ||
-	    (rc = get_string(root, "entry", 1, &b->entry, err, errlen)) ||
-	    (rc = get_string(root, "luarig", 1, &b->luarig, err, errlen)) ||
-	    (rc = get_string(root, "description", 0, &b->description, err, errlen)))
+	if ((rc = get_string(root, "name", 1, &b->name, e)) ||
+	    (rc = get_string(root, "version", 1, &b->version, e)) ||
+	    (rc = get_string(root, "entry", 1, &b->entry, e)) ||
+	    (rc = get_string(root, "luarig", 1, &b->luarig, e)) ||
+	    (rc = get_string(root, "description", 0, &b->description, e)))
 		goto out;
 	if (!valid_name(b->name)) {
-		rc = refuse(err, errlen, "manifest 'rig.json': name '%s' is not letters, digits, '.', '_', '-'",
+		rc = refuse(e, "manifest 'rig.json': name '%s' is not letters, digits, '.', '_', '-'",
 			    show(b->name, q));
 		goto out;
 	}
 	struct ver ver;
 	if (parse_ver(b->version, &ver)) {
-		rc = refuse(err, errlen, "manifest 'rig.json': version '%s' is not MAJOR.MINOR.PATCH",
+		rc = refuse(e, "manifest 'rig.json': version '%s' is not MAJOR.MINOR.PATCH",
 			    show(b->version, q));
 		goto out;
 	}
 	if (!valid_module(b->entry)) {
-		rc = refuse(err, errlen, "manifest 'rig.json': entry '%s' is not a module name",
+		rc = refuse(e, "manifest 'rig.json': entry '%s' is not a module name",
 			    show(b->entry, q));
 		goto out;
 	}
 	if (parse_ver(b->luarig, &ver)) {
-		rc = refuse(err, errlen, "manifest 'rig.json': luarig '%s' is not MAJOR.MINOR.PATCH",
+		rc = refuse(e, "manifest 'rig.json': luarig '%s' is not MAJOR.MINOR.PATCH",
 			    show(b->luarig, q));
 		goto out;
 	}
 	int ok;
 	if (lim->version && lr_bundle_vercmp(b->luarig, lim->version, &ok) > 0) {
-		rc = refuse(err, errlen, "manifest 'rig.json' needs luarig %s or newer, this is %s",
+		rc = refuse(e, "manifest 'rig.json' needs luarig %s or newer, this is %s",
 			    b->luarig, lim->version);
 		goto out;
 	}
 	json_t *files = json_object_get(root, "files");
 	if (!files) {
-		rc = refuse(err, errlen, "manifest 'rig.json' lacks the field 'files'");
+		rc = refuse(e, "manifest 'rig.json' lacks the field 'files'");
 		goto out;
 	}
 	if (!json_is_array(files)) {
-		rc = refuse(err, errlen, "manifest 'rig.json': field 'files' must be an array");
+		rc = refuse(e, "manifest 'rig.json': field 'files' must be an array");
 		goto out;
 	}
 	size_t n = json_array_size(files);
 	if (n + 1 > lim->max_entries) {
-		rc = refuse(err, errlen, "manifest 'rig.json' lists %zu files, over the %zu entry cap",
+		rc = refuse(e, "manifest 'rig.json' lists %zu files, over the %zu entry cap",
 			    n, lim->max_entries);
 		goto out;
 	}
@@ -433,27 +402,27 @@ static int parse_manifest(struct lr_bundle *b, const struct lr_bundle_limits *li
 		if (!json_is_object(f) || json_object_size(f) != 3 || !json_is_string(p) ||
 		    !json_is_integer(jsz) || !json_is_string(h) ||
 		    strlen(json_string_value(p)) != json_string_length(p)) {
-			rc = refuse(err, errlen, "manifest 'rig.json': files[%zu] is not {path, size, sha256}",
+			rc = refuse(e, "manifest 'rig.json': files[%zu] is not {path, size, sha256}",
 				    i + 1);
 			goto out;
 		}
 		const char *path = json_string_value(p);
 		const char *why = path_problem(path);
 		if (why) {
-			rc = refuse(err, errlen, "entry '%s' in the manifest %s", show(path, q), why);
+			rc = refuse(e, "entry '%s' in the manifest %s", show(path, q), why);
 			goto out;
 		}
 		if (strcmp(path, "rig.json") == 0) {
-			rc = refuse(err, errlen, "entry 'rig.json' is listed in its own manifest");
+			rc = refuse(e, "entry 'rig.json' is listed in its own manifest");
 			goto out;
 		}
 		if (json_integer_value(jsz) < 0 || (uint64_t)json_integer_value(jsz) > lim->max_entry) {
-			rc = refuse(err, errlen, "entry '%s' in the manifest is over the %s entry cap",
+			rc = refuse(e, "entry '%s' in the manifest is over the %s entry cap",
 				    show(path, q), show_size(lim->max_entry, sz));
 			goto out;
 		}
 		if (!is_hex64(json_string_value(h))) {
-			rc = refuse(err, errlen, "entry '%s' in the manifest has a malformed sha256",
+			rc = refuse(e, "entry '%s' in the manifest has a malformed sha256",
 				    show(path, q));
 			goto out;
 		}
@@ -469,12 +438,12 @@ static int parse_manifest(struct lr_bundle *b, const struct lr_bundle_limits *li
 	qsort(b->files, b->nfiles, sizeof *b->files, file_cmp);
 	for (size_t i = 1; i < b->nfiles; i++)
 		if (strcmp(b->files[i - 1].path, b->files[i].path) == 0) {
-			rc = refuse(err, errlen, "entry '%s' is listed twice in the manifest",
+			rc = refuse(e, "entry '%s' is listed twice in the manifest",
 				    show(b->files[i].path, q));
 			goto out;
 		}
 	if (!lr_bundle_module(b, b->entry))
-		rc = refuse(err, errlen, "entry module '%s' is not in the bundle", b->entry);
+		rc = refuse(e, "entry module '%s' is not in the bundle", b->entry);
 out:
 	json_decref(root);
 	return rc;
@@ -509,8 +478,7 @@ struct reading {
 	struct archive *a;
 	const struct lr_bundle_limits *lim;
 	size_t total;  /* entry bytes so far */
-	char *err;
-	size_t errlen;
+	struct lr_err *e;
 };
 
 static int check_ratio(struct reading *r, const char *name, size_t produced)
@@ -523,7 +491,7 @@ static int check_ratio(struct reading *r, const char *name, size_t produced)
 		in = 1;
 	if ((uint64_t)out > r->lim->ratio_after &&
 	    (uint64_t)out / (uint64_t)in > r->lim->max_ratio)
-		return refuse(r->err, r->errlen,
+		return refuse(r->e,
 			      "entry '%s' is a compression-ratio bomb (over %u:1)",
 			      show(name, q), r->lim->max_ratio);
 	return 0;
@@ -538,23 +506,23 @@ static int read_body(struct reading *r, const char *name, struct lr_buf *body)
 	for (;;) {
 		la_ssize_t n = lr_la.read_data(r->a, chunk, sizeof chunk);
 		if (n < 0)
-			return refuse(r->err, r->errlen, "entry '%s' is damaged: %s", show(name, q),
+			return refuse(r->e, "entry '%s' is damaged: %s", show(name, q),
 				      lr_la.error_string(r->a) ? lr_la.error_string(r->a) : "read error");
 		if (n == 0)
 			return 0;
 		if (body->len + (size_t)n > r->lim->max_entry)
-			return refuse(r->err, r->errlen, "entry '%s' is over the %s entry cap",
+			return refuse(r->e, "entry '%s' is over the %s entry cap",
 				      show(name, q), show_size(r->lim->max_entry, sz));
 		r->total += (size_t)n;
 		if (r->total > r->lim->max_total)
-			return refuse(r->err, r->errlen,
+			return refuse(r->e,
 				      "entry '%s' takes the bundle over the %s total cap",
 				      show(name, q), show_size(r->lim->max_total, sz));
 		int rc = check_ratio(r, name, r->total);
 		if (rc)
 			return rc;
 		if ((rc = lr_buf_add(body, chunk, (size_t)n)))
-			return rc == LR_ETOOBIG ? refuse(r->err, r->errlen,
+			return rc == LR_ETOOBIG ? refuse(r->e,
 				"entry '%s' is over the %s entry cap", show(name, q),
 				show_size(r->lim->max_entry, sz)) : rc;
 	}
@@ -582,7 +550,7 @@ static const char *type_problem(struct archive_entry *ae)
 	}
 }
 
-static int read_entries(struct reading *r, struct lr_bundle *b, char *err, size_t errlen)
+static int read_entries(struct reading *r, struct lr_bundle *b, struct lr_err *e)
 {
 	char q[SHOW_LEN];
 	char sz[32];
@@ -600,44 +568,44 @@ static int read_entries(struct reading *r, struct lr_bundle *b, char *err, size_
 		if (h < ARCHIVE_WARN) {
 			const char *msg = lr_la.error_string(r->a) ? lr_la.error_string(r->a) : "read error";
 			if (count)
-				rc = refuse(err, errlen, "archive is damaged after entry '%s': %s",
+				rc = refuse(e, "archive is damaged after entry '%s': %s",
 					    show(name, q), msg);
 			else
-				rc = refuse(err, errlen, "not a bundle (gzip tar): %s", msg);
+				rc = refuse(e, "not a bundle (gzip tar): %s", msg);
 			goto out;
 		}
 		const char *p = lr_la.e_pathname(ae);
 		if (!p) {
-			rc = refuse(err, errlen, "entry %zu has no readable name", count + 1);
+			rc = refuse(e, "entry %zu has no readable name", count + 1);
 			goto out;
 		}
 		size_t plen = strlen(p);
 		if (plen > PATH_CAP) {
-			rc = refuse(err, errlen, "entry '%s' has a path over 1024 bytes", show(p, q));
+			rc = refuse(e, "entry '%s' has a path over 1024 bytes", show(p, q));
 			goto out;
 		}
 		memcpy(name, p, plen + 1);
 		if ((rc = check_ratio(r, name, r->total)))
 			goto out;
 		if (++count > r->lim->max_entries) {
-			rc = refuse(err, errlen, "entry '%s' is over the %zu entry cap", show(name, q),
+			rc = refuse(e, "entry '%s' is over the %zu entry cap", show(name, q),
 				    r->lim->max_entries);
 			goto out;
 		}
 		const char *why = type_problem(ae);
 		if (why) {
-			rc = refuse(err, errlen, "entry '%s' %s", show(name, q), why);
+			rc = refuse(e, "entry '%s' %s", show(name, q), why);
 			goto out;
 		}
 		int dir = lr_la.e_filetype(ae) == AE_IFDIR;
 		if (dir && plen > 1 && name[plen - 1] == '/')
 			name[plen - 1] = '\0';
 		if ((why = path_problem(name))) {
-			rc = refuse(err, errlen, "entry '%s' %s", show(name, q), why);
+			rc = refuse(e, "entry '%s' %s", show(name, q), why);
 			goto out;
 		}
 		if (lr_la.e_size_is_set(ae) && lr_la.e_size(ae) > (la_int64_t)r->lim->max_entry) {
-			rc = refuse(err, errlen, "entry '%s' is over the %s entry cap",
+			rc = refuse(e, "entry '%s' is over the %s entry cap",
 				    show(name, q), show_size(r->lim->max_entry, sz));
 			goto out;
 		}
@@ -649,12 +617,12 @@ static int read_entries(struct reading *r, struct lr_bundle *b, char *err, size_
 		if (!body.data && (rc = lr_buf_add(&body, "", 0)))
 			goto out;
 		if (body.len >= 4 && memcmp(body.data, "\x1bLua", 4) == 0) {
-			rc = refuse(err, errlen, "entry '%s' is precompiled Lua bytecode", show(name, q));
+			rc = refuse(e, "entry '%s' is precompiled Lua bytecode", show(name, q));
 			goto out;
 		}
 		if (!have_manifest) {
 			if (strcmp(name, "rig.json") != 0) {
-				rc = refuse(err, errlen, "entry '%s' comes before the manifest 'rig.json'",
+				rc = refuse(e, "entry '%s' comes before the manifest 'rig.json'",
 					    show(name, q));
 				goto out;
 			}
@@ -664,7 +632,7 @@ static int read_entries(struct reading *r, struct lr_bundle *b, char *err, size_
 				rc = -ENOMEM;
 				goto out;
 			}
-			if ((rc = parse_manifest(b, r->lim, err, errlen)))
+			if ((rc = parse_manifest(b, r->lim, e)))
 				goto out;
 			seen = calloc(b->nfiles + 1, 1);
 			if (!seen) {
@@ -675,32 +643,32 @@ static int read_entries(struct reading *r, struct lr_bundle *b, char *err, size_
 			continue;
 		}
 		if (strcmp(name, "rig.json") == 0) {
-			rc = refuse(err, errlen, "entry 'rig.json' appears twice");
+			rc = refuse(e, "entry 'rig.json' appears twice");
 			goto out;
 		}
 		struct lr_bundle_file *f = (struct lr_bundle_file *)lr_bundle_find(b, name);
 		if (!f) {
-			rc = refuse(err, errlen, "entry '%s' is not in the manifest", show(name, q));
+			rc = refuse(e, "entry '%s' is not in the manifest", show(name, q));
 			goto out;
 		}
 		size_t i = (size_t)(f - b->files);
 		if (seen[i]) {
-			rc = refuse(err, errlen, "entry '%s' appears twice", show(name, q));
+			rc = refuse(e, "entry '%s' appears twice", show(name, q));
 			goto out;
 		}
 		seen[i] = 1;
 		if (body.len != f->size) {
-			rc = refuse(err, errlen, "entry '%s' is %zu bytes, the manifest says %zu",
+			rc = refuse(e, "entry '%s' is %zu bytes, the manifest says %zu",
 				    show(name, q), body.len, f->size);
 			goto out;
 		}
 		char hex[65];
 		if ((rc = lr_sha256_hex(body.data, body.len, hex))) {
-			snprintf(err, errlen, "cannot hash entry '%s': %s", show(name, q), lr_strerror(rc));
+			lr_err_set(e, "cannot hash entry '%s': %s", show(name, q), lr_strerror(rc));
 			goto out;
 		}
 		if (strcmp(hex, f->sha256) != 0) {
-			rc = refuse(err, errlen, "entry '%s' fails its SHA-256 check", show(name, q));
+			rc = refuse(e, "entry '%s' fails its SHA-256 check", show(name, q));
 			goto out;
 		}
 		f->data = (unsigned char *)lr_buf_take(&body, &f->size);
@@ -711,12 +679,12 @@ static int read_entries(struct reading *r, struct lr_bundle *b, char *err, size_
 		}
 	}
 	if (!have_manifest) {
-		rc = refuse(err, errlen, "the archive has no manifest 'rig.json'");
+		rc = refuse(e, "the archive has no manifest 'rig.json'");
 		goto out;
 	}
 	for (size_t i = 0; i < b->nfiles; i++)
 		if (!seen[i]) {
-			rc = refuse(err, errlen, "entry '%s' is in the manifest but missing from the archive",
+			rc = refuse(e, "entry '%s' is in the manifest but missing from the archive",
 				    show(b->files[i].path, q));
 			goto out;
 		}
@@ -727,7 +695,7 @@ out:
 }
 
 int lr_bundle_read(const void *data, size_t len, const struct lr_bundle_limits *lim,
-		   struct lr_bundle **out, char *err, size_t errlen)
+		   struct lr_bundle **out, struct lr_err *e)
 {
 	struct lr_bundle_limits dl;
 	if (!lim) {
@@ -735,28 +703,28 @@ int lr_bundle_read(const void *data, size_t len, const struct lr_bundle_limits *
 		lim = &dl;
 	}
 	*out = NULL;
-	int rc = open_libarchive(err, errlen);
+	int rc = lr_libarchive_open(e);
 	if (rc)
 		return rc;
 	struct lr_bundle *b = calloc(1, sizeof *b);
 	struct archive *a = lr_la.read_new();
 	if (!b || !a) {
 		rc = -ENOMEM;
-		snprintf(err, errlen, "%s", lr_strerror(rc));
+		lr_err_set(e, "%s", lr_strerror(rc));
 		goto out;
 	}
 	lr_la.read_gzip(a);
 	lr_la.read_tar(a);
 	struct source src = { .data = data, .len = len };
 	if (lr_la.read_open(a, &src, NULL, source_read, NULL) != ARCHIVE_OK) {
-		rc = refuse(err, errlen, "not a bundle (gzip tar): %s",
+		rc = refuse(e, "not a bundle (gzip tar): %s",
 			    lr_la.error_string(a) ? lr_la.error_string(a) : "unreadable");
 		goto out;
 	}
-	struct reading r = { .a = a, .lim = lim, .err = err, .errlen = errlen };
-	rc = read_entries(&r, b, err, errlen);
+	struct reading r = { .a = a, .lim = lim, .e = e };
+	rc = read_entries(&r, b, e);
 	if (rc == -ENOMEM)
-		snprintf(err, errlen, "%s", lr_strerror(rc));
+		lr_err_set(e, "%s", lr_strerror(rc));
 out:
 	if (a)
 		lr_la.read_free(a);
@@ -785,7 +753,7 @@ static int slurp_fd(int fd, size_t cap, char **data, size_t *len)
 }
 
 int lr_bundle_load(const char *path, const struct lr_bundle_limits *lim,
-		   struct lr_bundle **out, char *err, size_t errlen)
+		   struct lr_bundle **out, struct lr_err *e)
 {
 	struct lr_bundle_limits dl;
 	if (!lim) {
@@ -796,7 +764,7 @@ int lr_bundle_load(const char *path, const struct lr_bundle_limits *lim,
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		int rc = -errno;
-		snprintf(err, errlen, "cannot open: %s", strerror(errno));
+		lr_err_set(e, "cannot open: %s", strerror(errno));
 		return rc;
 	}
 	/* Compressed bytes are bounded too: gzip never grows data by a quarter. */
@@ -806,12 +774,12 @@ int lr_bundle_load(const char *path, const struct lr_bundle_limits *lim,
 	int rc = slurp_fd(fd, cap, &data, &len);
 	close(fd);
 	if (rc == LR_ETOOBIG)
-		return refuse(err, errlen, "the file is over the %zu-byte cap", cap);
+		return refuse(e, "the file is over the %zu-byte cap", cap);
 	if (rc) {
-		snprintf(err, errlen, "cannot read: %s", lr_strerror(rc));
+		lr_err_set(e, "cannot read: %s", lr_strerror(rc));
 		return rc;
 	}
-	rc = lr_bundle_read(data, len, lim, out, err, errlen);
+	rc = lr_bundle_read(data, len, lim, out, e);
 	free(data);
 	return rc;
 }
@@ -832,10 +800,10 @@ static la_ssize_t sink_write(struct archive *a, void *arg, const void *p, size_t
 	return (la_ssize_t)n;
 }
 
-int lr_bundle_archive(const struct lr_bundle_entry *e, size_t n, struct lr_buf *out,
-		      char *err, size_t errlen)
+int lr_bundle_archive(const struct lr_bundle_entry *ent, size_t n, struct lr_buf *out,
+		      struct lr_err *e)
 {
-	int rc = open_libarchive(err, errlen);
+	int rc = lr_libarchive_open(e);
 	if (rc)
 		return rc;
 	struct archive *a = lr_la.write_new();
@@ -859,20 +827,20 @@ int lr_bundle_archive(const struct lr_bundle_entry *e, size_t n, struct lr_buf *
 			rc = -ENOMEM;
 			goto fail;
 		}
-		int t = e[i].type >= 0 && e[i].type <= LR_BUNDLE_FIFO ? e[i].type : LR_BUNDLE_REG;
-		lr_la.e_set_pathname(ae, e[i].path);
+		int t = ent[i].type >= 0 && ent[i].type <= LR_BUNDLE_FIFO ? ent[i].type : LR_BUNDLE_REG;
+		lr_la.e_set_pathname(ae, ent[i].path);
 		lr_la.e_set_filetype(ae, types[t]);
 		lr_la.e_set_perm(ae, t == LR_BUNDLE_DIR ? 0755 : t == LR_BUNDLE_SYMLINK ? 0777 : 0644);
 		lr_la.e_set_mtime(ae, 0, 0);
-		lr_la.e_set_size(ae, t == LR_BUNDLE_REG ? (la_int64_t)e[i].size : 0);
+		lr_la.e_set_size(ae, t == LR_BUNDLE_REG ? (la_int64_t)ent[i].size : 0);
 		if (t == LR_BUNDLE_SYMLINK)
-			lr_la.e_set_symlink(ae, e[i].link);
+			lr_la.e_set_symlink(ae, ent[i].link);
 		if (t == LR_BUNDLE_HARDLINK)
-			lr_la.e_set_hardlink(ae, e[i].link);
+			lr_la.e_set_hardlink(ae, ent[i].link);
 		if (lr_la.write_header(a, ae) < ARCHIVE_WARN)
 			goto archive_fail;
-		if (t == LR_BUNDLE_REG && e[i].size &&
-		    lr_la.write_data(a, e[i].data, e[i].size) != (la_ssize_t)e[i].size)
+		if (t == LR_BUNDLE_REG && ent[i].size &&
+		    lr_la.write_data(a, ent[i].data, ent[i].size) != (la_ssize_t)ent[i].size)
 			goto archive_fail;
 	}
 	if (lr_la.write_close(a) != ARCHIVE_OK)
@@ -883,15 +851,15 @@ int lr_bundle_archive(const struct lr_bundle_entry *e, size_t n, struct lr_buf *
 archive_fail:
 	if (sink.rc) {
 		rc = sink.rc;
-		snprintf(err, errlen, "archive: %s", lr_strerror(rc));
+		lr_err_set(e, "archive: %s", lr_strerror(rc));
 	} else {
 		rc = LR_EREFUSED;
-		snprintf(err, errlen, "archive: %s",
+		lr_err_set(e, "archive: %s",
 			 lr_la.error_string(a) ? lr_la.error_string(a) : "write error");
 	}
 	goto out;
 fail:
-	snprintf(err, errlen, "%s", lr_strerror(rc));
+	lr_err_set(e, "%s", lr_strerror(rc));
 out:
 	if (ae)
 		lr_la.e_free(ae);
@@ -921,17 +889,16 @@ struct packing {
 	int have_out;
 	void (*notice)(void *arg, const char *msg);
 	int (*compile)(void *arg, const char *name, const void *data, size_t size,
-		       char *msg, size_t msglen);
+		       struct lr_err *why);
 	void *arg;
-	char *err;
-	size_t errlen;
+	struct lr_err *e;
 };
 
 static int pack_add(struct packing *p, const char *rel)
 {
 	char q[SHOW_LEN];
 	if (p->n + 1 >= p->lim.max_entries)
-		return refuse(p->err, p->errlen, "'%s/%s' is over the %zu entry cap", p->dir,
+		return refuse(p->e, "'%s/%s' is over the %zu entry cap", p->dir,
 			      show(rel, q), p->lim.max_entries);
 	if (p->n == p->alloc) {
 		size_t na = p->alloc ? 2 * p->alloc : 64;
@@ -957,12 +924,12 @@ static int pack_walk(struct packing *p, int fd, const char *prefix, int depth)
 	if (!d) {
 		int rc = -errno;
 		close(fd);
-		snprintf(p->err, p->errlen, "cannot read '%s/%s': %s", p->dir, prefix, strerror(-rc));
+		lr_err_set(p->e, "cannot read '%s/%s': %s", p->dir, prefix, strerror(-rc));
 		return rc;
 	}
 	if (depth > 64) {
 		closedir(d);
-		return refuse(p->err, p->errlen, "'%s/%s' is nested too deeply", p->dir, show(prefix, q));
+		return refuse(p->e, "'%s/%s' is nested too deeply", p->dir, show(prefix, q));
 	}
 	int rc = 0;
 	struct dirent *de;
@@ -974,7 +941,7 @@ static int pack_walk(struct packing *p, int fd, const char *prefix, int depth)
 		struct stat st;
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
 			rc = -errno;
-			snprintf(p->err, p->errlen, "cannot stat '%s/%s': %s", p->dir, show(rel, q),
+			lr_err_set(p->e, "cannot stat '%s/%s': %s", p->dir, show(rel, q),
 				 strerror(errno));
 			break;
 		}
@@ -989,7 +956,7 @@ static int pack_walk(struct packing *p, int fd, const char *prefix, int depth)
 		}
 		const char *why = path_problem(rel);
 		if (why) {
-			rc = refuse(p->err, p->errlen, "'%s/%s' has a name a bundle cannot hold",
+			rc = refuse(p->e, "'%s/%s' has a name a bundle cannot hold",
 				    p->dir, show(rel, q));
 			break;
 		}
@@ -998,7 +965,7 @@ static int pack_walk(struct packing *p, int fd, const char *prefix, int depth)
 					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (sub < 0) {
 				rc = -errno;
-				snprintf(p->err, p->errlen, "cannot open '%s/%s': %s", p->dir,
+				lr_err_set(p->e, "cannot open '%s/%s': %s", p->dir,
 					 show(rel, q), strerror(errno));
 				break;
 			}
@@ -1023,7 +990,7 @@ static int pack_walk(struct packing *p, int fd, const char *prefix, int depth)
 					   S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" :
 					   S_ISFIFO(st.st_mode) ? "a fifo" :
 					   S_ISSOCK(st.st_mode) ? "a socket" : "not a regular file";
-			rc = refuse(p->err, p->errlen, "'%s/%s' is %s; a bundle holds regular files only",
+			rc = refuse(p->e, "'%s/%s' is %s; a bundle holds regular files only",
 				    p->dir, show(rel, q), what);
 			break;
 		}
@@ -1044,29 +1011,29 @@ static int pack_read(struct packing *p, struct packfile *f)
 	int fd = openat(p->rootfd, f->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		int rc = -errno;
-		snprintf(p->err, p->errlen, "cannot open '%s/%s': %s", p->dir, show(f->path, q),
+		lr_err_set(p->e, "cannot open '%s/%s': %s", p->dir, show(f->path, q),
 			 strerror(errno));
 		return rc;
 	}
 	int rc = slurp_fd(fd, p->lim.max_entry, &f->data, &f->size);
 	close(fd);
 	if (rc == LR_ETOOBIG)
-		return refuse(p->err, p->errlen, "'%s/%s' is over the %s entry cap", p->dir,
+		return refuse(p->e, "'%s/%s' is over the %s entry cap", p->dir,
 			      show(f->path, q), show_size(p->lim.max_entry, sz));
 	if (rc) {
-		snprintf(p->err, p->errlen, "cannot read '%s/%s': %s", p->dir, show(f->path, q),
+		lr_err_set(p->e, "cannot read '%s/%s': %s", p->dir, show(f->path, q),
 			 lr_strerror(rc));
 		return rc;
 	}
 	p->total += f->size;
 	if (p->total > p->lim.max_total)
-		return refuse(p->err, p->errlen, "'%s/%s' takes the bundle over the %s total cap",
+		return refuse(p->e, "'%s/%s' takes the bundle over the %s total cap",
 			      p->dir, show(f->path, q), show_size(p->lim.max_total, sz));
 	if (f->size >= 4 && memcmp(f->data, "\x1bLua", 4) == 0)
-		return refuse(p->err, p->errlen, "'%s/%s' is precompiled Lua bytecode", p->dir,
+		return refuse(p->e, "'%s/%s' is precompiled Lua bytecode", p->dir,
 			      show(f->path, q));
 	if ((rc = lr_sha256_hex(f->data, f->size, f->sha256))) {
-		snprintf(p->err, p->errlen, "cannot hash '%s/%s': %s", p->dir, show(f->path, q),
+		lr_err_set(p->e, "cannot hash '%s/%s': %s", p->dir, show(f->path, q),
 			 lr_strerror(rc));
 		return rc;
 	}
@@ -1084,7 +1051,7 @@ static int author_string(struct packing *p, json_t *o, const char *key, char **o
 	if (!v)
 		return 0;
 	if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v))
-		return refuse(p->err, p->errlen, "'%s/rig.json': field '%s' must be a string",
+		return refuse(p->e, "'%s/rig.json': field '%s' must be a string",
 			      p->dir, key);
 	*out = strdup(json_string_value(v));
 	return *out ? 0 : -ENOMEM;
@@ -1098,34 +1065,34 @@ static int read_author(struct packing *p, struct author *au)
 		if (errno == ENOENT)
 			return 0;
 		if (errno == ELOOP)
-			return refuse(p->err, p->errlen, "'%s/rig.json' is a symbolic link; a bundle holds regular files only",
+			return refuse(p->e, "'%s/rig.json' is a symbolic link; a bundle holds regular files only",
 				      p->dir);
 		int rc = -errno;
-		snprintf(p->err, p->errlen, "cannot open '%s/rig.json': %s", p->dir, strerror(errno));
+		lr_err_set(p->e, "cannot open '%s/rig.json': %s", p->dir, strerror(errno));
 		return rc;
 	}
 	struct stat st;
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
-		return refuse(p->err, p->errlen, "'%s/rig.json' is not a regular file", p->dir);
+		return refuse(p->e, "'%s/rig.json' is not a regular file", p->dir);
 	}
 	char *data;
 	size_t len;
 	int rc = slurp_fd(fd, AUTHOR_CAP, &data, &len);
 	close(fd);
 	if (rc) {
-		snprintf(p->err, p->errlen, "cannot read '%s/rig.json': %s", p->dir, lr_strerror(rc));
+		lr_err_set(p->e, "cannot read '%s/rig.json': %s", p->dir, lr_strerror(rc));
 		return rc;
 	}
 	json_error_t jerr;
 	json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
 	free(data);
 	if (!root)
-		return refuse(p->err, p->errlen, "'%s/rig.json' is not valid JSON: %s at line %d",
+		return refuse(p->e, "'%s/rig.json' is not valid JSON: %s at line %d",
 			      p->dir, jerr.text, jerr.line);
 	if (!json_is_object(root)) {
 		json_decref(root);
-		return refuse(p->err, p->errlen, "'%s/rig.json' is not a JSON object", p->dir);
+		return refuse(p->e, "'%s/rig.json' is not a JSON object", p->dir);
 	}
 	const char *key;
 	json_t *v;
@@ -1134,7 +1101,7 @@ static int read_author(struct packing *p, struct author *au)
 		if (strcmp(key, "name") && strcmp(key, "version") && strcmp(key, "entry") &&
 		    strcmp(key, "description") && strcmp(key, "format") &&
 		    strcmp(key, "luarig") && strcmp(key, "files")) {
-			rc = refuse(p->err, p->errlen, "'%s/rig.json' has an unknown field '%s'",
+			rc = refuse(p->e, "'%s/rig.json' has an unknown field '%s'",
 				    p->dir, show(key, q));
 			break;
 		}
@@ -1147,7 +1114,7 @@ static int read_author(struct packing *p, struct author *au)
 	return rc;
 }
 
-static int write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen)
+static int write_atomic(const char *path, const void *data, size_t len, struct lr_err *e)
 {
 	size_t n = strlen(path);
 	char *tmp = malloc(n + 16);
@@ -1158,23 +1125,11 @@ static int write_atomic(const char *path, const void *data, size_t len, char *er
 	int rc = 0;
 	if (fd < 0) {
 		rc = -errno;
-		snprintf(err, errlen, "cannot create '%s': %s", path, strerror(errno));
+		lr_err_set(e, "cannot create '%s': %s", path, strerror(errno));
 		free(tmp);
 		return rc;
 	}
-	const char *c = data;
-	size_t left = len;
-	while (left) {
-		ssize_t w = write(fd, c, left);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0) {
-			rc = -errno;
-			break;
-		}
-		c += w;
-		left -= (size_t)w;
-	}
+	rc = lr_write_all(fd, data, len);
 	if (!rc && (fchmod(fd, 0644) != 0 || fsync(fd) != 0))
 		rc = -errno;
 	if (close(fd) != 0 && !rc)
@@ -1182,7 +1137,7 @@ static int write_atomic(const char *path, const void *data, size_t len, char *er
 	if (!rc && rename(tmp, path) != 0)
 		rc = -errno;
 	if (rc) {
-		snprintf(err, errlen, "cannot write '%s': %s", path, strerror(-rc));
+		lr_err_set(e, "cannot write '%s': %s", path, strerror(-rc));
 		unlink(tmp);
 	}
 	free(tmp);
@@ -1204,12 +1159,12 @@ static char *dir_basename(const char *dir)
 int lr_bundle_write(const char *dir, const char *out, const char *version,
 		    void (*notice)(void *arg, const char *msg),
 		    int (*compile)(void *arg, const char *name, const void *data, size_t size,
-				   char *msg, size_t msglen),
-		    void *arg, char *written, size_t writtenlen, char *err, size_t errlen)
+				   struct lr_err *why),
+		    void *arg, char *written, size_t writtenlen, struct lr_err *e)
 {
 	char q[SHOW_LEN];
 	struct packing p = { .dir = dir, .rootfd = -1, .notice = notice, .compile = compile,
-			     .arg = arg, .err = err, .errlen = errlen };
+			     .arg = arg, .e = e };
 	struct author au = { 0 };
 	struct lr_bundle_entry *entries = NULL;
 	struct lr_buf arc;
@@ -1217,21 +1172,21 @@ int lr_bundle_write(const char *dir, const char *out, const char *version,
 	char *text = NULL, *outname = NULL;
 	lr_bundle_limits_default(&p.lim);
 	lr_buf_init(&arc, p.lim.max_total + p.lim.max_total / 4 + MIB);
-	int rc = open_libarchive(err, errlen);
+	int rc = lr_libarchive_open(e);
 	if (rc)
 		goto out;
 
 	p.rootfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (p.rootfd < 0) {
 		rc = -errno;
-		snprintf(err, errlen, "cannot open the directory '%s': %s", dir, strerror(errno));
+		lr_err_set(e, "cannot open the directory '%s': %s", dir, strerror(errno));
 		goto out;
 	}
 	if ((rc = read_author(&p, &au)))
 		goto out;
 	if (!au.name && !(au.name = dir_basename(dir))) {
 		rc = errno == ENOMEM ? -ENOMEM : -EINVAL;
-		snprintf(err, errlen, "cannot resolve the name of '%s': %s", dir, strerror(errno));
+		lr_err_set(e, "cannot resolve the name of '%s': %s", dir, strerror(errno));
 		goto out;
 	}
 	if (!au.version && !(au.version = strdup("0.0.0"))) {
@@ -1244,17 +1199,17 @@ int lr_bundle_write(const char *dir, const char *out, const char *version,
 	}
 	struct ver ver;
 	if (!valid_name(au.name)) {
-		rc = refuse(err, errlen, "bundle name '%s' is not letters, digits, '.', '_', '-' (set 'name' in '%s/rig.json')",
+		rc = refuse(e, "bundle name '%s' is not letters, digits, '.', '_', '-' (set 'name' in '%s/rig.json')",
 			    show(au.name, q), dir);
 		goto out;
 	}
 	if (parse_ver(au.version, &ver)) {
-		rc = refuse(err, errlen, "'%s/rig.json': version '%s' is not MAJOR.MINOR.PATCH",
+		rc = refuse(e, "'%s/rig.json': version '%s' is not MAJOR.MINOR.PATCH",
 			    dir, show(au.version, q));
 		goto out;
 	}
 	if (!valid_module(au.entry)) {
-		rc = refuse(err, errlen, "'%s/rig.json': entry '%s' is not a module name", dir,
+		rc = refuse(e, "'%s/rig.json': entry '%s' is not a module name", dir,
 			    show(au.entry, q));
 		goto out;
 	}
@@ -1280,7 +1235,7 @@ int lr_bundle_write(const char *dir, const char *out, const char *version,
 	int fd = dup(p.rootfd);
 	if (fd < 0) {
 		rc = -errno;
-		snprintf(err, errlen, "cannot read '%s': %s", dir, strerror(errno));
+		lr_err_set(e, "cannot read '%s': %s", dir, strerror(errno));
 		goto out;
 	}
 	(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
@@ -1311,7 +1266,7 @@ int lr_bundle_write(const char *dir, const char *out, const char *version,
 			for (const char *c = au.entry; *c && k < 500; c++)
 				path[k++] = *c == '.' ? '/' : *c;
 			path[k] = '\0';
-			rc = refuse(err, errlen, "entry module '%s' is not in '%s' (no %s.lua or %s/init.lua)",
+			rc = refuse(e, "entry module '%s' is not in '%s' (no %s.lua or %s/init.lua)",
 				    au.entry, dir, path, path);
 			goto out;
 		}
@@ -1320,25 +1275,26 @@ int lr_bundle_write(const char *dir, const char *out, const char *version,
 	/* Every Lua file compiles, or nothing is written: syntax errors surface here, not at run. */
 	if (p.compile) {
 		size_t bad = 0;
-		char msg[2048], shown[2048], note[2200];
+		struct lr_err msg;
+		char shown[2048], note[2200];
 		for (size_t i = 0; i < p.n; i++) {
 			size_t k = strlen(p.files[i].path);
 			if (k < 4 || strcmp(p.files[i].path + k - 4, ".lua") != 0)
 				continue;
 			char name[PATH_CAP + 600];
 			snprintf(name, sizeof name, "%s/%s", dir, p.files[i].path);
-			msg[0] = '\0';
-			if (p.compile(arg, name, p.files[i].data, p.files[i].size, msg, sizeof msg) == 0)
+			lr_err_clear(&msg);
+			if (p.compile(arg, name, p.files[i].data, p.files[i].size, &msg) == 0)
 				continue;
 			bad++;
 			if (notice) {
 				snprintf(note, sizeof note, "pack: %s",
-					 show_msg(msg[0] ? msg : name, shown, sizeof shown));
+					 show_cut(msg.msg[0] ? msg.msg : name, shown, sizeof shown, 0));
 				notice(arg, note);
 			}
 		}
 		if (bad) {
-			rc = refuse(err, errlen, "%zu Lua file%s not compile; nothing was written", bad,
+			rc = refuse(e, "%zu Lua file%s not compile; nothing was written", bad,
 				    bad == 1 ? " does" : "s do");
 			goto out;
 		}
@@ -1390,14 +1346,14 @@ int lr_bundle_write(const char *dir, const char *out, const char *version,
 	for (size_t i = 0; i < p.n; i++)
 		entries[i + 1] = (struct lr_bundle_entry){ .path = p.files[i].path,
 			.type = LR_BUNDLE_REG, .data = p.files[i].data, .size = p.files[i].size };
-	if ((rc = lr_bundle_archive(entries, p.n + 1, &arc, err, errlen)))
+	if ((rc = lr_bundle_archive(entries, p.n + 1, &arc, e)))
 		goto out;
-	if ((rc = write_atomic(outname, arc.data, arc.len, err, errlen)))
+	if ((rc = write_atomic(outname, arc.data, arc.len, e)))
 		goto out;
 	snprintf(written, writtenlen, "%s", outname);
 out:
 	if (rc == -ENOMEM)
-		snprintf(err, errlen, "%s", lr_strerror(rc));
+		lr_err_set(e, "%s", lr_strerror(rc));
 	for (size_t i = 0; i < p.n; i++) {
 		free(p.files[i].path);
 		free(p.files[i].data);

@@ -61,14 +61,14 @@ struct lr_bundle {
  * Reads and verifies a bundle from memory (data, len). On success *out is
  * a bundle that owns copies of everything. On failure returns LR_EREFUSED
  * (the bundle is hostile or broken), LR_EUNAVAILABLE (libarchive or
- * libcrypto missing) or -ENOMEM, and err (errlen bytes) holds a message
- * like "entry '../x.lua' escapes the bundle".
+ * libcrypto missing) or -ENOMEM, and e holds a message like
+ * "entry '../x.lua' escapes the bundle".
  */
 int lr_bundle_read(const void *data, size_t len, const struct lr_bundle_limits *lim,
-		   struct lr_bundle **out, char *err, size_t errlen);
+		   struct lr_bundle **out, struct lr_err *e);
 /* Reads the file at path (at most max_total bytes) and verifies it as above. */
 int lr_bundle_load(const char *path, const struct lr_bundle_limits *lim,
-		   struct lr_bundle **out, char *err, size_t errlen);
+		   struct lr_bundle **out, struct lr_err *e);
 void lr_bundle_free(struct lr_bundle *b);
 /* The file at path, or NULL. Borrowed: lives as long as b. */
 const struct lr_bundle_file *lr_bundle_find(const struct lr_bundle *b, const char *path);
@@ -92,8 +92,8 @@ struct lr_bundle_entry {
 	size_t size;
 	const char *link;  /* symlink or hardlink target */
 };
-int lr_bundle_archive(const struct lr_bundle_entry *e, size_t n, struct lr_buf *out,
-		      char *err, size_t errlen);
+int lr_bundle_archive(const struct lr_bundle_entry *ent, size_t n, struct lr_buf *out,
+		      struct lr_err *e);
 
 /*
  * Packs directory dir into a bundle at out, or NAME-VERSION.rig in the
@@ -104,18 +104,18 @@ int lr_bundle_archive(const struct lr_bundle_entry *e, size_t n, struct lr_buf *
  * compile. compile (may be NULL) is called for every file whose name ends
  * in ".lua", with its name as "DIR/lib/x.lua" and its bytes; it returns 0
  * when the file compiles, nonzero otherwise with a message such as
- * "DIR/lib/x.lua:3: unexpected symbol near 'x'" in msg (msglen bytes).
+ * "DIR/lib/x.lua:3: unexpected symbol near 'x'" in why.
  * Every file is tried; any failure refuses the pack and nothing is written.
  * notice and compile get arg. The path written is copied to written
- * (writtenlen bytes). Returns 0, LR_EREFUSED with err naming the path (a
+ * (writtenlen bytes). Returns 0, LR_EREFUSED with e naming the path (a
  * link, a device, a bad rig.json, no entry module, a cap exceeded, Lua that
  * does not compile), LR_EUNAVAILABLE or -errno.
  */
 int lr_bundle_write(const char *dir, const char *out, const char *version,
 		    void (*notice)(void *arg, const char *msg),
 		    int (*compile)(void *arg, const char *name, const void *data, size_t size,
-				   char *msg, size_t msglen),
-		    void *arg, char *written, size_t writtenlen, char *err, size_t errlen);
+				   struct lr_err *why),
+		    void *arg, char *written, size_t writtenlen, struct lr_err *e);
 
 /* Compares two versions "MAJOR.MINOR.PATCH[-pre]": <0, 0, >0; -2 with ok=0 when either is malformed. */
 int lr_bundle_vercmp(const char *a, const char *b, int *ok);

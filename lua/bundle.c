@@ -346,10 +346,10 @@ int lr_bundle_run(struct lr_state *S, const char *path, int argc, char **argv)
 	struct lr_bundle_limits lim;
 	limits(&lim);
 	struct lr_bundle *b;
-	char err[1024];
+	struct lr_err err;
 	S->bundle = 1; /* main.c set it before the library loaded; this keeps it */
-	if (lr_bundle_load(path, &lim, &b, err, sizeof err) != 0) {
-		fprintf(stderr, "luarig: bundle '%s': %s\n", path, err);
+	if (lr_bundle_load(path, &lim, &b, &err) != 0) {
+		fprintf(stderr, "luarig: bundle '%s': %s\n", path, err.msg);
 		return 1;
 	}
 	const char *dev = getenv("LUARIG_PATH");
@@ -387,11 +387,11 @@ static void pack_notice(void *arg, const char *msg)
  * parser needs no library): arg points to that state, made on first use.
  */
 static int pack_compile(void *arg, const char *name, const void *data, size_t size,
-			char *msg, size_t msglen)
+			struct lr_err *why)
 {
 	lua_State **Lp = arg;
 	if (!*Lp && !(*Lp = luaL_newstate())) {
-		snprintf(msg, msglen, "%s: cannot create a Lua state to compile it", name);
+		lr_err_set(why, "%s: cannot create a Lua state to compile it", name);
 		return -1;
 	}
 	lua_State *L = *Lp;
@@ -399,30 +399,31 @@ static int pack_compile(void *arg, const char *name, const void *data, size_t si
 	snprintf(chunk, sizeof chunk, "@%s", name);
 	int rc = luaL_loadbufferx(L, data, size, chunk, "t");
 	if (rc != LUA_OK)
-		snprintf(msg, msglen, "%s", lua_tostring(L, -1));
+		lr_err_set(why, "%s", lua_tostring(L, -1));
 	lua_settop(L, 0);
 	return rc;
 }
 
 int lr_bundle_pack(const char *dir, const char *out)
 {
-	char written[4096], err[1024];
+	char written[4096];
+	struct lr_err err;
 	lua_State *cl = NULL;
 	int rc = lr_bundle_write(dir, out, LR_VERSION, pack_notice, pack_compile, &cl, written,
-				 sizeof written, err, sizeof err);
+				 sizeof written, &err);
 	if (cl)
 		lua_close(cl);
 	if (rc != 0) {
-		fprintf(stderr, "luarig: pack '%s': %s\n", dir, err);
+		fprintf(stderr, "luarig: pack '%s': %s\n", dir, err.msg);
 		return 1;
 	}
 	/* Read it back: what we print is what a reader will see. */
 	struct lr_bundle_limits lim;
 	limits(&lim);
 	struct lr_bundle *b;
-	if (lr_bundle_load(written, &lim, &b, err, sizeof err) != 0) {
+	if (lr_bundle_load(written, &lim, &b, &err) != 0) {
 		fprintf(stderr, "luarig: pack '%s': the written bundle '%s' does not verify: %s\n",
-			dir, written, err);
+			dir, written, err.msg);
 		return 1;
 	}
 	printf("packed '%s': %s %s, entry '%s', %zu file%s\n", written, b->name, b->version,
@@ -436,9 +437,9 @@ int lr_bundle_inspect(const char *path)
 	struct lr_bundle_limits lim;
 	limits(&lim);
 	struct lr_bundle *b;
-	char err[1024];
-	if (lr_bundle_load(path, &lim, &b, err, sizeof err) != 0) {
-		fprintf(stderr, "luarig: bundle '%s': %s\n", path, err);
+	struct lr_err err;
+	if (lr_bundle_load(path, &lim, &b, &err) != 0) {
+		fprintf(stderr, "luarig: bundle '%s': %s\n", path, err.msg);
 		return 1;
 	}
 	printf("bundle: %s\n", path);
@@ -472,10 +473,10 @@ static int core_bundle_read(lua_State *L)
 	struct lr_bundle_limits lim;
 	limits(&lim);
 	struct lr_bundle *b;
-	char err[1024];
-	int rc = lr_bundle_load(path, &lim, &b, err, sizeof err);
+	struct lr_err err;
+	int rc = lr_bundle_load(path, &lim, &b, &err);
 	if (rc)
-		return lr_pushfail(L, rc, "bundle '%s': %s", path, err);
+		return lr_pushfail(L, rc, "bundle '%s': %s", path, err.msg);
 	/* Anchor b in a userdata first, so an allocation error below cannot leak it. */
 	struct lr_bundle **p = lua_newuserdatauv(L, sizeof *p, 0);
 	*p = NULL;

@@ -224,30 +224,30 @@ static void sc_child(int fd, void *arg)
 	_exit(n == (ssize_t)sizeof r ? 0 : 1);
 }
 
-static int probe_seccomp(char *why, size_t len)
+static int probe_seccomp(struct lr_err *why)
 {
 	const char *lib_why;
 	if (lr__seccomp_open(&lib_why)) {
-		snprintf(why, len, "libseccomp: %s", lib_why);
+		lr_err_set(why, "libseccomp: %s", lib_why);
 		return 0;
 	}
 	scmp_filter_ctx ctx = lr__scmp.init(SCMP_ACT_ALLOW);
 	if (!ctx) {
-		snprintf(why, len, "seccomp_init failed");
+		lr_err_set(why, "seccomp_init failed");
 		return 0;
 	}
 	int ok = 0;
 	if (lr__scmp.rule_add(ctx, SCMP_ACT_ERRNO(EXDEV), SCMP_SYS(getpid), 0) != 0) {
-		snprintf(why, len, "seccomp_rule_add failed");
+		lr_err_set(why, "seccomp_rule_add failed");
 	} else {
 		struct sc_result r;
 		int rc = in_child(sc_child, ctx, &r, sizeof r);
 		if (rc)
-			snprintf(why, len, "the seccomp probe child failed: %s", lr_strerror(rc));
+			lr_err_set(why, "the seccomp probe child failed: %s", lr_strerror(rc));
 		else if (!r.loaded)
-			snprintf(why, len, "seccomp_load failed: %s", lr_strerror(r.load_rc));
+			lr_err_set(why, "seccomp_load failed: %s", lr_strerror(r.load_rc));
 		else if (!r.works)
-			snprintf(why, len, "a loaded seccomp filter did not act");
+			lr_err_set(why, "a loaded seccomp filter did not act");
 		else
 			ok = 1;
 	}
@@ -599,10 +599,10 @@ static void probe(void)
 	if (abi <= 0)
 		add_why(c, "no landlock: %s", strerror(errno));
 
-	char sc_why[300] = "";
-	c->seccomp = probe_seccomp(sc_why, sizeof sc_why);
+	struct lr_err sc_why = { "" };
+	c->seccomp = probe_seccomp(&sc_why);
 	if (!c->seccomp)
-		add_why(c, "no seccomp: %s", sc_why);
+		add_why(c, "no seccomp: %s", sc_why.msg);
 
 	probe_cgroup(c);
 

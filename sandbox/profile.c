@@ -12,7 +12,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,15 +135,8 @@ int lr_profile_resolve(const struct lr_profile *p, const char *path, char *out, 
 /* ------------------------------------------------------------------ */
 /* validation                                                           */
 
-__attribute__((format(printf, 2, 3)))
-static int bad(struct lr_err *err, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	lr_err_vset(err, fmt, ap);
-	va_end(ap);
-	return -EINVAL;
-}
+/* Sets the message and returns -EINVAL. */
+#define bad(e, ...) lr_err_fail((e), -EINVAL, __VA_ARGS__)
 
 /* An existing directory whose canonical path is exactly path. */
 static int check_canonical(const char *field, const char *path, struct lr_err *err)

@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,15 +60,8 @@ static const struct {
 #define PH_DIR_MODE 0555
 #define QUARANTINE ".luarig-quarantine"
 
-__attribute__((format(printf, 2, 3)))
-static int refuse(struct lr_err *err, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	lr_err_vset(err, fmt, ap);
-	va_end(ap);
-	return LR_EREFUSED;
-}
+/* Sets the message and returns LR_EREFUSED. */
+#define refuse(e, ...) lr_err_fail((e), LR_EREFUSED, __VA_ARGS__)
 
 /* 1 when path is dir or below it (both canonical). */
 static int within(const char *path, const char *dir)

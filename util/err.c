@@ -74,6 +74,15 @@ void lr_err_set(struct lr_err *e, const char *fmt, ...)
 	va_end(ap);
 }
 
+int lr_err_fail(struct lr_err *e, int rc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	lr_err_vset(e, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
 void lr_err_clear(struct lr_err *e)
 {
 	if (e)

@@ -66,6 +66,8 @@ void lr_err_set(struct lr_err *e, const char *fmt, ...) __attribute__((format(pr
 void lr_err_vset(struct lr_err *e, const char *fmt, va_list ap)
 	__attribute__((format(printf, 2, 0)));
 void lr_err_clear(struct lr_err *e);
+/* Sets e's message and returns rc: `return lr_err_fail(e, LR_EREFUSED, "…", …);`. */
+int lr_err_fail(struct lr_err *e, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /*
  * A growable byte buffer with a hard cap given at init (curl's dynbuf).

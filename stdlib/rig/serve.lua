@@ -1080,68 +1080,24 @@ end
 -- `luarig serve RIG.lua [--listen ADDR] [--auth-token-file FILE] [--insecure-public-bind]
 --  [--allow-host NAME]...`
 function M.cli(...)
-  local args = { ... }
-  local function usage(fmt, ...)
-    io.stderr:write("luarig: " .. string.format(fmt, ...) .. "\nluarig: try 'luarig help'\n")
-    io.stderr:flush()
-    os.exit(2)
-  end
-  local path, listen, token_file, insecure
-  local hosts = {}
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    local function value()
-      local v = a:match("^%-%-[%w%-]+=(.*)$")
-      if v then return v end
-      i = i + 1
-      if args[i] == nil then usage("'%s' needs a value", a) end
-      return args[i]
+  local cli_args = require "rig.cli_args"
+  local opts, pos = cli_args.parse({ ... }, 1, {
+    prefix = "serve",
+    values = { ["--listen"] = "listen", ["--auth-token-file"] = "token_file",
+               ["--allow-host"] = "hosts[]" },
+    switches = { ["--insecure-public-bind"] = "insecure" },
+  })
+  local path, listen, token_file, insecure, hosts = pos[1], opts.listen, opts.token_file,
+    opts.insecure, opts.hosts
+  for _, n in ipairs(hosts) do
+    local name, port = authority(n)
+    if not name or port then
+      cli_args.usage(nil, "serve: --allow-host wants a host name without a port (got '%s')", n)
     end
-    if a == "--listen" or a:find("^%-%-listen=") then
-      listen = value()
-    elseif a == "--auth-token-file" or a:find("^%-%-auth%-token%-file=") then
-      token_file = value()
-    elseif a == "--insecure-public-bind" then
-      insecure = true
-    elseif a == "--allow-host" or a:find("^%-%-allow%-host=") then
-      local n = value()
-      local name, port = authority(n)
-      if not name or port then usage("serve: --allow-host wants a host name without a port (got '%s')", n) end
-      hosts[#hosts + 1] = n
-    elseif a:sub(1, 1) == "-" then
-      usage("serve: unknown option '%s'", a)
-    elseif not path then
-      path = a
-    else
-      usage("serve: unexpected argument '%s'", a)
-    end
-    i = i + 1
   end
-  if not path then usage("serve needs a rig script (RIG.lua returns a rig)") end
-  local auth
-  if token_file then
-    local f, e = io.open(token_file, "rb")
-    if not f then error("serve: cannot read the token file: " .. tostring(e), 0) end
-    local t = f:read("a")
-    f:close()
-    t = t:gsub("%s+$", "")
-    if #t < 16 or t:find("[%c ]") then
-      error("serve: the token in '" .. token_file .. "' must be one line of at least 16 bytes", 0)
-    end
-    auth = { token = t }
-  end
-  local chunk, lerr = loadfile(path, "t")
-  if not chunk then error(lerr, 0) end
-  -- called through xpcall, not as the caller of a tail call: a definition
-  -- error in `return rig.define{…}` names no line rather than this one
-  local okc, r, flows = xpcall(chunk, function(m)
-    return type(m) == "string" and debug.traceback(m, 2) or m
-  end)
-  if not okc then error(r, 0) end
-  if type(r) ~= "table" or type(r.session) ~= "function" then
-    error("serve: '" .. path .. "' must return a rig (rig.define{…})", 0)
-  end
+  if not path then cli_args.usage(nil, "serve needs a rig script (RIG.lua returns a rig)") end
+  local auth = token_file and cli_args.token_file(token_file, "serve")
+  local r, flows = cli_args.load_rig(path, "serve")
   local srv, msg, code = M.serve{ rig = r, listen = listen or "127.0.0.1:8080", auth = auth,
                                   flows = flows, -- a second return value: a list of rig.flow
                                   insecure_public_bind = insecure or nil,

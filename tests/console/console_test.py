@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The web console in a real browser: headless Chromium driven over the
-DevTools protocol on --remote-debugging-pipe (fds 3 and 4, NUL-terminated
-JSON; nothing downloaded, no websocket library).
+DevTools protocol by the driver in harness.py, which every console suite
+shares.
 
 Starts `luarig serve tests/console/rig.lua` with a bearer token, opens the
 console, gives it the token, starts a session with its first input and
@@ -22,242 +22,19 @@ the sessions and journals as same-origin and answers an open gate. Both
 must fail at the server.
 Prints TAP lines "ok - console: …" / "not ok - console: …".
 """
-import base64
-import fcntl
 import json
 import os
-import queue
-import shutil
-import signal
+import re
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
-ROOT = os.environ.get("LUARIG_ROOT") or os.getcwd()
-BUILD = os.environ.get("BUILD", "build")
-LUARIG = os.environ.get("LUARIG") or os.path.join(ROOT, BUILD, "luarig")
-ARTIFACTS = os.path.join(ROOT, "build", "artifacts")
-TOKEN = "console-test-token-0123456789"
+sys.dont_write_bytecode = True  # no __pycache__ in the tree
+from harness import ARTIFACTS, TOKEN, Step, Suite, http, sign_in  # noqa: E402
 
-failed = 0
-
-
-def ok(cond, name, detail=""):
-    global failed
-    if cond:
-        print("ok - console: " + name, flush=True)
-    else:
-        failed += 1
-        print("not ok - console: " + name + (": " + detail if detail else ""), flush=True)
-    return cond
-
-
-class Step(Exception):
-    pass
-
-
-class Chrome:
-    """A headless Chromium and one page, spoken to over the pipe."""
-
-    def __init__(self, exe, tmp):
-        to_chrome_r, self.to_chrome = os.pipe()
-        self.from_chrome, from_chrome_w = os.pipe()
-
-        def fds():
-            a = fcntl.fcntl(to_chrome_r, fcntl.F_DUPFD, 10)
-            b = fcntl.fcntl(from_chrome_w, fcntl.F_DUPFD, 10)
-            os.dup2(a, 3)
-            os.dup2(b, 4)
-
-        args = [exe, "--headless=new", "--remote-debugging-pipe",
-                "--user-data-dir=" + os.path.join(tmp, "profile"),
-                "--no-first-run", "--no-default-browser-check", "--disable-gpu",
-                "--disable-extensions", "--disable-background-networking", "--disable-sync",
-                "--disable-component-update", "--disable-default-apps", "--mute-audio",
-                "--disable-dev-shm-usage",
-                # the attack page's name: a relay on 127.0.0.2 (see Relay)
-                "--host-resolver-rules=MAP attacker.example 127.0.0.2",
-                "--hide-scrollbars", "--window-size=1280,820", "about:blank"]
-        if os.geteuid() == 0:
-            args.insert(1, "--no-sandbox")
-        self.log = open(os.path.join(tmp, "chromium.log"), "wb")
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=self.log, preexec_fn=fds, close_fds=False)
-        os.close(to_chrome_r)
-        os.close(from_chrome_w)
-        self.next_id = 0
-        self.replies = {}
-        self.cv = threading.Condition()
-        self.events = queue.Queue()
-        self.requests = []  # Network.requestWillBeSent params, in order
-        self.errors = []    # exceptions, console errors, CSP violations
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        self.session = None
-
-    def _read(self):
-        buf = b""
-        while True:
-            try:
-                chunk = os.read(self.from_chrome, 65536)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                with self.cv:
-                    self.replies["eof"] = True
-                    self.cv.notify_all()
-                return
-            buf += chunk
-            while b"\0" in buf:
-                raw, buf = buf.split(b"\0", 1)
-                msg = json.loads(raw)
-                if "id" in msg:
-                    with self.cv:
-                        self.replies[msg["id"]] = msg
-                        self.cv.notify_all()
-                else:
-                    m, p = msg.get("method"), msg.get("params", {})
-                    if m == "Network.requestWillBeSent":
-                        self.requests.append(p)
-                    elif m == "Runtime.exceptionThrown":
-                        self.errors.append(json.dumps(p.get("exceptionDetails"))[:300])
-                    elif m == "Runtime.consoleAPICalled" and p.get("type") == "error":
-                        self.errors.append(json.dumps(p.get("args"))[:300])
-                    elif m == "Log.entryAdded" and p["entry"].get("source") in ("security",
-                                                                                "javascript"):
-                        self.errors.append(p["entry"].get("text", "")[:300])
-                    self.events.put(msg)
-
-    def call(self, method, params=None, session=True, timeout=15):
-        self.next_id += 1
-        mid = self.next_id
-        msg = {"id": mid, "method": method, "params": params or {}}
-        if session and self.session:
-            msg["sessionId"] = self.session
-        os.write(self.to_chrome, json.dumps(msg).encode() + b"\0")
-        deadline = time.time() + timeout
-        with self.cv:
-            while mid not in self.replies:
-                if self.replies.get("eof"):
-                    raise Step("chromium closed the pipe (see chromium.log)")
-                left = deadline - time.time()
-                if left <= 0:
-                    raise Step("no answer to " + method)
-                self.cv.wait(left)
-            reply = self.replies.pop(mid)
-        if "error" in reply:
-            raise Step(method + ": " + json.dumps(reply["error"]))
-        return reply.get("result", {})
-
-    def open_page(self):
-        target = self.call("Target.createTarget", {"url": "about:blank"}, session=False)
-        att = self.call("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True},
-                        session=False)
-        self.session = att["sessionId"]
-        for domain in ("Page", "Runtime", "Network", "Log"):
-            self.call(domain + ".enable")
-        self.call("Emulation.setDeviceMetricsOverride",
-                  {"width": 1280, "height": 820, "deviceScaleFactor": 1, "mobile": False})
-
-    def eval(self, expr):
-        r = self.call("Runtime.evaluate", {"expression": expr, "returnByValue": True,
-                                           "awaitPromise": True})
-        if "exceptionDetails" in r:
-            raise Step("page error in `" + expr[:80] + "`: " +
-                       json.dumps(r["exceptionDetails"].get("exception", {}).get("description")
-                                  or r["exceptionDetails"].get("text")))
-        return r["result"].get("value")
-
-    def wait(self, expr, what, timeout=10):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.eval("!!(" + expr + ")"):
-                return True
-            time.sleep(0.05)
-        raise Step("timed out waiting for " + what)
-
-    def click(self, selector):
-        """A real mouse click at the centre of the element."""
-        pos = self.eval("(() => { const e = document.querySelector(%s); if (!e) return null;"
-                        " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
-                        " return [r.x + r.width / 2, r.y + r.height / 2]; })()" % json.dumps(selector))
-        if not pos:
-            raise Step("nothing to click at " + selector)
-        x, y = pos
-        self.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
-        for t in ("mousePressed", "mouseReleased"):
-            self.call("Input.dispatchMouseEvent", {"type": t, "x": x, "y": y, "button": "left",
-                                                   "clickCount": 1})
-
-    def type(self, selector, text):
-        self.click(selector)
-        self.call("Input.insertText", {"text": text})
-
-    def screenshot(self, path):
-        data = self.call("Page.captureScreenshot", {"format": "png"})["data"]
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(base64.b64decode(data))
-
-    def close(self):
-        try:
-            self.call("Browser.close", session=False, timeout=5)
-        except Exception:
-            pass
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        for fd in (self.to_chrome, self.from_chrome):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.log.close()
-
-
-def start_server(tmp, name="serve", token=True, store="state"):
-    args = [LUARIG, "serve", os.path.join(ROOT, "tests/console/rig.lua"), "--listen", "127.0.0.1:0"]
-    if token:
-        token_file = os.path.join(tmp, "token")
-        with open(token_file, "w") as f:
-            f.write(TOKEN + "\n")
-        args += ["--auth-token-file", token_file]
-    log_path = os.path.join(tmp, name + ".log")
-    log = open(log_path, "wb")
-    env = dict(os.environ, CONSOLE_STORE=os.path.join(tmp, store))
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT, env=env)
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        with open(log_path) as f:
-            for line in f:
-                if line.startswith("luarig: serving on "):
-                    return proc, line.split()[3], log_path
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    with open(log_path) as f:
-        raise Step("luarig serve did not start: " + f.read()[-500:])
-
-
-def http(url, token=None, method="GET", body=None):
-    req = urllib.request.Request(url, method=method, data=body)
-    if token:
-        req.add_header("Authorization", "Bearer " + token)
-    if method == "POST":
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
+S = Suite("console", failure_png="console-failure.png")
+ok = S.ok
 
 
 TEXT_COUNT = """(() => { const t = document.getElementById('log').innerText;
@@ -277,16 +54,9 @@ def run(c, base):
     status, _, _ = http(base + "/v1/sessions")
     ok(status == 401, "the API still wants the token", str(status))
 
-    c.open_page()
-    c.call("Page.navigate", {"url": base + "/"})
-    c.wait("document.readyState === 'complete' && !document.getElementById('auth').hidden",
-           "the token form")
-    ok(True, "the page asks for the token")
-    c.type("#token", TOKEN)
-    c.click("#token-save")
-    c.wait("document.getElementById('auth').hidden && "
-           "document.getElementById('conn').textContent === 'connected'", "the session list")
-    ok(True, "with the token the page reads the session list")
+    sign_in(c, base, "document.getElementById('auth').hidden && "
+            "document.getElementById('conn').textContent === 'connected'")
+    ok(True, "the page asks for the token; with it the page reads the session list")
 
     # New session clears the view; the first input creates the session
     # (tests/console/edges_test.py checks that the click alone creates none)
@@ -406,9 +176,8 @@ def run(c, base):
     ok(not c.errors, "no script error, console error or CSP violation", repr(c.errors))
 
 
-def run_resume(c, tmp, server, base):
-    """A crash with a gate open; another server; Restore, Approve, Resume. Returns the new
-    server and its log."""
+def run_resume(c, server, base):
+    """A crash with a gate open; another server on the same store; Restore, Approve, Resume."""
     status, _, body = http(base + "/v1/sessions", TOKEN, method="POST", body=b'{"text":"gate me"}')
     ok(status == 201, "a session for the crash", "%d %r" % (status, body))
     sid = json.loads(body)["session_id"]
@@ -420,9 +189,8 @@ def run_resume(c, tmp, server, base):
         time.sleep(0.05)
     else:
         raise Step("the gate did not open before the crash")
-    server.kill()
-    server.wait()
-    server, base2, log_path = start_server(tmp, "serve2")
+    S.crash(server)
+    base2, _ = S.serve(RIG, "serve2", env=store("state"))
     c.call("Page.navigate", {"url": base2 + "/#" + sid})
     c.wait("document.readyState === 'complete' && !document.getElementById('auth').hidden",
            "the token form of the second server")
@@ -453,7 +221,6 @@ def run_resume(c, tmp, server, base):
     ok(c.eval("document.getElementById('resume').hidden"), "once resumed, Resume is gone")
     ok(not c.errors, "no script error, console error or CSP violation after the crash",
        repr(c.errors))
-    return server, log_path
 
 
 ATTACK_PAGE = """<!doctype html><meta charset="utf-8"><title>not luarig</title>
@@ -561,8 +328,8 @@ class Relay:
         self.sock.close()
 
 
-def attack(c, tmp):
-    server, base, log_path = start_server(tmp, name="serve-open", token=False, store="state-open")
+def attack(c):
+    base, server = S.serve(RIG, "serve-open", token=False, env=store("state-open"))
     relay = None
     try:
         port = int(base.rsplit(":", 1)[1])
@@ -608,70 +375,37 @@ def attack(c, tmp):
                    "a rebound name answers no gate: it is still open", repr((result, st))[:600])
         metrics = http(base + "/metrics")[2].decode()
         counts = {code: int(n) for code, n in
-                  __import__("re").findall(r'luarig_http_refusals_total\{code="(\w+)"\} (\d+)', metrics)}
+                  re.findall(r'luarig_http_refusals_total\{code="(\w+)"\} (\d+)', metrics)}
         ok(counts.get("origin_not_allowed", 0) >= 1 and counts.get("host_not_allowed", 0) >= 3,
            "the refusals are counted in /metrics", repr(counts))
     finally:
         if relay:
             relay.close()
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        S.stop(server)
 
 
-def main():
-    exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not exe:
-        print("not ok - console: chromium not found (tools/deps.sh installs Debian's chromium)")
-        return 1
-    if not os.access(LUARIG, os.X_OK):
-        print("not ok - console: no luarig at " + LUARIG)
-        return 1
+RIG = "tests/console/rig.lua"
+
+
+def store(name):
+    return {"CONSOLE_STORE": os.path.join(S.tmp, name)}
+
+
+def start(suite):
     for old in ("console.png", "console-final.png", "console-failure.png"):
         try:
             os.remove(os.path.join(ARTIFACTS, old))
         except FileNotFoundError:
             pass
-    tmp = tempfile.mkdtemp(prefix="luarig-console-")
-    server = chrome = None
-    try:
-        server, base, log_path = start_server(tmp)
-        chrome = Chrome(exe, tmp)
-        try:
-            run(chrome, base)
-            server, log_path = run_resume(chrome, tmp, server, base)
-            attack(chrome, tmp)
-        except Step as e:
-            ok(False, "the console flow stopped", str(e))
-            try:
-                chrome.screenshot(os.path.join(ARTIFACTS, "console-failure.png"))
-            except Exception:
-                pass
-            with open(log_path) as f:
-                sys.stderr.write(f.read()[-2000:])
-    except Step as e:
-        ok(False, "setting up", str(e))
-    finally:
-        if chrome:
-            chrome.close()
-        if server:
-            server.send_signal(signal.SIGTERM)
-            try:
-                rc = server.wait(15)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                rc = server.wait()
-            clean = rc == 143
-            if not clean:
-                with open(log_path, errors="replace") as f:
-                    sys.stderr.write(f.read()[-3000:])
-            ok(clean, "luarig serve shuts down cleanly on SIGTERM (exit 143)", "exit %s" % rc)
-        shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failed else 0
+    base, start.server = suite.serve(RIG, env=store("state"))
+    return base
+
+
+def body(suite, c, base):
+    run(c, base)
+    run_resume(c, start.server, base)
+    attack(c)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(S.run(start, body))

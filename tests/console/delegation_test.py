@@ -1,61 +1,22 @@
 #!/usr/bin/env python3
 """Delegation gates in the web console, in real headless Chromium (issue 16
-§7): `luarig serve tests/console/deleg_rig.lua`, whose planner's gate asks
-before each start_agent. A gate card names the tool, the summary and the
-delegate it needs; Approve starts the agent; the next call asks again;
-Approve always saves a rule for that delegate (its button says so) and the
-call after it is not asked; another delegate still asks and Deny refuses it
-(the model reads the denial, no agent starts). Reuses the Chromium driver of
-console_test.py. Prints TAP lines "ok - console delegation: …".
+§7): `luarig serve tests/repl/fixtures/deleg_rig.lua` (the REPL's rig too),
+whose planner's gate asks before each start_agent. A gate card names the
+tool, the summary and the delegate it needs; Approve starts the agent; the
+next call asks again; Approve always saves a rule for that delegate (its
+button says so) and the call after it is not asked; another delegate still
+asks and Deny refuses it (the model reads the denial, no agent starts).
+With the driver of harness.py. Prints TAP lines "ok - console delegation: …".
 """
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the tree
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import console_test as ct  # noqa: E402
+from harness import ARTIFACTS, Suite, sign_in  # noqa: E402
 
-failed = 0
-
-
-def ok(cond, name, detail=""):
-    global failed
-    if cond:
-        print("ok - console delegation: " + name, flush=True)
-    else:
-        failed += 1
-        print("not ok - console delegation: " + name + (": " + detail if detail else ""), flush=True)
-    return cond
-
-
-def start_server(tmp, rules):
-    token_file = os.path.join(tmp, "token")
-    with open(token_file, "w") as f:
-        f.write(ct.TOKEN + "\n")
-    log_path = os.path.join(tmp, "serve.log")
-    log = open(log_path, "wb")
-    env = dict(os.environ, DELEG_RULES=rules)
-    proc = subprocess.Popen([ct.LUARIG, "serve", os.path.join(ct.ROOT, "tests/console/deleg_rig.lua"),
-                             "--listen", "127.0.0.1:0", "--auth-token-file", token_file],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ct.ROOT, env=env)
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        with open(log_path) as f:
-            for line in f:
-                if line.startswith("luarig: serving on "):
-                    return proc, line.split()[3], log_path
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    with open(log_path) as f:
-        raise ct.Step("luarig serve did not start: " + f.read()[-500:])
+S = Suite("console delegation", failure_png="console-delegation-failure.png")
+ok = S.ok
 
 
 def log_has(c, text):
@@ -72,14 +33,8 @@ def send(c, text):
 
 
 def run(c, base, rules):
-    c.open_page()
-    c.call("Page.navigate", {"url": base + "/"})
-    c.wait("document.readyState === 'complete' && !document.getElementById('auth').hidden",
-           "the token form")
-    c.type("#token", ct.TOKEN)
-    c.click("#token-save")
-    c.wait("document.getElementById('auth').hidden && "
-           "document.getElementById('conn').textContent === 'connected'", "the session list")
+    sign_in(c, base, "document.getElementById('auth').hidden && "
+            "document.getElementById('conn').textContent === 'connected'")
     c.click("#new-session")  # the first input below starts the session
     c.wait("document.getElementById('view-title').textContent === 'new session'", "the empty view")
 
@@ -97,7 +52,7 @@ def run(c, base, rules):
     ok(title == "saves allow delegate researcher", "Approve always says the rule it saves",
        repr(title))
     ok(not c.eval(log_has(c, "research on alpha")), "no agent runs before the answer")
-    c.screenshot(os.path.join(ct.ARTIFACTS, "console-delegation.png"))
+    c.screenshot(os.path.join(ARTIFACTS, "console-delegation.png"))
     c.click(".gate .actions button.approve")
     c.wait("document.querySelector('.gate.resolved .outcome')", "the gate resolved")
     ok(c.eval("document.querySelector('.gate.resolved .outcome').textContent") == "approved",
@@ -139,46 +94,13 @@ def run(c, base, rules):
     ok(not c.errors, "no script error, console error or CSP violation", repr(c.errors))
 
 
-def main():
-    exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not exe:
-        print("not ok - console delegation: chromium not found (tools/deps.sh installs it)")
-        return 1
-    if not os.access(ct.LUARIG, os.X_OK):
-        print("not ok - console delegation: no luarig at " + ct.LUARIG)
-        return 1
-    tmp = tempfile.mkdtemp(prefix="luarig-console-deleg-")
-    os.chmod(tmp, 0o700)
-    rules = os.path.join(tmp, "permissions.json")
-    server = chrome = None
-    try:
-        server, base, log_path = start_server(tmp, rules)
-        chrome = ct.Chrome(exe, tmp)
-        try:
-            run(chrome, base, rules)
-        except ct.Step as e:
-            ok(False, "the delegation flow stopped", str(e))
-            try:
-                chrome.screenshot(os.path.join(ct.ARTIFACTS, "console-delegation-failure.png"))
-            except Exception:
-                pass
-            with open(log_path) as f:
-                sys.stderr.write(f.read()[-2000:])
-    except ct.Step as e:
-        ok(False, "setting up", str(e))
-    finally:
-        if chrome:
-            chrome.close()
-        if server:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(15)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failed else 0
+def start(suite):
+    # the rig keeps its store at BENCH_STATE and its rules file beside it
+    state = os.path.join(suite.tmp, "state")
+    start.rules = state + ".rules.json"
+    base, _ = suite.serve("tests/repl/fixtures/deleg_rig.lua", env={"BENCH_STATE": state})
+    return base
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(S.run(start, lambda suite, c, base: run(c, base, start.rules)))

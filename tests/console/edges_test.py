@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The web console's first-hour edges in headless Chromium (issue 19 §6),
-with the browser and server helpers of console_test.py:
+with the browser and server helpers of harness.py:
 
 - "New session" creates nothing: the first input starts the session;
 - a new session is titled by its first input (header and sidebar), not its id;
@@ -16,35 +16,17 @@ Prints TAP lines "ok - console edges: …" / "not ok - console edges: …".
 import json
 import os
 import re
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import time
-import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import console_test as ct  # noqa: E402  (the Chrome driver, start_server, TOKEN)
+sys.dont_write_bytecode = True  # no __pycache__ in the tree
+from harness import ARTIFACTS, Step, Suite, api, sign_in  # noqa: E402
 
-failed = 0
-
-
-def ok(cond, name, detail=""):
-    global failed
-    if cond:
-        print("ok - console edges: " + name, flush=True)
-    else:
-        failed += 1
-        print("not ok - console edges: " + name + (": " + detail if detail else ""), flush=True)
-    return cond
+S = Suite("console edges", failure_png="console-edges-failure.png")
+ok = S.ok
 
 
 def api_sessions(base):
-    req = urllib.request.Request(base + "/v1/sessions?limit=200")
-    req.add_header("Authorization", "Bearer " + ct.TOKEN)
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.loads(r.read())["sessions"]
+    return api(base, "GET", "/v1/sessions?limit=200")[1]["sessions"]
 
 
 def ct_uuid(text):
@@ -68,12 +50,7 @@ BADGES = """(() => { const li = document.querySelector('#sessions li.current');
 
 
 def run(c, base):
-    c.open_page()
-    c.call("Page.navigate", {"url": base + "/"})
-    c.wait("document.readyState === 'complete' && !document.getElementById('auth').hidden", "the token form")
-    c.type("#token", ct.TOKEN)
-    c.click("#token-save")
-    c.wait("document.getElementById('conn').textContent === 'connected'", "the session list")
+    sign_in(c, base)
 
     # every text the header shows, from here on
     c.eval("""(() => { const t = document.getElementById('view-title'); window.titles = [];
@@ -84,7 +61,7 @@ def run(c, base):
     c.click("#new-session")
     try:
         c.wait("document.getElementById('view-title').textContent === 'new session'", "the empty view", 3)
-    except ct.Step:
+    except Step:
         pass  # (reported just below)
     ok(not posts_to_sessions(c, base) and api_sessions(base) == [],
        "a click on New session creates no session", repr(api_sessions(base)))
@@ -102,7 +79,7 @@ def run(c, base):
                " return t && t.textContent; })()")
     try:
         c.wait(side_js + " !== null", "the sidebar's row of the new session", 10)
-    except ct.Step:
+    except Step:
         pass  # (reported just below)
     side = c.eval(side_js)
     titles = c.eval("window.titles")
@@ -166,7 +143,7 @@ def run(c, base):
     ok(fit["buttons"] and fit["logScroll"], "the gate card and its buttons fit the view", repr(fit))
     ok(fit["input"] and fit["send"] and fit["interrupt"] and fit["newSession"],
        "the composer, Send, Interrupt and New session are on screen", repr(fit))
-    c.screenshot(os.path.join(ct.ARTIFACTS, "console-420.png"))
+    c.screenshot(os.path.join(ARTIFACTS, "console-420.png"))
     c.click(".gate:not(.resolved) .actions button.approve")
     c.wait("document.querySelectorAll('.turn-end').length === 2", "the second turn's end at 420 px")
     ok(True, "at 420 px a click on Approve answers the gate and the turn ends")
@@ -177,48 +154,14 @@ def run(c, base):
     ok(not c.errors, "no script error, console error or CSP violation", repr(c.errors))
 
 
-def main():
-    exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not exe:
-        print("not ok - console edges: chromium not found (tools/deps.sh installs Debian's chromium)")
-        return 1
-    if not os.access(ct.LUARIG, os.X_OK):
-        print("not ok - console edges: no luarig at " + ct.LUARIG)
-        return 1
+def start(suite):
     try:
-        os.remove(os.path.join(ct.ARTIFACTS, "console-420.png"))
+        os.remove(os.path.join(ARTIFACTS, "console-420.png"))
     except FileNotFoundError:
         pass
-    tmp = tempfile.mkdtemp(prefix="luarig-console-edges-")
-    server = chrome = None
-    try:
-        server, base, log_path = ct.start_server(tmp)
-        chrome = ct.Chrome(exe, tmp)
-        try:
-            run(chrome, base)
-        except ct.Step as e:
-            ok(False, "the flow stopped", str(e))
-            try:
-                chrome.screenshot(os.path.join(ct.ARTIFACTS, "console-edges-failure.png"))
-            except Exception:
-                pass
-            with open(log_path) as f:
-                sys.stderr.write(f.read()[-2000:])
-    except ct.Step as e:
-        ok(False, "setting up", str(e))
-    finally:
-        if chrome:
-            chrome.close()
-        if server:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(15)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failed else 0
+    base, _ = suite.serve("tests/console/rig.lua", env={"CONSOLE_STORE": os.path.join(suite.tmp, "state")})
+    return base
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(S.run(start, lambda suite, c, base: run(c, base)))

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """An MCP server's question (elicitation) in the web console and over luarig
-serve's HTTP routes, in headless Chromium with the driver of console_test.py.
+serve's HTTP routes, in headless Chromium with the driver of harness.py.
 
 The rig (tests/repl/fixtures/elicit_rig.lua) has a loop whose MCP server
 (luarig's own conformance fixture over stdio) asks the person during a tool
@@ -13,69 +13,18 @@ an answer to a closed question is 409 input_not_open, a bad action 400.
 Prints TAP lines "ok - console elicit: …" / "not ok - console elicit: …".
 """
 import json
-import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import console_test as ct  # noqa: E402
+sys.dont_write_bytecode = True  # no __pycache__ in the tree
+from harness import LUARIG, ROOT, Step, Suite, api, sign_in  # noqa: E402
 
-failed = 0
-
-
-def ok(cond, name, detail=""):
-    global failed
-    if cond:
-        print("ok - console elicit: " + name, flush=True)
-    else:
-        failed += 1
-        print("not ok - console elicit: " + name + (": " + detail if detail else ""), flush=True)
-    return cond
-
-
-def start(tmp):
-    token_file = os.path.join(tmp, "token")
-    with open(token_file, "w") as f:
-        f.write(ct.TOKEN + "\n")
-    log_path = os.path.join(tmp, "serve.log")
-    log = open(log_path, "wb")
-    env = dict(os.environ, LUARIG=ct.LUARIG, LUARIG_ROOT=ct.ROOT)
-    proc = subprocess.Popen([ct.LUARIG, "serve", os.path.join(ct.ROOT, "tests/repl/fixtures/elicit_rig.lua"),
-                             "--listen", "127.0.0.1:0", "--auth-token-file", token_file],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ct.ROOT, env=env)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        with open(log_path) as f:
-            for line in f:
-                if line.startswith("luarig: serving on "):
-                    return proc, line.split()[3], log_path
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    with open(log_path) as f:
-        raise ct.Step("luarig serve did not start: " + f.read()[-500:])
-
-
-def api(base, method, path, body=None):
-    status, _, data = ct.http(base + path, ct.TOKEN, method, json.dumps(body).encode() if body is not None else None)
-    try:
-        return status, json.loads(data or b"{}")
-    except ValueError:
-        return status, data
+S = Suite("console elicit", failure_png="console-elicit-failure.png")
+ok = S.ok
 
 
 def run(c, base):
-    c.open_page()
-    c.call("Page.navigate", {"url": base + "/"})
-    c.wait("document.readyState === 'complete' && !document.getElementById('auth').hidden", "the token form")
-    c.type("#token", ct.TOKEN)
-    c.click("#token-save")
-    c.wait("document.getElementById('conn').textContent === 'connected'", "the session list")
+    sign_in(c, base)
     c.type("#input", "go")
     c.click("#send")
     c.wait("document.querySelector('.gate.question input[name=name]')", "the question card", 30)
@@ -91,9 +40,9 @@ def run(c, base):
     c.click(".gate.question .actions button[data-action=accept]")
     try:
         c.wait("document.querySelector('.gate.question .outcome')", "the answered card", 20)
-    except ct.Step:
+    except Step:
         posts = [(r["request"]["url"], r["request"].get("postData")) for r in c.requests if r["request"]["method"] == "POST"]
-        raise ct.Step("no answer drawn; cards " + repr(c.eval("[...document.querySelectorAll('.gate.question')].map((e) => e.className + ':' + e.dataset.input)")) + " posts " + repr(posts) + " page: " + c.eval("document.body.innerText")[-600:])
+        raise Step("no answer drawn; cards " + repr(c.eval("[...document.querySelectorAll('.gate.question')].map((e) => e.className + ':' + e.dataset.input)")) + " posts " + repr(posts) + " page: " + c.eval("document.body.innerText")[-600:])
     ok(c.eval("document.querySelector('.gate.question .outcome').textContent") == "answered",
        "the card says answered")
     c.wait("document.querySelectorAll('.turn-end').length === 1", "the turn's end", 30)
@@ -160,37 +109,12 @@ def run(c, base):
        "the choices reach the server as the schema types them (arrays for the boxes)", text[-500:])
 
 
-def main():
-    exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not exe:
-        print("not ok - console elicit: chromium not found (tools/deps.sh installs Debian's chromium)")
-        return 1
-    tmp = tempfile.mkdtemp(prefix="luarig-console-elicit-")
-    server = chrome = None
-    try:
-        server, base, log_path = start(tmp)
-        chrome = ct.Chrome(exe, tmp)
-        try:
-            run(chrome, base)
-        except ct.Step as e:
-            ok(False, "the flow stopped", str(e))
-            with open(log_path) as f:
-                sys.stderr.write(f.read()[-2000:])
-    except ct.Step as e:
-        ok(False, "setting up", str(e))
-    finally:
-        if chrome:
-            chrome.close()
-        if server:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(15)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failed else 0
+def start(suite):
+    # the rig's MCP server is luarig's own fixture, run by the same binary
+    base, _ = suite.serve("tests/repl/fixtures/elicit_rig.lua", env={"LUARIG": LUARIG, "LUARIG_ROOT": ROOT},
+                          timeout=30)
+    return base
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(S.run(start, lambda suite, c, base: run(c, base)))

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The web console attaches a file (issue 21 §1), in headless Chromium with
-the browser and server helpers of console_test.py: a PNG is set on the
+the browser and server helpers of harness.py: a PNG is set on the
 composer's file input over the DevTools protocol (DOM.setFileInputFiles, as
 a person's file dialog would), sent with a line of text; the page posts
 image blocks with the bytes in base64, the model receives the stored image
@@ -15,36 +15,18 @@ Prints TAP lines "ok - console media: …" / "not ok - console media: …".
 import base64
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import console_test as ct  # noqa: E402
+sys.dont_write_bytecode = True  # no __pycache__ in the tree
+from harness import Step, Suite, api, sign_in  # noqa: E402
 
-failed = 0
+S = Suite("console media", failure_png="console-media-failure.png")
+ok = S.ok
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + b"console-media-test" * 4
 
 
-def ok(cond, name, detail=""):
-    global failed
-    if cond:
-        print("ok - console media: " + name)
-    else:
-        failed += 1
-        print("not ok - console media: " + name)
-        if detail:
-            print("#   " + detail.replace("\n", "\n#   "))
-
-
 def journal(base, sid):
-    req = urllib.request.Request(base + "/v1/sessions/" + sid + "/journal?limit=1000")
-    req.add_header("Authorization", "Bearer " + ct.TOKEN)
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.load(r)["events"]
+    return api(base, "GET", "/v1/sessions/" + sid + "/journal?limit=1000")[1]["events"]
 
 
 def set_files(c, paths):
@@ -54,12 +36,7 @@ def set_files(c, paths):
 
 
 def run(c, base, tmp):
-    c.open_page()
-    c.call("Page.navigate", {"url": base + "/"})
-    c.wait("document.readyState === 'complete' && !document.getElementById('auth').hidden", "the token form")
-    c.type("#token", ct.TOKEN)
-    c.click("#token-save")
-    c.wait("document.getElementById('conn').textContent === 'connected'", "the session list")
+    sign_in(c, base)
 
     png = os.path.join(tmp, "shot.png")
     with open(png, "wb") as f:
@@ -87,7 +64,7 @@ def run(c, base, tmp):
     try:
         c.wait("document.getElementById('attached').textContent === '' &&"
                " document.getElementById('attach').files.length === 0", "the cleared composer", 10)
-    except ct.Step:
+    except Step:
         pass
     ok(c.eval("document.getElementById('attached').textContent") == "" and
        c.eval("document.getElementById('attach').files.length") == 0, "sending clears the attachment")
@@ -116,43 +93,16 @@ def run(c, base, tmp):
     try:
         c.wait("document.getElementById('log').innerText.includes("
                "'guardrail no_forbidden tripped on the input: a forbidden request')", "the trip")
-    except ct.Step:
-        raise ct.Step("no trip drawn; the log ends: " + c.eval("document.getElementById('log').innerText")[-600:])
+    except Step:
+        raise Step("no trip drawn; the log ends: " + c.eval("document.getElementById('log').innerText")[-600:])
     ok(True, "an input guardrail's trip is drawn with its reason")
     ok(not c.errors, "no script error, console error or CSP violation", repr(c.errors))
 
 
-def main():
-    exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not exe:
-        print("not ok - console media: chromium not found (tools/deps.sh installs Debian's chromium)")
-        return 1
-    tmp = tempfile.mkdtemp(prefix="luarig-console-media-")
-    server = chrome = None
-    try:
-        server, base, log_path = ct.start_server(tmp)
-        chrome = ct.Chrome(exe, tmp)
-        try:
-            run(chrome, base, tmp)
-        except ct.Step as e:
-            ok(False, "the flow stopped", str(e))
-            with open(log_path) as f:
-                sys.stderr.write(f.read()[-2000:])
-    except ct.Step as e:
-        ok(False, "setting up", str(e))
-    finally:
-        if chrome:
-            chrome.close()
-        if server:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(15)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failed else 0
+def start(suite):
+    base, _ = suite.serve("tests/console/rig.lua", env={"CONSOLE_STORE": os.path.join(suite.tmp, "state")})
+    return base
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(S.run(start, lambda suite, c, base: run(c, base, suite.tmp)))

@@ -21,8 +21,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	lim.ratio_after = 16 << 10;
 	lim.version = "0.1.0";
 	struct lr_bundle *b = NULL;
-	char err[512];
-	int rc = lr_bundle_read(data, size, &lim, &b, err, sizeof err);
+	struct lr_err err;
+	lr_err_clear(&err);
+	int rc = lr_bundle_read(data, size, &lim, &b, &err);
 	if (rc == 0) {
 		if (!b || !lr_bundle_module(b, b->entry) || b->nfiles >= lim.max_entries)
 			abort();
@@ -37,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (total > lim.max_total)
 			abort();
 		lr_bundle_free(b);
-	} else if (b || !err[0] || strlen(err) >= sizeof err) {
+	} else if (b || !err.msg[0] || strlen(err.msg) >= sizeof err.msg) {
 		abort();
 	}
 	return 0;

@@ -42,16 +42,16 @@ static void archive(struct lr_buf *out, const char *man, const char *const *file
 						   .size = strlen(files[i + 1]) };
 	for (size_t i = 0; i < nextra; i++)
 		e[n++] = extra[i];
-	char err[256];
+	struct lr_err err;
 	lr_buf_init(out, 64 << 20);
-	int rc = lr_bundle_archive(e, n, out, err, sizeof err);
+	int rc = lr_bundle_archive(e, n, out, &err);
 	CHECK_EQ_INT(rc, 0);
 }
 
 static const char *const app[] = { "lib/util.lua", UTIL, "main.lua", MAIN, NULL };
 
 /* Reads buf with lim (NULL: defaults); returns rc and copies the message. */
-static int read_it(struct lr_buf *buf, const struct lr_bundle_limits *lim, char *err, size_t n)
+static int read_it(struct lr_buf *buf, const struct lr_bundle_limits *lim, struct lr_err *err)
 {
 	struct lr_bundle_limits l;
 	if (!lim) {
@@ -60,8 +60,8 @@ static int read_it(struct lr_buf *buf, const struct lr_bundle_limits *lim, char 
 		lim = &l;
 	}
 	struct lr_bundle *b = NULL;
-	err[0] = '\0';
-	int rc = lr_bundle_read(buf->data, buf->len, lim, &b, err, n);
+	lr_err_clear(err);
+	int rc = lr_bundle_read(buf->data, buf->len, lim, &b, err);
 	CHECK(rc == 0 ? b != NULL : b == NULL);
 	lr_bundle_free(b);
 	return rc;
@@ -73,9 +73,9 @@ static void expect_refused(const char *const *files, const char *extra_json,
 	char *man = manifest(files, extra_json);
 	struct lr_buf buf;
 	archive(&buf, man, app, extra, nextra);
-	char err[512];
-	CHECK_EQ_INT(read_it(&buf, NULL, err, sizeof err), LR_EREFUSED);
-	CHECK_EQ_STR(err, msg);
+	struct lr_err err;
+	CHECK_EQ_INT(read_it(&buf, NULL, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, msg);
 	lr_buf_release(&buf);
 	free(man);
 }
@@ -89,8 +89,8 @@ TEST(reads_a_good_bundle)
 	lr_bundle_limits_default(&lim);
 	lim.version = "0.1.0";
 	struct lr_bundle *b;
-	char err[256];
-	CHECK_EQ_INT(lr_bundle_read(buf.data, buf.len, &lim, &b, err, sizeof err), 0);
+	struct lr_err err;
+	CHECK_EQ_INT(lr_bundle_read(buf.data, buf.len, &lim, &b, &err), 0);
 	CHECK_EQ_STR(b->name, "t");
 	CHECK_EQ_STR(b->entry, "main");
 	CHECK_EQ_INT(b->nfiles, 2);
@@ -139,8 +139,8 @@ TEST(directories_are_ignored)
 	struct lr_bundle_entry d = { .path = "lib/", .type = LR_BUNDLE_DIR };
 	struct lr_buf buf;
 	archive(&buf, man, app, &d, 1);
-	char err[256];
-	CHECK_EQ_INT(read_it(&buf, NULL, err, sizeof err), 0);
+	struct lr_err err;
+	CHECK_EQ_INT(read_it(&buf, NULL, &err), 0);
 	lr_buf_release(&buf);
 	free(man);
 }
@@ -172,33 +172,33 @@ TEST(checks_the_manifest)
 
 	struct lr_buf buf;
 	archive(&buf, "{\"format\":2}", app, NULL, 0);
-	char err[512];
-	CHECK_EQ_INT(read_it(&buf, NULL, err, sizeof err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "manifest 'rig.json' has format 2, this luarig reads format 1");
+	struct lr_err err;
+	CHECK_EQ_INT(read_it(&buf, NULL, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "manifest 'rig.json' has format 2, this luarig reads format 1");
 	lr_buf_release(&buf);
 
 	archive(&buf, "{\"format\":1,", app, NULL, 0);
-	CHECK_EQ_INT(read_it(&buf, NULL, err, sizeof err), LR_EREFUSED);
-	CHECK(strncmp(err, "manifest 'rig.json' is not valid JSON", 37) == 0);
+	CHECK_EQ_INT(read_it(&buf, NULL, &err), LR_EREFUSED);
+	CHECK(strncmp(err.msg, "manifest 'rig.json' is not valid JSON", 37) == 0);
 	lr_buf_release(&buf);
 
 	archive(&buf, NULL, app, NULL, 0);
-	CHECK_EQ_INT(read_it(&buf, NULL, err, sizeof err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "entry 'lib/util.lua' comes before the manifest 'rig.json'");
+	CHECK_EQ_INT(read_it(&buf, NULL, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "entry 'lib/util.lua' comes before the manifest 'rig.json'");
 	lr_buf_release(&buf);
 
 	const char *const none[] = { NULL };
 	archive(&buf, NULL, none, NULL, 0);
-	CHECK_EQ_INT(read_it(&buf, NULL, err, sizeof err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "the archive has no manifest 'rig.json'");
+	CHECK_EQ_INT(read_it(&buf, NULL, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "the archive has no manifest 'rig.json'");
 	lr_buf_release(&buf);
 
 	char *man = manifest(app, NULL);
 	char *p = strstr(man, "0.1.0");
 	memcpy(p, "0.2.0", 5);
 	archive(&buf, man, app, NULL, 0);
-	CHECK_EQ_INT(read_it(&buf, NULL, err, sizeof err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "manifest 'rig.json' needs luarig 0.2.0 or newer, this is 0.1.0");
+	CHECK_EQ_INT(read_it(&buf, NULL, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "manifest 'rig.json' needs luarig 0.2.0 or newer, this is 0.1.0");
 	lr_buf_release(&buf);
 	free(man);
 }
@@ -209,9 +209,9 @@ TEST(refuses_bytecode)
 	char *man = manifest(bc, NULL);
 	struct lr_buf buf;
 	archive(&buf, man, bc, NULL, 0);
-	char err[512];
-	CHECK_EQ_INT(read_it(&buf, NULL, err, sizeof err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "entry 'lib/util.lua' is precompiled Lua bytecode");
+	struct lr_err err;
+	CHECK_EQ_INT(read_it(&buf, NULL, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "entry 'lib/util.lua' is precompiled Lua bytecode");
 	lr_buf_release(&buf);
 	free(man);
 }
@@ -229,23 +229,23 @@ TEST(enforces_caps_and_ratio)
 	archive(&buf, man, files, NULL, 0);
 	struct lr_bundle_limits lim;
 	lr_bundle_limits_default(&lim);
-	char err[512];
-	CHECK_EQ_INT(read_it(&buf, &lim, err, sizeof err), 0); /* under the 1 MiB threshold */
+	struct lr_err err;
+	CHECK_EQ_INT(read_it(&buf, &lim, &err), 0); /* under the 1 MiB threshold */
 	lim.ratio_after = 64 << 10;
-	CHECK_EQ_INT(read_it(&buf, &lim, err, sizeof err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "entry 'big.txt' is a compression-ratio bomb (over 100:1)");
+	CHECK_EQ_INT(read_it(&buf, &lim, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "entry 'big.txt' is a compression-ratio bomb (over 100:1)");
 	lr_bundle_limits_default(&lim);
 	lim.max_entry = 512 << 10;
-	CHECK_EQ_INT(read_it(&buf, &lim, err, sizeof err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "entry 'big.txt' in the manifest is over the 512 KiB entry cap");
+	CHECK_EQ_INT(read_it(&buf, &lim, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "entry 'big.txt' in the manifest is over the 512 KiB entry cap");
 	lr_bundle_limits_default(&lim);
 	lim.max_total = 600 << 10;
-	CHECK_EQ_INT(read_it(&buf, &lim, err, sizeof err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "entry 'big.txt' takes the bundle over the 600 KiB total cap"); /* rig.json counts too */
+	CHECK_EQ_INT(read_it(&buf, &lim, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "entry 'big.txt' takes the bundle over the 600 KiB total cap"); /* rig.json counts too */
 	lr_bundle_limits_default(&lim);
 	lim.max_entries = 3;
-	CHECK_EQ_INT(read_it(&buf, &lim, err, sizeof err), LR_EREFUSED);
-	CHECK_EQ_STR(err, "manifest 'rig.json' lists 3 files, over the 3 entry cap");
+	CHECK_EQ_INT(read_it(&buf, &lim, &err), LR_EREFUSED);
+	CHECK_EQ_STR(err.msg, "manifest 'rig.json' lists 3 files, over the 3 entry cap");
 	lr_buf_release(&buf);
 	free(man);
 	free(big);
@@ -256,18 +256,18 @@ TEST(refuses_garbage)
 	struct lr_buf buf;
 	lr_buf_init(&buf, 1024);
 	lr_buf_addstr(&buf, "definitely not a tar archive, not gzip either......................");
-	char err[512];
-	CHECK_EQ_INT(read_it(&buf, NULL, err, sizeof err), LR_EREFUSED);
-	CHECK(strncmp(err, "not a bundle (gzip tar)", 23) == 0);
+	struct lr_err err;
+	CHECK_EQ_INT(read_it(&buf, NULL, &err), LR_EREFUSED);
+	CHECK(strncmp(err.msg, "not a bundle (gzip tar)", 23) == 0);
 	lr_buf_reset(&buf);
-	CHECK_EQ_INT(read_it(&buf, NULL, err, sizeof err), LR_EREFUSED);
+	CHECK_EQ_INT(read_it(&buf, NULL, &err), LR_EREFUSED);
 	lr_buf_release(&buf);
 
 	/* A truncated good bundle. */
 	char *man = manifest(app, NULL);
 	archive(&buf, man, app, NULL, 0);
 	buf.len /= 2;
-	CHECK_EQ_INT(read_it(&buf, NULL, err, sizeof err), LR_EREFUSED);
+	CHECK_EQ_INT(read_it(&buf, NULL, &err), LR_EREFUSED);
 	lr_buf_release(&buf);
 	free(man);
 }

@@ -1,9 +1,10 @@
 /*
  * store_conformance.h — the storage contract's conformance suite, run on
- * every backend (memory, LMDB, later NATS) unchanged. It uses only the
+ * every backend (memory, LMDB, NATS JetStream) unchanged. It uses only the
  * lr_store_* API and the hooks below; each case prints one TAP line
- * "ok - <backend> <case>" (or "ok - … # SKIP reason", which counts as
- * passed, when the backend cannot offer a hook the case needs).
+ * "ok - <backend> <case>" (or "ok - … # SKIP reason", which tests/run.sh
+ * counts as skipped, apart from the passes, when the backend cannot offer a
+ * hook the case needs).
  *
  *   static int my_open(struct lr_store **out, void *ctx, struct lr_err *e);
  *   struct conformance h = { "lmdb", my_open, my_second, my_spawn, ctx, 1 };

@@ -15,6 +15,7 @@
 
 local json = require "rig.json"
 local flow = require "rig.flow"
+local cli_args = require "rig.cli_args"
 
 local M = {}
 
@@ -27,10 +28,7 @@ usage: luarig flow runs [--state DIR | --store URL] [--json]
 (ID: a run id, or the start of one that no other run shares)
 ]=]
 
-local function usage(fmt, ...)
-  io.stderr:write("luarig: ", string.format(fmt, ...), "\n", USAGE)
-  os.exit(2)
-end
+local function usage(fmt, ...) cli_args.usage(USAGE, fmt, ...) end
 
 local function die(fmt, ...)
   io.stderr:write("luarig: ", string.format(fmt, ...), "\n")
@@ -101,27 +99,13 @@ function M.cli(...)
   local args = { ... }
   local cmd = args[1]
   if cmd == nil or cmd == "help" or cmd == "--help" then io.write(USAGE) return 0 end
-  local state, url, as_json, svg, id, run_id
-  local i = 2
-  while args[i] do
-    local a = args[i]
-    if a == "--state" or a == "--store" then
-      if not args[i + 1] then usage("'%s' needs a value", a) end
-      if a == "--state" then state = args[i + 1] else url = args[i + 1] end
-      i = i + 1
-    elseif a:match("^%-%-state=") then state = a:sub(9)
-    elseif a:match("^%-%-store=") then url = a:sub(9)
-    elseif a == "--run" then
-      if not args[i + 1] then usage("'%s' needs a value", a) end
-      run_id = args[i + 1]
-      i = i + 1
-    elseif a == "--json" then as_json = true
-    elseif a == "--svg" then svg = true
-    elseif a:sub(1, 2) == "--" then usage("flow %s: unknown option '%s'", cmd, a)
-    elseif not id then id = a
-    else usage("flow %s: unexpected argument '%s'", cmd, a) end
-    i = i + 1
-  end
+  local opts, pos = cli_args.parse(args, 2, {
+    prefix = "flow " .. cmd, after = USAGE,
+    values = { ["--state"] = "state", ["--store"] = "url", ["--run"] = "run_id" },
+    switches = { ["--json"] = "as_json", ["--svg"] = "svg" },
+  })
+  local state, url, as_json, svg, id, run_id = opts.state, opts.url, opts.as_json, opts.svg,
+    pos[1], opts.run_id
   if state and url then usage("flow %s: give one of '--state' and '--store'", cmd) end
   if cmd == "dot" or cmd == "mermaid" then
     if not id then usage("flow %s needs a script that returns a rig.flow", cmd) end

@@ -217,64 +217,27 @@ function M.server(r, opts)
   return srv
 end
 
-local function usage(fmt, ...)
-  io.stderr:write("luarig: " .. string.format(fmt, ...) .. "\nluarig: try 'luarig help'\n")
-  io.stderr:flush()
-  os.exit(2)
-end
-
 -- `luarig mcp serve RIG.lua [--http HOST:PORT] [--auth-token-file FILE]
 --  [--insecure-public-bind] [--allow-host NAME]... [--name NAME]`
 function M.cli(...)
+  local cli_args = require "rig.cli_args"
   local args = { ... }
+  local usage = function(...) cli_args.usage(nil, ...) end
   if args[1] == nil then usage("mcp needs a command: luarig mcp serve RIG.lua [--http HOST:PORT]") end
   if args[1] ~= "serve" then
     usage("mcp: unknown command '%s' (luarig mcp serve RIG.lua [--http HOST:PORT])", tostring(args[1]))
   end
-  local path, listen, token_file, insecure, name
-  local hosts = {}
-  local i = 2
-  while i <= #args do
-    local a = args[i]
-    local function value()
-      local v = a:match("^%-%-[%w%-]+=(.*)$")
-      if v then return v end
-      i = i + 1
-      if args[i] == nil then usage("mcp serve: '%s' needs a value", a) end
-      return args[i]
-    end
-    if a == "--http" or a:find("^%-%-http=") then
-      listen = value()
-    elseif a == "--auth-token-file" or a:find("^%-%-auth%-token%-file=") then
-      token_file = value()
-    elseif a == "--insecure-public-bind" then
-      insecure = true
-    elseif a == "--allow-host" or a:find("^%-%-allow%-host=") then
-      hosts[#hosts + 1] = value()
-    elseif a == "--name" or a:find("^%-%-name=") then
-      name = value()
-    elseif a:sub(1, 1) == "-" then
-      usage("mcp serve: unknown option '%s'", a)
-    elseif not path then
-      path = a
-    else
-      usage("mcp serve: unexpected argument '%s'", a)
-    end
-    i = i + 1
-  end
+  local opts, pos = cli_args.parse(args, 2, {
+    prefix = "mcp serve",
+    values = { ["--http"] = "listen", ["--auth-token-file"] = "token_file",
+               ["--allow-host"] = "hosts[]", ["--name"] = "name" },
+    switches = { ["--insecure-public-bind"] = "insecure" },
+  })
+  local path, listen, token_file, insecure, name, hosts = pos[1], opts.listen, opts.token_file,
+    opts.insecure, opts.name, opts.hosts
   if not path then usage("mcp serve needs a rig script (RIG.lua returns a rig)") end
   if token_file and not listen then usage("mcp serve: --auth-token-file goes with --http") end
-  local auth
-  if token_file then
-    local f, e = io.open(token_file, "rb")
-    if not f then error("mcp serve: cannot read the token file: " .. tostring(e), 0) end
-    local t = f:read("a"):gsub("%s+$", "")
-    f:close()
-    if #t < 16 or t:find("[%c ]") then
-      error("mcp serve: the token in '" .. token_file .. "' must be one line of at least 16 bytes", 0)
-    end
-    auth = { token = t }
-  end
+  local auth = token_file and cli_args.token_file(token_file, "mcp serve")
   -- stdio: stdout is the protocol's; what the rig prints goes to stderr from the start
   local saved_print = print
   if not listen then
@@ -284,15 +247,7 @@ function M.cli(...)
       io.stderr:write(table.concat(parts, "\t"), "\n")
     end
   end
-  local chunk, lerr = loadfile(path, "t")
-  if not chunk then error(lerr, 0) end
-  local okc, r = xpcall(chunk, function(m)
-    return type(m) == "string" and debug.traceback(m, 2) or m
-  end)
-  if not okc then error(r, 0) end
-  if type(r) ~= "table" or type(r.session) ~= "function" then
-    error("mcp serve: '" .. path .. "' must return a rig (rig.define{…})", 0)
-  end
+  local r = cli_args.load_rig(path, "mcp serve")
   local srv = M.server(r, { name = name })
   if not listen then
     print = saved_print -- luacheck: ignore
