@@ -12,9 +12,11 @@
  *       and Lr-Seq), compares Lr-Seq with the expected tip, and publishes
  *       with "Nats-Expected-Last-Subject-Sequence: S" (0 for an empty
  *       ledger: the client library only sends the header for values above
- *       zero, so it is set on the message here). The server refuses with
- *       10071 when another append got in between: LR_ECONFLICT. A publish
- *       whose acknowledgement does not arrive is LR_EAMBIGUOUS.
+ *       zero, so it is set on the message here) and a message id that a
+ *       retry of the same append repeats (ledger_publish). The server
+ *       refuses with 10071 when another append got in between:
+ *       LR_ECONFLICT. A publish whose acknowledgement does not arrive is
+ *       LR_EAMBIGUOUS.
  *       Reads use direct get (next_by_subj), finding a middle record by
  *       binary search over stream sequences; delete purges the subject.
  *   bucket LR_KV (stream KV_LR_KV, subjects $KV.LR_KV.>, history 1): kv,
@@ -516,13 +518,16 @@ static int dget(struct nstore *n, const char *stream, const char *last_subj,
 
 /*
  * Publishes data on subj with "Nats-Expected-Last-Subject-Sequence:
- * expect" (when expect is not UINT64_MAX) and "<chdr>: <cval>" (when chdr
- * is set). 0 and *sseq, LR_ECONFLICT (the subject moved), LR_EAMBIGUOUS
- * (sent, no acknowledgement) or a definite failure.
+ * expect" (when expect is not UINT64_MAX), "<chdr>: <cval>" (when chdr
+ * is set) and "Nats-Msg-Id: <msgid>" (when msgid is set: the server
+ * drops a second message with the same id within its duplicate window
+ * and acknowledges it with the first one's sequence, *dup set). 0 and
+ * *sseq, LR_ECONFLICT (the subject moved), LR_EAMBIGUOUS (sent, no
+ * acknowledgement) or a definite failure.
  */
 static int publish(struct nstore *n, const char *subj, uint64_t expect, const char *chdr,
-		   uint64_t cval, const void *data, size_t len, uint64_t *sseq, struct lr_err *e,
-		   const char *what)
+		   uint64_t cval, const char *msgid, const void *data, size_t len, uint64_t *sseq,
+		   int *dup, struct lr_err *e, const char *what)
 {
 	if (len > INT_MAX) {
 		lr_err_set(e, "storage: %s: %zu bytes is too big", what, len);
@@ -546,6 +551,7 @@ static int publish(struct nstore *n, const char *subj, uint64_t expect, const ch
 	jsPubOptions po;
 	N.pubopts_init(&po);
 	po.MaxWait = n->wait_ms;
+	po.MsgId = msgid;
 	jsPubAck *pa = NULL;
 	jsErrCode jerr = 0;
 	/* No responders: nothing stored it (a clustered stream electing a leader has no one
@@ -564,6 +570,8 @@ static int publish(struct nstore *n, const char *subj, uint64_t expect, const ch
 	if (s == NATS_OK) {
 		if (sseq)
 			*sseq = pa->Sequence;
+		if (dup)
+			*dup = pa->Duplicate;
 		N.puback_destroy(pa);
 		return 0;
 	}
@@ -740,6 +748,72 @@ static int ledger_last(struct nstore *n, const char *name, const char *subj, uin
 	return rc;
 }
 
+/* An append's message id: the same for a retry of the same append (this handle, ledger,
+ * position and bytes), so the server keeps one of the two (see ledger_publish). */
+#define MSGID_MAX 112
+static void append_msgid(struct nstore *n, const char *name, uint64_t expected, const void *rec,
+			 size_t len, char out[MSGID_MAX])
+{
+	unsigned char d[LR_SHA256_LEN];
+	if (lr_sha256(rec, len, d))
+		lr_sha256_builtin(rec, len, d);
+	char hex[33];
+	lr_hex(d, 16, hex);
+	uint64_t h = 14695981039346656037u;
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 1099511628211u;
+	snprintf(out, MSGID_MAX, "%s.%016" PRIx64 ".%" PRIu64 ".%s", n->holder, h, expected + 1,
+		 hex);
+}
+
+/*
+ * Publishes record expected + 1 of the ledger on subj (its last record at
+ * stream sequence last) with the append's message id. An append whose
+ * acknowledgement was lost is sent again (lr_store_append_definitely); a
+ * clustered nats-server checks the expected subject sequence only before
+ * it replicates a message, against what it has applied, so while the first
+ * copy is replicated but not yet applied (a leader that lost its quorum for
+ * a moment, then regained it) the second passes the check too, and both
+ * would be stored: the journal would hold a record twice (make soak's
+ * cluster storm; nats-server issue 4320). With the same message id the
+ * server drops the second copy on every replica and acknowledges it as a
+ * duplicate of the first: ours, if that message is still record
+ * expected + 1 here; if it is gone (the ledger deleted and written again
+ * since), the record is sent anew under a fresh id.
+ */
+static int ledger_publish(struct nstore *n, const char *subj, uint64_t last, uint64_t expected,
+			  const char *msgid, const void *rec, size_t len, uint64_t *sseq,
+			  struct lr_err *e, const char *what)
+{
+	int dup = 0;
+	int rc = publish(n, subj, last, "Lr-Seq", expected + 1, msgid, rec, len, sseq, &dup, e,
+			 what);
+	if (rc || !dup)
+		return rc;
+	natsMsg *m = NULL;
+	uint64_t sq = 0, k = 0;
+	rc = dget(n, n->s_ledgers, NULL, subj, *sseq, &m, &sq, e, what);
+	if (rc == 0) {
+		int ours = sq == *sseq && hdr_u64(m, "Lr-Seq", &k) == 0 && k == expected + 1;
+		N.msg_destroy(m);
+		if (ours)
+			return 0;
+	} else if (rc != LR_ENOTFOUND) {
+		/* stored under this id, and it cannot tell whether that is still ours */
+		char why[sizeof e->msg];
+		snprintf(why, sizeof why, "%s", e->msg);
+		lr_err_set(e, "%s (outcome unknown)", why);
+		return LR_EAMBIGUOUS;
+	}
+	unsigned char r[8];
+	char fresh[MSGID_MAX + 20], hex[17];
+	if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
+		memset(r, 0, sizeof r);
+	lr_hex(r, sizeof r, hex);
+	snprintf(fresh, sizeof fresh, "%s.%s", msgid, hex);
+	return publish(n, subj, last, "Lr-Seq", expected + 1, fresh, rec, len, sseq, NULL, e, what);
+}
+
 static int n_append(struct lr_store *s, const char *name, uint64_t expected, const void *rec,
 		    size_t len, struct lr_err *e)
 {
@@ -749,11 +823,13 @@ static int n_append(struct lr_store *s, const char *name, uint64_t expected, con
 	snprintf(what, sizeof what, "append to '%s'", name);
 	uint64_t tip, last, sseq = 0;
 	int rc;
+	char msgid[MSGID_MAX];
+	append_msgid(n, name, expected, rec, len, msgid);
 	/* Our last append (or read of the tip) here: publish on it at once. The server's
 	 * per-subject check makes a stale entry a conflict, never a wrong write; a conflict
 	 * is then decided the long way. */
 	if (tip_get(n, name, &tip, &last) && tip == expected) {
-		rc = publish(n, subj, last, "Lr-Seq", expected + 1, rec, len, &sseq, e, what);
+		rc = ledger_publish(n, subj, last, expected, msgid, rec, len, &sseq, e, what);
 		if (rc == 0) {
 			tip_put(n, name, expected + 1, sseq);
 			return 0;
@@ -771,7 +847,7 @@ static int n_append(struct lr_store *s, const char *name, uint64_t expected, con
 			   name, (unsigned long long)expected, (unsigned long long)tip);
 		return LR_ECONFLICT;
 	}
-	rc = publish(n, subj, last, "Lr-Seq", expected + 1, rec, len, &sseq, e, what);
+	rc = ledger_publish(n, subj, last, expected, msgid, rec, len, &sseq, e, what);
 	if (rc == 0) {
 		tip_put(n, name, expected + 1, sseq);
 		return 0;
@@ -874,32 +950,92 @@ static int ledger_find(struct nstore *n, const char *name, const char *subj, uin
 	return LR_ECORRUPT;
 }
 
+/* $JS.API.STREAM.LEADER.STEPDOWN: the stream's leader hands over to another replica. */
+static void stepdown(struct nstore *n, const char *stream)
+{
+	char api[128];
+	snprintf(api, sizeof api, "$JS.API.STREAM.LEADER.STEPDOWN.%s", stream);
+	natsMsg *reply = NULL;
+	if (N.request(&reply, n->nc, api, NULL, 0, n->wait_ms) == NATS_OK)
+		N.msg_destroy(reply);
+}
+
+/* How long a read has waited for a record its leader lacks (see gap). */
+struct gapwait {
+	int64_t deadline, pause;
+	int stepped;
+};
+
 /*
- * After record seq-1 came an older record: the ledger was deleted and
- * written again meanwhile (then it is shorter now, and the read ends: 0),
- * or it holds a record twice, which is corruption, not an end (make soak's
- * cluster storm: a read that stopped there lost the rest of a journal).
+ * Record seq was not where it was due (nothing there, or a record other
+ * than seq). 0: the ledger ended there (it was deleted meanwhile, and is
+ * shorter now); 1: ask again; LR_ECORRUPT: the record is missing. A read
+ * that stopped at such a place without an error would hand on a journal
+ * without its last records as if whole (make soak's cluster storm).
+ *
+ * On a replicated stream the leader that answered may not have applied
+ * yet what its quorum acknowledged (a leader just elected), or lack a
+ * record the others have (nats-server 2.9.10 after a node's kill -9): the
+ * record is asked for again until the request timeout has passed, and
+ * after half of it the leader is asked to step down, so that a replica
+ * holding the record can lead. Only then is a record missing, or the
+ * ledger shorter.
  */
-static int older_next(struct nstore *n, const char *name, const char *subj, uint64_t seq,
-		      struct lr_err *e)
+static int gap(struct nstore *n, const char *name, const char *subj, uint64_t seq, uint64_t k,
+	       struct gapwait *w, struct lr_err *e)
 {
 	uint64_t tip = 0, last = 0;
 	struct lr_err te;
-	if (ledger_last(n, name, subj, &tip, &last, &te) == 0 && tip < seq)
+	int ended = ledger_last(n, name, subj, &tip, &last, &te) == 0 && tip < seq;
+	if (n->leader_reads & stream_bit(n, n->s_ledgers)) {
+		int64_t now = now_ms(CLOCK_MONOTONIC);
+		if (!w->deadline) {
+			w->deadline = now + n->wait_ms;
+			w->pause = 50;
+		}
+		if (now + w->pause < w->deadline) {
+			if (!ended && !w->stepped && now >= w->deadline - n->wait_ms / 2) {
+				stepdown(n, n->s_ledgers);
+				w->stepped = 1;
+			}
+			usleep((useconds_t)w->pause * 1000);
+			w->pause = w->pause < 400 ? w->pause * 2 : 500;
+			return 1;
+		}
+	}
+	if (ended)
 		return 0;
-	lr_err_set(e, "storage: ledger '%s': record %llu is missing (an older record follows)",
-		   name, (unsigned long long)seq);
+	lr_err_set(e, "storage: ledger '%s': record %llu is missing%s", name,
+		   (unsigned long long)seq, k && k < seq ? " (an older record follows)" : "");
 	return LR_ECORRUPT;
+}
+
+/*
+ * 1 when m, found where record seq was due, is record seq - 1 again with
+ * the bytes of prev (the record seq - 1 just read): one append stored
+ * twice (a journal written before appends carried message ids, see
+ * ledger_publish), which is one record, not a hole.
+ */
+static int repeats(natsMsg *m, uint64_t seq, natsMsg *prev)
+{
+	uint64_t k = 0;
+	if (!prev || hdr_u64(m, "Lr-Seq", &k) || k + 1 != seq)
+		return 0;
+	int l = N.msg_len(m);
+	return l == N.msg_len(prev) && (l == 0 || memcmp(N.msg_data(m), N.msg_data(prev),
+							(size_t)l) == 0);
 }
 
 /*
  * Records seq..end of the ledger on subj, the first at stream sequence
  * start or after, through an ordered consumer (one request to create it,
  * then the server pushes them with flow control) instead of a direct get
- * per record. The same checks as the direct-get loop of n_read.
+ * per record. The same checks as the direct-get loop of n_read; prev (the
+ * record before seq, or NULL) is this function's to destroy.
  */
 static int read_stream(struct nstore *n, const char *name, const char *subj, uint64_t start,
-		       uint64_t seq, uint64_t end, lr_record_cb cb, void *arg, struct lr_err *e)
+		       uint64_t seq, uint64_t end, natsMsg *prev, lr_record_cb cb, void *arg,
+		       struct lr_err *e)
 {
 	char what[LR_STORE_NAME_MAX + 40];
 	snprintf(what, sizeof what, "read of '%s'", name);
@@ -916,10 +1052,13 @@ static int read_stream(struct nstore *n, const char *name, const char *subj, uin
 	natsSubscription *sub = NULL;
 	jsErrCode jerr = 0;
 	natsStatus st = N.subscribe_sync(&sub, n->js, subj, &jo, &so, &jerr);
-	if (st != NATS_OK)
+	if (st != NATS_OK) {
+		if (prev)
+			N.msg_destroy(prev);
 		return nfail(e, st, what);
+	}
 	int rc = 0;
-	for (; !rc && seq <= end; seq++) {
+	while (!rc && seq <= end) {
 		natsMsg *m = NULL;
 		st = N.next_msg(&m, sub, n->wait_ms);
 		if (st != NATS_OK) {
@@ -928,22 +1067,26 @@ static int read_stream(struct nstore *n, const char *name, const char *subj, uin
 		}
 		uint64_t k = 0;
 		if (hdr_u64(m, "Lr-Seq", &k) || k != seq) {
+			int again = repeats(m, seq, prev);
 			N.msg_destroy(m);
-			if (k && k < seq) {
-				rc = older_next(n, name, subj, seq, e);
-				break;
-			}
-			lr_err_set(e, "storage: ledger '%s': record %llu is missing", name,
-				   (unsigned long long)seq);
-			rc = LR_ECORRUPT;
+			if (again)
+				continue;
+			/* a stream without replicas: gap answers at once */
+			struct gapwait w = { 0, 0, 0 };
+			rc = gap(n, name, subj, seq, k, &w, e);
 			break;
 		}
 		struct lr_record r = { seq, N.msg_data(m), (size_t)N.msg_len(m) };
 		if (!r.data)
 			r.data = "";
 		rc = cb(arg, &r);
-		N.msg_destroy(m);
+		if (prev)
+			N.msg_destroy(prev);
+		prev = m;
+		seq++;
 	}
+	if (prev)
+		N.msg_destroy(prev);
 	N.unsubscribe(sub);
 	N.sub_destroy(sub);
 	return rc;
@@ -965,47 +1108,72 @@ static int n_read(struct lr_store *s, const char *name, uint64_t from, uint64_t 
 	if (from > tip)
 		return 0;
 	uint64_t end = limit && limit - 1 < tip - from ? from + limit - 1 : tip;
-	natsMsg *m = NULL;
+	natsMsg *m = NULL, *prev = NULL;
 	uint64_t sq;
-	rc = ledger_find(n, name, subj, from, last, &m, &sq, e);
-	if (rc == LR_ENOTFOUND)
-		return 0;
-	for (uint64_t seq = from;;) {
-		if (rc)
+	struct gapwait w = { 0, 0, 0 };
+	for (;;) {
+		rc = ledger_find(n, name, subj, from, last, &m, &sq, e);
+		if (rc != LR_ENOTFOUND && rc != LR_ECORRUPT)
+			break;
+		rc = gap(n, name, subj, from, 0, &w, e);
+		if (rc != 1)
 			return rc;
+		if ((rc = ledger_last(n, name, subj, &tip, &last, e)) != 0)
+			return rc;
+	}
+	for (uint64_t seq = from; !rc;) {
 		struct lr_record r = { seq, N.msg_data(m), (size_t)N.msg_len(m) };
 		if (!r.data)
 			r.data = "";
-		int stop = cb(arg, &r);
-		N.msg_destroy(m);
+		rc = cb(arg, &r);
+		if (prev)
+			N.msg_destroy(prev);
+		prev = m;
 		m = NULL;
-		if (stop)
-			return stop;
-		if (seq == end)
-			return 0;
+		if (rc || seq == end)
+			break;
 		seq++;
 		/* Not on a replicated stream: an ordered consumer may be placed on any replica,
 		 * and a replica can lack a record its leader has (nats-server 2.9 after a
 		 * node's kill -9: the consumer skipped it), so each record is asked of the
 		 * leader (one round trip per record). */
-		if (end - seq >= STREAM_MIN && !(n->leader_reads & stream_bit(n, n->s_ledgers)))
-			return read_stream(n, name, subj, sq + 1, seq, end, cb, arg, e);
-		rc = dget(n, n->s_ledgers, NULL, subj, sq + 1, &m, &sq, e, what);
-		if (rc == LR_ENOTFOUND)
-			return 0; /* deleted meanwhile */
-		uint64_t k = 0;
-		if (rc)
-			return rc;
-		if (hdr_u64(m, "Lr-Seq", &k) || k != seq) {
-			N.msg_destroy(m);
-			if (k && k < seq)
-				return older_next(n, name, subj, seq, e);
-			rc = LR_ECORRUPT;
+		if (end - seq >= STREAM_MIN && !(n->leader_reads & stream_bit(n, n->s_ledgers))) {
+			rc = read_stream(n, name, subj, sq + 1, seq, end, prev, cb, arg, e);
+			prev = NULL;
+			break;
 		}
-		if (rc)
-			lr_err_set(e, "storage: ledger '%s': record %llu is missing", name,
-				   (unsigned long long)seq);
+		/* record seq: the next message on the subject after record seq - 1 */
+		uint64_t after = sq + 1, at = after;
+		w.deadline = 0;
+		w.stepped = 0;
+		for (;;) {
+			uint64_t k = 0;
+			rc = dget(n, n->s_ledgers, NULL, subj, at, &m, &sq, e, what);
+			if (rc == 0 && hdr_u64(m, "Lr-Seq", &k) == 0 && k == seq)
+				break;
+			if (rc && rc != LR_ENOTFOUND)
+				break;
+			int again = rc == 0 && repeats(m, seq, prev);
+			if (m)
+				N.msg_destroy(m);
+			m = NULL;
+			if (again) {
+				at = sq + 1; /* one append stored twice: the next one */
+				continue;
+			}
+			rc = gap(n, name, subj, seq, k, &w, e);
+			if (rc != 1)
+				break;
+			at = after;
+		}
+		if (!m)
+			break; /* ended (0) or failed */
 	}
+	if (m)
+		N.msg_destroy(m);
+	if (prev)
+		N.msg_destroy(prev);
+	return rc;
 }
 
 static int n_tip(struct lr_store *s, const char *name, uint64_t *tip, struct lr_err *e)
@@ -1085,7 +1253,7 @@ static int kv_cas(struct nstore *n, const char *stream, const char *prefix, cons
 	char what[LR_STORE_NAME_MAX + 40];
 	snprintf(what, sizeof what, "put of '%s'", key);
 	uint64_t got;
-	rc = publish(n, subj, sseq, "Lr-Rev", cur + 1, val, len, &got, e, what);
+	rc = publish(n, subj, sseq, "Lr-Rev", cur + 1, NULL, val, len, &got, NULL, e, what);
 	if (rc == LR_ECONFLICT)
 		lr_err_set(e, "storage: put of '%s' conflicts: expected revision %llu (it moved)",
 			   key, (unsigned long long)expected);
@@ -1279,7 +1447,8 @@ static int lease_renew(struct nstore *n, struct nlease *l, int release)
 					    wall + n->ttl_ms);
 	struct lr_err e;
 	uint64_t sseq;
-	int rc = publish(n, subj, l->sseq, "Lr-Rev", l->rev + 1, buf, len, &sseq, &e, "lease");
+	int rc = publish(n, subj, l->sseq, "Lr-Rev", l->rev + 1, NULL, buf, len, &sseq, NULL, &e,
+			 "lease");
 	if (rc == 0) {
 		l->rev++;
 		l->sseq = sseq;
@@ -1516,8 +1685,8 @@ static int blob_put_src(struct nstore *n, const char *key, struct src *sr, struc
 			break; /* the end (an empty blob has no chunks) or a failure */
 		lr_sha256_update(&h, buf, (size_t)k);
 		uint64_t sq;
-		rc = publish(n, csubj, UINT64_MAX, "Lr-Seq", chunks + 1, buf, (size_t)k, &sq, e,
-			     what);
+		rc = publish(n, csubj, UINT64_MAX, "Lr-Seq", chunks + 1, NULL, buf, (size_t)k, &sq,
+			     NULL, e, what);
 		if (rc)
 			break;
 		if (!chunks)
@@ -1542,7 +1711,7 @@ static int blob_put_src(struct nstore *n, const char *key, struct src *sr, struc
 	int ml = snprintf(meta, sizeof meta, "v1 %llu %s %s %llu %llu",
 			  (unsigned long long)sr->len, hex, id, (unsigned long long)chunks,
 			  (unsigned long long)first);
-	rc = publish(n, msubj, 0, NULL, 0, meta, (size_t)ml, NULL, e, what);
+	rc = publish(n, msubj, 0, NULL, 0, NULL, meta, (size_t)ml, NULL, NULL, e, what);
 	if (rc == 0)
 		return 0;
 	if (rc == LR_ECONFLICT || rc == LR_EAMBIGUOUS) {

@@ -33,13 +33,14 @@ static struct node {
 	char url[64];
 } nodes[NODES];
 
-static int open_at(const char *u, const char *ns, struct lr_store **out, struct lr_err *e)
+static int open_with(const char *u, const char *ns, int64_t timeout_ms, struct lr_store **out,
+		     struct lr_err *e)
 {
 	struct lr_nats_opts o = { 0 };
 	o.url = u;
 	o.ns = ns;
 	o.lease_ttl_ms = TTL_MS;
-	o.timeout_ms = 5000;
+	o.timeout_ms = timeout_ms;
 	o.replicas = NODES;
 	/* a cluster electing its leaders refuses for a moment */
 	int rc = 0;
@@ -50,6 +51,11 @@ static int open_at(const char *u, const char *ns, struct lr_store **out, struct 
 		usleep(100000);
 	}
 	return rc;
+}
+
+static int open_at(const char *u, const char *ns, struct lr_store **out, struct lr_err *e)
+{
+	return open_with(u, ns, 5000, out, e);
 }
 
 static int c_open(struct lr_store **out, void *ctx, struct lr_err *e)
@@ -161,7 +167,9 @@ static int node_up(int i)
 		int null = open("/dev/null", O_RDWR);
 		dup2(null, 1);
 		dup2(null, 2);
-		execlp("nats-server", "nats-server", "-c", conf, (char *)NULL);
+		char log[340];
+		snprintf(log, sizeof log, "%s/server.log", dir);
+		execlp("nats-server", "nats-server", "-c", conf, "-l", log, (char *)NULL);
 		_exit(127);
 	}
 	for (int t = 0; t < 400; t++) {
@@ -179,6 +187,105 @@ static void node_kill(int i, int sig)
 		waitpid(nodes[i].pid, NULL, 0);
 		nodes[i].pid = -1;
 	}
+}
+
+/* The node whose log last says it became the leader of stream, or -1. */
+static int leader_of(const char *stream)
+{
+	char pat[128], at[32] = "";
+	snprintf(pat, sizeof pat, "new stream leader for '$G > %s'", stream);
+	int best = -1;
+	for (int i = 0; i < NODES; i++) {
+		char path[320], line[1024];
+		snprintf(path, sizeof path, "%s/n%d/server.log", base, i);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof line, f)) {
+			/* "[pid] 2026/12/01 21:56:39.073677 [INF] JetStream cluster new ..." */
+			char *t = strchr(line, ']');
+			if (!strstr(line, pat) || !t || strlen(t) < 28)
+				continue;
+			if (best < 0 || strncmp(t + 2, at, 26) > 0) {
+				best = i;
+				snprintf(at, sizeof at, "%.26s", t + 2);
+			}
+		}
+		fclose(f);
+	}
+	return best;
+}
+
+struct recs {
+	int n, twos;
+	char last[16];
+};
+
+static int count_rec(void *arg, const struct lr_record *r)
+{
+	struct recs *c = arg;
+	c->n++;
+	c->twos += r->len == 3 && memcmp(r->data, "two", 3) == 0;
+	snprintf(c->last, sizeof c->last, "%.*s", (int)(r->len < 15 ? r->len : 15),
+		 (const char *)r->data);
+	return 0;
+}
+
+/*
+ * An append whose acknowledgement is lost while the ledger stream's leader
+ * cannot reach a quorum (both followers stopped, for less than an election
+ * timeout): lr_store_append_definitely sends it again, the leader checks
+ * the expected subject sequence against what it has applied (neither copy
+ * yet) and proposes the second copy too. Once the followers are back both
+ * are committed; the server must keep one (the appends' message ids), else
+ * the ledger holds record 2 twice and reads as corrupt after record 3.
+ */
+TEST(an_ambiguous_append_sent_again_is_stored_once)
+{
+	struct lr_store *s = NULL, *at_leader = NULL;
+	struct lr_err e = { "" };
+	CHECK_EQ_INT(open_at(url, "dup", &s, &e), 0);
+	if (!s)
+		return;
+	CHECK_EQ_INT(lr_store_append(s, "l", 0, "one", 3, &e), 0);
+	int lead = leader_of("LR_dup_LEDGERS");
+	CHECK(lead >= 0);
+	/* through the leader's own port: the stopped followers take nothing in */
+	if (lead >= 0)
+		CHECK_EQ_INT(open_with(nodes[lead].url, "dup", 1000, &at_leader, &e), 0);
+	if (!at_leader) {
+		lr_store_close(s);
+		return;
+	}
+	for (int i = 0; i < NODES; i++)
+		if (i != lead)
+			kill(nodes[i].pid, SIGSTOP);
+	int rc = lr_store_append_definitely(at_leader, "l", 1, "two", 3, &e);
+	for (int i = 0; i < NODES; i++)
+		if (i != lead)
+			kill(nodes[i].pid, SIGCONT);
+	CHECK_EQ_INT(rc, LR_EAMBIGUOUS);
+	/* whatever became of "two", the next append goes at the tip */
+	for (int t = 0; t < 100; t++) {
+		uint64_t tip = 0;
+		rc = lr_store_tip(s, "l", &tip, &e);
+		if (rc == 0)
+			rc = lr_store_append_definitely(s, "l", tip, "three", 5, &e);
+		if (rc == 0)
+			break;
+		usleep(200000);
+	}
+	CHECK_EQ_INT(rc, 0);
+	struct recs c = { 0, 0, "" };
+	rc = lr_store_read(s, "l", 1, 0, count_rec, &c, &e);
+	if (rc)
+		fprintf(stderr, "read: %s\n", e.msg);
+	CHECK_EQ_INT(rc, 0);
+	CHECK(c.twos <= 1);
+	CHECK_EQ_INT(c.n, 2 + c.twos);
+	CHECK_EQ_STR(c.last, "three");
+	lr_store_close(at_leader);
+	lr_store_close(s);
 }
 
 static int have_server(void)
@@ -224,6 +331,7 @@ int main(int argc, char **argv)
 					 "a clustered nats-server does not serialize racing "
 					 "expected-sequence publishes (nats-server#4320)" };
 		conformance_run(&h);
+		RUN(an_ambiguous_append_sent_again_is_stored_once);
 	}
 	for (int i = 0; i < NODES; i++)
 		node_kill(i, SIGTERM);

@@ -7,8 +7,11 @@
  * messages. Skips (one "skip" TAP line) when nats-server is not installed.
  * Re-executes itself (argv[1] = "holder") for the lease holder process.
  */
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include "test.h"
@@ -309,6 +312,109 @@ out:
 	lr_store_close(b);
 }
 
+/* The same bytes appended at the same place again by the same handle, once the ledger was
+ * deleted between: the server knows the message id (its duplicate window), but the first
+ * copy is gone, so the record is sent anew and stored. */
+TEST(the_same_append_after_a_delete_is_stored_again)
+{
+	struct lr_store *a = NULL, *b = NULL;
+	struct lr_err e;
+	CHECK_EQ_INT(nats_open_ns("again", TTL_MS, &a, &e), 0);
+	CHECK_EQ_INT(nats_open_ns("again", TTL_MS, &b, &e), 0);
+	if (!a || !b)
+		goto out;
+	CHECK_EQ_INT(conf_append_str(a, "x", 0, "same"), 0);
+	CHECK_EQ_INT(lr_store_ledger_delete(b, "x", &e), 0);
+	CHECK_EQ_INT(conf_append_str(a, "x", 0, "same"), 0);
+	CHECK_EQ_INT(conf_tip(b, "x"), 1);
+	CHECK_EQ_INT(conf_append_str(a, "x", 1, "next"), 0);
+	CHECK_EQ_INT(conf_tip(b, "x"), 2);
+out:
+	lr_store_close(a);
+	lr_store_close(b);
+}
+
+/* Publishes a ledger record by hand (the NATS text protocol, no acknowledgement: a PING
+ * after it returns once the server has it): what another client, or a server that stored
+ * a publish twice, leaves on the subject. */
+static int raw_record(const char *ns, const char *name, uint64_t lrseq, const char *data)
+{
+	int port = 0;
+	if (sscanf(url, "nats://127.0.0.1:%d", &port) != 1)
+		return -1;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa)) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	char hdr[128], msg[1024];
+	int hl = snprintf(hdr, sizeof hdr, "NATS/1.0\r\nLr-Seq: %llu\r\n\r\n",
+			  (unsigned long long)lrseq);
+	int dl = (int)strlen(data);
+	int ml = snprintf(msg, sizeof msg,
+			  "CONNECT {\"verbose\":false,\"headers\":true}\r\n"
+			  "HPUB lr.%s.ledger.%s %d %d\r\n%s%s\r\nPING\r\n",
+			  ns, name, hl, hl + dl, hdr, data);
+	int rc = write(fd, msg, (size_t)ml) == ml ? 0 : -1;
+	char buf[512];
+	size_t got = 0;
+	while (rc == 0 && got < sizeof buf - 1) {
+		ssize_t k = read(fd, buf + got, sizeof buf - 1 - got);
+		if (k <= 0) {
+			rc = -1;
+			break;
+		}
+		got += (size_t)k;
+		buf[got] = 0;
+		if (strstr(buf, "PONG"))
+			break;
+		if (strstr(buf, "-ERR"))
+			rc = -1;
+	}
+	close(fd);
+	return rc;
+}
+
+static int keep_all(void *arg, const struct lr_record *r)
+{
+	char *out = arg;
+	size_t l = strlen(out);
+	snprintf(out + l, 256 - l, "%llu:%.*s ", (unsigned long long)r->seq, (int)r->len,
+		 (const char *)r->data);
+	return 0;
+}
+
+/* A journal written before appends carried message ids may hold an append twice (a
+ * clustered nats-server that stored a publish sent again): the same bytes after their
+ * own record are one record; other bytes there are a corrupt ledger, not an end. */
+TEST(a_record_stored_twice_reads_once)
+{
+	struct lr_store *s = NULL;
+	struct lr_err e;
+	CHECK_EQ_INT(nats_open_ns("twice", TTL_MS, &s, &e), 0);
+	if (!s)
+		return;
+	CHECK_EQ_INT(conf_append_str(s, "d", 0, "one"), 0);
+	CHECK_EQ_INT(conf_append_str(s, "d", 1, "two"), 0);
+	CHECK_EQ_INT(raw_record("twice", "d", 2, "two"), 0);
+	CHECK_EQ_INT(conf_append_str(s, "d", 2, "three"), 0);
+	char got[256] = "";
+	CHECK_EQ_INT(lr_store_read(s, "d", 1, 0, keep_all, got, &e), 0);
+	CHECK_EQ_STR(got, "1:one 2:two 3:three ");
+	got[0] = 0;
+	CHECK_EQ_INT(lr_store_read(s, "d", 2, 0, keep_all, got, &e), 0);
+	CHECK_EQ_STR(got, "2:two 3:three ");
+	/* record 3 again with other bytes: corrupt */
+	CHECK_EQ_INT(raw_record("twice", "d", 3, "other"), 0);
+	CHECK_EQ_INT(conf_append_str(s, "d", 3, "four"), 0);
+	got[0] = 0;
+	CHECK_EQ_INT(lr_store_read(s, "d", 1, 0, keep_all, got, &e), LR_ECORRUPT);
+	lr_store_close(s);
+}
+
 struct collect {
 	uint64_t first, next, stop_at;
 	size_t size;
@@ -405,6 +511,8 @@ int main(int argc, char **argv)
 	RUN(append_zero_on_a_nonempty_ledger_conflicts);
 	RUN(long_reads_stream_every_record_in_order);
 	RUN(append_after_another_handle_rewrote_the_ledger);
+	RUN(the_same_append_after_a_delete_is_stored_again);
+	RUN(a_record_stored_twice_reads_once);
 	RUN(credentials_are_not_printed);
 	RUN(holder_that_cannot_renew_fences_itself);
 	RUN(embedded_owns_and_refuses_a_second_owner);
