@@ -236,7 +236,7 @@ static int client_ready(struct lr_http *c, struct lr_err *err)
 		return 0;
 	int rc = lr_lazy_open(&curl_lib);
 	if (rc) {
-		lr_err_set(err, "http: libcurl is unavailable: %s", curl_lib.err);
+		lr_err_set(err, "http: libcurl is unavailable: %s", curl_lib.err.msg);
 		return rc;
 	}
 	if (!curl_ready) {

@@ -225,7 +225,7 @@ fail:
 		lr_store_release(lease, &re);
 	}
 	o->rc = rc;
-	snprintf(o->err, sizeof o->err, "%s", e.msg[0] ? e.msg : lr_strerror(rc));
+	lr_err_set(&o->err, "%s", e.msg[0] ? e.msg : lr_strerror(rc));
 }
 
 static struct cat *cat_get(struct lr_session *s);
@@ -254,11 +254,11 @@ int lr_session_open(struct lr_session_open *o)
 {
 	o->session = NULL;
 	o->rc = 0;
-	o->err[0] = 0;
+	o->err.msg[0] = 0;
 	if (o->sid[0]) {
 		struct lr_err e;
 		if (lr_journal_id_check(o->sid, &e) != 0) {
-			snprintf(o->err, sizeof o->err, "session: invalid id '%.64s' (a lower-case "
+			lr_err_set(&o->err, "session: invalid id '%.64s' (a lower-case "
 				 "hyphenated uuid)", o->sid);
 			return -EINVAL;
 		}
@@ -267,7 +267,7 @@ int lr_session_open(struct lr_session_open *o)
 	o->work.done = open_done;
 	int rc = lr_pool_submit(o->loop, &o->work);
 	if (rc)
-		snprintf(o->err, sizeof o->err, "session: cannot start a worker: %s",
+		lr_err_set(&o->err, "session: cannot start a worker: %s",
 			 lr_strerror(rc));
 	return rc;
 }

@@ -58,7 +58,7 @@ struct lr_session_open {
 	void (*done)(struct lr_session_open *o);
 	void *arg;
 	int rc;
-	char err[384];
+	struct lr_err err;
 	struct lr_session *session;
 };
 int lr_session_open(struct lr_session_open *o);

@@ -1024,7 +1024,7 @@ int lr_repl_run(struct lr_state *S, const char *script)
 	r->mod_ref = r->task_ref = LUA_NOREF;
 	r->tty = isatty(0) && isatty(1);
 	if (r->tty && lr_lazy_open(&ed_lazy) != 0) {
-		fprintf(stderr, "luarig: no line editing (%s)\n", ed_lazy.err);
+		fprintf(stderr, "luarig: no line editing (%s)\n", ed_lazy.err.msg);
 		r->tty = 0;
 	}
 	r->prompt = PROMPT;

@@ -152,8 +152,8 @@ static int open_k(lua_State *L, int status, lua_KContext ctx)
 	if (op->o.rc) {
 		ud->op = NULL;
 		int rc = op->o.rc;
-		char msg[sizeof op->o.err];
-		memcpy(msg, op->o.err, sizeof msg);
+		char msg[sizeof op->o.err.msg];
+		memcpy(msg, op->o.err.msg, sizeof msg);
 		openop_finish(op);
 		const char *code = rc == LR_ELEASEHELD ? "held" : rc == LR_ENOTFOUND ? "not_found"
 				   : rc == LR_ECORRUPT ? "corrupt" : "io";
@@ -217,8 +217,8 @@ static int core_session_open(lua_State *L)
 	int rc = lr_session_open(&op->o);
 	if (rc) {
 		op->pending = 0;
-		char msg[sizeof op->o.err];
-		memcpy(msg, op->o.err, sizeof msg);
+		char msg[sizeof op->o.err.msg];
+		memcpy(msg, op->o.err.msg, sizeof msg);
 		ud->op = NULL;
 		openop_finish(op);
 		return lr_pushfail(L, rc, "%s", msg);

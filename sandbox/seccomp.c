@@ -31,7 +31,7 @@ int lr__seccomp_open(const char **why)
 {
 	int rc = lr_lazy_open(&lib);
 	if (rc && why)
-		*why = lib.err;
+		*why = lib.err.msg;
 	return rc;
 }
 

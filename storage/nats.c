@@ -2207,7 +2207,7 @@ int lr_store_nats_open(const struct lr_nats_opts *o, struct lr_store **out, stru
 		return rc;
 	rc = lr_lazy_open(&natslib);
 	if (rc) {
-		lr_err_set(e, "storage: nats: %s", natslib.err);
+		lr_err_set(e, "storage: nats: %s", natslib.err.msg);
 		return rc;
 	}
 	struct nstore *n = calloc(1, sizeof *n);

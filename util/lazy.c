@@ -45,7 +45,7 @@ static int lazy_open_locked(struct lr_lazy *lz)
 			break;
 	}
 	if (!h) {
-		snprintf(lz->err, sizeof lz->err, "cannot load '%s': %s",
+		lr_err_set(&lz->err, "cannot load '%s': %s",
 			 lz->sonames[0], dlerror());
 		__atomic_store_n(&lz->state, -1, __ATOMIC_RELEASE);
 		return -1;
@@ -53,7 +53,7 @@ static int lazy_open_locked(struct lr_lazy *lz)
 	for (size_t i = 0; lz->names[i]; i++) {
 		lz->slots[i] = dlsym(h, lz->names[i]);
 		if (!lz->slots[i]) {
-			snprintf(lz->err, sizeof lz->err, "'%s' lacks symbol '%s'",
+			lr_err_set(&lz->err, "'%s' lacks symbol '%s'",
 				 *so, lz->names[i]);
 			__atomic_store_n(&lz->state, -1, __ATOMIC_RELEASE);
 			return -1;

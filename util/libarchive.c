@@ -57,6 +57,6 @@ int lr_libarchive_open(struct lr_err *e)
 {
 	int rc = lr_lazy_open(&lib);
 	if (rc)
-		lr_err_set(e, "%s", lib.err);
+		lr_err_set(e, "%s", lib.err.msg);
 	return rc;
 }

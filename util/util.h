@@ -143,7 +143,7 @@ struct lr_lazy {
 	const char *const *names;   /* NULL-terminated symbol names */
 	void **slots;               /* one per name */
 	int state;                  /* 0 untried, 1 loaded, -1 failed */
-	char err[256];
+	struct lr_err err;
 };
 int lr_lazy_open(struct lr_lazy *lz);
 

@@ -112,7 +112,7 @@ TEST(lazy_open_from_many_threads)
 	static void *slot;
 	static struct lr_lazy missing = { .sonames = none, .names = libc_names, .slots = &slot };
 	CHECK_EQ_INT(lr_lazy_open(&missing), LR_EUNAVAILABLE);
-	CHECK(strstr(missing.err, "cannot load 'libluarig-no-such.so'") != NULL);
+	CHECK(strstr(missing.err.msg, "cannot load 'libluarig-no-such.so'") != NULL);
 	CHECK_EQ_INT(lr_lazy_open(&missing), LR_EUNAVAILABLE);
 }
 

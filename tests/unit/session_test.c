@@ -68,7 +68,7 @@ static int open_session(struct lr_loop *loop, struct lr_store *st, const char *s
 		rc = o.rc;
 	}
 	if (err)
-		snprintf(err, 384, "%s", o.err);
+		snprintf(err, 384, "%s", o.err.msg);
 	*out = o.session;
 	return rc;
 }
