@@ -138,7 +138,8 @@ class Chrome:
         return reply.get("result", {})
 
     def open_page(self):
-        target = self.call("Target.createTarget", {"url": "about:blank"}, session=False)
+        # a browser just started under load can take long over its first page
+        target = self.call("Target.createTarget", {"url": "about:blank"}, session=False, timeout=60)
         att = self.call("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True},
                         session=False)
         self.session = att["sessionId"]

@@ -350,6 +350,10 @@ describe("a warm executor set", function()
       echo a > /tmp/left && echo a > /dev/shm/left && echo a > /run/left || exit 9
       ipcmk -M 4096 >/dev/null && ipcmk -Q >/dev/null || exit 8
       setsid ']] .. path .. [[' 300 </dev/null >/dev/null 2>&1 &
+      n=0 # until it runs (the control below counts it)
+      until for p in /proc/[0-9]*; do cat $p/comm 2>/dev/null; done | grep -q ']] .. m:sub(1, 15) .. [['; do
+        n=$((n + 1)); [ $n -lt 2000 ] || exit 7; sleep 0.01
+      done
       echo "$LEFT $$"
     ]]
     local look = [[

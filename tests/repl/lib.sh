@@ -25,6 +25,17 @@ wait_count() {
 	done
 }
 
+# wait_after MARK PATTERN [SECONDS]: a line matching PATTERN comes after the
+# last line matching MARK (the output of one input, not an earlier one's).
+wait_after() {
+	deadline=$(($(now_ms) + ${3:-5} * 1000))
+	while :; do
+		screen | awk -v m="$1" -v p="$2" '$0 ~ m { seen = 1; found = 0; next } seen && $0 ~ p { found = 1 } END { exit !found }' && return 0
+		[ "$(now_ms)" -ge "$deadline" ] && return 1
+		sleep 0.05
+	done
+}
+
 type_line() { T send-keys -l -- "$1" && T send-keys Enter; }
 
 pass() { echo "ok - $TAP_PREFIX $1"; }

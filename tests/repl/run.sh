@@ -237,15 +237,15 @@ check "workbench: the model sees the denial" wait_for 'tool said: error: permiss
 wait_count '^── done' 7 >/dev/null
 
 type_line 's2:submit("slow please")'
-wait_for '^── turn t[0-9.]+ · assistant$' >/dev/null
-sleep 0.3
+# this input's turn, not an earlier one still in the scrollback
+wait_after 's2:submit[(]"slow please"[)]' '^── turn t[0-9.]+ · assistant$' 20
 T send-keys C-c
 check "workbench: Ctrl-C interrupts the running turn" wait_for '^── interrupted \(interrupted\)$'
 type_line '"alive_after_turn_interrupt"'
 check "workbench: the REPL stays after interrupting a turn" wait_for '^"alive_after_turn_interrupt"$'
 sleep 1.1 # more than a second after the last Ctrl-C: the next one is a first one again
 type_line 's2:submit("slow again"); rig.sleep(30)'
-sleep 0.6
+wait_after 's2:submit[(]"slow again"[)]' '^── turn t[0-9.]+ · assistant$' 20
 T send-keys C-c
 check "workbench: with a chunk waiting, the first Ctrl-C interrupts the turn" wait_count '^── interrupted \(interrupted\)$' 2
 check "workbench: ... and leaves the chunk running" not_on_screen '^interrupted$'
