@@ -16,10 +16,10 @@ LUA
 while [ ! -s sid ]; do sleep 0.02; done
 id=$(cat sid)
 touch go
-timeout 10 "$LUARIG" log --state state "$id" --follow; echo "follow status $?"
+timeout -k 5 10 "$LUARIG" log --state state "$id" --follow; echo "follow status $?"
 wait $writer; echo "writer status $?"
 # No SessionStopped after seq 1: --follow waits until SIGTERM, then exits 0.
-timeout 10 "$LUARIG" log --state state "$id" --follow --from 6 > tail.out & f=$!
+timeout -k 5 10 "$LUARIG" log --state state "$id" --follow --from 6 > tail.out & f=$!
 sleep 0.3
 kill -TERM $f; wait $f; echo "sigterm status $?"
 cat tail.out
