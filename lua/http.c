@@ -533,12 +533,12 @@ static int stream_next_k(lua_State *L, int status, lua_KContext ctx)
 }
 
 /* st:next() -> ev | nil (the end) | nil, message, code */
-static int stream_next(lua_State *L)
+/* The end (nil), its failure, or the next event in the form of mode. */
+static int stream_take(lua_State *L, struct stream *s, int mode)
 {
-	struct stream *s = check_stream(L);
 	if (s->waiting)
 		return luaL_error(L, "rig.http.stream: another task is already waiting on this stream");
-	s->mode = STEP_TABLE;
+	s->mode = mode;
 	if (s->ended) {
 		if (s->rc)
 			return lr_pushfail(L, s->rc, "%s", s->err.msg);
@@ -546,6 +546,11 @@ static int stream_next(lua_State *L)
 		return 1;
 	}
 	return stream_step(L, s);
+}
+
+static int stream_next(lua_State *L)
+{
+	return stream_take(L, check_stream(L), STEP_TABLE);
 }
 
 /*
@@ -557,17 +562,7 @@ static int stream_next(lua_State *L)
  */
 static int stream_read(lua_State *L)
 {
-	struct stream *s = check_stream(L);
-	if (s->waiting)
-		return luaL_error(L, "rig.http.stream: another task is already waiting on this stream");
-	s->mode = STEP_READ;
-	if (s->ended) {
-		if (s->rc)
-			return lr_pushfail(L, s->rc, "%s", s->err.msg);
-		lua_pushnil(L);
-		return 1;
-	}
-	return stream_step(L, s);
+	return stream_take(L, check_stream(L), STEP_READ);
 }
 
 /*
@@ -586,18 +581,9 @@ static int stream_batch(lua_State *L)
 	luaL_checktype(L, 2, LUA_TTABLE);
 	lua_Integer max = luaL_optinteger(L, 3, BATCH_DEFAULT);
 	luaL_argcheck(L, max >= 1 && max <= BATCH_MAX, 3, "max must be 1..1024");
-	if (s->waiting)
-		return luaL_error(L, "rig.http.stream: another task is already waiting on this stream");
 	lua_settop(L, 2);
 	lua_pushinteger(L, max);
-	s->mode = STEP_BATCH;
-	if (s->ended) {
-		if (s->rc)
-			return lr_pushfail(L, s->rc, "%s", s->err.msg);
-		lua_pushnil(L);
-		return 1;
-	}
-	return stream_step(L, s);
+	return stream_take(L, s, STEP_BATCH);
 }
 
 /* st:events() -> iterator over next(); ends at the end or at a failure. */
