@@ -70,29 +70,40 @@ local ids = {}
 for i = 4, #arg do ids[#ids + 1] = arg[i] end
 for _, id in ipairs(ids) do check(id) end
 if do_restore then
+  -- every session at once, as a process taking over several would
   local r = C.rig(store)
-  for _, id in ipairs(ids) do
+  local function take_over(id)
     local s, msg, code = C.restore(r, id)
     if not s then
       rfail = rfail + 1
       bad("%s restore failed: %s %s", id, tostring(code), tostring(msg))
-    else
-      local sub = C.watch(s)
-      local done = s:subscribe{ ephemeral = false }
-      s:submit("after the kill")
-      local last
-      for ev in done:events(60) do
-        last = ev
-        if ev.ends_turn then break end
-      end
-      done:close()
-      if not last or last.type ~= "TurnDone" then
-        rfail = rfail + 1
-        bad("%s the turn after restore ended %s", id, last and last.type or "without an event")
-      end
-      s:shutdown()
-      rig.sleep(0.05) -- let the watcher print the last events
-      sub:close()
+      return false
+    end
+    local sub = C.watch(s)
+    local done = s:subscribe{ ephemeral = false }
+    s:submit("after the kill")
+    local last
+    for ev in done:events(60) do
+      last = ev
+      if ev.ends_turn then break end
+    end
+    done:close()
+    if not last or last.type ~= "TurnDone" then
+      rfail = rfail + 1
+      bad("%s the turn after restore ended %s", id, last and last.type or "without an event")
+    end
+    s:shutdown()
+    rig.sleep(0.05) -- let the watcher print the last events
+    sub:close()
+    return true
+  end
+  local tasks = {}
+  for _, id in ipairs(ids) do tasks[id] = rig.spawn(take_over, id) end
+  for _, id in ipairs(ids) do
+    local ok, msg = tasks[id]:wait()
+    if not ok and msg then
+      rfail = rfail + 1
+      bad("%s the take-over raised: %s", id, tostring(msg))
     end
   end
 end
