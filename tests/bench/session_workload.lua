@@ -19,7 +19,9 @@
 -- shutdown_wall_s, shutdown_sys_s, shutdown_cpu_s. With SESSION_WORKLOAD_NOGC=1
 -- the collector is stopped through the work and alloc_kib is what the Lua
 -- heap grew by meanwhile (everything the work allocated; the difference of
--- two TURNS counts is the allocation per step).
+-- two TURNS counts is the allocation per step). SESSION_WORKLOAD_WORK_ONLY=1
+-- ends the process once the work is done (cpu_s, wall_s, maxrss_kib,
+-- base_rss_kib and turns only): a profile of the work, not a bench line.
 
 local mode = arg[1]
 local base, n, turns, kind, root
@@ -118,6 +120,18 @@ local cpu, wall = os.clock() - c0, rig.now() - w0
 local hwm = status_kib("VmHWM")
 local alloc_kib = collectgarbage("count") - heap0
 if nogc then collectgarbage("restart") end
+-- Profiling wrappers (tests/bench/luaprof.lua, session_memory.lua) hook in
+-- here: the sampled window ends with the work; the live sessions are handed
+-- over before the verification below reads their journals.
+if rawget(_G, "luaprof_stop") then luaprof_stop() end
+if rawget(_G, "workload_done") then workload_done(sessions, r, store) end
+-- SESSION_WORKLOAD_WORK_ONLY=1: stop here, for a profile of the work alone
+-- (perf record, strace -c): no verification, no shutdown.
+if os.getenv("SESSION_WORKLOAD_WORK_ONLY") == "1" then
+  print(string.format('{"cpu_s":%.6f,"wall_s":%.6f,"maxrss_kib":%d,"base_rss_kib":%d,"turns":%d}',
+    cpu, wall, hwm, base_rss, n * turns))
+  os.exit(0)
+end
 
 -- Check the work was done: every turn ended with TurnDone after two steps.
 local texts, steps, failed = 0, 0, {}
