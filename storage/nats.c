@@ -76,7 +76,7 @@ static const char *const nats_names[] = {
 	"natsMsg_GetDataLength", "natsMsgHeader_Set", "natsMsgHeader_Get", "natsStatus_GetText",
 	"nats_GetLastError", "jsSubOptions_Init", "js_SubscribeSync", "natsSubscription_NextMsg",
 	"natsSubscription_Unsubscribe", "natsSubscription_Destroy", "natsConnection_Request",
-	"natsOptions_SetServers", NULL
+	"natsOptions_SetServers", "natsOptions_SetFailRequestsOnDisconnect", NULL
 };
 static struct {
 	__typeof__(natsOptions_Create) *opts_create;
@@ -121,6 +121,7 @@ static struct {
 	__typeof__(natsSubscription_Destroy) *sub_destroy;
 	__typeof__(natsConnection_Request) *request;
 	__typeof__(natsOptions_SetServers) *opts_servers;
+	__typeof__(natsOptions_SetFailRequestsOnDisconnect) *opts_fail_requests;
 } N;
 static struct lr_lazy natslib = {
 	.sonames = nats_sonames, .names = nats_names, .slots = (void **)&N,
@@ -420,7 +421,8 @@ static int leader_get(struct nstore *n, const char *stream, const char *last_sub
 	for (int64_t pause = 50;; pause = pause < 400 ? pause * 2 : 500) {
 		s = N.request(&reply, n->nc, api, req, rl, n->wait_ms);
 		int again = now_ms(CLOCK_MONOTONIC) + pause < deadline;
-		if (s == NATS_NO_RESPONDERS && again) {
+		/* a read asks again after a disconnect too (its node died): nothing changed */
+		if ((s == NATS_NO_RESPONDERS || s == NATS_CONNECTION_DISCONNECTED) && again) {
 			usleep((useconds_t)pause * 1000);
 			continue;
 		}
@@ -555,14 +557,19 @@ static int publish(struct nstore *n, const char *subj, uint64_t expect, const ch
 	jsPubAck *pa = NULL;
 	jsErrCode jerr = 0;
 	/* No responders: nothing stored it (a clustered stream electing a leader has no one
-	 * taking its subjects for a moment): definite, so sent again until the wait is over */
+	 * taking its subjects for a moment): definite, so sent again until the wait is over.
+	 * A disconnect while the request was out (the node it went through died: libnats
+	 * fails it at once, see lr_store_nats_open) leaves it unknown whether it was stored;
+	 * with a message id it is sent again on the next connection, and the server keeps
+	 * one of the two and acknowledges the second as a duplicate of the first. */
 	int64_t deadline = now_ms(CLOCK_MONOTONIC) + n->wait_ms;
 	for (int64_t pause = 50;; pause = pause < 400 ? pause * 2 : 500) {
 		jerr = 0;
 		s = N.publish(&pa, n->js, m, &po, &jerr);
 		/* "JetStream system temporarily unavailable" is a refusal too: not stored */
-		if ((s != NATS_NO_RESPONDERS && jerr != JSClusterNotAvailErr) ||
-		    now_ms(CLOCK_MONOTONIC) + pause >= deadline)
+		int retry = s == NATS_NO_RESPONDERS || jerr == JSClusterNotAvailErr ||
+			    (s == NATS_CONNECTION_DISCONNECTED && msgid);
+		if (!retry || now_ms(CLOCK_MONOTONIC) + pause >= deadline)
 			break;
 		usleep((useconds_t)pause * 1000);
 	}
@@ -1447,7 +1454,16 @@ static int lease_renew(struct nstore *n, struct nlease *l, int release)
 					    wall + n->ttl_ms);
 	struct lr_err e;
 	uint64_t sseq;
-	int rc = publish(n, subj, l->sseq, "Lr-Rev", l->rev + 1, NULL, buf, len, &sseq, NULL, &e,
+	/* a message id of this holder's revision rev + 1 (a renewal or a release): one sent
+	 * again after a disconnect is acknowledged as the first, not refused as a conflict
+	 * that would lose the lease */
+	char msgid[MSGID_MAX];
+	uint64_t h = 14695981039346656037u;
+	for (const unsigned char *p = (const unsigned char *)l->pub.name; *p; p++)
+		h = (h ^ *p) * 1099511628211u;
+	snprintf(msgid, sizeof msgid, "%s.L%016" PRIx64 ".%" PRIu64 ".%" PRIu64 ".%c", n->holder,
+		 h, l->pub.epoch, l->rev + 1, release ? 'x' : 'r');
+	int rc = publish(n, subj, l->sseq, "Lr-Rev", l->rev + 1, msgid, buf, len, &sseq, NULL, &e,
 			 "lease");
 	if (rc == 0) {
 		l->rev++;
@@ -2277,6 +2293,11 @@ int lr_store_nats_open(const struct lr_nats_opts *o, struct lr_store **out, stru
 		s = N.opts_max_reconnect(no, -1); /* operations time out meanwhile; leases fence */
 	if (s == NATS_OK)
 		s = N.opts_reconnect_wait(no, 250);
+	/* A request out when its node dies fails at once instead of waiting out its whole
+	 * timeout (a session stalled ~10 s when the node its client used was killed);
+	 * publish and leader_get send it again on the next connection. */
+	if (s == NATS_OK)
+		s = N.opts_fail_requests(no, true);
 	if (s == NATS_OK && o->user && *o->user)
 		s = N.opts_user(no, o->user, o->password ? o->password : "");
 	if (s == NATS_OK && o->token && *o->token)

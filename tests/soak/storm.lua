@@ -103,10 +103,17 @@ local function upto(pred, timeout)
 end
 
 -- ---- sessions ----
-local current, all = {}, {}   -- ids the writer restores; every id ever
-local function writer(spec)
+-- A lane: one store (a cluster) with its writer's sessions. The cluster
+-- storm runs SOAK_LANES lanes side by side; the others run one.
+local function lane(name)
+  return { name = name, current = {}, all = {}, file = work .. "/acked" .. name .. ".txt" }
+end
+local L0 = lane("")
+local current, all = L0.current, L0.all   -- ids the writer restores; every id ever
+local function writer(spec, L)
+  L = L or L0
   local argv = { luarig, here .. "writer.lua", spec, tostring(NSESS) }
-  for _, id in ipairs(current) do argv[#argv + 1] = id end
+  for _, id in ipairs(L.current) do argv[#argv + 1] = id end
   local w = { ready = false, faults = 0, new = {} }
   w.h = start(argv, function(line)
     local id = line:match("^SESSION (%S+)")
@@ -118,17 +125,19 @@ local function writer(spec)
   return w
 end
 -- the new sessions a writer announced join the current ones
-local function adopt(w)
+local function adopt(w, L)
+  L = L or L0
   for _, id in ipairs(w.new) do
-    current[#current + 1] = id
-    all[#all + 1] = id
+    L.current[#L.current + 1] = id
+    L.all[#L.all + 1] = id
   end
 end
 
 -- A fresh process checks ids (all current ones by default) and, with
 -- restore, restores each and completes a turn.
-local function verify(spec, ids, restore)
-  local file = work .. "/acked.txt"
+local function verify(spec, ids, restore, L)
+  L = L or L0
+  local file = L.file
   local f = assert(io.open(file, "w"))
   for _, id in ipairs(ids) do
     for seq, v in pairs(acked[id] or {}) do f:write(id, " ", seq, " ", v, "\n") end
@@ -157,10 +166,11 @@ local function verify(spec, ids, restore)
   if restore then T.restores = T.restores + #ids - res[4] end
   -- sessions long enough retire: they were just verified; new ones replace them
   local keep = {}
-  for _, id in ipairs(current) do
+  for _, id in ipairs(L.current) do
     if count_of(id) < RETIRE then keep[#keep + 1] = id end
   end
-  current = keep
+  for i = #L.current, 1, -1 do L.current[i] = nil end
+  for i, id in ipairs(keep) do L.current[i] = id end
   return tips
 end
 
@@ -173,11 +183,12 @@ local function servers(dir, n, host)
   return S
 end
 
-local function final_check(spec)
+local function final_check(spec, L)
+  L = L or L0
   -- every session ever, every event ever acknowledged, once more
   local before = T.checked
-  verify(spec, all, false)
-  note("final check: %d acknowledged events in %d sessions", T.checked - before, #all)
+  verify(spec, L.all, false, L)
+  note("final check%s: %d acknowledged events in %d sessions", L.name, T.checked - before, #L.all)
 end
 
 -- ---- the storms ----
@@ -304,7 +315,8 @@ function storms.long()
   -- the sessions open at the kill: restored, and a turn each
   local open = {}
   for i = math.max(1, #all - NSESS + 1), #all do open[#open + 1] = all[i] end
-  current = open
+  for i = #current, 1, -1 do current[i] = nil end
+  for i, id in ipairs(open) do current[i] = id end
   verify(spec, open, true)
 end
 
@@ -312,40 +324,63 @@ end
 -- kill -9 of one node of a 3-node cluster mid-turn (the ledger stream's
 -- leader every other time, else any node), restarted once the writer
 -- carried on or faulted; then the writer stops and a fresh process verifies.
+-- One failure at a time, which is what 3 replicas tolerate: a round kills
+-- only once every node answers healthy (the one restarted last rejoined and
+-- caught up), else two nodes would be behind at once.
+-- A round waits mostly for the cluster's elections (every node leads some
+-- stream, and nats-server's election timeout is 4-9 s), so SOAK_LANES
+-- (default 3) clusters, each with its own writer, run side by side, and
+-- their kills count together towards COUNT.
 function storms.cluster()
-  local S = servers(work .. "/cluster", 3)
   local ns = "soak"
-  -- requests wait 10 s (a new leader is elected within that), leases live 30 s
-  local spec = "nats:" .. S.url .. "|" .. ns .. "|30|10|3"
-  local ok, err = pcall(function()
-    C.open(spec):close()
-    for k = 1, count do
-      if not more(k) then break end
-      local w = writer(spec)
-      upto(function() return w.ready or w.h.done end, 60)
-      rig.sleep(math.random() * 1.0)
-      local victim = math.random(1, 3)
-      if k % 2 == 1 then victim = S:leader("LR_" .. ns .. "_LEDGERS") or victim end
-      S:kill(victim)
-      T.kills = T.kills + 1
-      local before = w.h.lines
-      if upto(function() return w.h.lines > before + 8 or w.faults >= NSESS or w.h.done end, 30)
-        and w.faults < NSESS then T.carried = T.carried + 1 end
-      S:up(victim)
-      w.h.p:kill("SIGTERM")
-      finish(w.h, 30)
-      T.faults = T.faults + w.faults
-      adopt(w)
-      verify(spec, current, true)
-      if k % 10 == 0 then
-        progress("%d node kills, %d acknowledged, %d lost, %d corrupt, %d restore failures, %d carried on",
-          T.kills, nacked, T.lost, T.corrupt, T.rfail, T.carried)
+  local lanes = math.max(1, tonumber(os.getenv("SOAK_LANES") or "3") // 1)
+  local next_k, shown = 0, 0
+  local function run_lane(i)
+    local L = lane(lanes > 1 and tostring(i) or "")
+    local S = servers(work .. "/cluster" .. L.name, 3)
+    -- requests wait 10 s (a new leader is elected within that), leases live 30 s
+    local spec = "nats:" .. S.url .. "|" .. ns .. "|30|10|3"
+    local ok, err = pcall(function()
+      C.open(spec):close()
+      while true do
+        next_k = next_k + 1
+        local k = next_k
+        if k > count or not more(k) then break end
+        if not S:healthy(60) then note("round %d: a node not healthy after 60 s", k) end
+        local w = writer(spec, L)
+        upto(function() return w.ready or w.h.done end, 60)
+        rig.sleep(math.random() * 1.0)
+        local victim = math.random(1, 3)
+        if k % 2 == 1 then victim = S:leader("LR_" .. ns .. "_LEDGERS") or victim end
+        S:kill(victim)
+        T.kills = T.kills + 1
+        local before = w.h.lines
+        if upto(function() return w.h.lines > before + 8 or w.faults >= NSESS or w.h.done end, 30)
+          and w.faults < NSESS then T.carried = T.carried + 1 end
+        S:up(victim)
+        w.h.p:kill("SIGTERM")
+        finish(w.h, 30)
+        T.faults = T.faults + w.faults
+        adopt(w, L)
+        verify(spec, L.current, true, L)
+        if T.kills % 10 == 0 and T.kills ~= shown then
+          shown = T.kills
+          progress("%d node kills, %d acknowledged, %d lost, %d corrupt, %d restore failures, %d carried on",
+            T.kills, nacked, T.lost, T.corrupt, T.rfail, T.carried)
+        end
       end
-    end
-    final_check(spec)
-  end)
-  S:stop()
-  assert(ok, err)
+      final_check(spec, L)
+    end)
+    S:stop()
+    if not ok then note("lane %s: %s", L.name, tostring(err)) end
+    return ok, err
+  end
+  local tasks = {}
+  for i = 1, lanes do tasks[i] = rig.spawn(run_lane, i) end
+  for i = 1, lanes do
+    local ok, err = tasks[i]:wait()
+    assert(ok, err)
+  end
 end
 
 -- A writer in a network namespace of its own, its link cut past its lease
@@ -454,7 +489,9 @@ if storm == "partition" then
   T.lost = T.lost + T.stale
 end
 if stopped_at then
-  extra = extra .. (", stopped at SOAK_DEADLINE after %d of %d"):format(stopped_at, count)
+  -- (the cluster's lanes finish the rounds they were in)
+  extra = extra .. (", stopped at SOAK_DEADLINE after %d of %d")
+    :format(storm == "cluster" and T.kills or stopped_at, count)
 end
 print(("soak %s: kills %d, acknowledged %d, checked %d, lost %d, corrupt %d, restore failures %d, restores %d%s (%.0f s, seed %d)")
   :format(storm, T.kills, nacked, T.checked, T.lost, T.corrupt, T.rfail, T.restores, extra,

@@ -11,6 +11,8 @@
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <time.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -288,6 +290,104 @@ TEST(an_ambiguous_append_sent_again_is_stored_once)
 	lr_store_close(s);
 }
 
+/* Bytes the node on `port` has received and not read (a stopped server's socket). */
+static long unread_at(int port)
+{
+	FILE *f = fopen("/proc/net/tcp", "r");
+	if (!f)
+		return -1;
+	char line[512];
+	long total = 0;
+	while (fgets(line, sizeof line, f)) {
+		unsigned la, lp, ra, rp, st;
+		unsigned long tx, rx;
+		if (sscanf(line, " %*d: %x:%x %x:%x %x %lx:%lx", &la, &lp, &ra, &rp, &st, &tx,
+			   &rx) == 7 &&
+		    (int)lp == port && st == 1 /* ESTABLISHED */)
+			total += (long)rx;
+	}
+	fclose(f);
+	return total;
+}
+
+struct inflight {
+	struct lr_store *s;
+	int rc;
+	struct lr_err e;
+};
+
+static void *append_two(void *arg)
+{
+	struct inflight *a = arg;
+	a->rc = lr_store_append(a->s, "l", 1, "two", 3, &a->e);
+	return NULL;
+}
+
+/*
+ * An append out when the node its client is connected to dies: the
+ * request is sent again on the client's next connection (another node of
+ * the cluster) at once, with its message id, instead of waiting out the
+ * request timeout (10 s in make soak's cluster storm, where a session
+ * stalled that long). The node is stopped first so that the request is
+ * surely out and unanswered, then killed; with a 10-minute request
+ * timeout, an append that waited it out would not be back within the
+ * 2 minutes this waits. The record is stored once.
+ */
+TEST(an_append_out_when_its_node_dies_is_sent_again_at_once)
+{
+	struct lr_store *s = NULL, *all = NULL;
+	struct lr_err e = { "" };
+	CHECK_EQ_INT(open_at(url, "gone", &all, &e), 0);
+	if (!all)
+		return;
+	CHECK_EQ_INT(lr_store_append(all, "l", 0, "one", 3, &e), 0);
+	int lead = leader_of("LR_gone_LEDGERS");
+	CHECK(lead >= 0);
+	/* through a follower (no election after its death), knowing the others from it */
+	int v = (lead + 1) % NODES;
+	CHECK_EQ_INT(open_with(nodes[v].url, "gone", 600000, &s, &e), 0);
+	if (!s) {
+		lr_store_close(all);
+		return;
+	}
+	long before = unread_at(nodes[v].port);
+	kill(nodes[v].pid, SIGSTOP);
+	struct inflight a = { s, -1, { "" } };
+	pthread_t t;
+	CHECK_EQ_INT(pthread_create(&t, NULL, append_two, &a), 0);
+	/* the publish has reached the stopped node */
+	for (int i = 0; i < 6000 && unread_at(nodes[v].port) <= before; i++)
+		usleep(10000);
+	CHECK(unread_at(nodes[v].port) > before);
+	node_kill(v, SIGKILL);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 120;
+	int joined = pthread_timedjoin_np(t, NULL, &ts) == 0;
+	CHECK(joined);
+	if (!joined) {
+		/* left waiting (its store with it) until the process ends */
+		fprintf(stderr, "the append still waits 2 minutes after its node died\n");
+		pthread_detach(t);
+		lr_store_close(all);
+		CHECK_EQ_INT(node_up(v), 0);
+		return;
+	}
+	if (a.rc)
+		fprintf(stderr, "append: %s\n", a.e.msg);
+	CHECK_EQ_INT(a.rc, 0);
+	struct recs c = { 0, 0, "" };
+	int rc = lr_store_read(all, "l", 1, 0, count_rec, &c, &e);
+	if (rc)
+		fprintf(stderr, "read: %s\n", e.msg);
+	CHECK_EQ_INT(rc, 0);
+	CHECK_EQ_INT(c.n, 2);
+	CHECK_EQ_INT(c.twos, 1);
+	lr_store_close(s);
+	lr_store_close(all);
+	CHECK_EQ_INT(node_up(v), 0);
+}
+
 static int have_server(void)
 {
 	return system("command -v nats-server >/dev/null 2>&1") == 0;
@@ -332,6 +432,7 @@ int main(int argc, char **argv)
 					 "expected-sequence publishes (nats-server#4320)" };
 		conformance_run(&h);
 		RUN(an_ambiguous_append_sent_again_is_stored_once);
+		RUN(an_append_out_when_its_node_dies_is_sent_again_at_once);
 	}
 	for (int i = 0; i < NODES; i++)
 		node_kill(i, SIGTERM);

@@ -2,10 +2,10 @@
 -- and the soak storms (tests/soak/storm.lua):
 --   local cluster = dofile(".../nats_cluster.lua")
 --   local c = cluster.start(dir, 3, { host = "0.0.0.0" })  -- c.url: every node's, comma-separated
---   c:kill(i [, signal]); c:up(i); c:leader(stream) -> i; c:stop()
+--   c:kill(i [, signal]); c:up(i); c:leader(stream) -> i; c:healthy(timeout) -> bool; c:stop()
 -- Each node: JetStream storing in dir/n<i>, its client port on host (default
 -- 127.0.0.1; "0.0.0.0" to be reached from another network namespace), its
--- route port on 127.0.0.1, its log in dir/n<i>/server.log. With one node
+-- route port on 127.0.0.1, its monitoring port (for /healthz) on 127.0.0.1, its log in dir/n<i>/server.log. With one node
 -- there is no cluster block (a single server).
 local M = {}
 local C = {}
@@ -28,7 +28,8 @@ function M.start(dir, n, opts)
   opts = opts or {}
   local c = setmetatable({ dir = dir, nodes = {}, host = opts.host or "127.0.0.1" }, C)
   for i = 1, n do
-    c.nodes[i] = { name = "n" .. i, port = free_port(), cport = n > 1 and free_port() or nil }
+    c.nodes[i] = { name = "n" .. i, port = free_port(), cport = n > 1 and free_port() or nil,
+                   hport = free_port() }
   end
   local urls = {}
   for i = 1, n do urls[i] = "nats://127.0.0.1:" .. c.nodes[i].port end
@@ -49,8 +50,8 @@ function C:up(i)
   local d = self.dir .. "/" .. node.name
   assert(os.execute("mkdir -p '" .. d .. "'"))
   local f = assert(io.open(d .. "/server.conf", "w"))
-  f:write(('server_name: %s\nlisten: "%s:%d"\nmax_payload: 8MB\n'):format(node.name, self.host,
-    node.port))
+  f:write(('server_name: %s\nlisten: "%s:%d"\nmax_payload: 8MB\nhttp: "127.0.0.1:%d"\n')
+    :format(node.name, self.host, node.port, node.hport))
   f:write(('jetstream { store_dir: "%s/js" }\n'):format(d))
   if node.cport then
     local routes = {}
@@ -81,6 +82,23 @@ end
 
 function C:stop()
   for i = 1, #self.nodes do self:kill(i, "SIGTERM") end
+end
+
+-- Waits until every node answers its /healthz with "ok" (JetStream up, in
+-- contact with the meta leader, its streams current): a node just restarted
+-- has rejoined and caught up. False when `timeout` seconds pass first.
+function C:healthy(timeout)
+  local deadline = rig.now() + (timeout or 60)
+  for _, node in ipairs(self.nodes) do
+    while true do
+      local r = node.p and rig.http.request{ url = ("http://127.0.0.1:%d/healthz"):format(node.hport),
+        timeout = 2 }
+      if r and r.status == 200 and r.body:find('"ok"', 1, true) then break end
+      if rig.now() > deadline then return false end
+      rig.sleep(0.1)
+    end
+  end
+  return true
 end
 
 -- The node that last became the leader of stream (a node logs its own election).
