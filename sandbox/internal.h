@@ -14,6 +14,22 @@
  * tries it; the helper attaches it for spec etc_idmap.
  */
 int lr__sbx_etc_idmapped(void);
+/*
+ * helper.c: the user namespace that idmapping uses (it maps only 0 to
+ * 65534 and holds no process): an fd, or -errno. The zygote makes it once
+ * and gives each copy a dup in lr__sbx_idmap_ns (-1: none), which
+ * lr__sbx_etc_idmapped then uses (and closes) instead of making one.
+ */
+int lr__sbx_idmap_userns(void);
+extern int lr__sbx_idmap_ns;
+
+/*
+ * probe.c: the user's own runtime directory (root: /run/luarig; others:
+ * $XDG_RUNTIME_DIR/luarig or /tmp/luarig-UID), made if missing, opened
+ * without following links and returned only when it is a directory of the
+ * euid's with no group or other bits: an fd the caller closes, or -1.
+ */
+int lr__sbx_runtime_dir(void);
 
 /*
  * probe.c: the user's own runtime directory (root: /run/luarig; others:
