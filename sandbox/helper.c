@@ -280,9 +280,17 @@ static int idmap_userns(void)
  * depth, with one mount instead of a walk. Made in the host's user
  * namespace (idmapping needs CAP_SYS_ADMIN over the filesystem).
  */
+int lr__sbx_idmap_ns = -1;
+
+int lr__sbx_idmap_userns(void)
+{
+	return idmap_userns();
+}
+
 int lr__sbx_etc_idmapped(void)
 {
-	int ns = idmap_userns();
+	int ns = lr__sbx_idmap_ns >= 0 ? lr__sbx_idmap_ns : idmap_userns();
+	lr__sbx_idmap_ns = -1; /* a zygote copy's own dup: used once, closed below */
 	if (ns < 0)
 		return ns;
 	int t = open_tree(AT_FDCWD, "/etc", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
@@ -1103,6 +1111,10 @@ int lr_sbx_helper_main(int argc, char **argv)
 		g_etc = lr__sbx_etc_idmapped();
 		if (g_etc < 0)
 			die(-g_etc, "making the idmapped /etc");
+	}
+	if (lr__sbx_idmap_ns >= 0) { /* a zygote copy's, unused: nothing after this holds it */
+		close(lr__sbx_idmap_ns);
+		lr__sbx_idmap_ns = -1;
 	}
 	if (tier_a)
 		enter_namespaces(&s);

@@ -14,9 +14,43 @@
  * tries it; the helper attaches it for spec etc_idmap.
  */
 int lr__sbx_etc_idmapped(void);
+/*
+ * helper.c: the user namespace that idmapping uses (it maps only 0 to
+ * 65534 and holds no process): an fd, or -errno. The zygote makes it once
+ * and gives each copy a dup in lr__sbx_idmap_ns (-1: none), which
+ * lr__sbx_etc_idmapped then uses (and closes) instead of making one.
+ */
+int lr__sbx_idmap_userns(void);
+extern int lr__sbx_idmap_ns;
+
+/*
+ * probe.c: the user's own runtime directory (root: /run/luarig; others:
+ * $XDG_RUNTIME_DIR/luarig or /tmp/luarig-UID), made if missing, opened
+ * without following links and returned only when it is a directory of the
+ * euid's with no group or other bits: an fd the caller closes, or -1.
+ */
+int lr__sbx_runtime_dir(void);
+
+/*
+ * probe.c: the user's own runtime directory (root: /run/luarig; others:
+ * $XDG_RUNTIME_DIR/luarig or /tmp/luarig-UID), made if missing, opened
+ * without following links and returned only when it is a directory of the
+ * euid's with no group or other bits: an fd the caller closes, or -1.
+ */
+int lr__sbx_runtime_dir(void);
 
 /* protect.c: how recent a change must be not to be trusted, ns (tests set 0). */
 extern int64_t lr__protect_recent_ns;
+/*
+ * protect.c: for tests, a directory to make the spare placeholders'
+ * directory in (as luarig-spare-EUID; NULL: "spare" in the runtime
+ * directory); and forgetting the one opened (the next run opens and checks
+ * it again).
+ */
+extern const char *lr__protect_spare_parent;
+/* protect.c, for tests: called with an entry's name after its check, before the rename that lends it. */
+extern void (*lr__protect_spare_hook)(const char *name);
+void lr__protect_spare_reset(void);
 
 /*
  * seccomp.c: libseccomp, opened on first use from any thread. The

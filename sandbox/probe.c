@@ -413,8 +413,8 @@ static int cache_dir_ok(int fd)
 	       st.st_uid == geteuid() && (st.st_mode & 077) == 0;
 }
 
-/* The cache directory, checked, or -1 (no cache here). */
-static int cache_dir(void)
+/* The cache directory, checked, or -1 (no cache here). Also protect.c's (its spare). */
+int lr__sbx_runtime_dir(void)
 {
 	const int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
 	int fd = -1;
@@ -474,7 +474,7 @@ static int cache_hit(void)
 	char key[CACHE_LINE], got[CACHE_LINE + CACHE_TAIL_LEN + 1] = "";
 	if (cache_key(key, sizeof key))
 		return -1;
-	int dir = cache_dir();
+	int dir = lr__sbx_runtime_dir();
 	if (dir < 0)
 		return -1;
 	int fd = openat(dir, "probe", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
@@ -504,7 +504,7 @@ static void cache_store(int idmap)
 	if (cache_key(key, CACHE_LINE))
 		return;
 	strcat(key, idmap ? " idmap=1\n" : " idmap=0\n");
-	int dir = cache_dir();
+	int dir = lr__sbx_runtime_dir();
 	if (dir < 0)
 		return;
 	snprintf(tmp, sizeof tmp, "probe.%ld", (long)getpid());

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1380,6 +1381,228 @@ struct lr_protect_hold {
 	size_t n;
 };
 
+/*
+ * The spare: empty placeholder directories kept between runs, so that a
+ * run renames one into place and back (two renames) instead of mkdir,
+ * chmod and rmdir. Making and removing a directory allocates and frees an
+ * inode and a block; on this ext4 a placeholder made, held and removed
+ * costs ~185 us, lent and given back ~27 us (a run of the default names
+ * holds 8).
+ *
+ * Where: "spare" in the user's runtime directory (lr__sbx_runtime_dir:
+ * root's /run/luarig, or $XDG_RUNTIME_DIR/luarig, or /tmp/luarig-UID), so
+ * one per user. Only a spare on the same file system as a placeholder can
+ * lend it (rename); elsewhere placeholders are made and removed as before.
+ *
+ * Why another user cannot plant something through it: the runtime
+ * directory and the spare are opened with O_NOFOLLOW and used only when
+ * they are directories owned by our euid with no group or other bits (the
+ * spare: 0700 exactly), so nobody else can add, rename or replace an entry
+ * (a planted or foreign-owned one, or a link, is refused and never written
+ * to: placeholders are then made as before). All later use goes through the
+ * spare's fd (openat, renameat2), never its path, so renaming the path away
+ * and planting another directory there changes nothing for this process.
+ *
+ * Why a confined command of ours cannot either: tier A views mount a
+ * private tmpfs on /tmp and /run, so the spare is out of reach unless a
+ * writable root is one of its parents below them (a workspace of /run or
+ * /tmp itself). Against that, an entry is lent only after its fd shows an
+ * empty directory of mode 0555 owned by our euid, and after the rename the
+ * inode at the placeholder's path must be that one and still empty;
+ * anything else that arrived there (an entry swapped in under the name) is
+ * renamed back out of the workspace at once, under a name never lent, and
+ * the placeholder is made afresh. An entry is given back only when it is
+ * still an empty 0555 directory no run holds (so what a command of another
+ * run put at its path between our check and the rename can reach the spare,
+ * as rmdir would have removed an empty directory put there, but is never
+ * lent). Renames use RENAME_NOREPLACE: a name that appeared meanwhile is
+ * never replaced. Files (git's placeholders) are not lent: their bytes
+ * differ.
+ */
+#define SPARE_NAMES 64
+
+static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+static int spare_fd = -1;
+static int spare_tried;
+static dev_t spare_dev;
+static unsigned spare_next;
+const char *lr__protect_spare_parent;
+void (*lr__protect_spare_hook)(const char *name);
+
+void lr__protect_spare_reset(void)
+{
+	pthread_mutex_lock(&spare_lock);
+	if (spare_fd >= 0)
+		close(spare_fd);
+	spare_fd = -1;
+	spare_tried = 0;
+	pthread_mutex_unlock(&spare_lock);
+}
+
+/* Whether fd is a directory holding nothing (reads it from its start). */
+static int dir_empty(int fd)
+{
+	char buf[512];
+	if (lseek(fd, 0, SEEK_SET) < 0)
+		return 0;
+	long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
+	for (long off = 0; n > 0 && off < n;) {
+		unsigned short reclen;
+		memcpy(&reclen, buf + off + 16, sizeof reclen);
+		const char *name = buf + off + 19;
+		if (strcmp(name, ".") != 0 && strcmp(name, "..") != 0)
+			return 0;
+		off += reclen;
+	}
+	return n >= 0;
+}
+
+/* An empty 0555 directory of ours: what a placeholder directory is when lent or given back. */
+static int spare_worthy(int fd, struct stat *st)
+{
+	return fstat(fd, st) == 0 && S_ISDIR(st->st_mode) && (st->st_mode & 07777) == PH_DIR_MODE &&
+	       st->st_uid == geteuid() && st->st_nlink == 2 && dir_empty(fd);
+}
+
+/* The spare directory's fd (a dup the caller closes), or -1: none usable. */
+static int spare_get(dev_t *dev)
+{
+	pthread_mutex_lock(&spare_lock);
+	if (!spare_tried) {
+		spare_tried = 1;
+		char name[64];
+		struct stat st;
+		int base = -1;
+		if (lr__protect_spare_parent) {
+			base = open(lr__protect_spare_parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			snprintf(name, sizeof name, "luarig-spare-%lu", (unsigned long)geteuid());
+		} else {
+			base = lr__sbx_runtime_dir();
+			snprintf(name, sizeof name, "spare");
+		}
+		if (base >= 0) {
+			if (mkdirat(base, name, 0700) == 0)
+				(void)fchmodat(base, name, 0700, 0); /* against the umask */
+			int fd = openat(base, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+			    (st.st_mode & 07777) == 0700) {
+				spare_fd = fd;
+				spare_dev = st.st_dev;
+			} else if (fd >= 0) {
+				close(fd); /* planted, another user's, or open to others: not used */
+			}
+			close(base);
+		}
+	}
+	int fd = spare_fd >= 0 ? fcntl(spare_fd, F_DUPFD_CLOEXEC, 0) : -1;
+	*dev = spare_dev;
+	pthread_mutex_unlock(&spare_lock);
+	return fd;
+}
+
+/* The spare's entry names (d0 ... d63) as read once per lr_protect_place; next: the first not tried. */
+struct spare_list {
+	unsigned char k[SPARE_NAMES];
+	int n, next;
+};
+
+static void spare_list(int sfd, struct spare_list *l)
+{
+	l->n = l->next = 0;
+	int lfd = openat(sfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (lfd < 0)
+		return;
+	char buf[4096];
+	long n = syscall(SYS_getdents64, lfd, buf, sizeof buf);
+	close(lfd);
+	for (long off = 0; n > 0 && off < n && l->n < SPARE_NAMES;) {
+		unsigned short reclen;
+		memcpy(&reclen, buf + off + 16, sizeof reclen);
+		const char *name = buf + off + 19;
+		off += reclen;
+		char *end;
+		unsigned long k = name[0] == 'd' && isdigit((unsigned char)name[1]) ? strtoul(name + 1, &end, 10) : SPARE_NAMES;
+		if (k < SPARE_NAMES && *end == '\0')
+			l->k[l->n++] = (unsigned char)k;
+	}
+}
+
+/*
+ * Lends a spare directory at path: its fd (holding the placed inode), -1
+ * (none lent; make one), or -2 (something unchecked arrived at path and
+ * could not be moved out: refuse). *xdev is set when the spare is on another file
+ * system than path's parent, so the caller stops asking in this run.
+ */
+static int spare_lend(int sfd, struct spare_list *l, const char *path, int *xdev)
+{
+	while (l->next < l->n) {
+		char name[16];
+		snprintf(name, sizeof name, "d%u", (unsigned)l->k[l->next++]);
+		int fd = openat(sfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		struct stat st;
+		if (fd < 0)
+			continue; /* lent meanwhile to another run */
+		if (!spare_worthy(fd, &st)) {
+			close(fd); /* not one we gave back: left alone */
+			continue;
+		}
+		if (lr__protect_spare_hook)
+			lr__protect_spare_hook(name);
+		if (renameat2(sfd, name, AT_FDCWD, path, RENAME_NOREPLACE) == 0) {
+			struct stat now;
+			if (lstat(path, &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino &&
+			    spare_worthy(fd, &st))
+				return fd;
+			/* not what was checked (swapped in under the name, or written into): out again */
+			close(fd);
+			char away[32];
+			int out = -1;
+			for (int k = 0; k < 8 && out; k++) {
+				snprintf(away, sizeof away, "x%ld.%d.%d", (long)getpid(), l->next, k);
+				out = renameat2(AT_FDCWD, path, sfd, away, RENAME_NOREPLACE);
+			}
+			if (out && rmdir(path) < 0 && errno != ENOENT)
+				return -2; /* still there: the caller refuses the run */
+			return -1;
+		}
+		int e = errno;
+		close(fd);
+		if (e == EXDEV)
+			*xdev = 1;
+		if (e != ENOENT) {
+			l->next--; /* still there: another path may take it */
+			return -1; /* EEXIST: something is there now; the caller opens it */
+		}
+	}
+	return -1;
+}
+
+/* Gives a held, emptied placeholder directory back to the spare: 0, or -1 (remove it instead). */
+static int spare_give(const struct held *x)
+{
+	dev_t dev;
+	int sfd = spare_get(&dev);
+	struct stat st;
+	int rc = -1;
+	if (sfd < 0)
+		return -1;
+	if (dev == x->dev && spare_worthy(x->fd, &st) && st.st_ino == x->ino) {
+		for (int tries = 0; tries < 4 && rc; tries++) {
+			pthread_mutex_lock(&spare_lock);
+			unsigned k = spare_next++ % SPARE_NAMES;
+			pthread_mutex_unlock(&spare_lock);
+			char name[16];
+			snprintf(name, sizeof name, "d%u", k);
+			if (renameat2(AT_FDCWD, x->path, sfd, name, RENAME_NOREPLACE) == 0)
+				rc = 0;
+			else if (errno != EEXIST)
+				break;
+		}
+	}
+	close(sfd);
+	return rc;
+}
+
 static int make_placeholder(const struct lr_protect_item *it)
 {
 	if (it->kind == LR_PROTECT_DIR) {
@@ -1416,6 +1639,9 @@ int lr_protect_place(const struct lr_protect_plan *p, struct lr_protect_hold **o
 		return -ENOMEM;
 	}
 	int rc = 0;
+	dev_t sdev;
+	int sfd = -1, xdev = 0;
+	struct spare_list sl = { .n = 0 };
 	for (size_t i = 0; i < p->nitems && !rc; i++) {
 		const struct lr_protect_item *it = &p->items[i];
 		if (it->kind == LR_PROTECT_RO)
@@ -1423,12 +1649,25 @@ int lr_protect_place(const struct lr_protect_plan *p, struct lr_protect_hold **o
 		int dir = it->kind == LR_PROTECT_DIR;
 		int tries = 0;
 		for (;;) {
-			if ((rc = make_placeholder(it)) != 0) {
+			int fd = -1;
+			if (dir && !xdev && tries == 0) {
+				if (sfd < 0 && (sfd = spare_get(&sdev)) >= 0)
+					spare_list(sfd, &sl);
+				if (sfd >= 0)
+					fd = spare_lend(sfd, &sl, it->path, &xdev);
+				if (fd == -2) {
+					rc = refuse(err, "executor: '%s' changed while a spare placeholder was "
+						    "put there and cannot be moved out", it->path);
+					break;
+				}
+			}
+			if (fd < 0 && (rc = make_placeholder(it)) != 0) {
 				lr_err_set(err, "executor: cannot make the placeholder '%s' "
 					 "that holds a protected path: %s", it->path, lr_strerror(rc));
 				break;
 			}
-			int fd = open(it->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
+			if (fd < 0)
+				fd = open(it->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
 			struct stat st, now;
 			if (fd < 0 && errno == ENOENT && ++tries < 8)
 				continue; /* removed by the run that made it: make it again */
@@ -1456,6 +1695,8 @@ int lr_protect_place(const struct lr_protect_plan *p, struct lr_protect_hold **o
 			}
 		}
 	}
+	if (sfd >= 0)
+		close(sfd);
 	if (rc) {
 		lr_protect_unplace(h);
 		return rc;
@@ -1475,7 +1716,8 @@ void lr_protect_unplace(struct lr_protect_hold *h)
 		if (x->path && flock(x->fd, LOCK_EX | LOCK_NB) == 0 && lstat(x->path, &now) == 0 &&
 		    now.st_dev == x->dev && now.st_ino == x->ino) {
 			if (x->dir) {
-				rmdir(x->path); /* fails when something is inside: then it stays */
+				if (spare_give(x) != 0)
+					rmdir(x->path); /* fails when something is inside: then it stays */
 			} else {
 				char buf[8];
 				size_t n = strlen(x->content);

@@ -53,6 +53,15 @@ static struct {
 } copies[MAX_COPIES];
 static int ncopies;
 /*
+ * As root: the user namespace an idmapped /etc is made through
+ * (lr__sbx_idmap_userns), made once here instead of by every copy (a
+ * clone3 of the helper image and two map writes a run). It maps only uid
+ * and gid 0 to 65534 and holds no process, so it carries nothing of one run
+ * to the next: each copy still clones /etc afresh and idmaps its own tree.
+ * -1: none (not root, or it could not be made: copies make their own).
+ */
+static int zygote_idmap = -1;
+/*
  * Ends not yet sent: the event socket is non-blocking, so a host busy
  * elsewhere (or waiting for an answer on fd 3) never stalls the zygote.
  * At most one per copy.
@@ -105,6 +114,9 @@ __attribute__((noreturn))
 static void run_copy(int *fds, int n)
 {
 	int top = RUN_FDS + 64;
+	int ns = zygote_idmap >= 0 ? fcntl(zygote_idmap, F_DUPFD_CLOEXEC, top + RUN_FDS) : -1;
+	if (zygote_idmap >= 0 && ns < 0)
+		_exit(LR_SBX_EXIT_SETUP);
 	for (int i = 0; i < n; i++) {
 		int d = fcntl(fds[i], F_DUPFD, top);
 		if (d < 0)
@@ -114,8 +126,15 @@ static void run_copy(int *fds, int n)
 	for (int i = 0; i < n; i++)
 		if (dup2(fds[i], i) < 0)
 			_exit(LR_SBX_EXIT_SETUP);
-	if (syscall(SYS_close_range, n, ~0U, 0) < 0)
-		for (int fd = n; fd < top + 2 * RUN_FDS; fd++)
+	int first = n;
+	if (ns >= 0) {
+		if (dup3(ns, n, O_CLOEXEC) < 0)
+			_exit(LR_SBX_EXIT_SETUP);
+		lr__sbx_idmap_ns = n;
+		first = n + 1;
+	}
+	if (syscall(SYS_close_range, first, ~0U, 0) < 0)
+		for (int fd = first; fd < top + 2 * RUN_FDS + 1; fd++)
 			close(fd);
 	if (setpgid(0, 0) < 0)
 		_exit(LR_SBX_EXIT_SETUP);
@@ -222,6 +241,10 @@ void lr_sbx_zygote_main(void)
 	    fcntl(ZYGOTE_FD_LIFE, F_SETFD, FD_CLOEXEC) < 0) {
 		dprintf(2, "luarig sandbox: zygote: no lifeline on fd %d\n", ZYGOTE_FD_LIFE);
 		_exit(LR_SBX_EXIT_SETUP);
+	}
+	if (geteuid() == 0) {
+		int ns = lr__sbx_idmap_userns();
+		zygote_idmap = ns >= 0 ? ns : -1;
 	}
 	for (;;) {
 		/* reaped only here, after each "started" went out: a pidfd is always taken first */

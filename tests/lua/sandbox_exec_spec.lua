@@ -342,6 +342,27 @@ describe("a warm executor set", function()
     for p in pairs(now) do expect(before[p]).to_be(true) end -- and no new one
   end)
 
+  it("shows forked runs the same idmapped /etc as an exec'd one, and leaves them no fd of the zygote", function()
+    -- as root the host's /etc is an idmapped clone (sandbox/helper.c): every owner 65534, so
+    -- /etc/shadow is unreadable; the zygote makes the idmapping's user namespace once and
+    -- gives each copy its own dup, which the target must not inherit
+    local s <close> = assert(sandbox.executors(trusted(), { scratch_root = scratch() }))
+    local e = assert(s:get("w"))
+    local root = assert(process.run{ argv = { "id", "-u" } }).stdout == "0\n"
+    local cmd = [[
+      stat -c %u /etc/passwd
+      head -c 1 /etc/shadow >/dev/null 2>&1 && echo shadow-read || echo shadow-refused
+      for f in /proc/$$/fd/*; do readlink "$f"; done | grep -c '^user:' || true
+    ]]
+    local first
+    for i = 1, 3 do -- the first run is exec'd, the others forked by the zygote
+      local r = assert(e:run{ command = cmd })
+      expect(r.code).to_be(0)
+      if root then expect(r.stdout).to_be("65534\nshadow-refused\n0\n") end
+      if i == 1 then first = r.stdout else expect(r.stdout).to_be(first) end
+    end
+  end)
+
   it("gives a later run no file, process, IPC object or variable of an earlier one", function()
     local s <close> = assert(sandbox.executors(trusted(), { scratch_root = scratch() }))
     local e = assert(s:get("w"))

@@ -9,6 +9,7 @@
 #include "../../sandbox/internal.h"
 #include "test.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
@@ -291,6 +292,165 @@ TEST(placeholders_are_held_and_removed)
 	lr_protect_plan_release(&p);
 }
 
+static ino_t ino_of(const char *dir, const char *name)
+{
+	char path[PATH_MAX + 300];
+	struct stat st;
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	return lstat(path, &st) == 0 ? st.st_ino : 0;
+}
+
+/* The inode of the first entry named d* in dir, or 0. */
+static ino_t first_spare(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	ino_t ino = 0;
+	while (d && !ino && (e = readdir(d)) != NULL)
+		if (e->d_name[0] == 'd')
+			ino = ino_of(dir, e->d_name);
+	if (d)
+		closedir(d);
+	return ino;
+}
+
+/* Entries named d* in the spare directory at dir. */
+static int spare_count(const char *dir)
+{
+	char cmd[PATH_MAX + 64];
+	snprintf(cmd, sizeof cmd, "ls -A '%s' 2>/dev/null | grep -c '^d'", dir);
+	FILE *f = popen(cmd, "r");
+	int n = -1;
+	if (f) {
+		if (fscanf(f, "%d", &n) != 1)
+			n = -1;
+		pclose(f);
+	}
+	return n;
+}
+
+/* One place and unplace of the default names; 1 when the workspace is clean after. */
+static int one_run(struct lr_protect_hold **h, struct lr_protect_plan *p)
+{
+	struct lr_protect_opts o = { 0 };
+	struct lr_err err = { "" };
+	if (scan(&o, p, &err) != 0 || lr_protect_place(p, h, &err) != 0)
+		return 0;
+	return 1;
+}
+
+/* The hook that swaps a spare entry, once, for a non-empty 0555 directory (a planted tasks.json). */
+static const char *swap_dir;
+static int swapped;
+static void swap_in(const char *name)
+{
+	if (swapped++)
+		return;
+	sh("cd '%s' && mkdir planted && echo '{}' > planted/tasks.json && chmod 555 planted && "
+	   "rmdir '%s' && mv planted '%s'", swap_dir, name, name);
+}
+
+TEST(placeholders_reused_from_the_spare)
+{
+	char spare[PATH_MAX];
+	snprintf(spare, sizeof spare, "%s/luarig-spare-%lu", root, (unsigned long)geteuid());
+	lr__protect_spare_parent = root;
+	lr__protect_spare_reset();
+	sh("rm -rf '%s'", spare);
+	fresh();
+	struct lr_protect_plan p;
+	struct lr_protect_hold *h = NULL;
+	/* the first run makes them; given back, they wait in a 0700 directory of ours */
+	CHECK(one_run(&h, &p));
+	CHECK(exists(".vscode") && exists(".github"));
+	lr_protect_unplace(h);
+	lr_protect_plan_release(&p);
+	CHECK(!exists(".vscode") && !exists(".github") && !exists(".envrc"));
+	struct stat st;
+	CHECK(lstat(spare, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 07777) == 0700 &&
+	      st.st_uid == geteuid());
+	CHECK_EQ_INT(spare_count(spare), 8);
+	/* the next run takes them from there (the same inodes), empty and 0555 */
+	ino_t d0 = first_spare(spare);
+	CHECK(d0 != 0);
+	CHECK(one_run(&h, &p));
+	CHECK_EQ_INT(spare_count(spare), 0);
+	char path[PATH_MAX + 64];
+	int seen = 0;
+	for (const char *const *n = lr_protect_default_names; *n; n++) {
+		char top[64];
+		snprintf(top, sizeof top, "%.*s", (int)strcspn(*n, "/"), *n);
+		snprintf(path, sizeof path, "%s/%s", ws, top);
+		seen += lstat(path, &st) == 0 && st.st_ino == d0;
+		CHECK(lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 07777) == 0555);
+	}
+	CHECK_EQ_INT(seen, 1);
+	/* written into while held: not given back (it stays, as before) */
+	sh("chmod 755 '%s/.idea' && echo x > '%s/.idea/x'", ws, ws);
+	lr_protect_unplace(h);
+	lr_protect_plan_release(&p);
+	CHECK(exists(".idea/x") && !exists(".vscode"));
+	CHECK_EQ_INT(spare_count(spare), 7);
+	/* an entry that is not an empty 0555 directory of ours is never lent */
+	fresh();
+	sh("cd '%s' && rm -rf d* && mkdir d1 d2 d3 && echo '{}' > d1/tasks.json && chmod 555 d1 && "
+	   "chmod 755 d2 && chmod 555 d3 && chown 65534 d3", spare);
+	ino_t d1 = ino_of(spare, "d1"), d2 = ino_of(spare, "d2"),
+	      d3 = ino_of(spare, "d3");
+	CHECK(one_run(&h, &p));
+	CHECK(ino_of(ws, ".vscode") != d1 && ino_of(ws, ".vscode") != d2 &&
+	      ino_of(ws, ".vscode") != d3);
+	CHECK(ino_of(spare, "d1") == d1 && ino_of(spare, "d2") == d2 &&
+	      ino_of(spare, "d3") == d3);
+	lr_protect_unplace(h);
+	lr_protect_plan_release(&p);
+	/* an entry swapped under its name after its check (a command that can write the spare):
+	   what arrives in the workspace is moved out again, and the placeholder made afresh */
+	fresh();
+	sh("cd '%s' && rm -rf d* x* && mkdir -m 555 d5", spare);
+	swap_dir = spare;
+	lr__protect_spare_hook = swap_in;
+	CHECK(one_run(&h, &p));
+	lr__protect_spare_hook = NULL;
+	CHECK(swapped == 1);
+	snprintf(path, sizeof path, "%s/.vscode/tasks.json", ws);
+	CHECK(lstat(path, &st) != 0);
+	CHECK(exists(".vscode") && exists(".idea"));
+	char cmd[PATH_MAX * 2];
+	snprintf(cmd, sizeof cmd, "test -f %s/x*/tasks.json", spare);
+	CHECK(system(cmd) == 0);
+	lr_protect_unplace(h);
+	lr_protect_plan_release(&p);
+	CHECK(!exists(".vscode"));
+	/* a spare directory planted by another user, or open to others, or a symbolic
+	   link: never used (nothing taken from it, nothing given to it) */
+	for (int i = 0; i <= 3; i++) {
+		lr__protect_spare_reset();
+		sh("rm -rf '%s' '%s.real'", spare, spare);
+		if (i < 3) {
+			sh("mkdir -m 700 '%s' && mkdir -m 555 '%s/d0'", spare, spare);
+			if (i == 0)
+				sh("chown 65534 '%s'", spare);
+			else
+				sh("chmod %s '%s'", i == 1 ? "0777" : "0750", spare);
+		} else {
+			sh("mkdir -m 700 '%s.real' && mkdir -m 555 '%s.real/d0' && ln -s '%s.real' '%s'",
+			   spare, spare, spare, spare);
+		}
+		d0 = ino_of(spare, "d0");
+		fresh();
+		CHECK(one_run(&h, &p));
+		CHECK(exists(".vscode") && ino_of(ws, ".vscode") != d0 &&
+		      ino_of(ws, ".idea") != d0);
+		lr_protect_unplace(h);
+		lr_protect_plan_release(&p);
+		CHECK(!exists(".vscode") && !exists(".idea"));
+		CHECK_EQ_INT(spare_count(spare), 1);
+	}
+	sh("rm -rf '%s' '%s.real'", spare, spare);
+	lr__protect_spare_reset();
+}
+
 /* Moves lines of the check after the run into a string. */
 static int after(struct lr_protect_plan *p, char *out, size_t n)
 {
@@ -571,10 +731,12 @@ int main(void)
 	if (!mkdtemp(root))
 		return 1;
 	snprintf(ws, sizeof ws, "%s/ws", root);
+	lr__protect_spare_parent = root; /* not the user's own spare in /tmp */
 	RUN(scan_protects_every_repository);
 	RUN(scan_grants_and_names);
 	RUN(scan_refuses_what_it_cannot_hold);
 	RUN(placeholders_are_held_and_removed);
+	RUN(placeholders_reused_from_the_spare);
 	RUN(after_moves_new_repositories_aside);
 	RUN(after_in_a_workspace_inside_a_repository);
 	RUN(walks_reuse_the_tree);
