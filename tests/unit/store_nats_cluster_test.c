@@ -267,6 +267,17 @@ TEST(an_ambiguous_append_sent_again_is_stored_once)
 		if (i != lead)
 			kill(nodes[i].pid, SIGCONT);
 	CHECK_EQ_INT(rc, LR_EAMBIGUOUS);
+	/* The copies of "two" are still in the leader's log, committed once the followers
+	 * answer again: wait for that before "three". Appended at tip 1 while they were
+	 * pending, "three" would pass the expected-sequence check too (against what the
+	 * leader has applied, nats-server issue 4320) and be stored as a second record 2
+	 * (make check once did, under load). If "two" never lands, "three" goes at 1. */
+	for (int t = 0; t < 300; t++) {
+		uint64_t tip = 0;
+		if (lr_store_tip(s, "l", &tip, &e) == 0 && tip >= 2)
+			break;
+		usleep(100000);
+	}
 	/* whatever became of "two", the next append goes at the tip */
 	for (int t = 0; t < 100; t++) {
 		uint64_t tip = 0;
