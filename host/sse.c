@@ -114,7 +114,8 @@ static int sse_line(struct lr_sse *p, const char *line, size_t n, int inplace,
 		return sse_dispatch(p, ev, 0);
 	if (line[0] == ':')
 		return 0;
-	const char *colon = memchr(line, ':', n);
+	/* "data:" first: a provider's every line but the blank ones */
+	const char *colon = n >= 5 && memcmp(line, "data:", 5) == 0 ? line + 4 : memchr(line, ':', n);
 	size_t flen = colon ? (size_t)(colon - line) : n;
 	const char *v = colon ? colon + 1 : line + n;
 	size_t vlen = n - (size_t)(v - line);
@@ -218,11 +219,17 @@ int lr_sse_next(struct lr_sse *p, const void *buf, size_t len, size_t *used,
 	t.clear = s0 + known;
 	t.cr = NULL;
 	while (s < end) {
-		/* The first CR or LF: scan for LF, then take the next CR if before it. */
-		const char *eol = memchr(s, '\n', (size_t)(end - s));
-		const char *cr = sse_next_cr(&t, s, end);
-		if (cr && (!eol || cr < eol))
-			eol = cr;
+		/*
+		 * The first CR or LF: scan for LF, then take the next CR if before
+		 * it; a blank line (an event's usual end) needs no scan.
+		 */
+		const char *eol = s;
+		if (*s != '\n') {
+			eol = memchr(s, '\n', (size_t)(end - s));
+			const char *cr = sse_next_cr(&t, s, end);
+			if (cr && (!eol || cr < eol))
+				eol = cr;
+		}
 		if (!eol) {
 			rc = lr_buf_add(&p->line, s, (size_t)(end - s));
 			break;
