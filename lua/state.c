@@ -33,26 +33,10 @@ extern int luaopen_cjson_safe(lua_State *L);
 #define POOL_CLASSES (POOL_MAX / POOL_STEP)
 #define SLAB_SIZE ((size_t)64 << 10)
 
-/*
- * Blocks of POOL_MAX..MID_MAX bytes (a streamed event's data string: ~300
- * bytes, one per event) are malloc'd at their class's size and, when
- * freed, kept in per-class lists for the next allocation of that class
- * instead of going back to malloc's bins, where a collector's burst of
- * frees and the next burst of allocations cost ~300 instructions a pair.
- * The lists hold at most MID_HOLD bytes in all; past that a freed block
- * goes back to malloc. Bounded, unlike the slabs, which never shrink:
- * raising POOL_MAX to 512 instead also cut the instructions but raised RSS.
- */
-#define MID_MAX 512
-#define MID_CLASSES ((MID_MAX - POOL_MAX) / POOL_STEP)
-#define MID_HOLD ((size_t)256 << 10)
-
 struct lr_pool {
 	void *free[POOL_CLASSES];
 	char *cur, *end;  /* the unused rest of the newest slab */
 	void *slabs;      /* each slab's first 16 bytes link to the previous one */
-	void *mid[MID_CLASSES];
-	size_t mid_bytes;  /* held in the mid lists */
 };
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -101,74 +85,10 @@ static inline void pool_free(struct lr_pool *P, void *p, size_t n)
 	P->free[c] = p;
 }
 
-static inline size_t mid_class(size_t n)
-{
-	return (n - POOL_MAX - 1) / POOL_STEP;
-}
-
-static void *mid_alloc(struct lr_pool *P, size_t n)
-{
-	size_t c = mid_class(n), size = POOL_MAX + (c + 1) * POOL_STEP;
-	void *p = P->mid[c];
-	if (p) {
-		P->mid[c] = *(void **)p;
-		P->mid_bytes -= size;
-		return p;
-	}
-	return malloc(size);
-}
-
-static void mid_free(struct lr_pool *P, void *p, size_t n)
-{
-	size_t c = mid_class(n), size = POOL_MAX + (c + 1) * POOL_STEP;
-	if (P->mid_bytes + size > MID_HOLD) {
-		free(p);
-		return;
-	}
-	*(void **)p = P->mid[c];
-	P->mid[c] = p;
-	P->mid_bytes += size;
-}
-
-/* A block from the pool's classes (slabs or mid lists) or malloc, by size. */
-static void *block_alloc(struct lr_pool *P, size_t n)
-{
-	if (n <= POOL_MAX)
-		return pool_alloc(P, n);
-	return n <= MID_MAX ? mid_alloc(P, n) : malloc(n);
-}
-
-static void block_free(struct lr_pool *P, void *p, size_t n)
-{
-	if (n <= POOL_MAX)
-		pool_free(P, p, n);
-	else if (n <= MID_MAX)
-		mid_free(P, p, n);
-	else
-		free(p);
-}
-
-/* Whether a block of osize bytes also serves nsize as it is. */
-static int block_same(size_t osize, size_t nsize)
-{
-	if (osize <= POOL_MAX || nsize <= POOL_MAX)
-		return osize <= POOL_MAX && nsize <= POOL_MAX && pool_class(osize) == pool_class(nsize);
-	if (osize <= MID_MAX || nsize <= MID_MAX)
-		return osize <= MID_MAX && nsize <= MID_MAX && mid_class(osize) == mid_class(nsize);
-	return 0;
-}
-
 static void pool_release(struct lr_pool *P)
 {
 	if (!P)
 		return;
-	for (size_t c = 0; c < MID_CLASSES; c++) {
-		for (void *b = P->mid[c]; b;) {
-			void *next = *(void **)b;
-			free(b);
-			b = next;
-		}
-	}
 	for (void *s = P->slabs; s;) {
 		void *next = *(void **)s;
 		free(s);
@@ -189,8 +109,8 @@ static void *state_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 	if (!ptr)
 		osize = 0;
 	if (nsize == 0) {
-		if (P && ptr)
-			block_free(P, ptr, osize);
+		if (P && ptr && osize <= POOL_MAX)
+			pool_free(P, ptr, osize);
 		else
 			free(ptr);
 		S->mem_used -= osize;
@@ -208,16 +128,19 @@ static void *state_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 	if (!P) {
 		p = realloc(ptr, nsize);
 	} else if (!ptr) {
-		p = block_alloc(P, nsize);
-	} else if (osize > MID_MAX && nsize > MID_MAX) {
+		p = nsize <= POOL_MAX ? pool_alloc(P, nsize) : malloc(nsize);
+	} else if (osize > POOL_MAX && nsize > POOL_MAX) {
 		p = realloc(ptr, nsize);
-	} else if (block_same(osize, nsize)) {
+	} else if (osize <= POOL_MAX && nsize <= POOL_MAX && pool_class(osize) == pool_class(nsize)) {
 		p = ptr;
 	} else {
-		p = block_alloc(P, nsize);
+		p = nsize <= POOL_MAX ? pool_alloc(P, nsize) : malloc(nsize);
 		if (p) {
 			memcpy(p, ptr, osize < nsize ? osize : nsize);
-			block_free(P, ptr, osize);
+			if (osize <= POOL_MAX)
+				pool_free(P, ptr, osize);
+			else
+				free(ptr);
 		}
 	}
 	if (!p)
