@@ -30,9 +30,10 @@
  * came instead of events (a proxy's HTML page).
  *
  * A request calls notify(arg) on the loop when the final headers arrive,
- * when events are queued and when it ends; the owner reads lr_http_resp and
- * pops events. notify runs inside libcurl's callbacks (and possibly inside
- * lr_http_pop): it must only record or wake, never free the request.
+ * when body bytes of a stream arrive and when it ends; the owner reads
+ * lr_http_resp and takes events (lr_http_next). notify runs inside
+ * libcurl's callbacks (and possibly inside lr_http_next): it must only
+ * record or wake, never free the request.
  * Errors: LR_ENETWORK, LR_ETIMEOUT, LR_ETOOBIG, LR_EUNAVAILABLE (no
  * libcurl), with a message naming the URL's host in resp->err.
  */
@@ -67,7 +68,8 @@ struct lr_http_opts {
 				        (max_body) and resp.buffered set (MCP's Streamable
 				        HTTP answers a POST either way) */
 	size_t max_line, max_event;  /* the framer's caps */
-	size_t max_queue;            /* events queued unread before the transfer pauses (or 1 MiB) */
+	size_t max_unread;           /* body bytes received and not yet framed by lr_http_next
+				        at which the transfer pauses; 0: 1 MiB */
 	size_t max_error_body;       /* stream mode, non-2xx: body kept up to this, then stop */
 };
 
@@ -86,8 +88,9 @@ struct lr_http_resp {
 };
 
 /*
- * A decoded event as lr_http_peek shows it: the pointers borrow the
- * request's queue and stay valid until lr_http_consume or lr_http_req_free.
+ * A decoded event as lr_http_next hands it out: the pointers borrow the
+ * request's bytes and stay valid until the next lr_http_next or
+ * lr_http_req_free.
  */
 struct lr_http_event {
 	const char *type;
@@ -110,14 +113,17 @@ int lr_http_start(struct lr_http *c, const struct lr_http_opts *o,
 		  void (*notify)(void *arg), void *arg, struct lr_http_req **out, struct lr_err *err);
 const struct lr_http_resp *lr_http_resp(const struct lr_http_req *r);
 /*
- * Events queue in one contiguous buffer (no allocation per event). peek
- * fills *ev with the oldest queued event and returns 1, or returns 0 when
- * none is queued; consume drops that event. Resuming a paused transfer may
- * deliver more bytes at once, so notify may run inside lr_http_consume:
- * copy what you need out of *ev before calling it.
+ * A stream's body bytes wait in one buffer as they came, and events are
+ * framed out of them only here, one per call, when the owner reads: fills
+ * *ev and returns 1, or returns 0 when no whole event has come (wait for
+ * notify; once resp->done, 0 means the end). The transfer pauses while
+ * max_unread bytes wait unframed and goes on once all of them are framed.
+ * Resuming may deliver bytes at once, and a framing failure (a line or
+ * event cap) ends the transfer with resp->rc set, so notify may run inside
+ * this call; for a stream, resp->rc may thus still change after resp->done
+ * while the last bytes are framed.
  */
-int lr_http_peek(struct lr_http_req *r, struct lr_http_event *ev);
-void lr_http_consume(struct lr_http_req *r);
+int lr_http_next(struct lr_http_req *r, struct lr_http_event *ev);
 /* Aborts at once (the connection is closed) and frees; accepts NULL. */
 void lr_http_req_free(struct lr_http_req *r);
 

@@ -5,9 +5,10 @@
  *
  * A request waits in a task until the transfer ends. A stream waits until
  * the response headers arrive and then hands out decoded SSE events: one
- * per st:next() (a table) or st:read() (two strings), or as many as are
- * queued per st:batch() (into the caller's table); the C side pauses the
- * transfer while too many are queued.
+ * per st:next() (a table) or st:read() (two strings), or as many as have
+ * come per st:batch() (into the caller's table). Events are framed out of
+ * the received bytes as they are read (lr_http_next); the C side pauses
+ * the transfer while 1 MiB of them waits unread.
  */
 #include "internal.h"
 
@@ -26,7 +27,6 @@
 #define MAX_LINE ((size_t)1 << 20)
 #define MAX_EVENT ((size_t)16 << 20)
 #define MAX_ERROR_BODY ((size_t)64 << 10)
-#define MAX_QUEUE 1024
 /* http_stream's stack: opts, header lines, header array, the stream. */
 #define STREAM_IDX 4
 
@@ -174,7 +174,6 @@ static void check_opts(lua_State *L, const char *fname, int stream, struct lr_ht
 	if (stream) {
 		o->max_line = opt_size(L, fname, "max_line", MAX_LINE);
 		o->max_event = opt_size(L, fname, "max_event", MAX_EVENT);
-		o->max_queue = MAX_QUEUE;
 		o->max_error_body = o->max_body < MAX_ERROR_BODY ? o->max_body : MAX_ERROR_BODY;
 		t = lua_getfield(L, 1, "events");
 		if (t != LUA_TNIL) {
@@ -352,7 +351,7 @@ enum { STEP_TABLE, STEP_READ, STEP_BATCH };
 
 /* batch()'s default and largest number of events per call. */
 #define BATCH_DEFAULT 64
-#define BATCH_MAX MAX_QUEUE
+#define BATCH_MAX 1024
 
 static void stream_notify(void *arg)
 {
@@ -421,8 +420,9 @@ static int stream_wait(lua_State *L, struct stream *s, lua_KFunction k)
 static int stream_next_k(lua_State *L, int status, lua_KContext ctx);
 
 /*
- * batch()'s body once an event is queued (e, peeked): moves up to max queued
- * events into buf (index 2) as data, event pairs, without waiting for more.
+ * batch()'s body once an event has come (e, taken): moves up to max events
+ * that have come into buf (index 2) as data, event pairs, without waiting
+ * for more.
  * One Lua string per event: the event name of a run of events with the same
  * name is one string, pushed once (a provider stream names every event the
  * same, or alternates a few).
@@ -448,9 +448,8 @@ static int stream_fill(lua_State *L, struct stream *s, struct lr_http_event *e)
 		lua_rawseti(L, 2, 2 * n + 2);
 		n++;
 		cut = e->unterminated;
-		lr_http_consume(s->req);
-		/* Consuming may resume the transfer, which may queue more. */
-	} while (n < max && !cut && s->req && lr_http_peek(s->req, e));
+		/* e's bytes are copied: the next lr_http_next may move them. */
+	} while (n < max && !cut && lr_http_next(s->req, e));
 	lua_pushnil(L);
 	lua_rawseti(L, 2, 2 * n + 1);
 	lua_pushinteger(L, n);
@@ -472,10 +471,9 @@ static int stream_step(lua_State *L, struct stream *s)
 		return lr_pushfail(L, s->rc, "%s", s->err.msg);
 	}
 	struct lr_http_event e;
-	if (s->mode == STEP_BATCH && lr_http_peek(s->req, &e))
-		return stream_fill(L, s, &e);
-	if (lr_http_peek(s->req, &e)) {
-		/* Copy out before consuming: consuming may resume the transfer. */
+	if (lr_http_next(s->req, &e)) {
+		if (s->mode == STEP_BATCH)
+			return stream_fill(L, s, &e);
 		if (s->mode == STEP_READ) {
 			lua_pushlstring(L, e.data, e.data_len);
 			if (e.type_len)
@@ -487,7 +485,6 @@ static int stream_step(lua_State *L, struct stream *s)
 				lua_pushboolean(L, 1);
 				n = 3;
 			}
-			lr_http_consume(s->req);
 			return n;
 		}
 		lua_createtable(L, 0, 2 + (e.id != NULL) + (e.retry >= 0) + e.unterminated);
@@ -507,7 +504,6 @@ static int stream_step(lua_State *L, struct stream *s)
 			lua_pushboolean(L, 1);
 			lua_setfield(L, -2, "unterminated");
 		}
-		lr_http_consume(s->req);
 		return 1;
 	}
 	const struct lr_http_resp *resp = lr_http_resp(s->req);
@@ -570,7 +566,7 @@ static int stream_read(lua_State *L)
  * read() for up to max events (BATCH_DEFAULT) at once, into the caller's
  * table: buf[2i-1] is the i-th event's data and buf[2i] its name, for i =
  * 1..n, and buf[2n+1] = nil (the rest of buf is left as it was). It waits
- * only while no event is queued, so n is at least 1 and at most what had
+ * only while no event has come, so n is at least 1 and at most what had
  * arrived. The second value is true when the last of the n events was cut
  * short by the end of the stream (read()'s third value). No table per
  * event: the form for a decoder that reads many events, reusing buf.

@@ -22,6 +22,8 @@
 --   cut short before its blank line); st:read() -> data, event [, unterminated];
 --   for ev in st:events() do … end; st:result() -> true | nil, msg, code; st:close();
 --   st:head() -> the body's first bytes (up to 512, events or not)
+--   Back-pressure is in bytes: once 1 MiB received waits unread the transfer pauses until the
+--   script has read it all (events are framed out of those bytes only as they are read).
 
 local core = require "rig.core"
 

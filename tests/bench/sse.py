@@ -9,9 +9,13 @@ sse_per_event) and st:events (a table per event: sse_per_event_table). The
 peer is `curl -N` writing the same stream to /dev/null. All are timed as
 whole processes in the same run, in rounds (batch, curl, table),
 SSE_BENCH_ROUNDS (BENCH_RUNS, 5) times: medians with min-max.
+sse_per_event_cpu is sse_per_event in CPU time (user + system, from the
+children's rusage) rather than wall time, against curl's: steadier than
+wall time on a loaded machine.
 """
 import http.server
 import os
+import resource
 import socket
 import socketserver
 import subprocess
@@ -61,10 +65,16 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
 
 
+CPU = {}  # argv[0] -> the CPU seconds (user + system) of each run, in order
+
+
 def timed(argv):
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     out = subprocess.run(argv, capture_output=True, text=True)
     dt = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.setdefault(argv[0], []).append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
     if out.returncode != 0:
         sys.stderr.write(f"sse bench: {argv[0]} failed: {out.stderr}\n")
         return None, out.stdout
@@ -104,17 +114,19 @@ def main():
             return None
         return dt
 
-    ours, table, peer = [], [], []
+    ours, table, peer, ours_cpu, peer_cpu = [], [], [], [], []
     try:
         for _ in range(ROUNDS):
             dt = ours_run(batch)
             if dt is None:
                 return
             ours.append(dt)
+            ours_cpu.append(CPU[LUARIG][-1])
             dt, _ = timed(["curl", "-sS", "-N", "-o", "/dev/null", url])
             if dt is None:
                 return
             peer.append(dt)
+            peer_cpu.append(CPU["curl"][-1])
             dt = ours_run(chunk)
             if dt is None:
                 return
@@ -127,6 +139,8 @@ def main():
                   [x / nevents * 1e9 for x in peer])
     benchlib.line("sse_per_event_table", [x / nevents * 1e9 for x in table], "ns", "curl-N",
                   [x / nevents * 1e9 for x in peer])
+    benchlib.line("sse_per_event_cpu", [x / nevents * 1e9 for x in ours_cpu], "ns", "curl-N",
+                  [x / nevents * 1e9 for x in peer_cpu])
     o, p = benchlib.median(ours), benchlib.median(peer)
     print(f"# {total / 1e6:.0f} MB, {nevents} events of ~{total // nevents} bytes; "
           f"luarig {total / o / 1e6:.0f} MB/s, curl {total / p / 1e6:.0f} MB/s (medians)", flush=True)

@@ -2,9 +2,11 @@
  * sse_fuzz.c — the event-stream framer on arbitrary bytes.
  *
  * The first input byte picks the caps and a seed for chunk sizes; the rest
- * is the stream. It is parsed once whole and once in pieces; the invariant
- * is that both give the same events and the same final status (or, when a
- * cap was hit, the same events up to the failure).
+ * is the stream. It is parsed once whole, once in pieces, and once pulled
+ * (lr_sse_next) out of a buffer that bytes are appended to and the used
+ * bytes moved out of, as the HTTP client reads; the invariant is that all
+ * give the same events and the same final status (or, when a cap was hit,
+ * the same events up to the failure).
  */
 #include "../../host/host.h"
 
@@ -74,8 +76,48 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		rb = lr_sse_finish(&p, rec_cb, &b);
 	lr_sse_release(&p);
 
-	if (ra != rb)
+	/* Pulled: appends of 1..64 bytes, one event per call, the rest moved to the front. */
+	struct rec c;
+	memset(&c, 0, sizeof c);
+	lr_buf_init(&c.out, 1 << 24);
+	lr_sse_init(&p, max_line, max_event);
+	char *buf = malloc(n + 1);
+	size_t have = 0, fed = 0;
+	int rcc = 0;
+	while (!rcc) {
+		struct lr_sse_event ev;
+		size_t used;
+		rcc = lr_sse_next(&p, buf, have, &used, &ev);
+		if (rcc < 0)
+			break;
+		int got = rcc == 1;
+		rcc = got ? rec_cb(&c, &ev) : 0;
+		memmove(buf, buf + used, have - used);
+		have -= used;
+		if (got && have)
+			continue;
+		if (fed == n)
+			break;
+		x = x * 1103515245u + 12345u;
+		size_t k = 1 + ((x >> 16) % 64);
+		if (k > n - fed)
+			k = n - fed;
+		memcpy(buf + have, s + fed, k);
+		have += k;
+		fed += k;
+	}
+	struct lr_sse_event last;
+	while (!rcc && (rcc = lr_sse_end(&p, &last)) == 1)
+		rcc = rec_cb(&c, &last);
+	free(buf);
+	lr_sse_release(&p);
+
+	if (ra != rb || ra != rcc)
 		abort();
+	if (a.count != c.count || a.out.len != c.out.len ||
+	    (a.out.len && memcmp(a.out.data, c.out.data, a.out.len) != 0))
+		abort();
+	lr_buf_release(&c.out);
 	if (a.count != b.count || a.out.len != b.out.len ||
 	    (a.out.len && memcmp(a.out.data, b.out.data, a.out.len) != 0))
 		abort();

@@ -82,6 +82,47 @@ static int parse_bytes(const char *s, size_t n, struct rec *r)
 	return rc;
 }
 
+/*
+ * Pulled the way the HTTP client reads: bytes arrive step at a time into
+ * one buffer, events are taken one per lr_sse_next, and the used bytes are
+ * dropped by moving the rest to the front (the same bytes, moved).
+ */
+static int parse_pull(const char *s, size_t n, size_t step, struct rec *r)
+{
+	struct lr_sse p;
+	lr_sse_init(&p, 1 << 20, 1 << 24);
+	rec_init(r);
+	char *buf = malloc(n + 1);
+	size_t have = 0, fed = 0;
+	int rc = 0;
+	struct lr_sse_event last;
+	while (!rc) {
+		struct lr_sse_event ev;
+		size_t used;
+		rc = lr_sse_next(&p, buf, have, &used, &ev);
+		if (rc < 0)
+			break;
+		int got = rc == 1;
+		if (got)
+			rc = rec_cb(r, &ev); /* ev borrows buf: use it before moving */
+		memmove(buf, buf + used, have - used);
+		have -= used;
+		if (rc || (got && have))
+			continue; /* more events may wait in what is left */
+		if (fed == n)
+			break;
+		size_t c = n - fed < step ? n - fed : step;
+		memcpy(buf + have, s + fed, c);
+		have += c;
+		fed += c;
+	}
+	while (!rc && (rc = lr_sse_end(&p, &last)) == 1)
+		rc = rec_cb(r, &last);
+	free(buf);
+	lr_sse_release(&p);
+	return rc;
+}
+
 /* Whole, byte by byte and every 2-way split must agree; returns the events. */
 static void check_all_splits(const char *s, size_t n, const char *want)
 {
@@ -92,6 +133,14 @@ static void check_all_splits(const char *s, size_t n, const char *want)
 	CHECK_EQ_INT(parse_bytes(s, n, &r), 0);
 	CHECK_EQ_STR(r.out.data, whole.out.data);
 	lr_buf_release(&r.out);
+	for (size_t step = 1; step <= n + 1; step++) {
+		CHECK_EQ_INT(parse_pull(s, n, step, &r), 0);
+		if (strcmp(r.out.data, whole.out.data) != 0) {
+			fprintf(stderr, "pulled %zu bytes at a time differs\n", step);
+			CHECK_EQ_STR(r.out.data, whole.out.data);
+		}
+		lr_buf_release(&r.out);
+	}
 	for (size_t cut = 0; cut <= n; cut++) {
 		CHECK_EQ_INT(parse_split(s, n, &cut, 1, &r, 1 << 20, 1 << 24), 0);
 		if (strcmp(r.out.data, whole.out.data) != 0) {
