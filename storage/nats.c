@@ -758,6 +758,15 @@ static int ledger_last(struct nstore *n, const char *name, const char *subj, uin
 /* An append's message id: the same for a retry of the same append (this handle, ledger,
  * position and bytes), so the server keeps one of the two (see ledger_publish). */
 #define MSGID_MAX 112
+/* FNV-1a of a name: what message ids carry of the ledger or lease they are for. */
+static uint64_t name_hash(const char *name)
+{
+	uint64_t h = 14695981039346656037u;
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 1099511628211u;
+	return h;
+}
+
 static void append_msgid(struct nstore *n, const char *name, uint64_t expected, const void *rec,
 			 size_t len, char out[MSGID_MAX])
 {
@@ -766,11 +775,8 @@ static void append_msgid(struct nstore *n, const char *name, uint64_t expected, 
 		lr_sha256_builtin(rec, len, d);
 	char hex[33];
 	lr_hex(d, 16, hex);
-	uint64_t h = 14695981039346656037u;
-	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-		h = (h ^ *p) * 1099511628211u;
-	snprintf(out, MSGID_MAX, "%s.%016" PRIx64 ".%" PRIu64 ".%s", n->holder, h, expected + 1,
-		 hex);
+	snprintf(out, MSGID_MAX, "%s.%016" PRIx64 ".%" PRIu64 ".%s", n->holder, name_hash(name),
+		 expected + 1, hex);
 }
 
 /*
@@ -1458,11 +1464,8 @@ static int lease_renew(struct nstore *n, struct nlease *l, int release)
 	 * again after a disconnect is acknowledged as the first, not refused as a conflict
 	 * that would lose the lease */
 	char msgid[MSGID_MAX];
-	uint64_t h = 14695981039346656037u;
-	for (const unsigned char *p = (const unsigned char *)l->pub.name; *p; p++)
-		h = (h ^ *p) * 1099511628211u;
 	snprintf(msgid, sizeof msgid, "%s.L%016" PRIx64 ".%" PRIu64 ".%" PRIu64 ".%c", n->holder,
-		 h, l->pub.epoch, l->rev + 1, release ? 'x' : 'r');
+		 name_hash(l->pub.name), l->pub.epoch, l->rev + 1, release ? 'x' : 'r');
 	int rc = publish(n, subj, l->sseq, "Lr-Rev", l->rev + 1, msgid, buf, len, &sseq, NULL, &e,
 			 "lease");
 	if (rc == 0) {

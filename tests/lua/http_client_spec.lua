@@ -37,6 +37,7 @@ end
 -- Odd chunk sizes, so that lines and CRLFs split everywhere.
 local CHUNKS = { 7, 1, 13, 2, 31, 3, 64, 5 }
 
+local many_sent = 0 -- times GET /many has written all of its events
 local srv = http.server{ listen = "127.0.0.1:0", max_body = 1 << 20, routes = {
   ["GET /hello/{name}"] = function(req)
     return { status = 200, json = { hi = req.params.name, q = req.query.q } }
@@ -134,6 +135,7 @@ local srv = http.server{ listen = "127.0.0.1:0", max_body = 1 << 20, routes = {
     res:start(200, sse_headers())
     for i = 1, 2000 do res:event{ data = tostring(i) } end
     res:finish()
+    many_sent = many_sent + 1
   end,
   ["GET /bulk"] = function(req, res)
     -- 1000 events of 64 KiB: more than the socket buffers and the client's 1 MiB hold
@@ -398,9 +400,14 @@ describe("rig.http.stream", function()
   end)
 
   it("does not pause for a count of events: 2000 small ones left unread past the deadline come whole", function()
+    local sent = many_sent
+    local t0 = rig.now()
     local st = assert(http.stream{ url = base .. "/many", timeout = 1 })
     expect(st:next().data).to_be("1")
-    rig.sleep(1.5)   -- ~20 KB: well under the 1 MiB that pauses the transfer
+    -- the server wrote all of it (~20 KB: well under the 1 MiB that pauses the
+    -- transfer), and the deadline passed with it unread
+    expect(eventually(function() return many_sent > sent end, 30)).to_be(true)
+    expect(eventually(function() return rig.now() > t0 + 1.2 end, 30)).to_be(true)
     local n = 1
     for ev in st:events() do
       n = n + 1
@@ -411,9 +418,11 @@ describe("rig.http.stream", function()
   end)
 
   it("holds its deadline while the reader does not read (paused once 1 MiB waits unread)", function()
+    local t0 = rig.now()
     local st = assert(http.stream{ url = base .. "/bulk", timeout = 1 })
     expect(#st:next().data).to_be(64 << 10)
-    rig.sleep(1.5)
+    -- unread until past the deadline
+    expect(eventually(function() return rig.now() > t0 + 1.2 end, 30)).to_be(true)
     local n, code = 1, nil
     while true do
       local ev, _, c = st:next()
