@@ -56,18 +56,36 @@ local schema_values = { items = true, additionalProperties = true, ["not"] = tru
 
 local copy_schema
 
-local function copy_value(v, path, depth)
-  if depth > 64 then fail(path, "is nested too deeply", 6) end
-  if type(v) ~= "table" then
-    if type(v) == "function" or type(v) == "thread" or
-       (type(v) == "userdata" and v ~= json.null) then
-      fail(path, "cannot hold a " .. type(v), 6)
+-- copy_value's walk: the copy, or nil, why and the keys from the failing value
+-- up to v (so that the path, for the message, is built only on a failure).
+local function copy_walk(v, depth)
+  if depth > 64 then return nil, "is nested too deeply", {} end
+  local tv = type(v)
+  if tv ~= "table" then
+    if tv == "function" or tv == "thread" or (tv == "userdata" and v ~= json.null) then
+      return nil, "cannot hold a " .. tv, {}
     end
     return v
   end
   local out = {}
-  for k, x in pairs(v) do out[k] = copy_value(x, path .. "." .. tostring(k), depth + 1) end
+  for k, x in pairs(v) do
+    local c, msg, keys = copy_walk(x, depth + 1)
+    if keys then
+      keys[#keys + 1] = k
+      return nil, msg, keys
+    end
+    out[k] = c
+  end
   if json.is_array(v) then json.array(out) end
+  return out
+end
+
+local function copy_value(v, path, depth)
+  local out, msg, keys = copy_walk(v, depth)
+  if keys then
+    for i = #keys, 1, -1 do path = path .. "." .. tostring(keys[i]) end
+    fail(path, msg, 6)
+  end
   return out
 end
 
