@@ -421,8 +421,9 @@ end
 
 -- The history as s:history() hands it out: a copy of every message (arrays
 -- marked as before), so that what a caller changes in it reaches neither the
--- runner's history nor the next request (the request cache's caller promises
--- rig.model.request not to change a message it passed).
+-- runner's history nor the next request, which takes the history's own
+-- message tables (rig.model.request: the caller of a request cache promises
+-- not to change them).
 local ARRAY_MT = getmetatable(json.array({}))
 local function copy_tree(v, depth)
   if type(v) ~= "table" or depth > 100 then return v end
@@ -438,7 +439,8 @@ function M.history_copy(inst)
 end
 
 -- The loop's request: its tools' specs built once per instance, and a cache
--- so the model checks and copies each committed message once, not per step.
+-- so the model checks each committed message once, not per step, and copies
+-- none in normal form (the history's messages go into the request as they are).
 -- An output_schema goes natively into the request, or as the final tool the
 -- model must call (tool_choice "required": every step calls a tool).
 local function history_request(inst)
