@@ -674,7 +674,7 @@ local function start(self, request, opts)
   -- with a cache: the messages normalize carried over from the last call,
   -- prepared then when that call's prepare succeeded, are not walked again
   local from = 1
-  if cache and cache.prepared then from = math.min(cache.prepared, cache.reused) + 1 end
+  if cache and cache.prepared then from = math.min(cache.prepared, cache.reused or 0) + 1 end
   local mok, merr = media_mod.prepare(req, from)
   if not mok then return nil, m.provider .. ": " .. merr, "invalid_request" end
   if cache then cache.prepared = #req.messages end

@@ -136,6 +136,17 @@ describe("the request cache", function()
     expect(cache.reused).to_be(0)
   end)
 
+  it("takes a cache table without its messages map, call after call", function()
+    local m = rig.model.script{ { text = "a" }, { text = "b" } }
+    local cache = {}
+    local list = { { role = "user", content = "hi" } }
+    for _, want in ipairs { "a", "b" } do
+      local st = assert(m:stream({ messages = list }, { cache = cache }))
+      expect(assert(st:result()).message.content[1].text).to_be(want)
+      st:close()
+    end
+  end)
+
   it("prepares a blob a failed call could not read when the next call can", function()
     local srv = mock.start()
     srv:push{ body = mock.sse({
