@@ -29,7 +29,8 @@
 --   local st = m:stream(request [, { cache = c }]) -- or nil, message, code, detail
 --     cache: a table the caller keeps across calls, { messages = setmetatable({},
 --     { __mode = "k" }) }: messages (and a tools list) passed before are not
---     checked and copied again; the caller promises not to change them
+--     checked and copied again, and one already in normal form is not copied
+--     at all; the caller promises not to change them
 --     a user message (and a tool_result's content list) may hold image and document
 --     blocks { type = "image" | "document", media_type, data | blob | url, name? }
 --     (rig.model.media, docs/media.md); request.blobs = function(sha256) -> bytes
@@ -670,8 +671,13 @@ local function start(self, request, opts)
     end
   end
   local req = checked(3, request_mod.normalize, request, m, nil, cache)
-  local mok, merr = media_mod.prepare(req)
+  -- with a cache: the messages normalize carried over from the last call,
+  -- prepared then when that call's prepare succeeded, are not walked again
+  local from = 1
+  if cache and cache.prepared then from = math.min(cache.prepared, cache.reused or 0) + 1 end
+  local mok, merr = media_mod.prepare(req, from)
   if not mok then return nil, m.provider .. ": " .. merr, "invalid_request" end
+  if cache then cache.prepared = #req.messages end
   local body, err = codec.encode(m, req)
   if not body then error("rig.model: " .. tostring(err), 3) end
   local text

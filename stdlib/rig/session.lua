@@ -20,7 +20,7 @@
 --     "interrupted": the first turn of a primer loop that failed or was interrupted since
 --     the last wait_idle, reported once)
 --   for rec in s:journal{ from = 1 } do … end   -- rec.seq, rec.type, the event's fields
---   s:history([loop]) -> the loop's conversation (the messages the model sees)
+--   s:history([loop]) -> the loop's conversation (the messages the model sees), a copy
 --   s:compact([loop] [, { fallback = "truncate" }]) -> { replaced, retained, summary,
 --     fallback?, error? } | nil, msg, code ("busy", "nothing_to_compact", "empty_summary",
 --     "faulted", "cancelled", the summarizer's code): an idle loop's older history becomes
@@ -390,7 +390,7 @@ end
 function Session:history(loop)
   local inst = self.loops[loop or self.active]
   if not inst then fail("history", "no loop '" .. tostring(loop) .. "'", 2) end
-  return inst.history
+  return turns.history_copy(inst)
 end
 
 function Session:usage()

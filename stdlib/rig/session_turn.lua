@@ -419,8 +419,28 @@ end
 
 -- ---- turns ----
 
+-- The history as s:history() hands it out: a copy of every message (arrays
+-- marked as before), so that what a caller changes in it reaches neither the
+-- runner's history nor the next request, which takes the history's own
+-- message tables (rig.model.request: the caller of a request cache promises
+-- not to change them).
+local ARRAY_MT = getmetatable(json.array({}))
+local function copy_tree(v, depth)
+  if type(v) ~= "table" or depth > 100 then return v end
+  local mt = getmetatable(v)
+  if mt ~= nil and mt ~= ARRAY_MT then return v end
+  local out = {}
+  for k, x in pairs(v) do out[k] = copy_tree(x, depth + 1) end
+  if mt then json.array(out) end
+  return out
+end
+function M.history_copy(inst)
+  return copy_tree(inst.history, 0)
+end
+
 -- The loop's request: its tools' specs built once per instance, and a cache
--- so the model checks and copies each committed message once, not per step.
+-- so the model checks each committed message once, not per step, and copies
+-- none in normal form (the history's messages go into the request as they are).
 -- An output_schema goes natively into the request, or as the final tool the
 -- model must call (tool_choice "required": every step calls a tool).
 local function history_request(inst)

@@ -10,8 +10,8 @@
 -- media in its store once and its journal holds only the reference) or url
 -- (sent as a URL where the provider fetches one). They go in user messages and
 -- in a tool_result's content list. Before encoding, M.prepare resolves every
--- blob and base64-encodes each block once (kept per normalized block, which a
--- session's request cache keeps for the history's life).
+-- blob and base64-encodes each block once (kept per normalized block: for a
+-- session, the history's own block or the request cache's copy of it).
 
 local core = require "rig.core"
 
@@ -56,13 +56,42 @@ function M.copy(b, path, fail)
            name = b.name }
 end
 
--- Normalized messages (rig.model.request's copies, which nothing changes
--- afterwards) found to hold no media block: a session sends its whole
--- history every step, and each step would walk every block of it again.
+-- True when M.copy(b) would give back a block equal to b (rig.model.request
+-- then uses b itself); never raises.
+function M.normal(b)
+  for k in pairs(b) do
+    if not M.FIELDS[k] then return false end
+  end
+  local t, mt = b.type, b.media_type
+  if not (t == "image" and M.IMAGE_TYPES[mt] or t == "document" and M.DOCUMENT_TYPES[mt]) then
+    return false
+  end
+  local data, blob, url = b.data, b.blob, b.url
+  local n = (data ~= nil and 1 or 0) + (blob ~= nil and 1 or 0) + (url ~= nil and 1 or 0)
+  if n ~= 1 then return false end
+  if data ~= nil and type(data) ~= "string" then return false end
+  if blob ~= nil and (type(blob) ~= "string" or not blob:match("^%x+$") or #blob ~= 64) then
+    return false
+  end
+  if url ~= nil and (type(url) ~= "string" or not url:match("^https?://[^%s]+$")) then
+    return false
+  end
+  if b.name ~= nil and type(b.name) ~= "string" then return false end
+  return b.size == nil or math.type(b.size) == "integer"
+end
+
+-- Normalized messages (which nothing changes afterwards) found to hold no
+-- media block, noted when a request is walked from its first message: a
+-- request whose list is new every time (a before_model hook's) is not walked
+-- block by block each time. A session's list grown at its end is walked only
+-- from where the last prepared request ended (M.prepare's `from`).
 local PLAIN = setmetatable({}, { __mode = "k" })
 
-local function each_media(req, fn)
-  for _, m in ipairs(req.messages) do
+local function each_media(req, from, fn)
+  local msgs = req.messages
+  local note = from == 1
+  for i = from, #msgs do
+    local m = msgs[i]
     if not PLAIN[m] then
       local any = false
       for _, b in ipairs(m.content) do
@@ -80,14 +109,15 @@ local function each_media(req, fn)
           end
         end
       end
-      if not any then PLAIN[m] = true end
+      if not any and note then PLAIN[m] = true end
     end
   end
 end
 
--- Resolves and encodes the request's media. Returns true, or nil and why.
-function M.prepare(req)
-  local err = each_media(req, function(b)
+-- Resolves and encodes the request's media, from its message `from` on (the
+-- ones before it prepared already: default 1). Returns true, or nil and why.
+function M.prepare(req, from)
+  local err = each_media(req, from or 1, function(b)
     if b.url or B64[b] then return nil end
     local bytes = b.data
     if bytes == nil then

@@ -56,18 +56,36 @@ local schema_values = { items = true, additionalProperties = true, ["not"] = tru
 
 local copy_schema
 
-local function copy_value(v, path, depth)
-  if depth > 64 then fail(path, "is nested too deeply", 6) end
-  if type(v) ~= "table" then
-    if type(v) == "function" or type(v) == "thread" or
-       (type(v) == "userdata" and v ~= json.null) then
-      fail(path, "cannot hold a " .. type(v), 6)
+-- copy_value's walk: the copy, or nil, why and the keys from the failing value
+-- up to v (so that the path, for the message, is built only on a failure).
+local function copy_walk(v, depth)
+  if depth > 64 then return nil, "is nested too deeply", {} end
+  local tv = type(v)
+  if tv ~= "table" then
+    if tv == "function" or tv == "thread" or (tv == "userdata" and v ~= json.null) then
+      return nil, "cannot hold a " .. tv, {}
     end
     return v
   end
   local out = {}
-  for k, x in pairs(v) do out[k] = copy_value(x, path .. "." .. tostring(k), depth + 1) end
+  for k, x in pairs(v) do
+    local c, msg, keys = copy_walk(x, depth + 1)
+    if keys then
+      keys[#keys + 1] = k
+      return nil, msg, keys
+    end
+    out[k] = c
+  end
   if json.is_array(v) then json.array(out) end
+  return out
+end
+
+local function copy_value(v, path, depth)
+  local out, msg, keys = copy_walk(v, depth)
+  if keys then
+    for i = #keys, 1, -1 do path = path .. "." .. tostring(keys[i]) end
+    fail(path, msg, 6)
+  end
   return out
 end
 
@@ -211,13 +229,126 @@ local function copy_block(b, role, path, level)
   return out
 end
 
+-- ---- messages already in normal form ----
+-- A message whose normalized copy would equal it, field for field, needs no
+-- copy: with a cache (whose caller promises not to change what it passed) the
+-- message itself goes into the request. These checks never raise: anything
+-- they do not accept goes through copy_block, which gives the errors.
+
+local ARRAY_MT = getmetatable(json.array({}))
+
+-- A table copy_value copies without failing and into an equal table.
+local function plain_value(v, depth)
+  if depth > 64 then return false end
+  local tv = type(v)
+  if tv ~= "table" then
+    return tv ~= "function" and tv ~= "thread" and (tv ~= "userdata" or v == json.null)
+  end
+  local mt = getmetatable(v)
+  if mt ~= nil and mt ~= ARRAY_MT then return false end
+  for _, x in pairs(v) do
+    if not plain_value(x, depth + 1) then return false end
+  end
+  return true
+end
+
+-- A list check_list accepts (keys exactly 1..#v), plain or marked as an array.
+local function plain_list(v)
+  if type(v) ~= "table" then return false end
+  local mt = getmetatable(v)
+  if mt ~= nil and mt ~= ARRAY_MT then return false end
+  local n = #v
+  for k in pairs(v) do
+    if math.type(k) ~= "integer" or k < 1 or k > n then return false end
+  end
+  return true
+end
+
+local function only(b, allowed)
+  for k in pairs(b) do
+    if not allowed[k] then return false end
+  end
+  return true
+end
+
+local function opt_str(v) return v == nil or type(v) == "string" end
+
+local normal_fields = {
+  text = { type = true, text = true, cache = true },
+  refusal = { type = true, text = true },
+  thinking = block_fields.thinking,
+  tool_use = { type = true, id = true, name = true, input = true, input_json = true }, -- no error
+  tool_result = { type = true, tool_use_id = true, content = true, is_error = true }, -- no details
+  result_text = { type = true, text = true },
+}
+
+local function normal_block(b, allowed)
+  if type(b) ~= "table" or getmetatable(b) ~= nil then return false end
+  local t = b.type
+  if t == nil or not allowed[t] then return false end
+  if t == "image" or t == "document" then return media.normal(b) end
+  if not only(b, normal_fields[t]) then return false end
+  if t == "text" then
+    return type(b.text) == "string" and (b.cache == nil or b.cache == true)
+  elseif t == "refusal" then
+    return type(b.text) == "string"
+  elseif t == "thinking" then
+    return type(b.thinking) == "string" and opt_str(b.signature) and opt_str(b.redacted)
+      and opt_str(b.id) and opt_str(b.source)
+  elseif t == "tool_use" then
+    if type(b.id) ~= "string" or type(b.name) ~= "string" then return false end
+    if type(b.input) ~= "table" or not plain_value(b.input, 0) then return false end
+    local raw = b.input_json
+    if raw == nil then return true end
+    if type(raw) ~= "string" then return false end
+    local v = json.decode(raw)
+    return type(v) == "table" and not json.is_array(v)
+  end
+  -- tool_result
+  if type(b.tool_use_id) ~= "string" or type(b.is_error) ~= "boolean" then return false end
+  local c = b.content
+  if type(c) == "string" then return true end
+  if not plain_list(c) then return false end
+  for i = 1, #c do
+    local x = c[i]
+    if type(x) ~= "table" or getmetatable(x) ~= nil then return false end
+    if media.is_media(x.type) then
+      if not media.normal(x) then return false end
+    elseif x.type ~= "text" or type(x.text) ~= "string" or not only(x, normal_fields.result_text) then
+      return false
+    end
+  end
+  return true
+end
+
+local function normal_message(msg)
+  if type(msg) ~= "table" or getmetatable(msg) ~= nil then return false end
+  for k in pairs(msg) do
+    if k ~= "role" and k ~= "content" then return false end
+  end
+  local role = msg.role
+  local allowed = (role == "user" or role == "assistant" or role == "tool") and allowed_blocks[role]
+  local content = msg.content
+  if not allowed or not plain_list(content) then return false end
+  local m = #content
+  if m == 0 then return false end
+  for j = 1, m do
+    if not normal_block(content[j], allowed) then return false end
+  end
+  return true
+end
+
 local TOOL_NAME = "^[%w_-]+$"
 
 -- cache (optional, owned by the caller): { messages = weak-keyed table } —
--- a message table seen before is not checked and copied again, and the same
--- tools list as last time reuses its copy. The caller promises not to change
--- a message or the tools list after passing it (the session runner's
--- committed history never changes).
+-- the caller promises not to change a message or the tools list after passing
+-- it (the session runner's committed history never changes). Then a message
+-- already in normal form goes into the request as it is (no copy), one that
+-- is not is checked and copied once (the copy kept in cache.messages); the
+-- same list as last time, grown at its end, is checked from where the last
+-- call ended (cache.reused: how many messages came over unchecked; a list met
+-- anew is looked up message by message in cache.messages); and the same tools
+-- list reuses its copy.
 function R.normalize(request, model, level, cache)
   level = (level or 1) + 1
   if type(request) ~= "table" then fail("request", "must be a table", level) end
@@ -242,18 +373,29 @@ function R.normalize(request, model, level, cache)
   end
   if n == 0 then fail("request.messages", "must hold at least one message", level) end
   local msgs = {}
+  local list = request.messages
   local seen = cache and cache.messages
   local first = 1
-  -- the same list as last time, grown at its end: copy the normalized prefix
-  if seen and cache.list == request.messages and cache.n <= n then
+  -- the same list as last time, grown at its end (its last message then still
+  -- in its place: a list cut back and grown again is checked anew): the
+  -- normalized prefix comes over as it is
+  if seen and cache.list == list and cache.n <= n and list[cache.n] == cache.last then
     table.move(cache.msgs, 1, cache.n, 1, msgs)
     first = cache.n + 1
   end
+  -- a list met anew (compaction, a hook's rewrite): its messages are noted, so
+  -- that the next new list finds them
+  local note = seen and first == 1
   for i = first, n do
-    local msg = request.messages[i]
+    local msg = list[i]
     local done = seen and seen[msg]
     if done then
       msgs[i] = done
+      goto next_message
+    end
+    if seen and normal_message(msg) then
+      msgs[i] = msg
+      if note then seen[msg] = msg end
       goto next_message
     end
     local path = "request.messages[" .. i .. "]"
@@ -282,7 +424,9 @@ function R.normalize(request, model, level, cache)
     ::next_message::
   end
   out.messages = msgs
-  if seen then cache.list, cache.msgs, cache.n = request.messages, msgs, n end
+  if seen then
+    cache.list, cache.msgs, cache.n, cache.last, cache.reused = list, msgs, n, list[n], first - 1
+  end
 
   local names = {}
   if cache and request.tools ~= nil and cache.tools_src == request.tools then
