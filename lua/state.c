@@ -60,7 +60,10 @@ static void *pool_alloc(struct lr_pool *P, size_t n)
 	size_t c = pool_class(n);
 	void *p = P->free[c];
 	if (p) {
-		P->free[c] = *(void **)p;
+		void *next = *(void **)p;
+		P->free[c] = next;
+		if (next)
+			__builtin_prefetch(next, 1, 3);
 		return p;
 	}
 	size_t size = (c + 1) * POOL_STEP;
