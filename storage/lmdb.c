@@ -56,6 +56,17 @@
  * posix_fallocate'd to the map size, so a full disk is an ENOSPC when the
  * map grows rather than a SIGBUS on a write into a hole.
  *
+ * Written ahead, so that a commit's sync is data and a flush: a
+ * posix_fallocate'd block is an unwritten extent until its first write,
+ * and the sync that writes it must also write the extent's change (ext4
+ * without a journal writes the inode's table block synchronously, and the
+ * log's fdatasync then waits for the same block). So the writer keeps the
+ * WRITE_AHEAD bytes past LMDB's last page written with zeros (only where
+ * FIEMAP reports a hole or an unwritten extent, inside a write transaction
+ * so that no other process's writer is using them, synced), at open and
+ * after an acknowledged batch has used half of them; the log is created
+ * with both its slots written in full.
+ *
  * The map grows when full: the writer aborts, takes the resize lock
  * exclusively (readers hold it shared for the life of each read
  * transaction, and the writer for its write transaction), doubles the map
@@ -80,13 +91,17 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
 #include <lmdb.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define SHORT_MAX 480            /* longer names are keyed by their SHA-256 */
@@ -101,6 +116,7 @@
 #define WAL_HDR 72
 #define WAL_ENT 15
 #define BOOT_LEN 40
+#define WRITE_AHEAD ((size_t)4 << 20) /* the map's bytes past LMDB's last page kept written */
 
 /*
  * A log slot: magic[8] "LRWAL1\n", crc32c[4] of bytes 12..end, len[4] of
@@ -157,6 +173,8 @@ struct core {
 	int no_sync;
 	int lazy_meta; /* MDB_NOMETASYNC: the log or mdb_env_sync makes a commit durable */
 	size_t max_batch;
+	size_t ahead;  /* the map is written up to here (past LMDB's last page; the writer's) */
+	int ahead_off; /* writing ahead is unsupported here or failed: not tried again */
 	char boot[BOOT_LEN];
 	/* the log (the writer's; -1 until the first logged group, -2 when unusable) */
 	int wal_fd, wal_dead;
@@ -433,6 +451,140 @@ static int adopt_map(struct core *c, struct lr_err *e)
 	int rc = mdb_env_set_mapsize(c->env, 0);
 	pthread_rwlock_unlock(&c->resize);
 	return rc ? lm_fail(rc, e, "adopting the map size of", c->root) : 0;
+}
+
+/* ---- writing ahead (see the header comment) ---- */
+
+static unsigned char zeros[1 << 16];
+
+static int zero_range(int fd, off_t from, off_t to)
+{
+	struct iovec iov[16];
+	for (size_t i = 0; i < 16; i++)
+		iov[i] = (struct iovec){ zeros, sizeof zeros };
+	while (from < to) {
+		off_t left = to - from;
+		int n = 0;
+		for (; n < 16 && left > 0; n++) {
+			iov[n].iov_len = left < (off_t)sizeof zeros ? (size_t)left : sizeof zeros;
+			left -= (off_t)iov[n].iov_len;
+		}
+		ssize_t w = pwritev(fd, iov, n, from);
+		for (int i = 0; i < n; i++)
+			iov[i].iov_len = sizeof zeros;
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		from += w;
+	}
+	return 0;
+}
+
+/*
+ * Writes zeros over what in [from, to) of fd is not written data (a hole,
+ * an unwritten or delayed extent) and syncs them. The caller makes sure
+ * nothing in the range is in use. 0, 1 when the file system cannot say
+ * (no FIEMAP: nothing written), or -errno.
+ */
+static int write_ahead(int fd, off_t from, off_t to)
+{
+	union {
+		struct fiemap fm;
+		char b[sizeof(struct fiemap) + 32 * sizeof(struct fiemap_extent)];
+	} u;
+	const unsigned not_data = FIEMAP_EXTENT_UNWRITTEN | FIEMAP_EXTENT_DELALLOC |
+				  FIEMAP_EXTENT_UNKNOWN;
+	off_t pos = from;
+	int rc = 0, wrote = 0;
+	while (pos < to && rc == 0) {
+		memset(&u, 0, sizeof u);
+		u.fm.fm_start = (uint64_t)pos;
+		u.fm.fm_length = (uint64_t)(to - pos);
+		u.fm.fm_extent_count = 32;
+		if (ioctl(fd, FS_IOC_FIEMAP, &u.fm) < 0) {
+			if (!wrote)
+				return 1;
+			rc = -errno;
+			break;
+		}
+		unsigned n = u.fm.fm_mapped_extents, last = n == 0;
+		off_t was = pos;
+		for (unsigned i = 0; i < n && rc == 0 && pos < to; i++) {
+			const struct fiemap_extent *x = &u.fm.fm_extents[i];
+			off_t a = (off_t)x->fe_logical, b = a + (off_t)x->fe_length;
+			if (b > to)
+				b = to;
+			if (a > pos) { /* a hole */
+				rc = zero_range(fd, pos, a < to ? a : to);
+				wrote = 1;
+			}
+			if (rc == 0 && (x->fe_flags & not_data) && b > (a > pos ? a : pos)) {
+				rc = zero_range(fd, a > pos ? a : pos, b);
+				wrote = 1;
+			}
+			if (b > pos)
+				pos = b;
+			if (x->fe_flags & FIEMAP_EXTENT_LAST)
+				last = 1;
+		}
+		if (rc == 0 && (last || n < 32) && pos < to) { /* a hole to the end */
+			rc = zero_range(fd, pos, to);
+			wrote = 1;
+			pos = to;
+		}
+		if (pos == was && rc == 0)
+			rc = -EIO; /* FIEMAP went nowhere */
+	}
+	if (rc == 0 && wrote && fdatasync(fd) < 0)
+		rc = -errno;
+	return rc;
+}
+
+/*
+ * Keeps WRITE_AHEAD bytes past LMDB's last page written. t is a write
+ * transaction that has not written yet: LMDB's writer lock keeps every
+ * other process's writer out of the range. Failure only stops writing
+ * ahead (the syncs then write the extents again).
+ */
+static void map_ahead(struct core *c, MDB_txn *t)
+{
+	MDB_envinfo info;
+	MDB_stat st;
+	int fd;
+	if (c->ahead_off || c->no_sync || mdb_env_get_fd(c->env, &fd) ||
+	    mdb_env_info(c->env, &info) || mdb_env_stat(c->env, &st))
+		return;
+	(void)t;
+	size_t end = ((size_t)info.me_last_pgno + 1) * st.ms_psize, to = end + WRITE_AHEAD;
+	if (to > info.me_mapsize)
+		to = info.me_mapsize;
+	if (c->ahead >= end + WRITE_AHEAD / 2 || c->ahead >= to || end >= to)
+		return;
+	if (write_ahead(fd, (off_t)(c->ahead > end ? c->ahead : end), (off_t)to) == 0)
+		c->ahead = to;
+	else
+		c->ahead_off = 1;
+}
+
+/* map_ahead between batches, when due, in a transaction of its own. */
+static void map_ahead_idle(struct core *c)
+{
+	MDB_envinfo info;
+	MDB_stat st;
+	if (c->ahead_off || c->no_sync || mdb_env_info(c->env, &info) ||
+	    mdb_env_stat(c->env, &st))
+		return;
+	size_t end = ((size_t)info.me_last_pgno + 1) * st.ms_psize;
+	if (c->ahead >= end + WRITE_AHEAD / 2 || c->ahead >= info.me_mapsize)
+		return;
+	pthread_rwlock_rdlock(&c->resize);
+	MDB_txn *t;
+	if (mdb_txn_begin(c->env, NULL, 0, &t) == 0) {
+		map_ahead(c, t);
+		mdb_txn_abort(t);
+	}
+	pthread_rwlock_unlock(&c->resize);
 }
 
 /* ---- read transactions ---- */
@@ -838,9 +990,14 @@ static int wal_open(struct core *c)
 		close(fd);
 		return -1;
 	}
-	/* the new name and the folder's, durable before anything relies on the log */
+	/*
+	 * Both slots written in full now, so that a slot's fdatasync is its
+	 * data and a flush: no size or extent change to write with it. Then
+	 * the new name and the folder's, durable before anything relies on the log.
+	 */
 	path[n] = 0;
-	if (sync_dir(path) || sync_dir(c->root) ||
+	if (zero_range(fd, 0, (off_t)(2 * WAL_SLOT)) || fdatasync(fd) || sync_dir(path) ||
+	    sync_dir(c->root) ||
 	    pthread_create(&c->syncer, NULL, syncer_main, c) != 0) {
 		unlink(c->wal_path);
 		close(fd);
@@ -1066,6 +1223,7 @@ static void *writer_main(void *arg)
 			settle(c, c->batch + done, k);
 			done += k;
 		}
+		map_ahead_idle(c); /* acknowledged: the next batch may wait for it, none before */
 		pthread_mutex_lock(&c->mu);
 	}
 	pthread_mutex_unlock(&c->mu);
@@ -2124,6 +2282,7 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 	}
 	if (rc)
 		goto lmfail;
+	map_ahead(c, t); /* before the transaction writes: the range is unused */
 	for (int i = 0; i < DB_N; i++)
 		if ((rc = mdb_dbi_open(t, db_names[i], MDB_CREATE, &c->dbi[i])) != 0)
 			goto lmfail;
