@@ -22,7 +22,10 @@
  * commits, makes the commit durable (unless no_sync) and only then
  * acknowledges each job. A job that fails its check (stale tip, stale
  * revision, different blob bytes) reports its error while the rest of the
- * batch commits.
+ * batch commits. One exception, the same otherwise: a blocking call
+ * (submit) that finds nothing queued, nobody committing and the last batch
+ * a single job commits its job on its own thread, sparing the hand-off to
+ * the writer and back; only one batch is ever being committed (busy).
  *
  * Durable in one sync, not two (docs/decisions/0008-log-ahead-of-the-meta-sync.md).
  * A durable LMDB commit is two ordered syncs: the data pages, then the
@@ -56,6 +59,17 @@
  * posix_fallocate'd to the map size, so a full disk is an ENOSPC when the
  * map grows rather than a SIGBUS on a write into a hole.
  *
+ * Written ahead, so that a commit's sync is data and a flush: a
+ * posix_fallocate'd block is an unwritten extent until its first write,
+ * and the sync that writes it must also write the extent's change (ext4
+ * without a journal writes the inode's table block synchronously, and the
+ * log's fdatasync then waits for the same block). So the writer keeps the
+ * WRITE_AHEAD bytes past LMDB's last page written with zeros (only where
+ * FIEMAP reports a hole or an unwritten extent, inside a write transaction
+ * so that no other process's writer is using them, synced), at open and
+ * after an acknowledged batch has used half of them; the log is created
+ * with both its slots written in full.
+ *
  * The map grows when full: the writer aborts, takes the resize lock
  * exclusively (readers hold it shared for the life of each read
  * transaction, and the writer for its write transaction), doubles the map
@@ -80,13 +94,18 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
 #include <lmdb.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define SHORT_MAX 480            /* longer names are keyed by their SHA-256 */
@@ -101,6 +120,7 @@
 #define WAL_HDR 72
 #define WAL_ENT 15
 #define BOOT_LEN 40
+#define WRITE_AHEAD ((size_t)4 << 20) /* the map's bytes past LMDB's last page kept written */
 
 /*
  * A log slot: magic[8] "LRWAL1\n", crc32c[4] of bytes 12..end, len[4] of
@@ -157,6 +177,8 @@ struct core {
 	int no_sync;
 	int lazy_meta; /* MDB_NOMETASYNC: the log or mdb_env_sync makes a commit durable */
 	size_t max_batch;
+	size_t ahead;  /* the map is written up to here (past LMDB's last page; busy's holder's) */
+	int ahead_off; /* writing ahead is unsupported here or failed: not tried again */
 	char boot[BOOT_LEN];
 	/* the log (the writer's; -1 until the first logged group, -2 when unusable) */
 	int wal_fd, wal_dead;
@@ -164,18 +186,20 @@ struct core {
 	unsigned char *wal_buf;
 	int wal_slot;
 	/* the syncer: writes and fdatasyncs a slot while the writer commits */
-	pthread_mutex_t smu;
-	pthread_cond_t scond;
-	int s_state; /* 0 idle, 1 posted, 2 done */
+	sem_t s_go, s_done; /* a slot posted; its write and sync done (one of each a group) */
 	int s_stop, s_started;
-	size_t s_len;
-	int s_rc;
+	size_t s_len; /* set before s_go is posted */
+	int s_rc;     /* set before s_done is posted */
 	pthread_t syncer;
 	pthread_rwlock_t resize;
 	pthread_mutex_t mu;
 	pthread_cond_t wake;
 	struct job *head, *tail;
 	struct job **batch; /* max_batch slots, the writer's */
+	int busy;      /* a batch is being committed (by the writer or by a caller, see submit) */
+	pthread_mutex_t commit_mu; /* held by whoever commits: the log and ahead state are its */
+	size_t last_n; /* jobs in the last batch committed (a caller commits its own only after 1) */
+	int ahead_due; /* a caller's commit found map_ahead due: the writer does it */
 	int stopping;
 	pthread_t writer;
 };
@@ -433,6 +457,146 @@ static int adopt_map(struct core *c, struct lr_err *e)
 	int rc = mdb_env_set_mapsize(c->env, 0);
 	pthread_rwlock_unlock(&c->resize);
 	return rc ? lm_fail(rc, e, "adopting the map size of", c->root) : 0;
+}
+
+/* ---- writing ahead (see the header comment) ---- */
+
+static unsigned char zeros[1 << 16];
+
+static int zero_range(int fd, off_t from, off_t to)
+{
+	struct iovec iov[16];
+	for (size_t i = 0; i < 16; i++)
+		iov[i] = (struct iovec){ zeros, sizeof zeros };
+	while (from < to) {
+		off_t left = to - from;
+		int n = 0;
+		for (; n < 16 && left > 0; n++) {
+			iov[n].iov_len = left < (off_t)sizeof zeros ? (size_t)left : sizeof zeros;
+			left -= (off_t)iov[n].iov_len;
+		}
+		ssize_t w = pwritev(fd, iov, n, from);
+		for (int i = 0; i < n; i++)
+			iov[i].iov_len = sizeof zeros;
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		from += w;
+	}
+	return 0;
+}
+
+/*
+ * Writes zeros over what in [from, to) of fd is not written data (a hole,
+ * an unwritten or delayed extent) and syncs them. The caller makes sure
+ * nothing in the range is in use. 0, 1 when the file system cannot say
+ * (no FIEMAP: nothing written), or -errno.
+ */
+static int write_ahead(int fd, off_t from, off_t to)
+{
+	union {
+		struct fiemap fm;
+		char b[sizeof(struct fiemap) + 32 * sizeof(struct fiemap_extent)];
+	} u;
+	const unsigned not_data = FIEMAP_EXTENT_UNWRITTEN | FIEMAP_EXTENT_DELALLOC |
+				  FIEMAP_EXTENT_UNKNOWN;
+	off_t pos = from;
+	int rc = 0, wrote = 0;
+	while (pos < to && rc == 0) {
+		memset(&u, 0, sizeof u);
+		u.fm.fm_start = (uint64_t)pos;
+		u.fm.fm_length = (uint64_t)(to - pos);
+		u.fm.fm_extent_count = 32;
+		if (ioctl(fd, FS_IOC_FIEMAP, &u.fm) < 0) {
+			if (!wrote)
+				return 1;
+			rc = -errno;
+			break;
+		}
+		unsigned n = u.fm.fm_mapped_extents, last = n == 0;
+		off_t was = pos;
+		for (unsigned i = 0; i < n && rc == 0 && pos < to; i++) {
+			const struct fiemap_extent *x = &u.fm.fm_extents[i];
+			off_t a = (off_t)x->fe_logical, b = a + (off_t)x->fe_length;
+			if (b > to)
+				b = to;
+			if (a > pos) { /* a hole */
+				rc = zero_range(fd, pos, a < to ? a : to);
+				wrote = 1;
+			}
+			if (rc == 0 && (x->fe_flags & not_data) && b > (a > pos ? a : pos)) {
+				rc = zero_range(fd, a > pos ? a : pos, b);
+				wrote = 1;
+			}
+			if (b > pos)
+				pos = b;
+			if (x->fe_flags & FIEMAP_EXTENT_LAST)
+				last = 1;
+		}
+		if (rc == 0 && (last || n < 32) && pos < to) { /* a hole to the end */
+			rc = zero_range(fd, pos, to);
+			wrote = 1;
+			pos = to;
+		}
+		if (pos == was && rc == 0)
+			rc = -EIO; /* FIEMAP went nowhere */
+	}
+	if (rc == 0 && wrote && fdatasync(fd) < 0)
+		rc = -errno;
+	return rc;
+}
+
+/*
+ * Keeps WRITE_AHEAD bytes past LMDB's last page written. t is a write
+ * transaction that has not written yet: LMDB's writer lock keeps every
+ * other process's writer out of the range. Failure only stops writing
+ * ahead (the syncs then write the extents again).
+ */
+static void map_ahead(struct core *c, MDB_txn *t)
+{
+	MDB_envinfo info;
+	MDB_stat st;
+	int fd;
+	if (c->ahead_off || c->no_sync || mdb_env_get_fd(c->env, &fd) ||
+	    mdb_env_info(c->env, &info) || mdb_env_stat(c->env, &st))
+		return;
+	(void)t;
+	size_t end = ((size_t)info.me_last_pgno + 1) * st.ms_psize, to = end + WRITE_AHEAD;
+	if (to > info.me_mapsize)
+		to = info.me_mapsize;
+	if (c->ahead >= end + WRITE_AHEAD / 2 || c->ahead >= to || end >= to)
+		return;
+	if (write_ahead(fd, (off_t)(c->ahead > end ? c->ahead : end), (off_t)to) == 0)
+		c->ahead = to;
+	else
+		c->ahead_off = 1;
+}
+
+/* Whether map_ahead is due (the writer's, or busy's holder's). */
+static int ahead_wanted(struct core *c)
+{
+	MDB_envinfo info;
+	MDB_stat st;
+	if (c->ahead_off || c->no_sync || mdb_env_info(c->env, &info) ||
+	    mdb_env_stat(c->env, &st))
+		return 0;
+	size_t end = ((size_t)info.me_last_pgno + 1) * st.ms_psize;
+	return c->ahead < end + WRITE_AHEAD / 2 && c->ahead < info.me_mapsize;
+}
+
+/* map_ahead between batches, when due, in a transaction of its own. */
+static void map_ahead_idle(struct core *c)
+{
+	if (!ahead_wanted(c))
+		return;
+	pthread_rwlock_rdlock(&c->resize);
+	MDB_txn *t;
+	if (mdb_txn_begin(c->env, NULL, 0, &t) == 0) {
+		map_ahead(c, t);
+		mdb_txn_abort(t);
+	}
+	pthread_rwlock_unlock(&c->resize);
 }
 
 /* ---- read transactions ---- */
@@ -774,27 +938,28 @@ static int pwrite_full(int fd, const void *buf, size_t n, off_t off)
 	return 0;
 }
 
+/*
+ * Semaphores, not a mutex and a condition: a post with nobody waiting and
+ * a wait for what was already posted make no system call, and neither
+ * side wakes the other only to make it wait for a lock (the writer's
+ * msync is usually the slower, so it seldom sleeps in wal_wait at all).
+ */
 static void *syncer_main(void *arg)
 {
 	struct core *c = arg;
-	pthread_mutex_lock(&c->smu);
 	for (;;) {
-		while (c->s_state != 1 && !c->s_stop)
-			pthread_cond_wait(&c->scond, &c->smu);
-		if (c->s_state != 1)
+		while (sem_wait(&c->s_go) < 0 && errno == EINTR)
+			;
+		if (c->s_stop)
 			break;
 		size_t len = c->s_len;
 		off_t off = (off_t)c->wal_slot * (off_t)WAL_SLOT;
-		pthread_mutex_unlock(&c->smu);
 		int rc = pwrite_full(c->wal_fd, c->wal_buf, len, off);
 		if (rc == 0 && fdatasync(c->wal_fd) < 0)
 			rc = -errno;
-		pthread_mutex_lock(&c->smu);
 		c->s_rc = rc;
-		c->s_state = 2;
-		pthread_cond_broadcast(&c->scond);
+		sem_post(&c->s_done);
 	}
-	pthread_mutex_unlock(&c->smu);
 	return NULL;
 }
 
@@ -838,9 +1003,14 @@ static int wal_open(struct core *c)
 		close(fd);
 		return -1;
 	}
-	/* the new name and the folder's, durable before anything relies on the log */
+	/*
+	 * Both slots written in full now, so that a slot's fdatasync is its
+	 * data and a flush: no size or extent change to write with it. Then
+	 * the new name and the folder's, durable before anything relies on the log.
+	 */
 	path[n] = 0;
-	if (sync_dir(path) || sync_dir(c->root) ||
+	if (zero_range(fd, 0, (off_t)(2 * WAL_SLOT)) || fdatasync(fd) || sync_dir(path) ||
+	    sync_dir(c->root) ||
 	    pthread_create(&c->syncer, NULL, syncer_main, c) != 0) {
 		unlink(c->wal_path);
 		close(fd);
@@ -894,22 +1064,15 @@ static size_t wal_build(struct core *c, MDB_txn *t, struct job **jobs, size_t n)
 
 static void wal_post(struct core *c, size_t len)
 {
-	pthread_mutex_lock(&c->smu);
 	c->s_len = len;
-	c->s_state = 1;
-	pthread_cond_broadcast(&c->scond);
-	pthread_mutex_unlock(&c->smu);
+	sem_post(&c->s_go);
 }
 
 static int wal_wait(struct core *c)
 {
-	pthread_mutex_lock(&c->smu);
-	while (c->s_state != 2)
-		pthread_cond_wait(&c->scond, &c->smu);
-	c->s_state = 0;
-	int rc = c->s_rc;
-	pthread_mutex_unlock(&c->smu);
-	return rc;
+	while (sem_wait(&c->s_done) < 0 && errno == EINTR)
+		;
+	return c->s_rc;
 }
 
 /* The commit of a logged slot failed: the slot must not be replayed. */
@@ -1041,15 +1204,22 @@ static void settle(struct core *c, struct job **jobs, size_t n)
 	}
 }
 
+/*
+ * The writer thread: commits what is queued while no caller is committing
+ * on its own thread (busy; see submit), and writes the map ahead when a
+ * caller's commit found it due.
+ */
 static void *writer_main(void *arg)
 {
 	struct core *c = arg;
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
-		while (!c->head && !c->stopping)
+		while (c->busy || (!c->head && !c->ahead_due && !c->stopping))
 			pthread_cond_wait(&c->wake, &c->mu);
-		if (!c->head)
+		if (!c->head && (c->stopping || !c->ahead_due))
 			break;
+		c->busy = 1;
+		c->ahead_due = 0;
 		size_t n = 0, bytes = 0;
 		while (c->head && n < c->max_batch && (n == 0 || bytes < BATCH_BYTES)) {
 			struct job *j = c->head;
@@ -1060,13 +1230,19 @@ static void *writer_main(void *arg)
 			c->batch[n++] = j;
 		}
 		pthread_mutex_unlock(&c->mu);
+		pthread_mutex_lock(&c->commit_mu);
 		size_t done = 0;
 		while (done < n) {
 			size_t k = run_batch(c, c->batch + done, n - done);
 			settle(c, c->batch + done, k);
 			done += k;
 		}
+		map_ahead_idle(c); /* acknowledged: the next batch may wait for it, none before */
+		pthread_mutex_unlock(&c->commit_mu);
 		pthread_mutex_lock(&c->mu);
+		c->busy = 0;
+		if (n)
+			c->last_n = n;
 	}
 	pthread_mutex_unlock(&c->mu);
 	return NULL;
@@ -1083,18 +1259,42 @@ static void enqueue(struct core *c, struct job *j)
 	pthread_cond_signal(&c->wake);
 }
 
-/* Submits a job and waits for its transaction to commit. */
+/*
+ * Submits a job and waits for its transaction to commit. When nothing is
+ * queued, nobody is committing and the last batch held one job (one
+ * writer at a time, so there is nothing to group), the caller commits its
+ * job itself, on its own thread, with the same syncs before it returns:
+ * two thread hand-offs fewer (to the writer and back). Otherwise the job
+ * queues for the writer, in order, and is grouped with the others.
+ */
 static int submit(struct core *c, struct job *j, struct lr_err *e)
 {
-	pthread_cond_init(&j->cond, NULL);
 	j->done = 0;
 	j->cb = NULL;
 	pthread_mutex_lock(&c->mu);
-	enqueue(c, j);
-	while (!j->done)
-		pthread_cond_wait(&j->cond, &c->mu);
-	pthread_mutex_unlock(&c->mu);
-	pthread_cond_destroy(&j->cond);
+	if (!c->head && !c->busy && !c->stopping && c->last_n <= 1) {
+		c->busy = 1;
+		pthread_mutex_unlock(&c->mu);
+		struct job *one[1] = { j };
+		pthread_mutex_lock(&c->commit_mu);
+		run_batch(c, one, 1); /* one job: never split, always settled */
+		int due = ahead_wanted(c);
+		pthread_mutex_unlock(&c->commit_mu);
+		pthread_mutex_lock(&c->mu);
+		c->busy = 0;
+		c->last_n = 1;
+		c->ahead_due |= due;
+		if (c->head || c->ahead_due)
+			pthread_cond_signal(&c->wake);
+		pthread_mutex_unlock(&c->mu);
+	} else {
+		pthread_cond_init(&j->cond, NULL);
+		enqueue(c, j);
+		while (!j->done)
+			pthread_cond_wait(&j->cond, &c->mu);
+		pthread_mutex_unlock(&c->mu);
+		pthread_cond_destroy(&j->cond);
+	}
 	if (j->rc)
 		*e = j->err;
 	return j->rc;
@@ -2004,9 +2204,10 @@ static void core_free(struct core *c)
 		mdb_env_close(c->env);
 	pthread_rwlock_destroy(&c->resize);
 	pthread_mutex_destroy(&c->mu);
+	pthread_mutex_destroy(&c->commit_mu);
 	pthread_cond_destroy(&c->wake);
-	pthread_mutex_destroy(&c->smu);
-	pthread_cond_destroy(&c->scond);
+	sem_destroy(&c->s_go);
+	sem_destroy(&c->s_done);
 	free(c->wal_buf);
 	free(c->wal_path);
 	free(c->batch);
@@ -2023,10 +2224,8 @@ static void core_close(struct core *c)
 	pthread_mutex_unlock(&c->mu);
 	pthread_join(c->writer, NULL);
 	if (c->s_started) {
-		pthread_mutex_lock(&c->smu);
 		c->s_stop = 1;
-		pthread_cond_broadcast(&c->scond);
-		pthread_mutex_unlock(&c->smu);
+		sem_post(&c->s_go);
 		pthread_join(c->syncer, NULL);
 	}
 	if (c->wal_fd >= 0) {
@@ -2073,12 +2272,13 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 	c->lazy_meta = !o->no_sync;
 	c->wal_fd = -1;
 	read_boot_id(c, o->boot_id);
-	pthread_mutex_init(&c->smu, NULL);
-	pthread_cond_init(&c->scond, NULL);
+	sem_init(&c->s_go, 0, 0);
+	sem_init(&c->s_done, 0, 0);
 	c->max_batch = o->max_batch > 0 ? (size_t)o->max_batch : 1024;
 	c->batch = malloc(c->max_batch * sizeof *c->batch);
 	pthread_rwlock_init(&c->resize, NULL);
 	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_init(&c->commit_mu, NULL);
 	pthread_cond_init(&c->wake, NULL);
 	size_t map = o->initial_map ? o->initial_map : DEFAULT_MAP;
 	unsigned flags = MDB_NOTLS | MDB_WRITEMAP | (o->no_sync ? MDB_NOSYNC : MDB_NOMETASYNC);
@@ -2124,6 +2324,7 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 	}
 	if (rc)
 		goto lmfail;
+	map_ahead(c, t); /* before the transaction writes: the range is unused */
 	for (int i = 0; i < DB_N; i++)
 		if ((rc = mdb_dbi_open(t, db_names[i], MDB_CREATE, &c->dbi[i])) != 0)
 			goto lmfail;

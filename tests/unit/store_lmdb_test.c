@@ -6,8 +6,11 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
 #include <lmdb.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 
 #include "test.h"
@@ -136,6 +139,39 @@ static int grower_main(const char *root)
 }
 
 static void new_root(char *out, size_t cap);
+static int log_full_size(const char *root);
+
+#define FILL_N 300
+#define FILL_LEN ((size_t)16 << 10)
+
+/*
+ * Child: FILL_N durable 16 KiB appends to its ledger from a 1 MiB map (so
+ * the map grows past where it was written ahead, four times), then one
+ * small append (acknowledged only once the writer has written ahead after
+ * the last big one), "ok" on stdout, and it waits to be killed.
+ */
+static int filler_main(const char *root, const char *name, unsigned seed)
+{
+	struct lr_store *s;
+	struct lr_err e;
+	if (lm_open_root(root, 0, (size_t)1 << 20, &s, &e))
+		return 1;
+	unsigned char *p = malloc(FILL_LEN);
+	for (int i = 0; i < FILL_N; i++) {
+		conf_fill(p, FILL_LEN, seed + (unsigned)i);
+		if (lr_store_append(s, name, (uint64_t)i, p, FILL_LEN, &e)) {
+			fprintf(stderr, "filler: %s\n", e.msg);
+			return 1;
+		}
+	}
+	if (lr_store_append(s, name, FILL_N, "end", 3, &e))
+		return 1;
+	free(p);
+	printf("ok\n");
+	fflush(stdout);
+	for (;;)
+		pause();
+}
 
 static int copy_file(const char *from, const char *to)
 {
@@ -242,6 +278,7 @@ TEST(power_loss_replays_the_log)
 	new_root(root, sizeof root);
 	power_loss(root);
 	CHECK_EQ_INT(find_log(root, log, sizeof log), 0);
+	CHECK_EQ_INT(log_full_size(root), 0); /* zeros past each slot's group: still read right */
 	struct lr_store *s;
 	struct lr_err e;
 	CHECK_EQ_INT(open_after_reboot(root, &s, &e), 0);
@@ -307,6 +344,150 @@ TEST(log_removed_on_close_and_after_a_kill)
 	CHECK_EQ_INT(lm_open_root(root, 0, 0, &s, &e), 0);
 	CHECK(find_log(root, log, sizeof log) < 0);
 	lr_store_close(s);
+}
+
+/*
+ * Bytes of data.mdb from LMDB's last page that are not written data (a
+ * hole or an unwritten extent) within the next `want` bytes (the map's
+ * end at most); -1 when FIEMAP cannot say. Opens the environment read-only:
+ * no store may be open on root in this process.
+ */
+static long long unwritten_past_end(const char *root, size_t want)
+{
+	MDB_env *env;
+	MDB_envinfo info;
+	MDB_stat st;
+	if (mdb_env_create(&env))
+		return -1;
+	if (mdb_env_open(env, root, MDB_RDONLY, 0600) ||
+	    mdb_env_info(env, &info) || mdb_env_stat(env, &st)) {
+		mdb_env_close(env);
+		return -1;
+	}
+	mdb_env_close(env);
+	char path[600];
+	snprintf(path, sizeof path, "%s/data.mdb", root);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat fst;
+	if (fd < 0 || fstat(fd, &fst)) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	long long from = ((long long)info.me_last_pgno + 1) * st.ms_psize, to = from + (long long)want;
+	if (to > (long long)fst.st_size)
+		to = (long long)fst.st_size;
+	long long pos = from, bad = 0;
+	union {
+		struct fiemap fm;
+		char b[sizeof(struct fiemap) + 64 * sizeof(struct fiemap_extent)];
+	} u;
+	memset(&u, 0, sizeof u);
+	u.fm.fm_start = (uint64_t)from;
+	u.fm.fm_length = (uint64_t)(to - from);
+	u.fm.fm_flags = FIEMAP_FLAG_SYNC;
+	u.fm.fm_extent_count = 64;
+	if (to <= from || ioctl(fd, FS_IOC_FIEMAP, &u.fm) < 0) {
+		close(fd);
+		return to <= from ? 0 : -1;
+	}
+	close(fd);
+	for (unsigned i = 0; i < u.fm.fm_mapped_extents && pos < to; i++) {
+		const struct fiemap_extent *x = &u.fm.fm_extents[i];
+		long long a = (long long)x->fe_logical, b = a + (long long)x->fe_length;
+		if (a > pos)
+			bad += (a < to ? a : to) - pos; /* a hole */
+		if (b > to)
+			b = to;
+		if ((x->fe_flags & (FIEMAP_EXTENT_UNWRITTEN | FIEMAP_EXTENT_DELALLOC)) &&
+		    b > (a > pos ? a : pos))
+			bad += b - (a > pos ? a : pos);
+		if (b > pos)
+			pos = b;
+	}
+	return bad + (to > pos ? to - pos : 0);
+}
+
+struct fill_read {
+	unsigned seed;
+	unsigned char *want;
+	uint64_t n, bad;
+};
+
+static int fill_cb(void *arg, const struct lr_record *r)
+{
+	struct fill_read *f = arg;
+	f->n++;
+	if (r->seq == FILL_N + 1) {
+		f->bad += r->len != 3 || memcmp(r->data, "end", 3) != 0;
+		return 0;
+	}
+	conf_fill(f->want, FILL_LEN, f->seed + (unsigned)(r->seq - 1));
+	f->bad += r->seq != f->n || r->len != FILL_LEN || memcmp(r->data, f->want, FILL_LEN) != 0;
+	return 0;
+}
+
+/* Every record of a filler's ledger, byte for byte: 0, or how many are wrong or missing. */
+static long long fill_check(struct lr_store *s, const char *name, unsigned seed)
+{
+	struct lr_err e;
+	struct fill_read f = { seed, malloc(FILL_LEN), 0, 0 };
+	int rc = lr_store_read(s, name, 1, 0, fill_cb, &f, &e);
+	free(f.want);
+	return rc ? -1 : (long long)f.bad + (FILL_N + 1 - (long long)f.n);
+}
+
+/* The log of the one live or dead process under root: 0 when it is 2 MiB, written in full. */
+static int log_full_size(const char *root)
+{
+	char log[1024];
+	struct stat st;
+	if (find_log(root, log, sizeof log) || stat(log, &st))
+		return -1;
+	return st.st_size == (off_t)2 << 20 && (long long)st.st_blocks * 512 >= (2LL << 20) ? 0 : 1;
+}
+
+/*
+ * Two processes fill one root from a 1 MiB map, so that records land past
+ * the map's old end and in what each wrote ahead (zeros, inside LMDB's
+ * write lock); one is killed. Every acknowledged byte survives the reopen,
+ * the bytes past LMDB's last page are written (no extent left for a sync
+ * to convert), and the dead process's log was 2 MiB, both slots written.
+ */
+TEST(written_ahead_map_survives_growth_and_a_kill)
+{
+	char root[512];
+	new_root(root, sizeof root);
+	int pid;
+	const char *argv[] = { "store_lmdb_test", "filler", root, "fill/child", "1000", NULL };
+	int fd = spawn_self(argv, &pid);
+	CHECK(fd >= 0);
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(lm_open_root(root, 0, (size_t)1 << 20, &s, &e), 0);
+	unsigned char *p = malloc(FILL_LEN);
+	for (int i = 0; i < FILL_N; i++) {
+		conf_fill(p, FILL_LEN, 1u + (unsigned)i);
+		CHECK_EQ_INT(lr_store_append(s, "fill/parent", (uint64_t)i, p, FILL_LEN, &e), 0);
+	}
+	CHECK_EQ_INT(lr_store_append(s, "fill/parent", FILL_N, "end", 3, &e), 0);
+	free(p);
+	lr_store_close(s);
+	char buf[8] = { 0 };
+	CHECK_EQ_INT((int)read(fd, buf, sizeof buf - 1), 3);
+	close(fd);
+	CHECK_EQ_INT(log_full_size(root), 0);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	CHECK_EQ_INT(log_full_size(root), 0);
+	long long bad = unwritten_past_end(root, (size_t)1 << 20);
+	CHECK_EQ_INT(lm_open_root(root, 0, 0, &s, &e), 0);
+	CHECK_EQ_INT(fill_check(s, "fill/parent", 1), 0);
+	CHECK_EQ_INT(fill_check(s, "fill/child", 1000), 0);
+	lr_store_close(s);
+	if (bad < 0)
+		SKIP("no FIEMAP here: the bytes written ahead are not checked");
+	CHECK_EQ_INT(bad, 0);
 }
 
 static void new_root(char *out, size_t cap)
@@ -642,6 +823,8 @@ int main(int argc, char **argv)
 		return grower_main(argv[2]);
 	if (argc == 3 && strcmp(argv[1], "poweroff") == 0)
 		return poweroff_main(argv[2]);
+	if (argc == 5 && strcmp(argv[1], "filler") == 0)
+		return filler_main(argv[2], argv[3], (unsigned)atoi(argv[4]));
 	small = getenv("ASAN_OPTIONS") != NULL;
 	const char *tmp = getenv("TMPDIR");
 	snprintf(base, sizeof base, "%s/lr-lmdb-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -666,6 +849,7 @@ int main(int argc, char **argv)
 	RUN(power_loss_replays_the_log);
 	RUN(power_loss_skips_a_torn_slot);
 	RUN(log_removed_on_close_and_after_a_kill);
+	RUN(written_ahead_map_survives_growth_and_a_kill);
 	rm_rf(base);
 	return test_summary();
 }
