@@ -41,10 +41,22 @@ end
 
 -- ---- ids and events ----
 
+-- prefix .. epoch .. "." .. n; the head before n is made once a prefix
+-- (and again should S.epoch change), not a string per id.
 local function next_id(S, prefix)
   local n = S.counter + 1
   S.counter = n
-  return prefix .. S.epoch .. "." .. n
+  local heads = S.id_heads
+  if not heads or S.id_heads_epoch ~= S.epoch then
+    heads = {}
+    S.id_heads, S.id_heads_epoch = heads, S.epoch
+  end
+  local head = heads[prefix]
+  if not head then
+    head = prefix .. S.epoch .. "."
+    heads[prefix] = head
+  end
+  return head .. n
 end
 
 -- Queues one event (and waits for it when it is enduring and wait is not
@@ -66,9 +78,11 @@ local function emit(S, etype, fields, wait)
   if not text then
     error("rig.session: internal: cannot encode " .. etype .. ": " .. tostring(err), 2)
   end
-  return S.core:emit(text, { type = etype, loop_id = ev.loop_id, enduring = enduring == true,
-    ends_turn = TERMINAL[etype] == true, id = enduring and ev.event_id or nil,
-    wait = enduring and wait ~= false })
+  -- the options as arguments: no table a call (C's sess:emit_event)
+  if enduring then
+    return S.core:emit_event(text, etype, ev.loop_id, true, ev.event_id, wait ~= false)
+  end
+  return S.core:emit_event(text, etype, ev.loop_id, false, nil, false)
 end
 
 local function catalog(S, t)

@@ -63,6 +63,52 @@ describe("rig.core sessions", function()
     s:close()
   end)
 
+  it("emit_event takes an event's options as arguments: the results and messages of emit", function()
+    local store = core.store_memory()
+    local s = assert(core.session_open(store))
+    local sub = s:subscribe{ loops = "all", ephemeral = true }
+    expect(s:emit_event(ev("TurnStarted"), "TurnStarted", "assistant", true, "e1", false)).to_be(true)
+    expect(s:emit_event(ev("TokenDelta"), "TokenDelta", "assistant", false, nil, false)).to_be(true)
+    expect(s:emit_event(ev("StepDone"), "StepDone", nil, true, "e2", true)).to_be(3)
+    -- the same id and bytes again: the original seq
+    expect(s:emit_event(ev("StepDone"), "StepDone", nil, true, "e2", true)).to_be(3)
+    -- wait counts only for an enduring event
+    expect(s:emit_event(ev("TokenDelta"), "TokenDelta", nil, false, nil, true)).to_be(true)
+    expect(sub:next(1)).to_be(ev("TurnStarted"))
+    expect(sub:next(1)).to_be(ev("TokenDelta"))
+    expect(sub:next(1)).to_be(ev("StepDone"))
+    expect(sub:next(1)).to_be(ev("TokenDelta"))
+    expect(s:tip()).to_be(3)
+    local function msg(f, ...)
+      local ok, m = pcall(f, s, ...)
+      expect(ok).to_be(false)
+      return m
+    end
+    local long = string.rep("x", 257)
+    local cases = {
+      { { "{}", { enduring = true } }, { "{}", nil, nil, true, nil, true },
+        "rig.session.emit: option 'type' must be a string" },
+      { { "{}", { type = "X", loop_id = 3 } }, { "{}", "X", 3, false, nil, false },
+        "rig.session.emit: option 'loop_id' must be a string" },
+      { { "{}", { type = "X", enduring = "yes" } }, { "{}", "X", nil, "yes", nil, false },
+        "rig.session.emit: option 'enduring' must be a boolean" },
+      { { "{}", { type = "X", id = 7 } }, { "{}", "X", nil, true, 7, false },
+        "rig.session.emit: option 'id' must be a string" },
+      { { "{}", { type = "X", id = "a\tb" } }, { "{}", "X", nil, true, "a\tb", false },
+        "rig.session.emit: option 'id' must be printable ASCII" },
+      { { "{}", { type = "X", id = long } }, { "{}", "X", nil, true, long, false },
+        "rig.session.emit: option 'id' is longer than 256 bytes or holds NUL" },
+      { { "{}", { type = "X", wait = 1 } }, { "{}", "X", nil, true, nil, 1 },
+        "rig.session.emit: option 'wait' must be a boolean" },
+    }
+    for _, c in ipairs(cases) do
+      expect(msg(s.emit, table.unpack(c[1], 1, 2))).to_be(c[3])
+      expect(msg(s.emit_event, table.unpack(c[2], 1, 6))).to_be(c[3])
+    end
+    s:close()
+    expect(function() s:emit_event("{}", "X", nil, false, nil, false) end).to_fail("closed rig.session")
+  end)
+
   it("filters by loop and counts dropped ephemeral events", function()
     local store = core.store_memory()
     local s = assert(core.session_open(store))
