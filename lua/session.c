@@ -333,25 +333,25 @@ static const char *check_emit_id(lua_State *L, int idx, const char *fn)
 	return id;
 }
 
-/* What sess_emit and sess_emit_event share once their options are read. */
-static int emit_start(lua_State *L, struct sess *u, struct lr_session_emit *a, int wait)
+/* An emit that waits gets its op before the record is handed over; NULL otherwise. */
+static struct emitop *emit_prepare(lua_State *L, struct lr_session_emit *a, int wait)
 {
-	const char *fn = "rig.session.emit";
-	if (a->len > LR_JOURNAL_BODY_MAX)
-		return luaL_error(L, "%s: body of %d bytes is too large", fn, (int)a->len);
-	struct emitop *op = NULL;
-	if (wait) {
-		lr_sched_enter(L);
-		op = lua_newuserdatauv(L, sizeof *op, 0);
-		memset(op, 0, sizeof *op);
-		luaL_setmetatable(L, EMITOP_MT);
-		op->wait.cancel = emit_cancel;
-		a->done = emit_done;
-		a->arg = op;
-	}
-	const char *msg;
-	struct lr_session_emission *em = NULL;
-	int rc = lr_session_emit(u->s, a, &em, &msg);
+	if (!wait)
+		return NULL;
+	lr_sched_enter(L);
+	struct emitop *op = lua_newuserdatauv(L, sizeof *op, 0);
+	memset(op, 0, sizeof *op);
+	luaL_setmetatable(L, EMITOP_MT);
+	op->wait.cancel = emit_cancel;
+	a->done = emit_done;
+	a->arg = op;
+	return op;
+}
+
+/* lr_session_emit's answer, as sess:emit returns it. */
+static int emit_finish(lua_State *L, struct sess *u, int rc, const char *msg,
+		       struct lr_session_emission *em, struct emitop *op)
+{
 	if (rc == LR_EREFUSED)
 		return push_faulted(L, msg);
 	if (rc == LR_ECLOSED) {
@@ -368,6 +368,48 @@ static int emit_start(lua_State *L, struct sess *u, struct lr_session_emit *a, i
 	}
 	op->em = em;
 	return lr_sched_await(L, &op->wait, (lua_KContext)op, emit_k);
+}
+
+/* What sess_emit and sess_emit_event share once their options are read (a->json set). */
+static int emit_start(lua_State *L, struct sess *u, struct lr_session_emit *a, int wait)
+{
+	if (a->len > LR_JOURNAL_BODY_MAX)
+		return luaL_error(L, "%s: body of %d bytes is too large", "rig.session.emit",
+				  (int)a->len);
+	struct emitop *op = emit_prepare(L, a, wait);
+	const char *msg;
+	struct lr_session_emission *em = NULL;
+	int rc = lr_session_emit(u->s, a, &em, &msg);
+	return emit_finish(L, u, rc, msg, em, op);
+}
+
+/*
+ * emit_event with a table: encoded here (rig.json.encode's text, in its
+ * shared buffer) and copied by lr_session_emit, never a Lua string. Nothing
+ * between the encode and its end can raise or run Lua.
+ */
+static int emit_encoded(lua_State *L, struct sess *u, struct lr_session_emit *a, int wait)
+{
+	struct emitop *op = emit_prepare(L, a, wait);
+	struct lr__json_text t;
+	if (lr__json_encode_begin(L, 2, &t) != 0) {
+		luaL_pushfail(L);
+		lua_insert(L, -2);
+		lua_pushliteral(L, "encode");
+		return 3; /* stack: ... nil message "encode" */
+	}
+	a->json = t.text;
+	a->len = t.len;
+	int toobig = a->len > LR_JOURNAL_BODY_MAX, rc = 0;
+	const char *msg = NULL;
+	struct lr_session_emission *em = NULL;
+	if (!toobig)
+		rc = lr_session_emit(u->s, a, &em, &msg); /* copies the text */
+	lr__json_encode_end(&t);
+	if (toobig)
+		return luaL_error(L, "%s: body of %d bytes is too large", "rig.session.emit",
+				  (int)a->len);
+	return emit_finish(L, u, rc, msg, em, op);
 }
 
 /* sess:emit(json, meta) -> seq | true | nil, msg, code */
@@ -421,11 +463,15 @@ static int sess_emit(lua_State *L)
 }
 
 /*
- * sess:emit_event(json, type, loop_id, enduring, id, wait) -> as sess:emit
+ * sess:emit_event(body, type, loop_id, enduring, id, wait) -> as sess:emit,
+ * or nil, message, "encode"
  * An event (kind "event") with its options as arguments, for the runner's
  * every event (rig.session_base's emit): no options table to build and walk.
- * loop_id and id may be nil; enduring and wait are booleans (wait counts
- * only for an enduring event). Misuse raises with sess:emit's messages.
+ * body is the JSON text, or a table to encode as rig.json.encode would (no
+ * Lua string made; a value it cannot encode returns its message and
+ * "encode", nothing emitted). loop_id and id may be nil; enduring and wait
+ * are booleans (wait counts only for an enduring event). Misuse raises
+ * with sess:emit's messages.
  */
 static int sess_emit_event(lua_State *L)
 {
@@ -433,7 +479,9 @@ static int sess_emit_event(lua_State *L)
 	const char *fn = "rig.session.emit";
 	struct lr_session_emit a;
 	memset(&a, 0, sizeof a);
-	a.json = luaL_checklstring(L, 2, &a.len);
+	int encode = lua_type(L, 2) == LUA_TTABLE;
+	if (!encode)
+		a.json = luaL_checklstring(L, 2, &a.len);
 	if (lua_type(L, 3) != LUA_TSTRING)
 		return luaL_error(L, "%s: option 'type' must be a string", fn);
 	a.kind = LR_SESSION_EVENT;
@@ -458,7 +506,7 @@ static int sess_emit_event(lua_State *L)
 				  lua_typename(L, LUA_TBOOLEAN));
 	int wait = a.enduring && lua_toboolean(L, 7);
 	lua_settop(L, 7); /* the strings stay on the stack while used */
-	return emit_start(L, u, &a, wait);
+	return encode ? emit_encoded(L, u, &a, wait) : emit_start(L, u, &a, wait);
 }
 
 /* ---- subscriptions ---- */

@@ -59,6 +59,15 @@ local function next_id(S, prefix)
   return head .. n
 end
 
+-- emit_event's results; an event json.encode refuses raises at emit's
+-- caller (emit's tail call to here leaves that caller at level 2).
+local function emitted(etype, ok, ...)
+  if ok == nil and select(2, ...) == "encode" then
+    error("rig.session: internal: cannot encode " .. etype .. ": " .. tostring((...)), 2)
+  end
+  return ok, ...
+end
+
 -- Queues one event (and waits for it when it is enduring and wait is not
 -- false). Returns the seq (enduring), true (ephemeral or not waited), or
 -- nil, message, code. fields may hold loop_id, turn_id, step_id, cause.
@@ -74,15 +83,13 @@ local function emit(S, etype, fields, wait)
   ev.event_id = next_id(S, "e")
   ev.created_at = core.time()
   if TERMINAL[etype] then ev.ends_turn = true end
-  local text, err = json.encode(ev)
-  if not text then
-    error("rig.session: internal: cannot encode " .. etype .. ": " .. tostring(err), 2)
-  end
-  -- the options as arguments: no table a call (C's sess:emit_event)
+  -- C encodes ev (rig.json.encode's bytes, never a Lua string) and takes the
+  -- options as arguments: no table a call
   if enduring then
-    return S.core:emit_event(text, etype, ev.loop_id, true, ev.event_id, wait ~= false)
+    return emitted(etype, S.core:emit_event(ev, etype, ev.loop_id, true, ev.event_id,
+      wait ~= false))
   end
-  return S.core:emit_event(text, etype, ev.loop_id, false, nil, false)
+  return emitted(etype, S.core:emit_event(ev, etype, ev.loop_id, false, nil, false))
 end
 
 local function catalog(S, t)

@@ -109,6 +109,42 @@ describe("rig.core sessions", function()
     expect(function() s:emit_event("{}", "X", nil, false, nil, false) end).to_fail("closed rig.session")
   end)
 
+  it("rig.session_base's emit: json.encode's bytes, ids from the epoch, encode failures raise at its caller", function()
+    local json = require "rig.json"
+    local base = require "rig.session_base"
+    local store = core.store_memory()
+    local s = assert(core.session_open(store))
+    local sub = s:subscribe{ loops = "all", ephemeral = true }
+    local S = { id = s.id, epoch = s:epoch(), counter = 0, core = s }
+    local ev = { loop_id = "assistant", turn_id = "t1", text = "caf\u{e9}\n\"q\"", n = 3, f = 0.25,
+                 nested = { b = true, a = json.array({ 1, "two", { z = 1, y = json.null } }) },
+                 empty = json.array({}), raw = json.raw('{"k": [1, 2]}') }
+    local seq = assert(base.emit(S, "StepDone", ev))
+    expect(ev.event_id).to_be("e" .. s:epoch() .. ".1")
+    local recs = assert(core.journal_read(store, s.id, seq, 0))
+    expect(recs[1].body).to_be(json.encode(ev)) -- the journal holds exactly the encoder's bytes
+    expect(sub:next(1)).to_be(json.encode(ev))
+    local td = { loop_id = "assistant", delta = "x" }
+    expect(select("#", base.emit(S, "TokenDelta", td))).to_be(1)
+    expect(td.event_id).to_be("e" .. s:epoch() .. ".2")
+    expect(sub:next(1)).to_be(json.encode(td))
+    S.epoch = S.epoch + 1 -- a new epoch makes new heads
+    expect(base.next_id(S, "s")).to_be("s" .. (s:epoch() + 1) .. ".3")
+    local tip = s:tip()
+    local ok, msg = pcall(function()
+      base.emit(S, "StepDone", { bad = function() end }) -- this line
+    end)
+    expect(ok).to_be(false)
+    expect(msg).to_match("^[^:]*session_core_spec%.lua:%d+: rig%.session: internal: cannot encode "
+      .. "StepDone: json: cannot encode a function at %$%.bad$")
+    ok, msg = pcall(base.emit, S, "TokenDelta", { x = { [1] = 1, [3] = 3 } })
+    expect(ok).to_be(false)
+    expect(msg).to_match("cannot encode TokenDelta: json: cannot encode a sparse array at %$%.x$")
+    expect(s:tip()).to_be(tip) -- nothing emitted
+    expect(sub:next(0.05)).to_be_nil()
+    s:close()
+  end)
+
   it("filters by loop and counts dropped ephemeral events", function()
     local store = core.store_memory()
     local s = assert(core.session_open(store))
