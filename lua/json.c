@@ -69,10 +69,29 @@ static inline int utf8_len(const char *s)
 	return 0;
 }
 
-/* A byte that may appear in a JSON string as itself (ASCII, not " or \). */
+/* A byte that may appear in a JSON string as itself (ASCII, not " or \): 0x20-0x7f less 0x22 and 0x5c. */
+static const unsigned char PLAIN[256] = {
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+};
+
 static inline int plain(unsigned char c)
 {
-	return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+	return PLAIN[c];
 }
 
 /*
@@ -1040,6 +1059,9 @@ static int enc_value(struct enc *e, int idx);
 
 static int key_less(const struct key *a, const struct key *b)
 {
+	/* Most keys differ in their first byte: those need no memcmp call. */
+	if (a->len && b->len && a->s[0] != b->s[0])
+		return (unsigned char)a->s[0] < (unsigned char)b->s[0];
 	size_t n = a->len < b->len ? a->len : b->len;
 	int c = memcmp(a->s, b->s, n);
 	return c < 0 || (c == 0 && a->len < b->len);
