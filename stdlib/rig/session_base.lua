@@ -41,19 +41,25 @@ end
 
 -- ---- ids and events ----
 
--- prefix .. epoch .. "." .. n; the head before n is made once a prefix
--- (and again should S.epoch change), not a string per id.
+-- prefix .. epoch .. "." .. n. The head before n is made once for each
+-- epoch and prefix and shared by every session (s:epoch() is an integer, a
+-- small counter: few distinct values; the cache starts over past 64), not a
+-- string per id nor a table per session.
+local id_heads, id_head_epochs = {}, 0
 local function next_id(S, prefix)
   local n = S.counter + 1
   S.counter = n
-  local heads = S.id_heads
-  if not heads or S.id_heads_epoch ~= S.epoch then
+  local epoch = S.epoch
+  local heads = id_heads[epoch]
+  if not heads then
+    if id_head_epochs >= 64 then id_heads, id_head_epochs = {}, 0 end
     heads = {}
-    S.id_heads, S.id_heads_epoch = heads, S.epoch
+    id_heads[epoch] = heads
+    id_head_epochs = id_head_epochs + 1
   end
   local head = heads[prefix]
   if not head then
-    head = prefix .. S.epoch .. "."
+    head = prefix .. epoch .. "."
     heads[prefix] = head
   end
   return head .. n

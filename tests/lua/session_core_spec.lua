@@ -130,6 +130,11 @@ describe("rig.core sessions", function()
     expect(sub:next(1)).to_be(json.encode(td))
     S.epoch = S.epoch + 1 -- a new epoch makes new heads
     expect(base.next_id(S, "s")).to_be("s" .. (s:epoch() + 1) .. ".3")
+    for e = 1, 70 do -- past the shared cache's 64 epochs: it starts over, the ids stay right
+      local T = { epoch = e, counter = e }
+      expect(base.next_id(T, "c")).to_be("c" .. e .. "." .. (e + 1))
+      expect(base.next_id(T, "c")).to_be("c" .. e .. "." .. (e + 2))
+    end
     local tip = s:tip()
     local ok, msg = pcall(function()
       base.emit(S, "StepDone", { bad = function() end }) -- this line
