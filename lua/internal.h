@@ -187,6 +187,23 @@ void lr__proc_open(lua_State *L);
 void lr__bundle_open(lua_State *L);
 void lr__store_open(lua_State *L);
 void lr__json_open(lua_State *L);
+/*
+ * rig.json.encode's text of the value at idx, made in the shared encode
+ * buffer instead of a Lua string. Returns 0 with out->text and out->len
+ * (borrowed: valid until lr__json_encode_end, which the caller must call
+ * before anything can encode again, and which may free it), or -1 with the
+ * encoder's message pushed ("json: ... at $.path") and nothing to end.
+ * Pushes the buffer either way (anchored while the caller's frame lives),
+ * and on -1 the message above it. Raises only on out-of-memory (the buffer stays marked busy:
+ * later encodes take buffers of their own).
+ */
+struct lr__json_text {
+	const char *text;
+	size_t len;
+	void *buf;
+};
+int lr__json_encode_begin(lua_State *L, int idx, struct lr__json_text *out);
+void lr__json_encode_end(struct lr__json_text *t);
 void lr__sandbox_open(lua_State *L);
 /* hash.c: core.sha256_hex; fs.c: core.fs_* (policy files: lstat, private read, atomic write). */
 void lr__hash_open(lua_State *L);

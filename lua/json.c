@@ -29,6 +29,7 @@
 
 #define ARRAY_MT "rig.json.array"
 #define RAW_MT "rig.json.raw"
+#define SHARED_KEY "rig.json.shared" /* the registry's reference to the shared encode buffer */
 #define DECODE_MAX_DEPTH 512
 #define ENCODE_MAX_DEPTH 200
 #define INDENT_MAX 16
@@ -68,10 +69,29 @@ static inline int utf8_len(const char *s)
 	return 0;
 }
 
-/* A byte that may appear in a JSON string as itself (ASCII, not " or \). */
+/* A byte that may appear in a JSON string as itself (ASCII, not " or \): 0x20-0x7f less 0x22 and 0x5c. */
+static const unsigned char PLAIN[256] = {
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+};
+
 static inline int plain(unsigned char c)
 {
-	return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+	return PLAIN[c];
 }
 
 /*
@@ -732,6 +752,7 @@ struct frame {
 struct enc {
 	lua_State *L;
 	struct ebuf *b;
+	int amt, rmt; /* where the array and raw metatables are (stack or upvalue indexes) */
 	int indent;
 	int depth;
 	int failed;
@@ -1038,6 +1059,9 @@ static int enc_value(struct enc *e, int idx);
 
 static int key_less(const struct key *a, const struct key *b)
 {
+	/* Most keys differ in their first byte: those need no memcmp call. */
+	if (a->len && b->len && a->s[0] != b->s[0])
+		return (unsigned char)a->s[0] < (unsigned char)b->s[0];
 	size_t n = a->len < b->len ? a->len : b->len;
 	int c = memcmp(a->s, b->s, n);
 	return c < 0 || (c == 0 && a->len < b->len);
@@ -1137,7 +1161,7 @@ static int enc_table(struct enc *e, int idx)
 	luaL_checkstack(L, 8, "json: nesting");
 	int marked = 0;
 	if (lua_getmetatable(L, idx)) {
-		marked = lua_rawequal(L, -1, lua_upvalueindex(1));
+		marked = lua_rawequal(L, -1, e->amt);
 		lua_pop(L, 1);
 	}
 	size_t kbase = b->nkeys;
@@ -1264,7 +1288,7 @@ static int enc_value(struct enc *e, int idx)
 		return enc_fail(e, "cannot encode a light userdata");
 	case LUA_TUSERDATA: {
 		if (lua_getmetatable(L, idx)) {
-			int raw = lua_rawequal(L, -1, lua_upvalueindex(2));
+			int raw = lua_rawequal(L, -1, e->rmt);
 			lua_pop(L, 1);
 			if (raw) {
 				size_t len;
@@ -1318,7 +1342,7 @@ static struct ebuf *ebuf_new(lua_State *L)
 
 /*
  * rig.core.json_encode(v [, {indent = n}]) -> text | nil, message, "encode"
- * Output goes to one shared buffer (upvalue 4) kept between calls; a call
+ * Output goes to one shared buffer (upvalue 4, and the registry's SHARED_KEY) kept between calls; a call
  * that finds it busy (an encode from a finalizer run by the collector, or
  * after an out-of-memory raise left it marked) uses a buffer of its own.
  */
@@ -1335,6 +1359,8 @@ static int json_encode(lua_State *L)
 	struct enc e; /* about 7 KiB: the path has one frame per level */
 	e.L = L;
 	e.b = b;
+	e.amt = lua_upvalueindex(1);
+	e.rmt = lua_upvalueindex(2);
 	e.indent = indent;
 	e.depth = 0;
 	e.failed = 0;
@@ -1351,6 +1377,60 @@ static int json_encode(lua_State *L)
 		ebuf_free(b); /* do not hold on to a large document's memory */
 	b->busy = 0;
 	return rc ? 3 : 1;
+}
+
+/*
+ * For a C caller that copies the text at once (lua/session.c's
+ * emit_event): json_encode's encoding, without making the text a Lua
+ * string. The shared buffer is marked busy until lr__json_encode_end, so a
+ * finalizer that encodes meanwhile takes a buffer of its own.
+ */
+int lr__json_encode_begin(lua_State *L, int idx, struct lr__json_text *out)
+{
+	idx = lua_absindex(L, idx);
+	out->buf = NULL;
+	lua_getfield(L, LUA_REGISTRYINDEX, SHARED_KEY);
+	struct ebuf *b = lua_touserdata(L, -1);
+	if (!b || b->busy) {
+		lua_pop(L, 1);
+		b = ebuf_new(L);
+	}
+	int top = lua_gettop(L); /* stack: ... buffer (anchored until the caller returns) */
+	b->busy = 1;
+	b->len = 0;
+	b->nkeys = 0;
+	out->buf = b;
+	luaL_getmetatable(L, ARRAY_MT);
+	luaL_getmetatable(L, RAW_MT);
+	struct enc e;
+	e.L = L;
+	e.b = b;
+	e.amt = top + 1;
+	e.rmt = top + 2;
+	e.indent = 0;
+	e.depth = 0;
+	e.failed = 0;
+	int rc = enc_value(&e, idx);
+	lua_settop(L, top);
+	if (rc) {
+		lr__json_encode_end(out);
+		lua_pushstring(L, e.msg);
+		return -1;
+	}
+	out->text = b->data ? b->data : "";
+	out->len = b->len;
+	return 0;
+}
+
+void lr__json_encode_end(struct lr__json_text *t)
+{
+	struct ebuf *b = t->buf;
+	if (!b)
+		return;
+	if (b->cap > 65536)
+		ebuf_free(b); /* do not hold on to a large document's memory */
+	b->busy = 0;
+	t->buf = NULL;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1441,6 +1521,8 @@ void lr__json_open(lua_State *L)
 	lua_pushvalue(L, -3);
 	lua_createtable(L, 256, 0);
 	ebuf_new(L); /* stack: amt rmt core amt rmt cache buf */
+	lua_pushvalue(L, -1);
+	lua_setfield(L, LUA_REGISTRYINDEX, SHARED_KEY); /* for lr__json_encode_begin */
 	luaL_setfuncs(L, funcs, 4);
 	lua_pushlightuserdata(L, NULL);
 	lua_setfield(L, -2, "json_null");

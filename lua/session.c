@@ -320,6 +320,98 @@ static int emit_k(lua_State *L, int status, lua_KContext ctx)
 static const char *const emit_fields[] = { "type", "loop_id", "enduring", "ends_turn", "kind",
 					   "id", "wait", NULL };
 
+/* The id option, checked (the string stays on the stack while used). */
+static const char *check_emit_id(lua_State *L, int idx, const char *fn)
+{
+	size_t idl;
+	const char *id = lua_tolstring(L, idx, &idl);
+	if (idl > LR_JOURNAL_ID_MAX || strlen(id) != idl)
+		luaL_error(L, "%s: option 'id' is longer than 256 bytes or holds NUL", fn);
+	for (size_t i = 0; i < idl; i++)
+		if ((unsigned char)id[i] < 0x20 || (unsigned char)id[i] > 0x7e)
+			luaL_error(L, "%s: option 'id' must be printable ASCII", fn);
+	return id;
+}
+
+/* An emit that waits gets its op before the record is handed over; NULL otherwise. */
+static struct emitop *emit_prepare(lua_State *L, struct lr_session_emit *a, int wait)
+{
+	if (!wait)
+		return NULL;
+	lr_sched_enter(L);
+	struct emitop *op = lua_newuserdatauv(L, sizeof *op, 0);
+	memset(op, 0, sizeof *op);
+	luaL_setmetatable(L, EMITOP_MT);
+	op->wait.cancel = emit_cancel;
+	a->done = emit_done;
+	a->arg = op;
+	return op;
+}
+
+/* lr_session_emit's answer, as sess:emit returns it. */
+static int emit_finish(lua_State *L, struct sess *u, int rc, const char *msg,
+		       struct lr_session_emission *em, struct emitop *op)
+{
+	if (rc == LR_EREFUSED)
+		return push_faulted(L, msg);
+	if (rc == LR_ECLOSED) {
+		luaL_pushfail(L);
+		lua_pushfstring(L, "session %s is closed", u->id);
+		lua_pushliteral(L, "closed");
+		return 3;
+	}
+	if (rc)
+		return lr_pushfail(L, rc, "rig.session.emit: %s", msg ? msg : lr_strerror(rc));
+	if (!op) {
+		lua_pushboolean(L, 1);
+		return 1;
+	}
+	op->em = em;
+	return lr_sched_await(L, &op->wait, (lua_KContext)op, emit_k);
+}
+
+/* What sess_emit and sess_emit_event share once their options are read (a->json set). */
+static int emit_start(lua_State *L, struct sess *u, struct lr_session_emit *a, int wait)
+{
+	if (a->len > LR_JOURNAL_BODY_MAX)
+		return luaL_error(L, "%s: body of %d bytes is too large", "rig.session.emit",
+				  (int)a->len);
+	struct emitop *op = emit_prepare(L, a, wait);
+	const char *msg;
+	struct lr_session_emission *em = NULL;
+	int rc = lr_session_emit(u->s, a, &em, &msg);
+	return emit_finish(L, u, rc, msg, em, op);
+}
+
+/*
+ * emit_event with a table: encoded here (rig.json.encode's text, in its
+ * shared buffer) and copied by lr_session_emit, never a Lua string. Nothing
+ * between the encode and its end can raise or run Lua.
+ */
+static int emit_encoded(lua_State *L, struct sess *u, struct lr_session_emit *a, int wait)
+{
+	struct emitop *op = emit_prepare(L, a, wait);
+	struct lr__json_text t;
+	if (lr__json_encode_begin(L, 2, &t) != 0) {
+		luaL_pushfail(L);
+		lua_insert(L, -2);
+		lua_pushliteral(L, "encode");
+		return 3; /* stack: ... nil message "encode" */
+	}
+	a->json = t.text;
+	a->len = t.len;
+	int toobig = a->len > LR_JOURNAL_BODY_MAX, rc = 0;
+	const char *msg = NULL;
+	struct lr_session_emission *em = NULL;
+	if (!toobig)
+		rc = lr_session_emit(u->s, a, &em, &msg); /* copies the text */
+	lr__json_encode_end(&t);
+	if (toobig)
+		return luaL_error(L, "%s: body of %d bytes is too large", "rig.session.emit",
+				  (int)a->len);
+	return emit_finish(L, u, rc, msg, em, op);
+}
+
 /* sess:emit(json, meta) -> seq | true | nil, msg, code */
 static int sess_emit(lua_State *L)
 {
@@ -359,53 +451,62 @@ static int sess_emit(lua_State *L)
 	}
 	if (opt_field(L, 3, fn, "ends_turn", LUA_TBOOLEAN))
 		lua_pop(L, 1);
-	if (opt_field(L, 3, fn, "id", LUA_TSTRING)) {
-		size_t idl;
-		a.id = lua_tolstring(L, -1, &idl);
-		if (idl > LR_JOURNAL_ID_MAX || strlen(a.id) != idl)
-			return luaL_error(L, "%s: option 'id' is longer than 256 bytes or holds NUL",
-					  fn);
-		for (size_t i = 0; i < idl; i++)
-			if ((unsigned char)a.id[i] < 0x20 || (unsigned char)a.id[i] > 0x7e)
-				return luaL_error(L, "%s: option 'id' must be printable ASCII", fn);
-	}
+	if (opt_field(L, 3, fn, "id", LUA_TSTRING))
+		a.id = check_emit_id(L, -1, fn); /* stays on the stack while used */
 	int journaled = a.kind != LR_SESSION_EVENT || a.enduring;
 	int wait = journaled;
 	if (opt_field(L, 3, fn, "wait", LUA_TBOOLEAN)) {
 		wait = journaled && lua_toboolean(L, -1);
 		lua_pop(L, 1);
 	}
-	if (len > LR_JOURNAL_BODY_MAX)
-		return luaL_error(L, "%s: body of %d bytes is too large", fn, (int)len);
-	struct emitop *op = NULL;
-	if (wait) {
-		lr_sched_enter(L);
-		op = lua_newuserdatauv(L, sizeof *op, 0);
-		memset(op, 0, sizeof *op);
-		luaL_setmetatable(L, EMITOP_MT);
-		op->wait.cancel = emit_cancel;
-		a.done = emit_done;
-		a.arg = op;
-	}
-	const char *msg;
-	struct lr_session_emission *em = NULL;
-	int rc = lr_session_emit(u->s, &a, &em, &msg);
-	if (rc == LR_EREFUSED)
-		return push_faulted(L, msg);
-	if (rc == LR_ECLOSED) {
-		luaL_pushfail(L);
-		lua_pushfstring(L, "session %s is closed", u->id);
-		lua_pushliteral(L, "closed");
-		return 3;
-	}
-	if (rc)
-		return lr_pushfail(L, rc, "rig.session.emit: %s", msg ? msg : lr_strerror(rc));
-	if (!op) {
-		lua_pushboolean(L, 1);
-		return 1;
-	}
-	op->em = em;
-	return lr_sched_await(L, &op->wait, (lua_KContext)op, emit_k);
+	return emit_start(L, u, &a, wait);
+}
+
+/*
+ * sess:emit_event(body, type, loop_id, enduring, id, wait) -> as sess:emit,
+ * or nil, message, "encode"
+ * An event (kind "event") with its options as arguments, for the runner's
+ * every event (rig.session_base's emit): no options table to build and walk.
+ * body is the JSON text, or a table to encode as rig.json.encode would (no
+ * Lua string made; a value it cannot encode returns its message and
+ * "encode", nothing emitted). loop_id and id may be nil; enduring and wait
+ * are booleans (wait counts only for an enduring event). Misuse raises
+ * with sess:emit's messages.
+ */
+static int sess_emit_event(lua_State *L)
+{
+	struct sess *u = check_sess(L, 1);
+	const char *fn = "rig.session.emit";
+	struct lr_session_emit a;
+	memset(&a, 0, sizeof a);
+	int encode = lua_type(L, 2) == LUA_TTABLE;
+	if (!encode)
+		a.json = luaL_checklstring(L, 2, &a.len);
+	if (lua_type(L, 3) != LUA_TSTRING)
+		return luaL_error(L, "%s: option 'type' must be a string", fn);
+	a.kind = LR_SESSION_EVENT;
+	int t = lua_type(L, 4);
+	if (t == LUA_TSTRING)
+		a.loop_id = lua_tostring(L, 4);
+	else if (t > LUA_TNIL)
+		return luaL_error(L, "%s: option '%s' must be a %s", fn, "loop_id",
+				  lua_typename(L, LUA_TSTRING));
+	if (lua_type(L, 5) != LUA_TBOOLEAN)
+		return luaL_error(L, "%s: option '%s' must be a %s", fn, "enduring",
+				  lua_typename(L, LUA_TBOOLEAN));
+	a.enduring = lua_toboolean(L, 5);
+	t = lua_type(L, 6);
+	if (t == LUA_TSTRING)
+		a.id = check_emit_id(L, 6, fn);
+	else if (t > LUA_TNIL)
+		return luaL_error(L, "%s: option '%s' must be a %s", fn, "id",
+				  lua_typename(L, LUA_TSTRING));
+	if (lua_type(L, 7) != LUA_TBOOLEAN)
+		return luaL_error(L, "%s: option '%s' must be a %s", fn, "wait",
+				  lua_typename(L, LUA_TBOOLEAN));
+	int wait = a.enduring && lua_toboolean(L, 7);
+	lua_settop(L, 7); /* the strings stay on the stack while used */
+	return encode ? emit_encoded(L, u, &a, wait) : emit_start(L, u, &a, wait);
 }
 
 /* ---- subscriptions ---- */
@@ -1321,6 +1422,7 @@ void lr__session_open(lua_State *L)
 		{ "tip", sess_tip },
 		{ "faulted", sess_faulted },
 		{ "emit", sess_emit },
+		{ "emit_event", sess_emit_event },
 		{ "subscribe", sess_subscribe },
 		{ "catalog", sess_catalog },
 		{ "close", sess_close },

@@ -41,10 +41,37 @@ end
 
 -- ---- ids and events ----
 
+-- prefix .. epoch .. "." .. n. The head before n is made once for each
+-- epoch and prefix and shared by every session (s:epoch() is an integer, a
+-- small counter: few distinct values; the cache starts over past 64), not a
+-- string per id nor a table per session.
+local id_heads, id_head_epochs = {}, 0
 local function next_id(S, prefix)
   local n = S.counter + 1
   S.counter = n
-  return prefix .. S.epoch .. "." .. n
+  local epoch = S.epoch
+  local heads = id_heads[epoch]
+  if not heads then
+    if id_head_epochs >= 64 then id_heads, id_head_epochs = {}, 0 end
+    heads = {}
+    id_heads[epoch] = heads
+    id_head_epochs = id_head_epochs + 1
+  end
+  local head = heads[prefix]
+  if not head then
+    head = prefix .. epoch .. "."
+    heads[prefix] = head
+  end
+  return head .. n
+end
+
+-- emit_event's results; an event json.encode refuses raises at emit's
+-- caller (emit's tail call to here leaves that caller at level 2).
+local function emitted(etype, ok, ...)
+  if ok == nil and select(2, ...) == "encode" then
+    error("rig.session: internal: cannot encode " .. etype .. ": " .. tostring((...)), 2)
+  end
+  return ok, ...
 end
 
 -- Queues one event (and waits for it when it is enduring and wait is not
@@ -62,13 +89,13 @@ local function emit(S, etype, fields, wait)
   ev.event_id = next_id(S, "e")
   ev.created_at = core.time()
   if TERMINAL[etype] then ev.ends_turn = true end
-  local text, err = json.encode(ev)
-  if not text then
-    error("rig.session: internal: cannot encode " .. etype .. ": " .. tostring(err), 2)
+  -- C encodes ev (rig.json.encode's bytes, never a Lua string) and takes the
+  -- options as arguments: no table a call
+  if enduring then
+    return emitted(etype, S.core:emit_event(ev, etype, ev.loop_id, true, ev.event_id,
+      wait ~= false))
   end
-  return S.core:emit(text, { type = etype, loop_id = ev.loop_id, enduring = enduring == true,
-    ends_turn = TERMINAL[etype] == true, id = enduring and ev.event_id or nil,
-    wait = enduring and wait ~= false })
+  return emitted(etype, S.core:emit_event(ev, etype, ev.loop_id, false, nil, false))
 end
 
 local function catalog(S, t)

@@ -63,6 +63,93 @@ describe("rig.core sessions", function()
     s:close()
   end)
 
+  it("emit_event takes an event's options as arguments: the results and messages of emit", function()
+    local store = core.store_memory()
+    local s = assert(core.session_open(store))
+    local sub = s:subscribe{ loops = "all", ephemeral = true }
+    expect(s:emit_event(ev("TurnStarted"), "TurnStarted", "assistant", true, "e1", false)).to_be(true)
+    expect(s:emit_event(ev("TokenDelta"), "TokenDelta", "assistant", false, nil, false)).to_be(true)
+    expect(s:emit_event(ev("StepDone"), "StepDone", nil, true, "e2", true)).to_be(3)
+    -- the same id and bytes again: the original seq
+    expect(s:emit_event(ev("StepDone"), "StepDone", nil, true, "e2", true)).to_be(3)
+    -- wait counts only for an enduring event
+    expect(s:emit_event(ev("TokenDelta"), "TokenDelta", nil, false, nil, true)).to_be(true)
+    expect(sub:next(1)).to_be(ev("TurnStarted"))
+    expect(sub:next(1)).to_be(ev("TokenDelta"))
+    expect(sub:next(1)).to_be(ev("StepDone"))
+    expect(sub:next(1)).to_be(ev("TokenDelta"))
+    expect(s:tip()).to_be(3)
+    local function msg(f, ...)
+      local ok, m = pcall(f, s, ...)
+      expect(ok).to_be(false)
+      return m
+    end
+    local long = string.rep("x", 257)
+    local cases = {
+      { { "{}", { enduring = true } }, { "{}", nil, nil, true, nil, true },
+        "rig.session.emit: option 'type' must be a string" },
+      { { "{}", { type = "X", loop_id = 3 } }, { "{}", "X", 3, false, nil, false },
+        "rig.session.emit: option 'loop_id' must be a string" },
+      { { "{}", { type = "X", enduring = "yes" } }, { "{}", "X", nil, "yes", nil, false },
+        "rig.session.emit: option 'enduring' must be a boolean" },
+      { { "{}", { type = "X", id = 7 } }, { "{}", "X", nil, true, 7, false },
+        "rig.session.emit: option 'id' must be a string" },
+      { { "{}", { type = "X", id = "a\tb" } }, { "{}", "X", nil, true, "a\tb", false },
+        "rig.session.emit: option 'id' must be printable ASCII" },
+      { { "{}", { type = "X", id = long } }, { "{}", "X", nil, true, long, false },
+        "rig.session.emit: option 'id' is longer than 256 bytes or holds NUL" },
+      { { "{}", { type = "X", wait = 1 } }, { "{}", "X", nil, true, nil, 1 },
+        "rig.session.emit: option 'wait' must be a boolean" },
+    }
+    for _, c in ipairs(cases) do
+      expect(msg(s.emit, table.unpack(c[1], 1, 2))).to_be(c[3])
+      expect(msg(s.emit_event, table.unpack(c[2], 1, 6))).to_be(c[3])
+    end
+    s:close()
+    expect(function() s:emit_event("{}", "X", nil, false, nil, false) end).to_fail("closed rig.session")
+  end)
+
+  it("rig.session_base's emit: json.encode's bytes, ids from the epoch, encode failures raise at its caller", function()
+    local json = require "rig.json"
+    local base = require "rig.session_base"
+    local store = core.store_memory()
+    local s = assert(core.session_open(store))
+    local sub = s:subscribe{ loops = "all", ephemeral = true }
+    local S = { id = s.id, epoch = s:epoch(), counter = 0, core = s }
+    local ev = { loop_id = "assistant", turn_id = "t1", text = "caf\u{e9}\n\"q\"", n = 3, f = 0.25,
+                 nested = { b = true, a = json.array({ 1, "two", { z = 1, y = json.null } }) },
+                 empty = json.array({}), raw = json.raw('{"k": [1, 2]}') }
+    local seq = assert(base.emit(S, "StepDone", ev))
+    expect(ev.event_id).to_be("e" .. s:epoch() .. ".1")
+    local recs = assert(core.journal_read(store, s.id, seq, 0))
+    expect(recs[1].body).to_be(json.encode(ev)) -- the journal holds exactly the encoder's bytes
+    expect(sub:next(1)).to_be(json.encode(ev))
+    local td = { loop_id = "assistant", delta = "x" }
+    expect(select("#", base.emit(S, "TokenDelta", td))).to_be(1)
+    expect(td.event_id).to_be("e" .. s:epoch() .. ".2")
+    expect(sub:next(1)).to_be(json.encode(td))
+    S.epoch = S.epoch + 1 -- a new epoch makes new heads
+    expect(base.next_id(S, "s")).to_be("s" .. (s:epoch() + 1) .. ".3")
+    for e = 1, 70 do -- past the shared cache's 64 epochs: it starts over, the ids stay right
+      local T = { epoch = e, counter = e }
+      expect(base.next_id(T, "c")).to_be("c" .. e .. "." .. (e + 1))
+      expect(base.next_id(T, "c")).to_be("c" .. e .. "." .. (e + 2))
+    end
+    local tip = s:tip()
+    local ok, msg = pcall(function()
+      base.emit(S, "StepDone", { bad = function() end }) -- this line
+    end)
+    expect(ok).to_be(false)
+    expect(msg).to_match("^[^:]*session_core_spec%.lua:%d+: rig%.session: internal: cannot encode "
+      .. "StepDone: json: cannot encode a function at %$%.bad$")
+    ok, msg = pcall(base.emit, S, "TokenDelta", { x = { [1] = 1, [3] = 3 } })
+    expect(ok).to_be(false)
+    expect(msg).to_match("cannot encode TokenDelta: json: cannot encode a sparse array at %$%.x$")
+    expect(s:tip()).to_be(tip) -- nothing emitted
+    expect(sub:next(0.05)).to_be_nil()
+    s:close()
+  end)
+
   it("filters by loop and counts dropped ephemeral events", function()
     local store = core.store_memory()
     local s = assert(core.session_open(store))

@@ -28,6 +28,13 @@ else
   assert(j == ev and seq == 2, seq)
 end
 assert(s:tip() == 2)
+-- an event table encoded by lua/session.c into the shared encode buffer (emit_event)
+local r, m = s:emit_event({ v = 1, type = "StepDone", n = 1.5, t = { "a" } }, "StepDone", nil,
+  true, "e3", true)
+assert(r == 3, m)
+r, m = s:emit_event({ v = 1, type = "TokenDelta" }, "TokenDelta", "x", false, nil, false)
+assert(r == true, m)
+assert(s:tip() == 3)
 sub:close()
 assert(not pcall(sub.next, sub))
 s:close()

@@ -67,8 +67,8 @@ io.stdout:flush()
 if point == "final" then
   -- crash as the TurnDone is handed to the journal, once the StepDone before it is durable
   local real = s.core
-  s.core = setmetatable({ emit = function(_, text, o)
-    if o.type == "TurnDone" then
+  local function before(etype)
+    if etype == "TurnDone" then
       local deadline = rig.now() + 10
       while rig.now() < deadline do
         local recs = require("rig.core").journal_read(r.store, s.id, 1, 0)
@@ -78,7 +78,14 @@ if point == "final" then
       end
       error("the StepDone was not journaled")
     end
+  end
+  -- events go through emit_event (options as arguments), commands through emit
+  s.core = setmetatable({ emit = function(_, text, o)
+    before(o.type)
     return real:emit(text, o)
+  end, emit_event = function(_, text, etype, ...)
+    before(etype)
+    return real:emit_event(text, etype, ...)
   end }, { __index = function(_, k)
     local v = real[k]
     if type(v) == "function" then return function(_, ...) return v(real, ...) end end
