@@ -37,8 +37,6 @@ struct lr_loop {
 	pthread_t threads[POOL_THREADS];
 	int efd;
 	struct event *efdev;
-	pthread_t owner;          /* the loop thread: the one that made the loop */
-	struct lr_defer selfpost; /* drains dones posted by the loop thread itself */
 };
 
 struct sig_slot {
@@ -109,7 +107,6 @@ int lr_loop_on_signal(struct lr_loop *loop, int signo,
 }
 
 static void on_pool_done(evutil_socket_t fd, short what, void *arg);
-static void on_self_post(struct lr_defer *d, void *arg);
 
 int lr_loop_new(struct lr_loop **out)
 {
@@ -133,14 +130,12 @@ int lr_loop_new(struct lr_loop **out)
 	pthread_cond_init(&loop->idle, NULL);
 	loop->jobs_tail = &loop->jobs;
 	loop->dones_tail = &loop->dones;
-	loop->owner = pthread_self();
 	/* The completion eventfd exists from the start, so any thread may post to it. */
 	loop->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (loop->efd >= 0)
 		loop->efdev = event_new(loop->base, loop->efd, EV_READ | EV_PERSIST,
 					on_pool_done, loop);
-	if (!loop->efdev || event_add(loop->efdev, NULL) < 0 ||
-	    lr_defer_init(loop, &loop->selfpost, on_self_post, loop) != 0) {
+	if (!loop->efdev || event_add(loop->efdev, NULL) < 0) {
 		lr_loop_free(loop);
 		return -ENOMEM;
 	}
@@ -183,7 +178,6 @@ void lr_loop_free(struct lr_loop *loop)
 		for (int i = 0; i < loop->nthreads; i++)
 			pthread_join(loop->threads[i], NULL);
 	}
-	lr_defer_release(&loop->selfpost);
 	if (loop->efdev)
 		event_free(loop->efdev);
 	if (loop->efd >= 0)
@@ -378,45 +372,12 @@ void lr_defer_release(struct lr_defer *d)
 	d->ev = NULL;
 }
 
-/*
- * The worker pool.
- *
- * Completions reach the loop through the done list (loop->dones, under
- * loop->mu). A poster on another thread writes the eventfd only when it
- * finds the list empty; a poster on the loop thread never writes it, but
- * schedules loop->selfpost (a zero-timeout event: it runs on the next loop
- * round, and the loop does not block while it is pending). Why no wake-up
- * is lost: every item is appended under the lock, and an item that finds
- * the list non-empty joins a list whose first item arranged a drain that
- * has not yet taken the list (a drain takes the whole list under the same
- * lock, and empties it). That first item either scheduled selfpost (from
- * the loop thread, after appending: selfpost's drain takes the lock after
- * it, so it sees the item) or wrote the eventfd while holding the lock. In
- * the second case the reader, on_pool_done, reads (and so clears) the
- * eventfd before it takes the lock to drain: if its read came before the
- * write, the counter is non-zero again and the loop wakes once more; if it
- * came after, the write's critical section ends before the reader's lock
- * is granted, so the drain that follows the read sees the item. Either way
- * the list is drained after its first item was appended, and with it every
- * item appended before that drain. The reverse order (drain, then read)
- * would lose one: a post between the drain and the read finds the list
- * empty, writes, and the read clears that write with the item still
- * queued. A spurious wake-up (an eventfd count or a selfpost with the list
- * already drained) only runs an empty drain.
- */
-static void post_locked(struct lr_loop *loop, struct lr_work *w, int on_loop)
+/* The worker pool. */
+static void post_locked(struct lr_loop *loop, struct lr_work *w)
 {
-	int was_empty = loop->dones == NULL;
 	w->next = NULL;
 	*loop->dones_tail = w;
 	loop->dones_tail = &w->next;
-	if (!was_empty)
-		return; /* whoever made the list non-empty has arranged its drain */
-	if (on_loop) {
-		/* The loop thread alone touches the event base (EVENT_BASE_FLAG_NOLOCK). */
-		lr_defer_schedule(&loop->selfpost);
-		return;
-	}
 	uint64_t one = 1;
 	if (write(loop->efd, &one, sizeof one) < 0) {
 		/* the counter saturated: the loop is already woken */
@@ -441,7 +402,7 @@ static void *pool_main(void *arg)
 		w->work(w);
 
 		pthread_mutex_lock(&loop->mu);
-		post_locked(loop, w, 0);
+		post_locked(loop, w);
 		if (--loop->unfinished == 0)
 			pthread_cond_broadcast(&loop->idle);
 	}
@@ -451,15 +412,19 @@ static void *pool_main(void *arg)
 
 void lr_loop_post(struct lr_loop *loop, struct lr_work *w)
 {
-	int on_loop = pthread_equal(pthread_self(), loop->owner);
 	pthread_mutex_lock(&loop->mu);
-	post_locked(loop, w, on_loop);
+	post_locked(loop, w);
 	pthread_mutex_unlock(&loop->mu);
 }
 
-/* Takes the whole done list (under the lock) and runs its completions. */
-static void run_dones(struct lr_loop *loop)
+static void on_pool_done(evutil_socket_t fd, short what, void *arg)
 {
+	(void)what;
+	struct lr_loop *loop = arg;
+	uint64_t n;
+	if (read(fd, &n, sizeof n) < 0) {
+		/* spurious wake-up */
+	}
 	pthread_mutex_lock(&loop->mu);
 	struct lr_work *list = loop->dones;
 	loop->dones = NULL;
@@ -471,24 +436,6 @@ static void run_dones(struct lr_loop *loop)
 		loop->refs--;
 		w->done(w);
 	}
-}
-
-/* The eventfd is read before the list is taken: see post_locked. */
-static void on_pool_done(evutil_socket_t fd, short what, void *arg)
-{
-	(void)what;
-	struct lr_loop *loop = arg;
-	uint64_t n;
-	if (read(fd, &n, sizeof n) < 0) {
-		/* spurious wake-up */
-	}
-	run_dones(loop);
-}
-
-static void on_self_post(struct lr_defer *d, void *arg)
-{
-	(void)d;
-	run_dones(arg);
 }
 
 int lr_pool_submit(struct lr_loop *loop, struct lr_work *w)

@@ -108,11 +108,8 @@ int lr_pool_submit(struct lr_loop *loop, struct lr_work *w);
  * Hands a finished item to the loop from any thread: w->done(w) runs on the
  * loop thread soon after (w->work is not called). Use it for completions
  * that arrive on threads the loop does not own (a storage backend's writer
- * thread), or inline on the loop thread itself (never inside this call:
- * done() runs on a later loop round). The loop thread is the one that
- * called lr_loop_new, which must also be the one that runs the loop. The
- * caller must have taken a loop reference with lr_loop_ref, on the loop
- * thread, when it started the work; it is dropped after done().
+ * thread). The caller must have taken a loop reference with lr_loop_ref,
+ * on the loop thread, when it started the work; it is dropped after done().
  */
 void lr_loop_post(struct lr_loop *loop, struct lr_work *w);
 

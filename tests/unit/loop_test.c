@@ -6,11 +6,9 @@
 #include "test.h"
 
 #include <pthread.h>
-#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 static struct lr_loop *loop;
@@ -231,150 +229,6 @@ TEST(post_from_a_foreign_thread)
 	lr_loop_free(loop);
 }
 
-/*
- * No lost wake-up: foreign threads post in bursts and each waits until its
- * burst has run before posting the next, so every burst's last post is one
- * the loop must be woken for (the loop blocks in between: nothing else is
- * registered but a watchdog). Each completion also posts from the loop
- * thread. A lost wake-up leaves the loop waiting: the watchdog (long enough
- * never to fire otherwise) stops it and the counts fail.
- */
-enum { POSTERS = 3, ROUNDS = 3000, BURST = 2 };
-struct burster {
-	struct lr_work w[BURST];
-	pthread_t th;
-	sem_t go;
-	int done;          /* on the loop thread */
-	struct posted *self; /* ROUNDS * BURST loop-thread posts */
-};
-static struct burster bursters[POSTERS];
-static int self_done, lost, in_post;
-static atomic_int quit_posters;
-
-static void self_post_done(struct lr_work *w)
-{
-	(void)w;
-	CHECK(!in_post); /* never inside lr_loop_post */
-	self_done++;
-}
-
-static void burst_done(struct lr_work *w)
-{
-	struct burster *b = NULL;
-	for (int i = 0; i < POSTERS && !b; i++)
-		if (w >= bursters[i].w && w < bursters[i].w + BURST)
-			b = &bursters[i];
-	struct posted *p = &b->self[b->done++];
-	p->w.done = self_post_done;
-	lr_loop_ref(loop);
-	in_post = 1;
-	lr_loop_post(loop, &p->w);
-	in_post = 0;
-	if (b->done % BURST == 0 && b->done < ROUNDS * BURST) {
-		for (int i = 0; i < BURST; i++)
-			lr_loop_ref(loop); /* the next burst's, taken on the loop thread */
-		sem_post(&b->go);
-	}
-}
-
-static void *burst_poster(void *arg)
-{
-	struct burster *b = arg;
-	for (int r = 0; r < ROUNDS; r++) {
-		sem_wait(&b->go);
-		if (atomic_load(&quit_posters))
-			break;
-		for (int i = 0; i < BURST; i++)
-			lr_loop_post(loop, &b->w[i]);
-	}
-	return NULL;
-}
-
-static void on_watchdog(struct lr_timer *t, void *arg)
-{
-	(void)t;
-	(void)arg;
-	lost = 1;
-	lr_loop_stop(loop);
-}
-
-TEST(posts_from_threads_and_the_loop_all_arrive)
-{
-	new_loop();
-	self_done = lost = 0;
-	atomic_store(&quit_posters, 0);
-	struct lr_timer dog;
-	CHECK(lr_timer_init(loop, &dog, on_watchdog, NULL) == 0);
-	lr_timer_start(&dog, 120); /* holds no reference: the run ends without it */
-	for (int i = 0; i < POSTERS; i++) {
-		struct burster *b = &bursters[i];
-		memset(b, 0, sizeof *b);
-		for (int j = 0; j < BURST; j++)
-			b->w[j].done = burst_done;
-		b->self = calloc(ROUNDS * BURST, sizeof *b->self);
-		CHECK(sem_init(&b->go, 0, 1) == 0);
-		for (int j = 0; j < BURST; j++)
-			lr_loop_ref(loop); /* the first burst's */
-		CHECK(pthread_create(&b->th, NULL, burst_poster, b) == 0);
-	}
-	CHECK(lr_loop_run(loop) == 0);
-	CHECK(!lost);
-	atomic_store(&quit_posters, 1);
-	for (int i = 0; i < POSTERS; i++) {
-		sem_post(&bursters[i].go); /* a poster left waiting after a lost wake-up */
-		pthread_join(bursters[i].th, NULL);
-		CHECK_EQ_INT(bursters[i].done, ROUNDS * BURST);
-		sem_destroy(&bursters[i].go);
-	}
-	CHECK_EQ_INT(self_done, POSTERS * ROUNDS * BURST);
-	lr_timer_release(&dog);
-	lr_loop_free(loop);
-	for (int i = 0; i < POSTERS; i++)
-		free(bursters[i].self);
-}
-
-/*
- * Posts from the loop thread alone: each completion posts the next, with
- * nothing else to wake the loop (the loop must drain them without an
- * eventfd write of its own, and without running them inside the post).
- */
-static struct posted chain[1000];
-static int chained;
-
-static void chain_done(struct lr_work *w)
-{
-	(void)w;
-	CHECK(!in_post);
-	if (++chained < (int)(sizeof chain / sizeof chain[0])) {
-		chain[chained].w.done = chain_done;
-		lr_loop_ref(loop);
-		in_post = 1;
-		lr_loop_post(loop, &chain[chained].w);
-		in_post = 0;
-	}
-}
-
-TEST(posts_from_the_loop_thread_run_on_a_later_round)
-{
-	new_loop();
-	chained = lost = 0;
-	struct lr_timer dog;
-	CHECK(lr_timer_init(loop, &dog, on_watchdog, NULL) == 0);
-	lr_timer_start(&dog, 120);
-	chain[0].w.done = chain_done;
-	lr_loop_ref(loop);
-	in_post = 1;
-	lr_loop_post(loop, &chain[0].w);
-	in_post = 0;
-	CHECK_EQ_INT(chained, 0);
-	CHECK(lr_loop_run(loop) == 0);
-	CHECK(!lost);
-	CHECK_EQ_INT(chained, 1000);
-	CHECK_EQ_INT(lr_loop_refs(loop), 0);
-	lr_timer_release(&dog);
-	lr_loop_free(loop);
-}
-
 /* Signals: the async hook runs in the handler, the callback on the loop. */
 static atomic_int hook_calls;
 static int sig_seen;
@@ -474,8 +328,6 @@ int main(void)
 	RUN(watch_reads_a_pipe);
 	RUN(pool_runs_work_off_the_loop_thread);
 	RUN(post_from_a_foreign_thread);
-	RUN(posts_from_threads_and_the_loop_all_arrive);
-	RUN(posts_from_the_loop_thread_run_on_a_later_round);
 	RUN(signals_reach_the_loop);
 	RUN(stop_ends_the_run);
 	RUN(buffers_respect_their_cap);
