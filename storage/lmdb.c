@@ -548,33 +548,12 @@ static int write_ahead(int fd, off_t from, off_t to)
 }
 
 /*
- * Keeps WRITE_AHEAD bytes past LMDB's last page written. t is a write
- * transaction that has not written yet: LMDB's writer lock keeps every
- * other process's writer out of the range. Failure only stops writing
- * ahead (the syncs then write the extents again).
+ * Whether writing ahead is due, and the range it would write: from what is
+ * written already (or LMDB's last page) to WRITE_AHEAD past that page, at
+ * most the map's end. Read from LMDB's current state each time (another
+ * process's writer may have grown it).
  */
-static void map_ahead(struct core *c, MDB_txn *t)
-{
-	MDB_envinfo info;
-	MDB_stat st;
-	int fd;
-	if (c->ahead_off || c->no_sync || mdb_env_get_fd(c->env, &fd) ||
-	    mdb_env_info(c->env, &info) || mdb_env_stat(c->env, &st))
-		return;
-	(void)t;
-	size_t end = ((size_t)info.me_last_pgno + 1) * st.ms_psize, to = end + WRITE_AHEAD;
-	if (to > info.me_mapsize)
-		to = info.me_mapsize;
-	if (c->ahead >= end + WRITE_AHEAD / 2 || c->ahead >= to || end >= to)
-		return;
-	if (write_ahead(fd, (off_t)(c->ahead > end ? c->ahead : end), (off_t)to) == 0)
-		c->ahead = to;
-	else
-		c->ahead_off = 1;
-}
-
-/* Whether map_ahead is due (the writer's, or busy's holder's). */
-static int ahead_wanted(struct core *c)
+static int ahead_range(struct core *c, size_t *from, size_t *to)
 {
 	MDB_envinfo info;
 	MDB_stat st;
@@ -582,7 +561,35 @@ static int ahead_wanted(struct core *c)
 	    mdb_env_stat(c->env, &st))
 		return 0;
 	size_t end = ((size_t)info.me_last_pgno + 1) * st.ms_psize;
-	return c->ahead < end + WRITE_AHEAD / 2 && c->ahead < info.me_mapsize;
+	*to = end + WRITE_AHEAD < info.me_mapsize ? end + WRITE_AHEAD : info.me_mapsize;
+	*from = c->ahead > end ? c->ahead : end;
+	return c->ahead < end + WRITE_AHEAD / 2 && *from < *to;
+}
+
+/* Whether map_ahead is due (the writer's, or busy's holder's). */
+static int ahead_wanted(struct core *c)
+{
+	size_t from, to;
+	return ahead_range(c, &from, &to);
+}
+
+/*
+ * Keeps WRITE_AHEAD bytes past LMDB's last page written. t is a write
+ * transaction that has not written yet: LMDB's writer lock keeps every
+ * other process's writer out of the range. Failure only stops writing
+ * ahead (the syncs then write the extents again).
+ */
+static void map_ahead(struct core *c, MDB_txn *t)
+{
+	size_t from, to;
+	int fd;
+	(void)t;
+	if (!ahead_range(c, &from, &to) || mdb_env_get_fd(c->env, &fd))
+		return;
+	if (write_ahead(fd, (off_t)from, (off_t)to) == 0)
+		c->ahead = to;
+	else
+		c->ahead_off = 1;
 }
 
 /* map_ahead between batches, when due, in a transaction of its own. */
