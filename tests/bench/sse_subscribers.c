@@ -19,6 +19,11 @@
  * figure errs high, never low). Only `event: enduring` events with a
  * "created_at" field count (journaled ones; pings and ephemeral ones not).
  *
+ * With SSE_SUBSCRIBERS_DUMP=FILE it also writes one line per sample to
+ * FILE: the connection's index, the event's id, its created_at and its
+ * arrival (seconds), so one event's spread over the subscribers (the
+ * server's send round) and the gaps between a turn's events can be seen.
+ *
  * A benchmark helper, not part of luarig: it trusts the server it reads.
  */
 #include <arpa/inet.h>
@@ -44,6 +49,7 @@ struct conn {
 	char *buf;
 };
 
+static FILE *dump; /* SSE_SUBSCRIBERS_DUMP, or NULL */
 static double *samples;
 static size_t nsamples, capsamples;
 
@@ -72,8 +78,8 @@ _Noreturn static void die(const char *what)
 	exit(1);
 }
 
-/* Scans the complete events in c->buf (each ends with a blank line). */
-static void scan(struct conn *c, double arrival)
+/* Scans the complete events in c->buf (each ends with a blank line); i is c's index. */
+static void scan(struct conn *c, int i, double arrival)
 {
 	size_t off = 0;
 	if (!c->headers_done) {
@@ -100,6 +106,11 @@ static void scan(struct conn *c, double arrival)
 				double created = strtod(ca + 13, NULL);
 				add_sample((arrival - created) * 1e3);
 				c->events++;
+				if (dump) {
+					const char *id = strstr(p, "\nid: ");
+					fprintf(dump, "%d %ld %.6f %.6f\n", i,
+						id ? strtol(id + 5, NULL, 10) : -1L, created, arrival);
+				}
 			}
 		}
 		*e = '\n';
@@ -121,6 +132,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sse_subscribers: bad arguments\n");
 		return 2;
 	}
+	const char *dump_path = getenv("SSE_SUBSCRIBERS_DUMP");
+	if (dump_path && !(dump = fopen(dump_path, "w")))
+		die(dump_path);
 	char req[1024];
 	int rlen = snprintf(req, sizeof req,
 			    "GET %s HTTP/1.1\r\nHost: %s:%s\r\nAccept: text/event-stream\r\n\r\n",
@@ -201,7 +215,7 @@ int main(int argc, char **argv)
 				}
 				int had = c->headers_done;
 				c->len += (size_t)got;
-				scan(c, arrival);
+				scan(c, (int)evs[j].data.u32, arrival);
 				if (!had && c->headers_done && ++ready == n) {
 					printf("ready\n");
 					fflush(stdout);
@@ -230,5 +244,7 @@ int main(int argc, char **argv)
 	       n, ready, nsamples, emin, emax, p50, p99, mx);
 	free(samples);
 	free(cs);
+	if (dump && fclose(dump) != 0)
+		die("SSE_SUBSCRIBERS_DUMP");
 	return 0;
 }
