@@ -426,17 +426,42 @@ static size_t depth(const char *p)
 	return d;
 }
 
+/* Over pointers into one array: shallower first, ties in the spec's order. */
 static int by_depth(const void *a, const void *b)
 {
-	size_t da = depth(((const struct lr_sbx_mount *)a)->dst);
-	size_t db = depth(((const struct lr_sbx_mount *)b)->dst);
-	return da < db ? -1 : da > db;
+	const struct lr_sbx_mount *ma = *(const struct lr_sbx_mount *const *)a;
+	const struct lr_sbx_mount *mb = *(const struct lr_sbx_mount *const *)b;
+	size_t da = depth(ma->dst), db = depth(mb->dst);
+	if (da != db)
+		return da < db ? -1 : 1;
+	return ma < mb ? -1 : ma > mb;
 }
 
-static void spec_mount(int old_fd, int new_fd, const struct lr_sbx_mount *m)
+/*
+ * A prepared copy's (lr__sbx_standby_main): per mount, in the spec's order,
+ * the identity its source had when the zygote made the copy; a source that
+ * is another file by the time it is bound fails the copy, so the view it
+ * holds is the one the zygote checks again when it hands the copy a run.
+ * NULL in every other helper.
+ */
+static const struct lr__sbx_ident *g_want;
+
+static void check_ident(const struct lr__sbx_ident *want, const struct stat *st, const char *src)
+{
+	if (want && (want->dev != (uint64_t)st->st_dev || want->ino != (uint64_t)st->st_ino))
+		die(0, "mount source '%s' changed while the sandbox was prepared", src);
+}
+
+static void spec_mount(int old_fd, int new_fd, const struct lr_sbx_mount *m,
+		       const struct lr__sbx_ident *want)
 {
 	if (g_etc >= 0 && !m->writable && strcmp(m->dst, "/etc") == 0 &&
 	    strcmp(m->src, "/etc") == 0) {
+		struct stat et;
+		if (want && fstat(g_etc, &et) < 0)
+			die(errno, "the idmapped /etc");
+		if (want)
+			check_ident(want, &et, m->src);
 		int dst = make_point(new_fd, "etc", 0);
 		if (dst < 0)
 			die(errno, "mount point '/etc'");
@@ -451,6 +476,7 @@ static void spec_mount(int old_fd, int new_fd, const struct lr_sbx_mount *m)
 	struct stat st;
 	if (fstat(src, &st) < 0)
 		die(errno, "mount source '%s'", m->src);
+	check_ident(want, &st, m->src);
 	if (S_ISLNK(st.st_mode)) {
 		/* /bin -> usr/bin on a merged-/usr host: the same link in the view. */
 		char target[PATH_MAX];
@@ -510,6 +536,17 @@ static void readonly_mount(int new_fd, const char *path)
 	snprintf(what, sizeof what, "'%s'", path);
 	bind_fd(fd, fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, what);
 	close(fd);
+}
+
+/* The spec's protected paths, in a view already pivoted into (a prepared copy's). */
+static void readonly_binds(const struct lr_sbx_spec *s)
+{
+	int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (root < 0)
+		die(errno, "the view's root");
+	for (size_t i = 0; i < s->nreadonly; i++)
+		readonly_mount(root, s->readonly[i]);
+	close(root);
 }
 
 static void build_dev(int old_fd, int new_fd, uint64_t shm_bytes, uint64_t shm_inodes)
@@ -576,7 +613,11 @@ static void build_dev(int old_fd, int new_fd, uint64_t shm_bytes, uint64_t shm_i
  * /oldroot) so that every source resolves inside the host's tree, then
  * pivoted into, and the host's tree detached.
  */
-static void build_view(struct lr_sbx_spec *s)
+/*
+ * The view, pivoted into. readonly: bind the protected paths too (a
+ * prepared copy binds its run's, from that run's spec, once it has it).
+ */
+static void build_view(const struct lr_sbx_spec *s, int readonly)
 {
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		die(errno, "making the mounts private");
@@ -613,14 +654,20 @@ static void build_view(struct lr_sbx_spec *s)
 			    MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, p, tmps[i][0]);
 		close(p);
 	}
-	qsort(s->mounts, s->nmounts, sizeof *s->mounts, by_depth);
+	const struct lr_sbx_mount **order = malloc((s->nmounts ? s->nmounts : 1) * sizeof *order);
+	if (!order)
+		die(ENOMEM, "the mounts");
 	for (size_t i = 0; i < s->nmounts; i++)
-		spec_mount(old_fd, new_fd, &s->mounts[i]);
+		order[i] = &s->mounts[i];
+	qsort(order, s->nmounts, sizeof *order, by_depth);
+	for (size_t i = 0; i < s->nmounts; i++)
+		spec_mount(old_fd, new_fd, order[i], g_want ? &g_want[order[i] - s->mounts] : NULL);
+	free(order);
 	if (g_etc >= 0) { /* no read-only /etc in this view */
 		close(g_etc);
 		g_etc = -1;
 	}
-	for (size_t i = 0; i < s->nreadonly; i++)
+	for (size_t i = 0; readonly && i < s->nreadonly; i++)
 		readonly_mount(new_fd, s->readonly[i]);
 	build_dev(old_fd, new_fd, bytes, inodes);
 	/* /proc of the new pid namespace; the kernel wants the host's /proc still visible. */
@@ -985,7 +1032,7 @@ static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter, int alive_
 	close(LR_SBX_FD_LIFELINE); /* the helper watches it */
 	signal(SIGCHLD, SIG_DFL);
 	sigprocmask(SIG_SETMASK, mask, NULL);
-	build_view(s);
+	build_view(s, 1);
 	loopback_up();
 	if (sethostname("sandbox", 7) < 0)
 		die(errno, "sethostname");
@@ -1156,4 +1203,223 @@ int lr_sbx_helper_main(int argc, char **argv)
 	 * namespace but not its pid namespace, and nothing at exit may run here.
 	 */
 	_exit(helper_wait(child, tier_a, &waitmask));
+}
+
+/* ---- a prepared copy (internal.h, sandbox/zygote.c) ---- */
+
+static int same_str(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+int lr__sbx_standby_ok(const struct lr_sbx_spec *s)
+{
+	return s->tier == LR_TIER_A && !s->unconfined && s->net == LR_SBX_NET_NONE && !s->cgroup &&
+	       s->seccomp_len > 0;
+}
+
+int lr__sbx_same_view(const struct lr_sbx_spec *a, const struct lr_sbx_spec *b)
+{
+	if (a->tier != b->tier || a->unconfined != b->unconfined || a->net != b->net ||
+	    !same_str(a->cgroup, b->cgroup) || a->etc_idmap != b->etc_idmap || a->uid != b->uid ||
+	    a->gid != b->gid || a->nmounts != b->nmounts)
+		return 0;
+	uint64_t ab, ai, bb, bi;
+	lr_sbx_tmpfs_limits(&a->limits, &ab, &ai);
+	lr_sbx_tmpfs_limits(&b->limits, &bb, &bi);
+	if (ab != bb || ai != bi)
+		return 0;
+	for (size_t i = 0; i < a->nmounts; i++)
+		if (strcmp(a->mounts[i].src, b->mounts[i].src) != 0 ||
+		    strcmp(a->mounts[i].dst, b->mounts[i].dst) != 0 ||
+		    !a->mounts[i].writable != !b->mounts[i].writable)
+			return 0;
+	return 1;
+}
+
+/* want fds (close-on-exec) from one message on sock: 0, or -1 (none kept). */
+static int recv_fds(int sock, int *fds, int want)
+{
+	struct lr__sbx_standby_msg m;
+	struct iovec iov = { &m, sizeof m };
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof u.buf };
+	ssize_t r;
+	do
+		r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	while (r < 0 && errno == EINTR);
+	int n = 0;
+	for (struct cmsghdr *c = r > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		for (int i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+			if (n < want)
+				fds[n++] = fd;
+			else
+				close(fd);
+		}
+	}
+	if (r == (ssize_t)sizeof m && m.magic == LR__SBX_STANDBY_MAGIC && m.nfds == (uint32_t)want &&
+	    n == want && !(mh.msg_flags & MSG_CTRUNC))
+		return 0;
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+	return -1;
+}
+
+/* fds placed as 0..n-1 through numbers above all of them (none overwrites a source to come). */
+static void place_fds(int *fds, int n)
+{
+	for (int i = 0; i < n; i++) {
+		int d = fcntl(fds[i], F_DUPFD_CLOEXEC, 64);
+		if (d < 0)
+			die(errno, "the run's fds");
+		close(fds[i]);
+		fds[i] = d;
+	}
+	for (int i = 0; i < n; i++) {
+		if (dup2(fds[i], i) < 0)
+			die(errno, "the run's fds");
+		close(fds[i]);
+	}
+}
+
+/*
+ * The prepared reaper: the view and the network of s, then its run (its
+ * fds from rsock) as any reaper's, with the run's own spec.
+ */
+__attribute__((noreturn))
+static void standby_reaper(struct lr_sbx_spec *s, int alive_fd, int rsock, const sigset_t *mask)
+{
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		die(errno, "parent death signal");
+	struct pollfd pf = { .fd = alive_fd, .events = POLLIN };
+	if (poll(&pf, 1, 0) != 0)
+		die(0, "the helper died while the sandbox was being set up");
+	close(alive_fd);
+	signal(SIGCHLD, SIG_DFL);
+	sigprocmask(SIG_SETMASK, mask, NULL);
+	build_view(s, 0);
+	loopback_up();
+	if (sethostname("sandbox", 7) < 0)
+		die(errno, "sethostname");
+	int fds[4];
+	if (recv_fds(rsock, fds, 4) < 0)
+		_exit(LR_SBX_EXIT_SETUP); /* dropped by the zygote, or gone */
+	place_fds(fds, 4); /* from here on, messages reach the run's stderr */
+	size_t len;
+	char *buf = read_spec(&len);
+	struct lr_sbx_spec run;
+	struct lr_err err = { "" };
+	if (lr_sbx_spec_decode(buf, len, &run, &err))
+		die(0, "%s", err.msg);
+	free(buf);
+	if (!lr__sbx_standby_ok(&run) || !lr__sbx_same_view(s, &run))
+		die(0, "the prepared sandbox is not the run's");
+	readonly_binds(&run);
+	if (chdir(run.cwd) < 0)
+		die(errno, "chdir '%s'", run.cwd);
+	if (setsid() < 0)
+		die(errno, "setsid");
+	on_forwarded_signals();
+	pid_t t = fork();
+	if (t < 0)
+		die(errno, "fork");
+	if (t == 0)
+		exec_target(&run, NULL, 1);
+	g_target = t;
+	int code = reap(t, run.limits.nproc);
+	/* nothing of the run is left: its end can be told before this exit tears the namespaces down */
+	struct lr__sbx_standby_end e = { LR__SBX_STANDBY_MAGIC, code };
+	if (send(rsock, &e, sizeof e, MSG_NOSIGNAL) < 0) {
+		/* the zygote learns it from the copy's exit */
+	}
+	_exit(code);
+}
+
+void lr__sbx_standby_main(struct lr_sbx_spec *s, const struct lr__sbx_ident *want, int hsock,
+			  int rsock, pid_t zygote)
+{
+	signal(SIGPIPE, SIG_IGN);
+	g_want = want;
+	if (s->etc_idmap) {
+		g_etc = lr__sbx_etc_idmapped();
+		if (g_etc < 0)
+			die(-g_etc, "making the idmapped /etc");
+	}
+	if (lr__sbx_idmap_ns >= 0) {
+		close(lr__sbx_idmap_ns);
+		lr__sbx_idmap_ns = -1;
+	}
+	enter_namespaces(s);
+	/* the zygote gone means the set is closed: nothing is to be prepared */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != zygote)
+		_exit(LR_SBX_EXIT_SETUP);
+	on_forwarded_signals();
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_chld;
+	sa.sa_flags = SA_NOCLDSTOP;
+	sigaction(SIGCHLD, &sa, NULL);
+	sigset_t chld, old, waitmask;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, &old);
+	waitmask = old;
+	sigdelset(&waitmask, SIGCHLD);
+	int alive[2];
+	if (pipe2(alive, O_CLOEXEC) < 0)
+		die(errno, "pipe");
+	pid_t child = fork();
+	if (child < 0)
+		die(errno, "fork");
+	if (child == 0) {
+		close(alive[1]);
+		close(hsock);
+		standby_reaper(s, alive[0], rsock, &old);
+	}
+	close(alive[0]);
+	close(rsock);
+	g_target = child;
+	/* the run, or the reaper's end (its set-up failed): then this copy ends unused */
+	for (;;) {
+		struct pollfd pf = { .fd = hsock, .events = POLLIN };
+		int r = ppoll(&pf, 1, NULL, &waitmask);
+		if (r > 0)
+			break;
+		if (r < 0 && errno != EINTR)
+			_exit(LR_SBX_EXIT_SETUP);
+		int st;
+		if (waitpid(child, &st, WNOHANG) == child)
+			_exit(LR_SBX_EXIT_SETUP);
+	}
+	int fds[2];
+	if (recv_fds(hsock, fds, 2) < 0) {
+		kill(child, SIGKILL);
+		_exit(LR_SBX_EXIT_SETUP);
+	}
+	close(hsock);
+	for (int i = 0; i < 2; i++) { /* above every target number, so that no dup2 below closes one */
+		int d = fcntl(fds[i], F_DUPFD_CLOEXEC, 64);
+		if (d < 0)
+			die(errno, "the run's fds");
+		close(fds[i]);
+		fds[i] = d;
+	}
+	if (dup2(fds[0], 2) < 0 || dup2(fds[1], LR_SBX_FD_LIFELINE) < 0)
+		die(errno, "the run's fds");
+	close(fds[0]);
+	close(fds[1]);
+	/* the run's now: it ends with its lifeline, as a forked copy's does, not with the zygote */
+	if (prctl(PR_SET_PDEATHSIG, 0) < 0)
+		die(errno, "parent death signal");
+	check_lifeline();
+	_exit(helper_wait(child, 1, &waitmask));
 }

@@ -24,6 +24,61 @@ int lr__sbx_idmap_userns(void);
 extern int lr__sbx_idmap_ns;
 
 /*
+ * A prepared copy (zygote.c, helper.c; docs/design/sandbox.md, "A warm
+ * executor"): a helper forked by the zygote ahead of a run, which enters
+ * the namespaces and builds the view of one spec, then waits. At the next
+ * request whose spec has the same view (lr__sbx_same_view), the zygote
+ * hands it the run: one struct lr__sbx_standby_msg to the helper with the
+ * run's stderr and lifeline, one to the reaper with its stdin, stdout,
+ * stderr and spec (SCM_RIGHTS, in those orders). The reaper decodes that
+ * spec, checks the view again, binds the run's protected paths and starts
+ * the target as any reaper does; when the target and everything else in
+ * the namespace are gone it sends one struct lr__sbx_standby_end. Each
+ * copy serves one run.
+ */
+#define LR__SBX_STANDBY_MAGIC 0x6c727331u /* "lrs1" */
+struct lr__sbx_standby_msg {
+	uint32_t magic;
+	uint32_t nfds;
+};
+/*
+ * The reaper's last word on its socket, once the run's namespace is empty:
+ * code, the exit status the copy will have (the target's, 128+N for a
+ * signal), so that the zygote says EXITED before the copy's exit has torn
+ * its namespaces down.
+ */
+struct lr__sbx_standby_end {
+	uint32_t magic;
+	int32_t code;
+};
+/* A file's identity: st_dev and st_ino. */
+struct lr__sbx_ident {
+	uint64_t dev, ino;
+};
+/*
+ * Whether a spec's run may be prepared ahead: tier A, confined, no network
+ * (no proxy), no cgroup, the seccomp filter compiled by the host.
+ */
+int lr__sbx_standby_ok(const struct lr_sbx_spec *s);
+/*
+ * Whether two specs make the same view: everything the helper and the
+ * reaper use before the target (the namespaces' ids, the mounts in order,
+ * /etc, the sizes of /tmp, /run and /dev/shm). The run's own fields
+ * (argv, environment, cwd, rlimits, Landlock rules, the protected paths,
+ * the filter) may differ: a prepared copy takes them from its run's spec.
+ */
+int lr__sbx_same_view(const struct lr_sbx_spec *a, const struct lr_sbx_spec *b);
+/*
+ * In the zygote's fork: fds 0-2 /dev/null, hsock and rsock the copy's ends
+ * (close-on-exec), nothing else open but lr__sbx_idmap_ns; its own process
+ * group, default signals, the parent death signal set. want: per mount of
+ * s, the identity of its source as the zygote saw it. Never returns.
+ */
+__attribute__((noreturn)) void lr__sbx_standby_main(struct lr_sbx_spec *s,
+						    const struct lr__sbx_ident *want, int hsock,
+						    int rsock, pid_t zygote);
+
+/*
  * probe.c: the user's own runtime directory (root: /run/luarig; others:
  * $XDG_RUNTIME_DIR/luarig or /tmp/luarig-UID), made if missing, opened
  * without following links and returned only when it is a directory of the

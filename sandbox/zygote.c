@@ -36,7 +36,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,6 +53,10 @@
 static struct {
 	pid_t pid;
 	uint64_t tag;
+	/* a prepared copy's: its reaper's socket, which says how the run ended
+	   before the copy's own exit (the teardown of its namespaces) is done; -1 */
+	int end;
+	int reported; /* EXITED is out (from end): the copy's reaping says nothing more */
 } copies[MAX_COPIES];
 static int ncopies;
 /*
@@ -70,6 +77,19 @@ static struct lr_sbx_zygote_msg pending[MAX_COPIES];
 static int npending;
 /* The fds a run hands over: 0, 1, 2 and the helper's 3, 4, 5. */
 #define RUN_FDS 6
+/*
+ * The prepared copy (internal.h): made from the spec of the last request
+ * that allowed one, as soon as that request was answered; given the next
+ * request with the same view whose mount sources are still the files they
+ * were (want), dropped at any other. pid 0: none.
+ */
+static struct {
+	pid_t pid;
+	int pidfd, hsock, rsock;
+	struct lr_sbx_spec spec;
+	struct lr__sbx_ident *want;
+} standby;
+static pid_t zygote_pid;
 
 static void on_chld(int sig)
 {
@@ -102,6 +122,194 @@ static int send_msg(int sock, const struct lr_sbx_zygote_msg *m, int fd)
 			continue;
 		return n < 0 ? -errno : -EIO;
 	}
+}
+
+/* The run's spec from its sealed memfd, decoded: 0, or -1 (the copy's helper will say why). */
+static int read_run_spec(int fd, struct lr_sbx_spec *out)
+{
+	const int need = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+	struct stat st;
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (fstat(fd, &st) < 0 || seals < 0 || (seals & need) != need || !S_ISREG(st.st_mode) ||
+	    st.st_size > LR_SBX_SPEC_MAX)
+		return -1;
+	size_t n = (size_t)st.st_size;
+	char *buf = malloc(n + 1);
+	if (!buf || pread(fd, buf, n, 0) != (ssize_t)n) {
+		free(buf);
+		return -1;
+	}
+	struct lr_err err = { "" };
+	int rc = lr_sbx_spec_decode(buf, n, out, &err) ? -1 : 0;
+	free(buf);
+	return rc;
+}
+
+/* Each mount source's identity now (not following a last link, as the reaper opens it). */
+static int idents(const struct lr_sbx_spec *s, struct lr__sbx_ident *out)
+{
+	for (size_t i = 0; i < s->nmounts; i++) {
+		struct stat st;
+		if (fstatat(AT_FDCWD, s->mounts[i].src, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			return -1;
+		out[i] = (struct lr__sbx_ident){ (uint64_t)st.st_dev, (uint64_t)st.st_ino };
+	}
+	return 0;
+}
+
+static int sources_unchanged(void)
+{
+	for (size_t i = 0; i < standby.spec.nmounts; i++) {
+		struct stat st;
+		if (fstatat(AT_FDCWD, standby.spec.mounts[i].src, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    (uint64_t)st.st_dev != standby.want[i].dev ||
+		    (uint64_t)st.st_ino != standby.want[i].ino)
+			return 0;
+	}
+	return 1;
+}
+
+static int send_fds(int sock, const int *fds, int n)
+{
+	struct lr__sbx_standby_msg m = { LR__SBX_STANDBY_MAGIC, (uint32_t)n };
+	struct iovec iov = { &m, sizeof m };
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof u);
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = CMSG_SPACE((size_t)n * sizeof(int)) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
+	memcpy(CMSG_DATA(c), fds, (size_t)n * sizeof(int));
+	ssize_t r;
+	do
+		r = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (r < 0 && errno == EINTR);
+	return r == (ssize_t)sizeof m ? 0 : -1;
+}
+
+/* Forgets the prepared copy; kill: end it too (it was not given a run). */
+static void standby_forget(int kill_it)
+{
+	if (!standby.pid)
+		return;
+	if (kill_it)
+		kill(-standby.pid, SIGKILL); /* its reaper dies with it (the parent death signal) */
+	close(standby.pidfd);
+	close(standby.hsock);
+	close(standby.rsock);
+	lr_sbx_spec_release(&standby.spec);
+	free(standby.want);
+	standby.pid = 0;
+	standby.want = NULL;
+}
+
+/*
+ * In the prepared copy: fds 0-2 /dev/null, 3 and 4 its ends of the two
+ * sockets, 5 the idmapping's namespace (if any), nothing else.
+ */
+__attribute__((noreturn))
+static void standby_copy(int hs, int rs)
+{
+	int top = RUN_FDS + 64;
+	int h = fcntl(hs, F_DUPFD_CLOEXEC, top), r = fcntl(rs, F_DUPFD_CLOEXEC, top);
+	int ns = zygote_idmap >= 0 ? fcntl(zygote_idmap, F_DUPFD_CLOEXEC, top) : -1;
+	int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (h < 0 || r < 0 || nul < 0 || (zygote_idmap >= 0 && ns < 0))
+		_exit(LR_SBX_EXIT_SETUP);
+	for (int i = 0; i < 3; i++)
+		if (dup2(nul, i) < 0)
+			_exit(LR_SBX_EXIT_SETUP);
+	if (dup3(h, 3, O_CLOEXEC) < 0 || dup3(r, 4, O_CLOEXEC) < 0 ||
+	    (ns >= 0 && dup3(ns, 5, O_CLOEXEC) < 0))
+		_exit(LR_SBX_EXIT_SETUP);
+	lr__sbx_idmap_ns = ns >= 0 ? 5 : -1;
+	if (syscall(SYS_close_range, ns >= 0 ? 6 : 5, ~0U, 0) < 0)
+		_exit(LR_SBX_EXIT_SETUP);
+	if (setpgid(0, 0) < 0)
+		_exit(LR_SBX_EXIT_SETUP);
+	for (int sig = 1; sig < NSIG; sig++)
+		signal(sig, SIG_DFL);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != zygote_pid)
+		_exit(LR_SBX_EXIT_SETUP);
+	lr__sbx_standby_main(&standby.spec, standby.want, 3, 4, zygote_pid);
+}
+
+/* A prepared copy of spec (taken: released here when none can be made). */
+static void standby_make(struct lr_sbx_spec *spec)
+{
+	int h[2] = { -1, -1 }, r[2] = { -1, -1 };
+	struct lr__sbx_ident *want = calloc(spec->nmounts ? spec->nmounts : 1, sizeof *want);
+	if (!want || idents(spec, want) < 0 ||
+	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, h) < 0 ||
+	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, r) < 0)
+		goto fail;
+	standby.spec = *spec;
+	standby.want = want;
+	pid_t pid = fork();
+	if (pid == 0)
+		standby_copy(h[1], r[1]);
+	close(h[1]);
+	close(r[1]);
+	h[1] = r[1] = -1;
+	int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+	if (pidfd < 0) {
+		if (pid > 0)
+			kill(-pid, SIGKILL);
+		goto fail;
+	}
+	standby.pid = pid;
+	standby.pidfd = pidfd;
+	standby.hsock = h[0];
+	standby.rsock = r[0];
+	return;
+fail:
+	for (int i = 0; i < 2; i++) {
+		if (h[i] >= 0)
+			close(h[i]);
+		if (r[i] >= 0)
+			close(r[i]);
+	}
+	free(want);
+	standby.want = NULL;
+	lr_sbx_spec_release(spec);
+}
+
+/*
+ * The run (fds as received) handed to the prepared copy, if it is for it:
+ * its pid, with *pidfd; or 0 (then the copy, if any, is dropped).
+ */
+static pid_t standby_take(const int *fds, int n, const struct lr_sbx_spec *spec, int *pidfd,
+			  int *end)
+{
+	if (!standby.pid)
+		return 0;
+	int ok = spec && n == 5 && lr__sbx_same_view(&standby.spec, spec) && sources_unchanged();
+	if (ok) {
+		const int hf[2] = { fds[2], fds[4] }, rf[4] = { fds[0], fds[1], fds[2], fds[3] };
+		ok = send_fds(standby.hsock, hf, 2) == 0 && send_fds(standby.rsock, rf, 4) == 0;
+	}
+	if (!ok) {
+		standby_forget(1);
+		return 0;
+	}
+	pid_t pid = standby.pid;
+	*pidfd = standby.pidfd;
+	*end = standby.rsock;
+	standby.pidfd = -1;
+	close(standby.hsock);
+	lr_sbx_spec_release(&standby.spec);
+	free(standby.want);
+	standby.want = NULL;
+	standby.pid = 0;
+	return pid;
 }
 
 /*
@@ -186,7 +394,16 @@ static int serve_request(int sock)
 		bad = 1;
 		m.err = EAGAIN;
 	}
-	if (!bad) {
+	int end = -1;
+	struct lr_sbx_spec spec;
+	int have = !bad && n == 5 && read_run_spec(fds[3], &spec) == 0;
+	if (have && !lr__sbx_standby_ok(&spec)) {
+		lr_sbx_spec_release(&spec);
+		have = 0;
+	}
+	if (!bad && (pid = standby_take(fds, n, have ? &spec : NULL, &pidfd, &end)) > 0) {
+		/* the prepared copy runs it */
+	} else if (!bad) {
 		pid = fork();
 		if (pid == 0)
 			run_copy(fds, n);
@@ -203,7 +420,10 @@ static int serve_request(int sock)
 	}
 	if (pid > 0) {
 		copies[ncopies].pid = pid;
+		copies[ncopies].end = end;
+		copies[ncopies].reported = 0;
 		copies[ncopies++].tag = req.tag;
+		end = -1;
 		m.type = LR_SBX_ZYGOTE_STARTED;
 		m.err = 0;
 		m.pid = pid;
@@ -212,7 +432,33 @@ static int serve_request(int sock)
 	int rc = send_msg(sock, &m, pidfd);
 	if (pidfd >= 0)
 		close(pidfd);
+	if (end >= 0)
+		close(end);
+	if (have && rc == 0)
+		standby_make(&spec); /* the next run of this view, prepared while this one runs */
+	else if (have)
+		lr_sbx_spec_release(&spec);
 	return rc;
+}
+
+/*
+ * A prepared copy's reaper says its run ended (its namespace is empty):
+ * EXITED goes out now, with the status the copy's exit will have.
+ */
+static void run_ended(int i)
+{
+	struct lr__sbx_standby_end e;
+	ssize_t r = recv(copies[i].end, &e, sizeof e, MSG_DONTWAIT);
+	if (r < 0 && (errno == EINTR || errno == EAGAIN))
+		return;
+	close(copies[i].end);
+	copies[i].end = -1;
+	if (r != (ssize_t)sizeof e || e.magic != LR__SBX_STANDBY_MAGIC || e.code < 0 || e.code > 255)
+		return; /* none: the copy's reaping tells */
+	pending[npending++] = (struct lr_sbx_zygote_msg){
+		.type = LR_SBX_ZYGOTE_EXITED, .pid = copies[i].pid, .status = e.code << 8,
+		.tag = copies[i].tag };
+	copies[i].reported = 1;
 }
 
 void lr_sbx_zygote_main(void)
@@ -242,6 +488,7 @@ void lr_sbx_zygote_main(void)
 		dprintf(2, "luarig sandbox: zygote: no lifeline on fd %d\n", ZYGOTE_FD_LIFE);
 		_exit(LR_SBX_EXIT_SETUP);
 	}
+	zygote_pid = getpid();
 	if (geteuid() == 0) {
 		int ns = lr__sbx_idmap_userns();
 		zygote_idmap = ns >= 0 ? ns : -1;
@@ -251,11 +498,16 @@ void lr_sbx_zygote_main(void)
 		int st;
 		pid_t p;
 		while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+			if (p == standby.pid)
+				standby_forget(0); /* its set-up failed: the next run is forked */
 			for (int i = 0; i < ncopies; i++)
 				if (copies[i].pid == p) {
-					pending[npending++] = (struct lr_sbx_zygote_msg){
-						.type = LR_SBX_ZYGOTE_EXITED, .pid = p, .status = st,
-						.tag = copies[i].tag };
+					if (!copies[i].reported)
+						pending[npending++] = (struct lr_sbx_zygote_msg){
+							.type = LR_SBX_ZYGOTE_EXITED, .pid = p, .status = st,
+							.tag = copies[i].tag };
+					if (copies[i].end >= 0)
+						close(copies[i].end);
 					copies[i] = copies[--ncopies];
 					break;
 				}
@@ -268,11 +520,24 @@ void lr_sbx_zygote_main(void)
 				_exit(0);
 			memmove(pending, pending + 1, (size_t)--npending * sizeof *pending);
 		}
-		struct pollfd pf[3] = { { ZYGOTE_FD_SOCK, POLLIN, 0 }, { ZYGOTE_FD_LIFE, POLLIN, 0 },
-					{ ZYGOTE_FD_EVENTS, POLLOUT, 0 } };
-		int n = ppoll(pf, npending ? 3 : 2, NULL, &waitmask);
+		static struct pollfd pf[3 + MAX_COPIES];
+		static int which[MAX_COPIES];
+		pf[0] = (struct pollfd){ ZYGOTE_FD_SOCK, POLLIN, 0 };
+		pf[1] = (struct pollfd){ ZYGOTE_FD_LIFE, POLLIN, 0 };
+		/* the event socket only while an end waits to go out (never polled otherwise) */
+		pf[2] = (struct pollfd){ npending ? ZYGOTE_FD_EVENTS : -1, POLLOUT, 0 };
+		int nf = 3;
+		for (int i = 0; i < ncopies; i++)
+			if (copies[i].end >= 0) {
+				which[nf - 3] = i;
+				pf[nf++] = (struct pollfd){ copies[i].end, POLLIN, 0 };
+			}
+		int n = ppoll(pf, (nfds_t)nf, NULL, &waitmask);
 		if (n < 0)
 			continue; /* EINTR: a child exited */
+		for (int k = 3; k < nf; k++)
+			if (pf[k].revents)
+				run_ended(which[k - 3]);
 		if (pf[1].revents || (npending && (pf[2].revents & (POLLERR | POLLHUP))))
 			_exit(0); /* the host ended the set, or is gone */
 		if (pf[0].revents & POLLIN) {

@@ -363,6 +363,112 @@ describe("a warm executor set", function()
     end
   end)
 
+  -- A process's children (pgrep never lists itself) and its parent.
+  local function children(pid)
+    local r = assert(process.run{ argv = { "pgrep", "-P", tostring(pid) } })
+    local t = {}
+    for p in r.stdout:gmatch("%d+") do t[#t + 1] = p end
+    return t
+  end
+  local function parent(pid)
+    local f = io.open("/proc/" .. pid .. "/stat")
+    if not f then return nil end
+    local line = f:read("l")
+    f:close()
+    return line:match("%) %S+ (%d+)")
+  end
+  local function alive(pid)
+    return exists("/proc/" .. pid .. "/stat")
+  end
+  -- After a set's second run: its zygote, and the copy it prepared for the next run
+  -- (the copy's helper, the zygote's only child while nothing runs, with its reaper below).
+  local function prepared(before)
+    local z
+    for p in pairs(zygote_pids()) do if not before[p] then z = p end end
+    assert(z, "the set has no pre-forked helper")
+    local deadline = rig.now() + 10
+    while true do
+      local c = children(z)
+      if #c == 1 and #children(c[1]) == 1 then return z, c[1], children(c[1])[1] end
+      assert(rig.now() < deadline, "no prepared copy appeared")
+      rig.sleep(0.02)
+    end
+  end
+
+  it("prepares the next run's sandbox while the set waits, runs it there, and ends it with the set", function()
+    local s = assert(sandbox.executors(trusted(), { scratch_root = scratch() }))
+    local e = assert(s:get("w"))
+    local before = zygote_pids()
+    for _ = 1, 2 do expect(assert(e:run{ argv = { "true" } }).code).to_be(0) end
+    local z, copy, reaper = prepared(before)
+    local m, path = marker_sleep("prepared")
+    local t = rig.spawn(function() return e:run{ command = "exec '" .. path .. "' 1" } end)
+    local deadline = rig.now() + 5
+    repeat rig.sleep(0.02) until running(m) or rig.now() > deadline
+    local target = assert(process.run{ argv = { "pgrep", "-f", m } }).stdout:match("%d+")
+    expect(target).to_be_truthy()
+    -- the run's command is the prepared reaper's child, in the prepared copy
+    expect(parent(target)).to_be(reaper)
+    expect(parent(reaper)).to_be(copy)
+    local r = assert(t:wait())
+    expect(r.code).to_be(0)
+    -- the next one is prepared already; with the set, the zygote and it are gone
+    local _, copy2, reaper2 = prepared(before)
+    expect(copy2 ~= copy).to_be(true)
+    s:close()
+    deadline = rig.now() + 5
+    while (alive(z) or alive(copy2) or alive(reaper2)) and rig.now() < deadline do rig.sleep(0.02) end
+    expect(alive(z)).to_be(false)
+    expect(alive(copy2)).to_be(false)
+    expect(alive(reaper2)).to_be(false)
+  end)
+
+  it("ends a prepared copy with its pre-forked helper", function()
+    local s <close> = assert(sandbox.executors(trusted(), { scratch_root = scratch() }))
+    local e = assert(s:get("w"))
+    local before = zygote_pids()
+    for _ = 1, 2 do expect(assert(e:run{ argv = { "true" } }).code).to_be(0) end
+    local z, copy, reaper = prepared(before)
+    assert(process.run{ argv = { "kill", "-KILL", z } })
+    local deadline = rig.now() + 5
+    while (alive(copy) or alive(reaper)) and rig.now() < deadline do rig.sleep(0.02) end
+    expect(alive(copy)).to_be(false)
+    expect(alive(reaper)).to_be(false)
+    expect(assert(e:run{ command = "echo after" }).stdout).to_be("after\n")
+  end)
+
+  it("gives a run its workspace as it is now, though it was replaced after the run's sandbox was prepared", function()
+    local d = base .. "/replaced"
+    sh("mkdir -p '" .. d .. "' && echo old > '" .. d .. "/f'")
+    local s <close> = assert(sandbox.executors(trusted{ workspace_root = d }, { scratch_root = scratch() }))
+    local e = assert(s:get("w"))
+    local before = zygote_pids()
+    for _ = 1, 2 do expect(assert(e:run{ argv = { "true" } }).code).to_be(0) end
+    prepared(before)
+    sh("mv '" .. d .. "' '" .. d .. ".old' && mkdir '" .. d .. "' && echo new > '" .. d .. "/f'")
+    local r = assert(e:run{ command = "cat f && echo here > g" })
+    expect(r.stdout).to_be("new\n")
+    expect(exists(d .. "/g")).to_be(true)
+    expect(exists(d .. ".old/g")).to_be(false)
+  end)
+
+  it("keeps a protected file read-only when it was replaced after the run's sandbox was prepared", function()
+    local d = base .. "/replaced-git"
+    sh("rm -rf '" .. d .. "' && mkdir -p '" .. d .. "' && cd '" .. d .. "' && git init -q .")
+    local s <close> = assert(sandbox.executors(trusted{ workspace_root = d }, { scratch_root = scratch() }))
+    local e = assert(s:get("w"))
+    local before = zygote_pids()
+    for _ = 1, 2 do expect(assert(e:run{ argv = { "true" } }).code).to_be(0) end
+    prepared(before)
+    -- another file under the same name (a rename, as an editor saves)
+    sh("cd '" .. d .. "/.git' && cp config config.new && mv config.new config")
+    local r = assert(e:run{ command = "echo '[lr-written]' >> .git/config && echo written || echo refused" })
+    expect(r.stdout).to_be("refused\n")
+    local f = assert(io.open(d .. "/.git/config"))
+    expect(f:read("a"):find("[lr-written]", 1, true)).to_be_nil()
+    f:close()
+  end)
+
   it("gives a later run no file, process, IPC object or variable of an earlier one", function()
     local s <close> = assert(sandbox.executors(trusted(), { scratch_root = scratch() }))
     local e = assert(s:get("w"))
