@@ -499,6 +499,10 @@ static void spec_mount(int old_fd, int new_fd, const struct lr_sbx_mount *m,
 		   read-only tmpfs nobody may enter; over a file, the device. */
 		int at = openat2_path(new_fd, m->dst, RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS, 1);
 		struct stat dst_st;
+		if (want && want->dino &&
+		    (at < 0 || fstat(at, &dst_st) < 0 || want->ddev != (uint64_t)dst_st.st_dev ||
+		     want->dino != (uint64_t)dst_st.st_ino))
+			die(0, "masked path '%s' changed while the sandbox was prepared", m->dst);
 		if (at >= 0 && fstat(at, &dst_st) == 0 && S_ISDIR(dst_st.st_mode)) {
 			char what[PATH_MAX + 16];
 			snprintf(what, sizeof what, "mask of '%s'", m->dst);

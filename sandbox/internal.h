@@ -51,9 +51,15 @@ struct lr__sbx_standby_end {
 	uint32_t magic;
 	int32_t code;
 };
-/* A file's identity: st_dev and st_ino. */
+/*
+ * A mount's identity: its source's st_dev and st_ino and, for a mask (a
+ * source that is a character device, /dev/null), the masked path's
+ * (dst on the host; 0 and 0 otherwise), since a file renamed over a
+ * masked one would not be covered by a mask placed before.
+ */
 struct lr__sbx_ident {
 	uint64_t dev, ino;
+	uint64_t ddev, dino;
 };
 /*
  * Whether a spec's run may be prepared ahead: tier A, confined, no network

@@ -145,28 +145,35 @@ static int read_run_spec(int fd, struct lr_sbx_spec *out)
 	return rc;
 }
 
-/* Each mount source's identity now (not following a last link, as the reaper opens it). */
+/*
+ * Each mount's identity now (internal.h; not following a last link, as the
+ * reaper opens the source): 0, or -1 when a path cannot be looked at.
+ */
 static int idents(const struct lr_sbx_spec *s, struct lr__sbx_ident *out)
 {
 	for (size_t i = 0; i < s->nmounts; i++) {
-		struct stat st;
+		struct stat st, dt;
 		if (fstatat(AT_FDCWD, s->mounts[i].src, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			return -1;
-		out[i] = (struct lr__sbx_ident){ (uint64_t)st.st_dev, (uint64_t)st.st_ino };
+		out[i] = (struct lr__sbx_ident){ (uint64_t)st.st_dev, (uint64_t)st.st_ino, 0, 0 };
+		if (S_ISCHR(st.st_mode)) {
+			if (fstatat(AT_FDCWD, s->mounts[i].dst, &dt, AT_SYMLINK_NOFOLLOW) < 0)
+				return -1;
+			out[i].ddev = (uint64_t)dt.st_dev;
+			out[i].dino = (uint64_t)dt.st_ino;
+		}
 	}
 	return 0;
 }
 
 static int sources_unchanged(void)
 {
-	for (size_t i = 0; i < standby.spec.nmounts; i++) {
-		struct stat st;
-		if (fstatat(AT_FDCWD, standby.spec.mounts[i].src, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-		    (uint64_t)st.st_dev != standby.want[i].dev ||
-		    (uint64_t)st.st_ino != standby.want[i].ino)
-			return 0;
-	}
-	return 1;
+	size_t n = standby.spec.nmounts;
+	struct lr__sbx_ident *now = calloc(n ? n : 1, sizeof *now);
+	int same = now && idents(&standby.spec, now) == 0 &&
+		   memcmp(now, standby.want, n * sizeof *now) == 0;
+	free(now);
+	return same;
 }
 
 static int send_fds(int sock, const int *fds, int n)
