@@ -1017,15 +1017,11 @@ static int reap(pid_t target, uint64_t cap)
 }
 
 /*
- * The reaper dies with the helper (the parent death signal; the helper is
- * single-threaded, so its one thread is the parent the signal watches), and
- * the pid namespace dies with its pid 1. getppid() says nothing across the
- * namespace (it is 0 for pid 1), so a helper that died before the prctl is
- * seen on alive_fd instead: the read end of a pipe only the helper writes.
+ * The reaper's first part: die with the helper, then the view (readonly:
+ * with the spec's protected paths), loopback and the hostname.
  */
-__attribute__((noreturn))
-static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter, int alive_fd,
-		       const sigset_t *mask)
+static void reaper_setup(const struct lr_sbx_spec *s, int alive_fd, const sigset_t *mask,
+			 int readonly)
 {
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
 		die(errno, "parent death signal");
@@ -1033,21 +1029,17 @@ static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter, int alive_
 	if (poll(&pf, 1, 0) != 0)
 		die(0, "the helper died while the sandbox was being set up");
 	close(alive_fd);
-	close(LR_SBX_FD_LIFELINE); /* the helper watches it */
 	signal(SIGCHLD, SIG_DFL);
 	sigprocmask(SIG_SETMASK, mask, NULL);
-	build_view(s, 1);
+	build_view(s, readonly);
 	loopback_up();
 	if (sethostname("sandbox", 7) < 0)
 		die(errno, "sethostname");
-	if (s->net == LR_SBX_NET_PROXY) {
-		/* the proxy's listeners, made here inside the new network namespace and
-		   handed to the host, which serves them on its loop (docs/sandbox.md) */
-		int rc = lr_sbx_make_listeners(s->proxy_port, s->dns_port, LR_SBX_FD_CONTROL);
-		if (rc)
-			die(-rc, "cannot make the proxy listeners on fd %d", LR_SBX_FD_CONTROL);
-		close(LR_SBX_FD_CONTROL);
-	}
+}
+
+/* The reaper's last part: the target, started in the view, and its reaping; the exit status. */
+static int start_target(struct lr_sbx_spec *s, scmp_filter_ctx filter)
+{
 	if (chdir(s->cwd) < 0)
 		die(errno, "chdir '%s'", s->cwd);
 	if (setsid() < 0)
@@ -1059,7 +1051,31 @@ static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter, int alive_
 	if (t == 0)
 		exec_target(s, filter, 1);
 	g_target = t;
-	_exit(reap(t, s->limits.nproc));
+	return reap(t, s->limits.nproc);
+}
+
+/*
+ * The reaper dies with the helper (the parent death signal; the helper is
+ * single-threaded, so its one thread is the parent the signal watches), and
+ * the pid namespace dies with its pid 1. getppid() says nothing across the
+ * namespace (it is 0 for pid 1), so a helper that died before the prctl is
+ * seen on alive_fd instead: the read end of a pipe only the helper writes.
+ */
+__attribute__((noreturn))
+static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter, int alive_fd,
+		       const sigset_t *mask)
+{
+	close(LR_SBX_FD_LIFELINE); /* the helper watches it */
+	reaper_setup(s, alive_fd, mask, 1);
+	if (s->net == LR_SBX_NET_PROXY) {
+		/* the proxy's listeners, made here inside the new network namespace and
+		   handed to the host, which serves them on its loop (docs/sandbox.md) */
+		int rc = lr_sbx_make_listeners(s->proxy_port, s->dns_port, LR_SBX_FD_CONTROL);
+		if (rc)
+			die(-rc, "cannot make the proxy listeners on fd %d", LR_SBX_FD_CONTROL);
+		close(LR_SBX_FD_CONTROL);
+	}
+	_exit(start_target(s, filter));
 }
 
 /* ---- the helper's wait and the lifeline ---- */
@@ -1088,6 +1104,27 @@ static void check_lifeline(void)
 static void on_chld(int sig)
 {
 	(void)sig; /* only to interrupt ppoll */
+}
+
+/*
+ * The helper's signals before it forks: the forwarded ones, and SIGCHLD
+ * blocked (*old: the mask before) except inside helper_wait's ppoll
+ * (*waitmask), where it interrupts the wait.
+ */
+static void helper_signals(sigset_t *old, sigset_t *waitmask)
+{
+	on_forwarded_signals();
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_chld;
+	sa.sa_flags = SA_NOCLDSTOP; /* no SA_RESTART: ppoll returns EINTR */
+	sigaction(SIGCHLD, &sa, NULL);
+	sigset_t chld;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, old);
+	*waitmask = *old;
+	sigdelset(waitmask, SIGCHLD);
 }
 
 /*
@@ -1173,18 +1210,8 @@ int lr_sbx_helper_main(int argc, char **argv)
 		die(errno, "child subreaper");
 	if (!tier_a && chdir(s.cwd) < 0)
 		die(errno, "chdir '%s'", s.cwd);
-	on_forwarded_signals();
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_chld;
-	sa.sa_flags = SA_NOCLDSTOP; /* no SA_RESTART: ppoll returns EINTR */
-	sigaction(SIGCHLD, &sa, NULL);
-	sigset_t chld, old, waitmask;
-	sigemptyset(&chld);
-	sigaddset(&chld, SIGCHLD);
-	sigprocmask(SIG_BLOCK, &chld, &old);
-	waitmask = old;
-	sigdelset(&waitmask, SIGCHLD);
+	sigset_t old, waitmask;
+	helper_signals(&old, &waitmask);
 	int alive[2] = { -1, -1 };
 	if (tier_a && pipe2(alive, O_CLOEXEC) < 0)
 		die(errno, "pipe");
@@ -1210,6 +1237,34 @@ int lr_sbx_helper_main(int argc, char **argv)
 }
 
 /* ---- a prepared copy (internal.h, sandbox/zygote.c) ---- */
+
+int lr__sbx_take_fds(struct msghdr *mh, int *fds, int max)
+{
+	int n = 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		for (int i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+			if (n < max)
+				fds[n++] = fd;
+			else
+				close(fd);
+		}
+	}
+	return n;
+}
+
+void lr__sbx_as_spawned(void)
+{
+	for (int sig = 1; sig < NSIG; sig++)
+		signal(sig, SIG_DFL);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+}
 
 static int same_str(const char *a, const char *b)
 {
@@ -1256,20 +1311,7 @@ static int recv_fds(int sock, int *fds, int want)
 	do
 		r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
 	while (r < 0 && errno == EINTR);
-	int n = 0;
-	for (struct cmsghdr *c = r > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-		for (int i = 0; i < k; i++) {
-			int fd;
-			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-			if (n < want)
-				fds[n++] = fd;
-			else
-				close(fd);
-		}
-	}
+	int n = r > 0 ? lr__sbx_take_fds(&mh, fds, want) : 0;
 	if (r == (ssize_t)sizeof m && m.magic == LR__SBX_STANDBY_MAGIC && m.nfds == (uint32_t)want &&
 	    n == want && !(mh.msg_flags & MSG_CTRUNC))
 		return 0;
@@ -1302,18 +1344,7 @@ static void place_fds(int *fds, int n)
 __attribute__((noreturn))
 static void standby_reaper(struct lr_sbx_spec *s, int alive_fd, int rsock, const sigset_t *mask)
 {
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
-		die(errno, "parent death signal");
-	struct pollfd pf = { .fd = alive_fd, .events = POLLIN };
-	if (poll(&pf, 1, 0) != 0)
-		die(0, "the helper died while the sandbox was being set up");
-	close(alive_fd);
-	signal(SIGCHLD, SIG_DFL);
-	sigprocmask(SIG_SETMASK, mask, NULL);
-	build_view(s, 0);
-	loopback_up();
-	if (sethostname("sandbox", 7) < 0)
-		die(errno, "sethostname");
+	reaper_setup(s, alive_fd, mask, 0);
 	int fds[4];
 	if (recv_fds(rsock, fds, 4) < 0)
 		_exit(LR_SBX_EXIT_SETUP); /* dropped by the zygote, or gone */
@@ -1328,18 +1359,7 @@ static void standby_reaper(struct lr_sbx_spec *s, int alive_fd, int rsock, const
 	if (!lr__sbx_standby_ok(&run) || !lr__sbx_same_view(s, &run))
 		die(0, "the prepared sandbox is not the run's");
 	readonly_binds(&run);
-	if (chdir(run.cwd) < 0)
-		die(errno, "chdir '%s'", run.cwd);
-	if (setsid() < 0)
-		die(errno, "setsid");
-	on_forwarded_signals();
-	pid_t t = fork();
-	if (t < 0)
-		die(errno, "fork");
-	if (t == 0)
-		exec_target(&run, NULL, 1);
-	g_target = t;
-	int code = reap(t, run.limits.nproc);
+	int code = start_target(&run, NULL);
 	/* nothing of the run is left: its end can be told before this exit tears the namespaces down */
 	struct lr__sbx_standby_end e = { LR__SBX_STANDBY_MAGIC, code };
 	if (send(rsock, &e, sizeof e, MSG_NOSIGNAL) < 0) {
@@ -1366,18 +1386,8 @@ void lr__sbx_standby_main(struct lr_sbx_spec *s, const struct lr__sbx_ident *wan
 	/* the zygote gone means the set is closed: nothing is to be prepared */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != zygote)
 		_exit(LR_SBX_EXIT_SETUP);
-	on_forwarded_signals();
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_chld;
-	sa.sa_flags = SA_NOCLDSTOP;
-	sigaction(SIGCHLD, &sa, NULL);
-	sigset_t chld, old, waitmask;
-	sigemptyset(&chld);
-	sigaddset(&chld, SIGCHLD);
-	sigprocmask(SIG_BLOCK, &chld, &old);
-	waitmask = old;
-	sigdelset(&waitmask, SIGCHLD);
+	sigset_t old, waitmask;
+	helper_signals(&old, &waitmask);
 	int alive[2];
 	if (pipe2(alive, O_CLOEXEC) < 0)
 		die(errno, "pipe");

@@ -61,6 +61,11 @@ struct lr__sbx_ident {
 	uint64_t dev, ino;
 	uint64_t ddev, dino;
 };
+/* The fds of a received message's SCM_RIGHTS, at most max kept (the rest closed): how many. */
+struct msghdr;
+int lr__sbx_take_fds(struct msghdr *mh, int *fds, int max);
+/* A zygote's fork as a freshly spawned process: every signal's default disposition, none blocked. */
+void lr__sbx_as_spawned(void);
 /*
  * Whether a spec's run may be prepared ahead: tier A, confined, no network
  * (no proxy), no cgroup, the seccomp filter compiled by the host.

@@ -239,11 +239,7 @@ static void standby_copy(int hs, int rs)
 		_exit(LR_SBX_EXIT_SETUP);
 	if (setpgid(0, 0) < 0)
 		_exit(LR_SBX_EXIT_SETUP);
-	for (int sig = 1; sig < NSIG; sig++)
-		signal(sig, SIG_DFL);
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
+	lr__sbx_as_spawned();
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != zygote_pid)
 		_exit(LR_SBX_EXIT_SETUP);
 	lr__sbx_standby_main(&standby.spec, standby.want, 3, 4, zygote_pid);
@@ -353,11 +349,7 @@ static void run_copy(int *fds, int n)
 			close(fd);
 	if (setpgid(0, 0) < 0)
 		_exit(LR_SBX_EXIT_SETUP);
-	for (int sig = 1; sig < NSIG; sig++)
-		signal(sig, SIG_DFL);
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
+	lr__sbx_as_spawned();
 	char *argv[] = { "luarig", "__sandbox-helper", NULL };
 	_exit(lr_sbx_helper_main(2, argv));
 }
@@ -378,20 +370,8 @@ static int serve_request(int sock)
 		return errno == EINTR || errno == EAGAIN ? 0 : -errno;
 	if (r == 0)
 		return -EPIPE;
-	int fds[RUN_FDS], n = 0;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-		for (int i = 0; i < k; i++) {
-			int fd;
-			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-			if (n < RUN_FDS)
-				fds[n++] = fd;
-			else
-				close(fd);
-		}
-	}
+	int fds[RUN_FDS];
+	int n = lr__sbx_take_fds(&mh, fds, RUN_FDS);
 	struct lr_sbx_zygote_msg m = { .type = LR_SBX_ZYGOTE_FAILED, .err = EINVAL };
 	int bad = r != (ssize_t)sizeof req || req.magic != LR_SBX_ZYGOTE_MAGIC ||
 		  (mh.msg_flags & MSG_CTRUNC) || req.nfds != (uint32_t)n || n < 5;
