@@ -78,17 +78,23 @@ static int npending;
 /* The fds a run hands over: 0, 1, 2 and the helper's 3, 4, 5. */
 #define RUN_FDS 6
 /*
- * The prepared copy (internal.h): made from the spec of the last request
- * that allowed one, as soon as that request was answered; given the next
- * request with the same view whose mount sources are still the files they
- * were (want), dropped at any other. pid 0: none.
+ * Prepared copies (internal.h), one per view at most: made from the spec
+ * of a request that allowed one as soon as that request was answered,
+ * given the next request with the same view whose mount sources are still
+ * the files they were (want); one whose sources changed is dropped. A set
+ * whose keys take turns (each key's HOME is its own, so its own view) has
+ * one for each of its last STANDBY_MAX views; the oldest goes first.
  */
-static struct {
-	pid_t pid;
+#define STANDBY_MAX 4
+struct standby {
+	pid_t pid; /* 0: a free slot */
 	int pidfd, hsock, rsock;
+	uint64_t made; /* the order of making, for dropping the oldest */
 	struct lr_sbx_spec spec;
 	struct lr__sbx_ident *want;
-} standby;
+};
+static struct standby standbys[STANDBY_MAX];
+static uint64_t standbys_made;
 static pid_t zygote_pid;
 
 static void on_chld(int sig)
@@ -166,12 +172,12 @@ static int idents(const struct lr_sbx_spec *s, struct lr__sbx_ident *out)
 	return 0;
 }
 
-static int sources_unchanged(void)
+static int sources_unchanged(const struct standby *sb)
 {
-	size_t n = standby.spec.nmounts;
+	size_t n = sb->spec.nmounts;
 	struct lr__sbx_ident *now = calloc(n ? n : 1, sizeof *now);
-	int same = now && idents(&standby.spec, now) == 0 &&
-		   memcmp(now, standby.want, n * sizeof *now) == 0;
+	int same = now && idents(&sb->spec, now) == 0 &&
+		   memcmp(now, sb->want, n * sizeof *now) == 0;
 	free(now);
 	return same;
 }
@@ -199,20 +205,26 @@ static int send_fds(int sock, const int *fds, int n)
 	return r == (ssize_t)sizeof m ? 0 : -1;
 }
 
-/* Forgets the prepared copy; kill: end it too (it was not given a run). */
-static void standby_forget(int kill_it)
+/*
+ * Frees a slot. kill: the copy was not given a run, end it too (its reaper
+ * dies with it: the parent death signal); taken: its pidfd and reaper
+ * socket have gone to the run, only the rest is closed.
+ */
+static void standby_forget(struct standby *sb, int kill_it, int taken)
 {
-	if (!standby.pid)
+	if (!sb->pid)
 		return;
 	if (kill_it)
-		kill(-standby.pid, SIGKILL); /* its reaper dies with it (the parent death signal) */
-	close(standby.pidfd);
-	close(standby.hsock);
-	close(standby.rsock);
-	lr_sbx_spec_release(&standby.spec);
-	free(standby.want);
-	standby.pid = 0;
-	standby.want = NULL;
+		kill(-sb->pid, SIGKILL);
+	if (!taken) {
+		close(sb->pidfd);
+		close(sb->rsock);
+	}
+	close(sb->hsock);
+	lr_sbx_spec_release(&sb->spec);
+	free(sb->want);
+	sb->want = NULL;
+	sb->pid = 0;
 }
 
 /*
@@ -220,7 +232,7 @@ static void standby_forget(int kill_it)
  * sockets, 5 the idmapping's namespace (if any), nothing else.
  */
 __attribute__((noreturn))
-static void standby_copy(int hs, int rs)
+static void standby_copy(struct standby *sb, int hs, int rs)
 {
 	int top = RUN_FDS + 64;
 	int h = fcntl(hs, F_DUPFD_CLOEXEC, top), r = fcntl(rs, F_DUPFD_CLOEXEC, top);
@@ -242,23 +254,37 @@ static void standby_copy(int hs, int rs)
 	lr__sbx_as_spawned();
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != zygote_pid)
 		_exit(LR_SBX_EXIT_SETUP);
-	lr__sbx_standby_main(&standby.spec, standby.want, 3, 4, zygote_pid);
+	lr__sbx_standby_main(&sb->spec, sb->want, 3, 4, zygote_pid);
 }
 
-/* A prepared copy of spec (taken: released here when none can be made). */
+/*
+ * A prepared copy of spec (taken: released here when none is made), unless
+ * one of its view is there already; in a free slot, else the oldest's.
+ */
 static void standby_make(struct lr_sbx_spec *spec)
 {
+	struct standby *sb = NULL;
+	for (int i = 0; i < STANDBY_MAX; i++) {
+		struct standby *c = &standbys[i];
+		if (c->pid && lr__sbx_same_view(&c->spec, spec)) {
+			lr_sbx_spec_release(spec);
+			return;
+		}
+		if (!sb || (sb->pid && (!c->pid || c->made < sb->made)))
+			sb = c;
+	}
+	standby_forget(sb, 1, 0);
 	int h[2] = { -1, -1 }, r[2] = { -1, -1 };
 	struct lr__sbx_ident *want = calloc(spec->nmounts ? spec->nmounts : 1, sizeof *want);
 	if (!want || idents(spec, want) < 0 ||
 	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, h) < 0 ||
 	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, r) < 0)
 		goto fail;
-	standby.spec = *spec;
-	standby.want = want;
+	sb->spec = *spec;
+	sb->want = want;
 	pid_t pid = fork();
 	if (pid == 0)
-		standby_copy(h[1], r[1]);
+		standby_copy(sb, h[1], r[1]);
 	close(h[1]);
 	close(r[1]);
 	h[1] = r[1] = -1;
@@ -268,10 +294,11 @@ static void standby_make(struct lr_sbx_spec *spec)
 			kill(-pid, SIGKILL);
 		goto fail;
 	}
-	standby.pid = pid;
-	standby.pidfd = pidfd;
-	standby.hsock = h[0];
-	standby.rsock = r[0];
+	sb->pid = pid;
+	sb->pidfd = pidfd;
+	sb->hsock = h[0];
+	sb->rsock = r[0];
+	sb->made = ++standbys_made;
 	return;
 fail:
 	for (int i = 0; i < 2; i++) {
@@ -281,38 +308,38 @@ fail:
 			close(r[i]);
 	}
 	free(want);
-	standby.want = NULL;
+	sb->want = NULL;
 	lr_sbx_spec_release(spec);
 }
 
 /*
- * The run (fds as received) handed to the prepared copy, if it is for it:
- * its pid, with *pidfd; or 0 (then the copy, if any, is dropped).
+ * The run (fds as received) handed to the prepared copy of its view, if
+ * there is one: its pid, with *pidfd and *end (the reaper's socket); or 0.
+ * A copy of its view whose sources changed, or that cannot take the fds
+ * (it died), is dropped.
  */
 static pid_t standby_take(const int *fds, int n, const struct lr_sbx_spec *spec, int *pidfd,
 			  int *end)
 {
-	if (!standby.pid)
+	if (!spec || n != 5)
 		return 0;
-	int ok = spec && n == 5 && lr__sbx_same_view(&standby.spec, spec) && sources_unchanged();
-	if (ok) {
+	for (int i = 0; i < STANDBY_MAX; i++) {
+		struct standby *sb = &standbys[i];
+		if (!sb->pid || !lr__sbx_same_view(&sb->spec, spec))
+			continue;
 		const int hf[2] = { fds[2], fds[4] }, rf[4] = { fds[0], fds[1], fds[2], fds[3] };
-		ok = send_fds(standby.hsock, hf, 2) == 0 && send_fds(standby.rsock, rf, 4) == 0;
+		if (!sources_unchanged(sb) || send_fds(sb->hsock, hf, 2) != 0 ||
+		    send_fds(sb->rsock, rf, 4) != 0) {
+			standby_forget(sb, 1, 0);
+			return 0;
+		}
+		pid_t pid = sb->pid;
+		*pidfd = sb->pidfd;
+		*end = sb->rsock;
+		standby_forget(sb, 0, 1);
+		return pid;
 	}
-	if (!ok) {
-		standby_forget(1);
-		return 0;
-	}
-	pid_t pid = standby.pid;
-	*pidfd = standby.pidfd;
-	*end = standby.rsock;
-	standby.pidfd = -1;
-	close(standby.hsock);
-	lr_sbx_spec_release(&standby.spec);
-	free(standby.want);
-	standby.want = NULL;
-	standby.pid = 0;
-	return pid;
+	return 0;
 }
 
 /*
@@ -485,8 +512,9 @@ void lr_sbx_zygote_main(void)
 		int st;
 		pid_t p;
 		while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
-			if (p == standby.pid)
-				standby_forget(0); /* its set-up failed: the next run is forked */
+			for (int i = 0; i < STANDBY_MAX; i++)
+				if (p == standbys[i].pid) /* its set-up failed: the next run is forked */
+					standby_forget(&standbys[i], 0, 0);
 			for (int i = 0; i < ncopies; i++)
 				if (copies[i].pid == p) {
 					if (!copies[i].reported)

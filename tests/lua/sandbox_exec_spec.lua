@@ -423,6 +423,40 @@ describe("a warm executor set", function()
     expect(alive(reaper2)).to_be(false)
   end)
 
+  it("keeps a prepared copy for each key that takes turns (each key's HOME is its own view)", function()
+    local s <close> = assert(sandbox.executors(trusted(), { scratch_root = scratch() }))
+    local a, b = assert(s:get("a")), assert(s:get("b"))
+    local before = zygote_pids()
+    for _ = 1, 2 do
+      expect(assert(a:run{ argv = { "true" } }).code).to_be(0)
+      expect(assert(b:run{ argv = { "true" } }).code).to_be(0)
+    end
+    local z
+    for p in pairs(zygote_pids()) do if not before[p] then z = p end end
+    local deadline = rig.now() + 10
+    local copies
+    repeat
+      copies = {}
+      for _, c in ipairs(children(z)) do
+        if #children(c) == 1 then copies[c] = true end
+      end
+      local n = 0
+      for _ in pairs(copies) do n = n + 1 end
+      if n == 2 then break end
+      rig.sleep(0.02)
+    until rig.now() > deadline
+    for _, e in ipairs({ a, b }) do
+      local m, path = marker_sleep("turns-" .. tostring(e):sub(-6):gsub("%W", ""))
+      local t = rig.spawn(function() return e:run{ command = "exec '" .. path .. "' 1" } end)
+      local until_ = rig.now() + 5
+      repeat rig.sleep(0.02) until running(m) or rig.now() > until_
+      local target = assert(process.run{ argv = { "pgrep", "-f", m } }).stdout:match("%d+")
+      expect(target).to_be_truthy()
+      expect(copies[parent(parent(target))]).to_be(true)
+      expect(assert(t:wait()).code).to_be(0)
+    end
+  end)
+
   it("ends a prepared copy with its pre-forked helper", function()
     local s <close> = assert(sandbox.executors(trusted(), { scratch_root = scratch() }))
     local e = assert(s:get("w"))
