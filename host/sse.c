@@ -48,8 +48,11 @@ static void sse_clear(struct lr_sse *p)
 {
 	p->handed = 0;
 	p->borrowed = NULL;
-	lr_buf_reset(&p->data);
-	lr_buf_reset(&p->type);
+	/* An empty buffer already ends in its NUL: a borrowed event left both so. */
+	if (p->data.len)
+		lr_buf_reset(&p->data);
+	if (p->type.len)
+		lr_buf_reset(&p->type);
 	p->has_data = 0;
 	p->retry = -1;
 }
@@ -219,6 +222,29 @@ int lr_sse_next(struct lr_sse *p, const void *buf, size_t len, size_t *used,
 	t.clear = s0 + known;
 	t.cr = NULL;
 	while (s < end) {
+		/*
+		 * A provider's every event: one "data:" line and the blank line
+		 * after it, whole in buf, no CR among them, at the start of an
+		 * event. It is handed out at once, borrowed, as the two lines one
+		 * by one would (the caps are left to them).
+		 */
+		if (!p->has_data && !p->line.len && end - s > 6 && memcmp(s, "data:", 5) == 0) {
+			const char *nl = memchr(s + 5, '\n', (size_t)(end - s - 5));
+			if (nl && nl + 1 < end && nl[1] == '\n' && (size_t)(nl - s) <= p->max_line) {
+				const char *cr = sse_next_cr(&t, s, end);
+				const char *v = s[5] == ' ' ? s + 6 : s + 5;
+				if ((!cr || cr > nl) && (size_t)(nl - v) <= p->max_event) {
+					p->borrowed = v;
+					p->borrowed_len = (size_t)(nl - v);
+					p->has_data = 1;
+					sse_dispatch(p, ev, 0);
+					s = nl + 2;
+					*used = (size_t)(s - s0);
+					p->cr_clear = t.clear > s ? (size_t)(t.clear - s) : 0;
+					return 1;
+				}
+			}
+		}
 		/*
 		 * The first CR or LF: scan for LF, then take the next CR if before
 		 * it; a blank line (an event's usual end) needs no scan.

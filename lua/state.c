@@ -24,12 +24,15 @@ extern int luaopen_cjson_safe(lua_State *L);
  * strings, closures) and always tells the allocator a block's size, so
  * blocks up to POOL_MAX bytes come from per-size free lists carved from
  * 64 KiB slabs: a pop or a push instead of malloc's bins (a third of the
- * instructions of decoding a chunk went to malloc and free). The state is
+ * instructions of decoding a chunk went to malloc and free). POOL_MAX
+ * covers a provider's SSE event as a Lua string (st:batch: ~300 bytes of
+ * data and the string's header, one per event, dead by the next batch);
+ * at 256 each went through malloc and the collector's free. The state is
  * used by one thread. Freed blocks stay in their lists until the state
  * closes. Sanitizer builds keep plain malloc so that ASan sees every block.
  */
 #define POOL_STEP 16
-#define POOL_MAX 256
+#define POOL_MAX 512
 #define POOL_CLASSES (POOL_MAX / POOL_STEP)
 #define SLAB_SIZE ((size_t)64 << 10)
 

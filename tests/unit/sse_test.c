@@ -308,6 +308,14 @@ TEST(event_cap)
 	CHECK_EQ_INT(parse_split(s, strlen(s), NULL, 0, &r, 100, 10), LR_ETOOBIG);
 	CHECK_EQ_INT(r.count, 0);
 	lr_buf_release(&r.out);
+	/* A one-line event lying whole in the input is capped alike. */
+	s = "data: 12345\n\n";
+	CHECK_EQ_INT(parse_split(s, strlen(s), NULL, 0, &r, 100, 5), 0);
+	CHECK_EQ_STR(r.out.data, "message|<nil>|-1|12345\n");
+	lr_buf_release(&r.out);
+	CHECK_EQ_INT(parse_split(s, strlen(s), NULL, 0, &r, 100, 4), LR_ETOOBIG);
+	CHECK_EQ_INT(r.count, 0);
+	lr_buf_release(&r.out);
 	/* The cap is per event: many small events pass. */
 	struct lr_buf many;
 	lr_buf_init(&many, 1 << 20);
@@ -317,6 +325,21 @@ TEST(event_cap)
 	CHECK_EQ_INT(r.count, 1000);
 	lr_buf_release(&r.out);
 	lr_buf_release(&many);
+}
+
+/*
+ * An event that is one "data:" line and its blank line, whole in the input,
+ * is handed out at once; the fields before it, the id after it and a CR
+ * further on still count.
+ */
+TEST(one_line_events_whole)
+{
+	struct rec r;
+	const char *s = "event: a\ndata: x\n\ndata:\n\nid: 7\ndata:  y\n\ndata: z\r\n\r\ndata: w\n\n";
+	CHECK_EQ_INT(parse_split(s, strlen(s), NULL, 0, &r, 100, 100), 0);
+	CHECK_EQ_STR(r.out.data, "a|<nil>|-1|x\nmessage|<nil>|-1|\nmessage|7|-1| y\n"
+				 "message|7|-1|z\nmessage|7|-1|w\n");
+	lr_buf_release(&r.out);
 }
 
 TEST(callback_status_stops)
@@ -491,6 +514,7 @@ int main(void)
 	RUN(data_with_nul_bytes);
 	RUN(line_cap);
 	RUN(event_cap);
+	RUN(one_line_events_whole);
 	RUN(callback_status_stops);
 	RUN(fixture_anthropic_tool_use);
 	RUN(fixture_openai_parallel_tool_calls);
