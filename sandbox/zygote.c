@@ -461,6 +461,8 @@ static int serve_request(int sock)
  */
 static void run_ended(int i)
 {
+	if (npending >= MAX_COPIES)
+		return; /* read once the queue drains */
 	struct lr__sbx_standby_end e;
 	ssize_t r = recv(copies[i].end, &e, sizeof e, MSG_DONTWAIT);
 	if (r < 0 && (errno == EINTR || errno == EAGAIN))
@@ -511,7 +513,9 @@ void lr_sbx_zygote_main(void)
 		/* reaped only here, after each "started" went out: a pidfd is always taken first */
 		int st;
 		pid_t p;
-		while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+		/* an end is queued per copy that ended: with the queue full (a host that reads
+		   no events), the rest wait unreaped until it drains */
+		while (npending < MAX_COPIES && (p = waitpid(-1, &st, WNOHANG)) > 0) {
 			for (int i = 0; i < STANDBY_MAX; i++)
 				if (p == standbys[i].pid) /* its set-up failed: the next run is forked */
 					standby_forget(&standbys[i], 0, 0);
@@ -542,7 +546,7 @@ void lr_sbx_zygote_main(void)
 		/* the event socket only while an end waits to go out (never polled otherwise) */
 		pf[2] = (struct pollfd){ npending ? ZYGOTE_FD_EVENTS : -1, POLLOUT, 0 };
 		int nf = 3;
-		for (int i = 0; i < ncopies; i++)
+		for (int i = 0; i < ncopies && npending < MAX_COPIES; i++)
 			if (copies[i].end >= 0) {
 				which[nf - 3] = i;
 				pf[nf++] = (struct pollfd){ copies[i].end, POLLIN, 0 };
