@@ -926,6 +926,7 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	l->proc.envp = empty_env;
 	if (s->fork_helper)
 		l->proc.fork_main = helper_fork_main;
+	l->proc.close_inherited = 1; /* the helper holds only its own fds, exec'd or forked */
 	l->proc.extra_fds = l->fds;
 	l->proc.n_extra = l->ctl_fd >= 0 ? 3 : 2;
 out:

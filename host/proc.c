@@ -690,6 +690,8 @@ int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
 	}
 	if (cwdfd >= 0 && (rc = -posix_spawn_file_actions_addfchdir_np(&fa, cwdfd)) != 0)
 		goto fail_sys;
+	if (o->close_inherited && (rc = -posix_spawn_file_actions_addclosefrom_np(&fa, min)) != 0)
+		goto fail_sys;
 
 	if ((rc = -posix_spawnattr_init(&attr)) != 0)
 		goto fail_sys;

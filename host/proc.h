@@ -76,6 +76,13 @@ struct lr_proc_opts {
 	 */
 	int lifeline_fd;
 	/*
+	 * 1: the child gets no other fd at all, not even one the host inherited
+	 * without close-on-exec (closefrom after the dup2s; a forked copy always
+	 * closes them). 0: such fds pass through, as to any exec'd program (a
+	 * jobserver's, say).
+	 */
+	int close_inherited;
+	/*
 	 * Started by another process instead of posix_spawn (the sandbox's
 	 * pre-forked helper, host/executor.c): launch gets the fds the child is
 	 * to have as 0, 1, 2, 3, ... (borrowed: it sends copies) and gives back
