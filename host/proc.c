@@ -575,6 +575,10 @@ static int fork_run(const struct lr_proc_opts *o, int pipes[3][2], int cwdfd,
 		if (c == 0)
 			fork_child(o, fds, 3 + o->n_extra, cwdfd, b);
 		rc = c < 0 ? -errno : 0;
+		/* the copy's group exists before this returns, as after posix_spawn: a
+		   kill of the group right away reaches it (the copy sets it too) */
+		if (c > 0)
+			setpgid(c, c);
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		if (rc)
 			lr_err_set(err, "cannot fork: %s", strerror(-rc));
