@@ -228,6 +228,8 @@ int lr_sandbox_run_cli(int argc, char **argv)
 		code = rc == LR_EREFUSED ? EXIT_SETUP : EXIT_FAILED;
 		goto out;
 	}
+	/* one run, from a process with no Lua state and no thread: its helper is a fork, not an exec */
+	lr_executor_set_fork_helper(set, 1);
 	if ((rc = lr_executor_get(set, "cli", &e, &err)) != 0) {
 		lr_cli_fail(&run_cli, "%s", err.msg[0] ? err.msg : lr_strerror(rc));
 		goto out;

@@ -171,6 +171,7 @@ struct lr_executor_set {
 	struct zygote *zygote;
 	int zygote_failed; /* could not start, or died: every run execs its own helper */
 	uint64_t nstarted;  /* runs started by lr_executor_run */
+	int fork_helper;    /* lr_executor_set_fork_helper */
 };
 
 struct capture {
@@ -632,6 +633,19 @@ int lr_executor_get(struct lr_executor_set *s, const char *key, struct lr_execut
 
 static char *const helper_argv[] = { "luarig", "__sandbox-helper", NULL };
 
+/* lr_proc_opts.fork_main: the helper in a copy of the host (lr_executor_set_fork_helper). */
+static int helper_fork_main(void *arg)
+{
+	(void)arg;
+	char *argv[] = { "luarig", "__sandbox-helper", NULL };
+	return lr_sbx_helper_main(2, argv);
+}
+
+void lr_executor_set_fork_helper(struct lr_executor_set *s, int on)
+{
+	s->fork_helper = on;
+}
+
 static int grant_class(int cls, enum lr_grant_class *out)
 {
 	switch (cls) {
@@ -910,6 +924,9 @@ int lr_executor_launch_init(struct lr_executor *e, const struct lr_exec_request 
 	l->proc.file = "/proc/self/exe";
 	l->proc.argv = helper_argv;
 	l->proc.envp = empty_env;
+	if (s->fork_helper)
+		l->proc.fork_main = helper_fork_main;
+	l->proc.close_inherited = 1; /* the helper holds only its own fds, exec'd or forked */
 	l->proc.extra_fds = l->fds;
 	l->proc.n_extra = l->ctl_fd >= 0 ? 3 : 2;
 out:

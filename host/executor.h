@@ -33,7 +33,8 @@
  * by the set's pre-forked helper ("__sandbox-helper --zygote", exec'd once
  * per set: sandbox/zygote.c) instead, with the same fds and lifeline;
  * lr_executor_launch_init callers that spawn l.proc themselves exec as
- * before.
+ * before. A set told lr_executor_set_fork_helper forks its helpers from
+ * the host itself while the host has no thread (`luarig sandbox run`).
  */
 struct lr_profile;
 struct lr_sbx_caps;
@@ -66,6 +67,18 @@ int lr_executor_set_new(struct lr_loop *loop, const struct lr_profile *p,
  * scratch root (following no symlink), frees. Accepts NULL.
  */
 void lr_executor_set_free(struct lr_executor_set *s);
+/*
+ * on: the helper of each run the set launches itself (lr_executor_launch_init,
+ * not through the pre-forked one) is a forked copy of the host that calls
+ * lr_sbx_helper_main, instead of an exec of /proc/self/exe, whenever the
+ * host has never started a thread (host/proc.h, fork_main: the same fds,
+ * signal state and empty environment; an exec otherwise). It saves the
+ * exec and the dynamic link of the whole binary (~1.5 ms), and suits a
+ * host that is small and single-threaded when it runs, such as `luarig
+ * sandbox run` (no Lua state): the copy holds the host's memory until its
+ * own fork of the target execs.
+ */
+void lr_executor_set_fork_helper(struct lr_executor_set *s, int on);
 const char *lr_executor_set_root(const struct lr_executor_set *s);
 const struct lr_sbx_report *lr_executor_set_report(const struct lr_executor_set *s);
 const struct lr_profile *lr_executor_set_profile(const struct lr_executor_set *s);

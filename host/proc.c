@@ -6,7 +6,9 @@
  * multi-threaded process may only call async-signal-safe functions. glibc's
  * posix_spawn clones with CLONE_VM | CLONE_VFORK, runs only its own file
  * actions in the child, and reports a failed exec (or chdir, or dup2) as
- * its return value, so "no such program" is an ordinary error here.
+ * its return value, so "no such program" is an ordinary error here. The
+ * one exception, lr_proc_opts.fork_main, forks only a host that has never
+ * started a thread, and makes the copy what the exec would have made it.
  *
  * Why the zombie is kept: the exit status is read with WNOWAIT and the
  * child is reaped only in lr_proc_close. Until then the zombie leader pins
@@ -29,9 +31,13 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/single_threaded.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -366,18 +372,15 @@ static int dup_high(int fd, int min, int *tmp, int *ntmp)
 }
 
 /*
- * The child's fds 0, 1, 2, 3... for o->launch: the pipe ends, /dev/null,
- * the host's own stdio or the caller's fds, as posix_spawn's file actions
- * would make them; sent by launch, closed here after.
+ * The child's fds 0, 1, 2, 3... for o->launch and o->fork_main: the pipe
+ * ends, /dev/null, the host's own stdio or the caller's fds, as
+ * posix_spawn's file actions would make them. opened[i]: a /dev/null this
+ * opened, for the caller to close. 0, or -errno with err.
  */
-static int launch_remote(const struct lr_proc_opts *o, int pipes[3][2], pid_t *pid, int *pidfd,
-			 struct lr_err *err)
+static int child_fds(const struct lr_proc_opts *o, int pipes[3][2], int *fds, int opened[3],
+		     struct lr_err *err)
 {
-	int fds[3 + 64], opened[3] = { -1, -1, -1 }, rc = 0;
-	if (o->cwd) {
-		lr_err_set(err, "a launched process takes no cwd");
-		return -EINVAL;
-	}
+	int rc = 0;
 	for (int i = 0; i < 3 && !rc; i++) {
 		switch (o->stdio[i]) {
 		case LR_PROC_NULL:
@@ -400,8 +403,188 @@ static int launch_remote(const struct lr_proc_opts *o, int pipes[3][2], pid_t *p
 		fds[3 + i] = o->extra_fds[i];
 	if (rc)
 		lr_err_set(err, "cannot open /dev/null: %s", strerror(-rc));
-	else
+	return rc;
+}
+
+static int launch_remote(const struct lr_proc_opts *o, int pipes[3][2], pid_t *pid, int *pidfd,
+			 struct lr_err *err)
+{
+	int fds[3 + 64], opened[3] = { -1, -1, -1 };
+	if (o->cwd) {
+		lr_err_set(err, "a launched process takes no cwd");
+		return -EINVAL;
+	}
+	int rc = child_fds(o, pipes, fds, opened, err);
+	if (!rc)
 		rc = o->launch(o->launch_arg, fds, 3 + o->n_extra, pid, pidfd, err);
+	for (int i = 0; i < 3; i++)
+		if (opened[i] >= 0)
+			close(opened[i]);
+	return rc;
+}
+
+/* ---- a forked copy instead of an exec (lr_proc_opts.fork_main) ---- */
+
+/*
+ * The host's argument and environment blocks (what /proc/PID/cmdline and
+ * environ show), and the command line the copy writes over the first.
+ */
+struct blocks {
+	uintptr_t arg_start, arg_end, env_start, env_end;
+	char *cmd; /* o->argv joined by NULs, cut to fit the block (its last byte stays NUL) */
+	size_t cmdlen;
+};
+
+/*
+ * Fields 48 to 51 of /proc/self/stat, and b->cmd. 0, or -1 when they cannot
+ * be read, or when an envp string lies in the block the copy zeroes (the
+ * child is then exec'd instead).
+ */
+static int read_blocks(const struct lr_proc_opts *o, struct blocks *b)
+{
+	char buf[1024];
+	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	char *s = strrchr(buf, ')'); /* the end of field 2, the name, which may hold anything */
+	if (!s)
+		return -1;
+	s++;
+	unsigned long long v[4] = { 0, 0, 0, 0 };
+	for (int field = 3; field <= 51; field++) {
+		s += strspn(s, " ");
+		if (!*s)
+			return -1;
+		if (field >= 48)
+			v[field - 48] = strtoull(s, NULL, 10);
+		s += strcspn(s, " ");
+	}
+	/* an empty environment is one (env -i), an empty command line is not */
+	for (int i = 0; i < 4; i += 2)
+		if (v[i + 1] < v[i] + (i == 0) || v[i + 1] - v[i] > (64u << 20))
+			return -1;
+	*b = (struct blocks){ (uintptr_t)v[0], (uintptr_t)v[1], (uintptr_t)v[2], (uintptr_t)v[3],
+			      NULL, 0 };
+	for (char *const *e = o->envp; e && *e; e++)
+		if ((uintptr_t)*e >= b->env_start && (uintptr_t)*e < b->env_end)
+			return -1;
+	size_t cap = b->arg_end - b->arg_start - 1, len = 0;
+	for (char *const *a = o->argv; *a; a++)
+		len += strlen(*a) + 1;
+	if (!(b->cmd = malloc(len)))
+		return -1;
+	for (char *const *a = o->argv; *a; a++) {
+		size_t k = strlen(*a) + 1;
+		memcpy(b->cmd + b->cmdlen, *a, k);
+		b->cmdlen += k;
+	}
+	if (b->cmdlen > cap)
+		b->cmdlen = cap;
+	return 0;
+}
+
+__attribute__((noreturn, format(printf, 1, 2)))
+static void fork_die(const char *fmt, ...)
+{
+	int e = errno;
+	char msg[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	dprintf(2, "luarig: the forked child: %s: %s\n", msg, strerror(e));
+	_exit(126);
+}
+
+/*
+ * In the copy, with every signal blocked (since the fork): what an exec'd
+ * child would have, then fork_main. The fds go through numbers above all
+ * of them first, so that no dup2 overwrites a source still to come. The
+ * blocks are written last: o->cwd may point into them (b->cmd and envp,
+ * checked by read_blocks, do not).
+ */
+__attribute__((noreturn))
+static void fork_child(const struct lr_proc_opts *o, int *fds, int n, int cwdfd,
+		       const struct blocks *b)
+{
+	if (cwdfd >= 0 && fchdir(cwdfd) < 0)
+		fork_die("chdir '%s'", o->cwd);
+	for (int i = 0; i < n; i++) {
+		if (fds[i] < 0)
+			continue;
+		if ((fds[i] = fcntl(fds[i], F_DUPFD, n)) < 0)
+			fork_die("fd %d", i);
+	}
+	for (int i = 0; i < n; i++) {
+		if (fds[i] < 0 ? close(i) < 0 && errno != EBADF : dup2(fds[i], i) < 0)
+			fork_die("fd %d", i);
+	}
+	if (close_range((unsigned)n, ~0U, 0) < 0) {
+		struct rlimit rl;
+		if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+			fork_die("close_range");
+		for (rlim_t fd = (rlim_t)n; fd < rl.rlim_cur; fd++)
+			close((int)fd);
+	}
+	if (setpgid(0, 0) < 0)
+		fork_die("setpgid");
+	struct sigaction dfl;
+	memset(&dfl, 0, sizeof dfl);
+	dfl.sa_handler = SIG_DFL;
+	for (int sig = 1; sig < NSIG; sig++)
+		sigaction(sig, &dfl, NULL); /* KILL, STOP and glibc's own two refuse: they are default */
+	/* the command line the exec would show, cut to fit the host's */
+	memset((void *)b->arg_start, 0, b->arg_end - b->arg_start);
+	memcpy((void *)b->arg_start, b->cmd, b->cmdlen);
+	if (o->envp) {
+		environ = (char **)o->envp;
+		memset((void *)b->env_start, 0, b->env_end - b->env_start);
+	}
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	_exit(o->fork_main(o->fork_arg));
+}
+
+/*
+ * The fork itself, every signal blocked across it (as posix_spawn does), so
+ * that no handler of the host's runs in the copy. 0, or -errno with err.
+ */
+static int fork_run(const struct lr_proc_opts *o, int pipes[3][2], int cwdfd,
+		    const struct blocks *b, pid_t *pid, struct lr_err *err)
+{
+	int fds[3 + 64], opened[3] = { -1, -1, -1 };
+	int rc = child_fds(o, pipes, fds, opened, err);
+	for (int i = 0; i < 3; i++) {
+		/* an inherited fd the exec would have closed, or none: closed in the copy */
+		int fl = o->stdio[i] == LR_PROC_INHERIT ? fcntl(i, F_GETFD) : 0;
+		if (fl < 0 || (fl & FD_CLOEXEC))
+			fds[i] = -1;
+	}
+	if (!rc) {
+		fflush(NULL); /* nothing buffered is written twice (the copy never flushes) */
+		sigset_t all, old;
+		memset(&all, 0xff, sizeof all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		pid_t c = fork();
+		if (c == 0)
+			fork_child(o, fds, 3 + o->n_extra, cwdfd, b);
+		rc = c < 0 ? -errno : 0;
+		/* the copy's group exists before this returns, as after posix_spawn: a
+		   kill of the group right away reaches it (the copy sets it too) */
+		if (c > 0)
+			setpgid(c, c);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		if (rc)
+			lr_err_set(err, "cannot fork: %s", strerror(-rc));
+		else
+			*pid = c;
+	}
 	for (int i = 0; i < 3; i++)
 		if (opened[i] >= 0)
 			close(opened[i]);
@@ -511,6 +694,8 @@ int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
 	}
 	if (cwdfd >= 0 && (rc = -posix_spawn_file_actions_addfchdir_np(&fa, cwdfd)) != 0)
 		goto fail_sys;
+	if (o->close_inherited && (rc = -posix_spawn_file_actions_addclosefrom_np(&fa, min)) != 0)
+		goto fail_sys;
 
 	if ((rc = -posix_spawnattr_init(&attr)) != 0)
 		goto fail_sys;
@@ -539,10 +724,17 @@ int lr_proc_spawn(struct lr_loop *loop, const struct lr_proc_opts *o,
 		p->remote = 1;
 		goto started;
 	}
-	if (strchr(file, '/'))
+	struct blocks b = { 0 };
+	if (o->fork_main && __libc_single_threaded && read_blocks(o, &b) == 0) {
+		rc = fork_run(o, pipes, cwdfd, &b, &pid, err);
+		free(b.cmd);
+		if (rc)
+			goto out;
+	} else if (strchr(file, '/')) {
 		rc = posix_spawn(&pid, file, &fa, &attr, o->argv, envp);
-	else
+	} else {
 		rc = posix_spawnp(&pid, file, &fa, &attr, o->argv, envp);
+	}
 	if (rc != 0) {
 		rc = -rc;
 		lr_err_set(err, "cannot run '%s': %s", file, strerror(-rc));

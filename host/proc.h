@@ -18,7 +18,9 @@
  * Process supervision: spawn a child with argv/cwd/env/fds, watch it on the
  * loop and end it. The host is multi-threaded, so children are started with
  * posix_spawn (glibc's CLONE_VFORK path: an exec failure comes back as the
- * return value), never by running code in a forked copy. Every child leads
+ * return value), never by running code in a forked copy, except when the
+ * caller gives fork_main and the host has never started a thread (the
+ * sandbox helper of `luarig sandbox run`: lr_proc_opts). Every child leads
  * its own process group; lr_proc_kill and lr_proc_close signal the whole
  * group. A pidfd per child is watched on the loop; the exit status is read
  * with waitid(P_PIDFD, WNOWAIT), and the child is reaped only by
@@ -74,6 +76,13 @@ struct lr_proc_opts {
 	 */
 	int lifeline_fd;
 	/*
+	 * 1: the child gets no other fd at all, not even one the host inherited
+	 * without close-on-exec (closefrom after the dup2s; a forked copy always
+	 * closes them). 0: such fds pass through, as to any exec'd program (a
+	 * jobserver's, say).
+	 */
+	int close_inherited;
+	/*
 	 * Started by another process instead of posix_spawn (the sandbox's
 	 * pre-forked helper, host/executor.c): launch gets the fds the child is
 	 * to have as 0, 1, 2, 3, ... (borrowed: it sends copies) and gives back
@@ -84,6 +93,26 @@ struct lr_proc_opts {
 	int (*launch)(void *arg, const int *fds, int nfds, pid_t *pid, int *pidfd,
 		      struct lr_err *err);
 	void *launch_arg;
+	/*
+	 * Run in a forked copy of the host instead of exec'ing file, when the
+	 * host has never started a thread (__libc_single_threaded) and its
+	 * /proc/self/stat is readable; otherwise ignored, and file is exec'd as
+	 * usual. For a host that is small and single-threaded when it spawns
+	 * (the CLI's `sandbox run`): the copy skips an exec and a dynamic link.
+	 * The copy is what an exec'd child would be, as far as the program and
+	 * /proc can tell: exactly the fds above (every other fd closed, not
+	 * only the close-on-exec ones), its own process group, an empty signal
+	 * mask, every disposition the default, environ set to envp with the
+	 * host's environment block zeroed (/proc/PID/environ), argv written
+	 * over the host's argument block (/proc/PID/cmdline, cut to fit); then
+	 * _exit(fork_main(fork_arg)). The host's memory is otherwise still
+	 * there: fork_main must be code that a fresh exec of the host would
+	 * run. launch takes precedence; cwd applies; an envp string inside the
+	 * host's environment block means an exec. A failure before fork_main
+	 * (placing the fds) exits 126 with a line on stderr.
+	 */
+	int (*fork_main)(void *arg);
+	void *fork_arg;
 	/* Called on the loop after something changed; must not call lr_proc_close. */
 	void (*on_event)(struct lr_proc *p, int events, void *arg);
 	void *arg;

@@ -650,6 +650,40 @@ FOO_TOKEN=t OPENAI_API_KEY=k AWS_SECRET_ACCESS_KEY=a SSH_AUTH_SOCK=/tmp/agent GI
 ! FOO_TOKEN=t OPENAI_API_KEY=k AWS_SECRET_ACCESS_KEY=a SSH_AUTH_SOCK=/tmp/agent GITHUB_TOKEN=g \
 	sh_box "$env_probe" >/dev/null 2>&1; d=$?
 check 19 "secrets in the host environment are absent inside" $c $d
+# 19: nor in the helper and the reaper, forked by `luarig sandbox run` or
+# exec'd by a script's executor: each must look like the exec'd helper, with
+# no environment, no fd the host had (here a non-close-on-exec fd 7 luarig
+# inherited), and the helper's command line
+echo marker >"$T/helper-fd"
+cat >"$T/helper.lua" <<'EOF'
+local p = rig.sandbox.profile{ workspace_root = arg[1], workspace_write = "allow",
+                               network = "deny", command = "allow" }
+assert(assert(rig.sandbox.executors(p)):get("k")):run{ command = "sleep 30" }
+EOF
+holds() { # PID: 0 when its environment or its fds hold the marks
+	tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | grep -q "^FOO_TOKEN=lr-sbx-helper-$$" ||
+		ls -l "/proc/$1/fd/" 2>/dev/null | grep -q "$T/helper-fd"
+}
+for how in cli script; do
+	if [ $how = cli ]; then
+		set -- sandbox run --profile trusted --workspace "$WS" --timeout 60 -- /bin/sleep 30
+	else
+		set -- "$T/helper.lua" "$WS"
+	fi
+	(FOO_TOKEN=lr-sbx-helper-$$ exec "$LUARIG" "$@" 7<"$T/helper-fd" >/dev/null 2>&1) &
+	hl=$!
+	pids="$pids $hl"
+	hp= rp=
+	wait_for "hp=\$(pgrep -P $hl -f __sandbox-helper) && rp=\$(pgrep -P \$hp)" || hp= rp=
+	holds $hl; c=$?
+	d=1
+	if [ -n "$hp" ] && [ -n "$rp" ] && ! holds "$hp" && ! holds "$rp"; then
+		tr '\0' ' ' <"/proc/$hp/cmdline" | grep -q "^luarig __sandbox-helper *$" && d=0
+	fi
+	kill "$hl" 2>/dev/null
+	wait "$hl" 2>/dev/null
+	check 19 "the helper and its reaper ($how) hold neither the host environment nor an fd luarig inherited" $c $d
+done
 
 # ---- proxy (20, 21) ----
 UP=$((PORT + 2))
