@@ -3,7 +3,12 @@
  *
  * The host re-executes its own binary with this hidden subcommand, before
  * any Lua state, thread or event loop exists, and hands it a sealed spec on
- * fd 3 and the run's lifeline on fd 4. The helper is single-threaded and
+ * fd 3 and the run's lifeline on fd 4; or it runs lr_sbx_helper_main in a
+ * copy made to look exec'd: a fork of `luarig sandbox run` (a host with no
+ * thread, host/proc.c fork_main), a fork of a set's pre-forked helper
+ * (sandbox/zygote.c), or a copy the zygote prepared ahead, which enters the
+ * namespaces and builds the view before its run's spec arrives
+ * (lr__sbx_standby_main, at the end of this file). The helper is single-threaded and
  * does everything in order, dying with exit 126 and "luarig sandbox:
  * <what>: <why>" at the first failure:
  *

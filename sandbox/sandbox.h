@@ -14,7 +14,9 @@
  *   the profile needs a guarantee the machine lacks;
  *   executor builds an lr_sbx_spec (argv, env, cwd, mounts, Landlock rules,
  *   limits, network mode, grants' deltas) -> lr_sbx_spec_encode ->
- *   a sealed memfd -> spawns "/proc/self/exe __sandbox-helper" with the
+ *   a sealed memfd -> spawns "/proc/self/exe __sandbox-helper" (or a
+ *   copy of a process that runs it: the CLI's fork, a set's pre-forked
+ *   helper, sandbox/zygote.c) with the
  *   memfd as fd 3, the read end of the run's lifeline as fd 4 (and, with a
  *   proxy, a socket as fd 5 on which the helper
  *   sends back the listeners it made inside the network namespace) ->
