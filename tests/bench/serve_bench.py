@@ -35,7 +35,9 @@ Each SSE and RSS figure is the median, with min-max, of SERVE_BENCH_RUNS
 server (tests/bench/benchlib.py).
 
 Environment: SERVE_BENCH_RUNS (5), SERVE_BENCH_TURNS (20), SERVE_BENCH_INTERVAL (0.15),
-SERVE_BENCH_SECONDS (5), SERVE_BENCH_CONNS (32), SERVE_BENCH_SUBS (1000).
+SERVE_BENCH_SECONDS (5), SERVE_BENCH_CONNS (32), SERVE_BENCH_SUBS (1000),
+SERVE_BENCH_PEER (1; 0: no node peer, luarig's figures against the goal
+only: for A/B runs of two luarig builds, at half the time).
 """
 import json
 import os
@@ -63,6 +65,12 @@ SECONDS = int(os.environ.get("SERVE_BENCH_SECONDS", "5"))
 CONNS = int(os.environ.get("SERVE_BENCH_CONNS", "32"))
 MANY = int(os.environ.get("SERVE_BENCH_SUBS", "1000"))
 RUNS = int(os.environ.get("SERVE_BENCH_RUNS", str(benchlib.RUNS)))  # SSE rounds, a fresh server each
+PEER = os.environ.get("SERVE_BENCH_PEER", "1") != "0"
+
+
+def node_exe():
+    """The node peer's executable, or None (none installed, or SERVE_BENCH_PEER=0)."""
+    return shutil.which("node") if PEER else None
 WRK_SESSIONS = 16
 NODE_PEER = "node-http"
 
@@ -186,7 +194,7 @@ def sse_bench():
     per_input = None
     for run in range(RUNS):
         for kind in ("luarig", "node"):
-            if kind == "node" and (not shutil.which("node") or not per_input):
+            if kind == "node" and (not node_exe() or not per_input):
                 continue
             srv = Server(kind, events_per_input=per_input or 6)
             try:
@@ -253,7 +261,7 @@ def wrk_bench():
     if not shutil.which("wrk"):
         say("wrk is not installed (tools/deps.sh)")
         return
-    node = shutil.which("node")
+    node = node_exe()
     for mode, name in (("mixed", "serve_input_status"), ("status", "serve_status")):
         rates, cpu = {}, {}
         for kind in ("luarig", "node"):
