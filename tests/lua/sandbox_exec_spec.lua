@@ -377,21 +377,61 @@ describe("a warm executor set", function()
     f:close()
     return line:match("%) %S+ (%d+)")
   end
-  local function alive(pid)
-    return exists("/proc/" .. pid .. "/stat")
+  -- Whether every process of a process group has exited (a zombie not yet reaped by its
+  -- parent counts: it runs nothing), once pidwait, on their pidfds, saw those in it end
+  -- (the group of a copy holds it and its reaper).
+  local function group_gone(pgid)
+    process.run{ argv = { "timeout", "10", "pidwait", "-g", pgid } }
+    for p in assert(process.run{ argv = { "pgrep", "-g", pgid } }).stdout:gmatch("%d+") do
+      local f = io.open("/proc/" .. p .. "/stat")
+      local line = f and f:read("l")
+      if f then f:close() end
+      if line and line:match("%) (%S+)") ~= "Z" then return false end
+    end
+    return true
   end
-  -- After a set's second run: its zygote, and the copy it prepared for the next run
-  -- (the copy's helper, the zygote's only child while nothing runs, with its reaper below).
-  local function prepared(before)
-    local z
-    for p in pairs(zygote_pids()) do if not before[p] then z = p end end
-    assert(z, "the set has no pre-forked helper")
+  -- The pre-forked helper of a set made after before was taken.
+  local function zygote_of(before)
+    for p in pairs(zygote_pids()) do if not before[p] then return p end end
+    error("the set has no pre-forked helper")
+  end
+  -- The copy the zygote prepared after a set's second run: its only child then (that
+  -- run's own copy was forked and reaped before its end was told; the next one was
+  -- forked when the run was handed out, before).
+  local function first_copy(z)
+    local c = children(z)
+    expect(#c).to_be(1)
+    return c[1]
+  end
+  -- A run of e whose command says it started (through a FIFO the test waits on) and
+  -- then becomes a marker; its task and the command's pid.
+  local function run_marked(e, tag)
+    local m, path = marker_sleep(tag)
+    local fifo = ws .. "/" .. m .. ".started"
+    sh("rm -f '" .. fifo .. "' && mkfifo '" .. fifo .. "'")
+    local t = rig.spawn(function()
+      return e:run{ command = "echo > '" .. fifo .. "' && exec '" .. path .. "' 1" }
+    end)
+    assert(process.run{ argv = { "timeout", "10", "sh", "-c", "read l < '" .. fifo .. "'" } })
+    return t, assert(process.run{ argv = { "pgrep", "-o", "-f", m } }).stdout:match("%d+")
+  end
+  -- Until the copy's mount namespace holds a mount at path (its view is built): each
+  -- wait ends at the namespace's next change (findmnt --poll on its mountinfo).
+  local function wait_bound(copy, path)
+    local function bound()
+      local f = io.open("/proc/" .. copy .. "/mountinfo")
+      if not f then return false end
+      local t = f:read("a")
+      f:close()
+      for line in t:gmatch("[^\n]+") do
+        if line:match("^%S+ %S+ %S+ %S+ (%S+)") == path then return true end
+      end
+      return false
+    end
     local deadline = rig.now() + 10
-    while true do
-      local c = children(z)
-      if #c == 1 and #children(c[1]) == 1 then return z, c[1], children(c[1])[1] end
-      assert(rig.now() < deadline, "no prepared copy appeared")
-      rig.sleep(0.02)
+    while not bound() do
+      assert(rig.now() < deadline, "the prepared copy did not bind " .. path)
+      process.run{ argv = { "findmnt", "--poll", "--task", copy, "--first-only", "--timeout", "200" } }
     end
   end
 
@@ -400,59 +440,37 @@ describe("a warm executor set", function()
     local e = assert(s:get("w"))
     local before = zygote_pids()
     for _ = 1, 2 do expect(assert(e:run{ argv = { "true" } }).code).to_be(0) end
-    local z, copy, reaper = prepared(before)
-    local m, path = marker_sleep("prepared")
-    local t = rig.spawn(function() return e:run{ command = "exec '" .. path .. "' 1" } end)
-    local deadline = rig.now() + 5
-    repeat rig.sleep(0.02) until running(m) or rig.now() > deadline
-    local target = assert(process.run{ argv = { "pgrep", "-f", m } }).stdout:match("%d+")
+    local z = zygote_of(before)
+    local copy = first_copy(z)
+    local t, target = run_marked(e, "prepared")
     expect(target).to_be_truthy()
-    -- the run's command is the prepared reaper's child, in the prepared copy
-    expect(parent(target)).to_be(reaper)
-    expect(parent(reaper)).to_be(copy)
-    local r = assert(t:wait())
-    expect(r.code).to_be(0)
-    -- the next one is prepared already; with the set, the zygote and it are gone
-    local _, copy2, reaper2 = prepared(before)
-    expect(copy2 ~= copy).to_be(true)
+    -- the run's command is the child of the prepared copy's reaper
+    expect(parent(parent(target))).to_be(copy)
+    expect(assert(t:wait()).code).to_be(0)
+    -- the next copy was forked when this run was handed out; with the set, it and the zygote go
+    local copy2
+    for _, c in ipairs(children(z)) do if c ~= copy then copy2 = c end end
+    expect(copy2).to_be_truthy()
     s:close()
-    deadline = rig.now() + 5
-    while (alive(z) or alive(copy2) or alive(reaper2)) and rig.now() < deadline do rig.sleep(0.02) end
-    expect(alive(z)).to_be(false)
-    expect(alive(copy2)).to_be(false)
-    expect(alive(reaper2)).to_be(false)
+    expect(group_gone(z)).to_be(true)
+    expect(group_gone(copy2)).to_be(true)
   end)
 
   it("keeps a prepared copy for each key that takes turns (each key's HOME is its own view)", function()
     local s <close> = assert(sandbox.executors(trusted(), { scratch_root = scratch() }))
-    local a, b = assert(s:get("a")), assert(s:get("b"))
+    local keys = { a = assert(s:get("a")), b = assert(s:get("b")) }
     local before = zygote_pids()
-    for _ = 1, 2 do
-      expect(assert(a:run{ argv = { "true" } }).code).to_be(0)
-      expect(assert(b:run{ argv = { "true" } }).code).to_be(0)
+    for _ = 1, 3 do
+      expect(assert(keys.a:run{ argv = { "true" } }).code).to_be(0)
+      expect(assert(keys.b:run{ argv = { "true" } }).code).to_be(0)
     end
-    local z
-    for p in pairs(zygote_pids()) do if not before[p] then z = p end end
-    local deadline = rig.now() + 10
-    local copies
-    repeat
-      copies = {}
-      for _, c in ipairs(children(z)) do
-        if #children(c) == 1 then copies[c] = true end
-      end
-      local n = 0
-      for _ in pairs(copies) do n = n + 1 end
-      if n == 2 then break end
-      rig.sleep(0.02)
-    until rig.now() > deadline
-    for _, e in ipairs({ a, b }) do
-      local m, path = marker_sleep("turns-" .. tostring(e):sub(-6):gsub("%W", ""))
-      local t = rig.spawn(function() return e:run{ command = "exec '" .. path .. "' 1" } end)
-      local until_ = rig.now() + 5
-      repeat rig.sleep(0.02) until running(m) or rig.now() > until_
-      local target = assert(process.run{ argv = { "pgrep", "-f", m } }).stdout:match("%d+")
+    local z = zygote_of(before)
+    for _, k in ipairs({ "a", "b" }) do
+      local waiting = {}
+      for _, c in ipairs(children(z)) do waiting[c] = true end
+      local t, target = run_marked(keys[k], "turns-" .. k)
       expect(target).to_be_truthy()
-      expect(copies[parent(parent(target))]).to_be(true)
+      expect(waiting[parent(parent(target))]).to_be(true) -- a copy made before this run
       expect(assert(t:wait()).code).to_be(0)
     end
   end)
@@ -462,12 +480,11 @@ describe("a warm executor set", function()
     local e = assert(s:get("w"))
     local before = zygote_pids()
     for _ = 1, 2 do expect(assert(e:run{ argv = { "true" } }).code).to_be(0) end
-    local z, copy, reaper = prepared(before)
+    local z = zygote_of(before)
+    local copy = first_copy(z)
     assert(process.run{ argv = { "kill", "-KILL", z } })
-    local deadline = rig.now() + 5
-    while (alive(copy) or alive(reaper)) and rig.now() < deadline do rig.sleep(0.02) end
-    expect(alive(copy)).to_be(false)
-    expect(alive(reaper)).to_be(false)
+    expect(group_gone(z)).to_be(true) -- then the copy has its parent death signal: it forks no more
+    expect(group_gone(copy)).to_be(true)
     expect(assert(e:run{ command = "echo after" }).stdout).to_be("after\n")
   end)
 
@@ -478,7 +495,7 @@ describe("a warm executor set", function()
     local e = assert(s:get("w"))
     local before = zygote_pids()
     for _ = 1, 2 do expect(assert(e:run{ argv = { "true" } }).code).to_be(0) end
-    prepared(before)
+    wait_bound(first_copy(zygote_of(before)), d)
     sh("mv '" .. d .. "' '" .. d .. ".old' && mkdir '" .. d .. "' && echo new > '" .. d .. "/f'")
     local r = assert(e:run{ command = "cat f && echo here > g" })
     expect(r.stdout).to_be("new\n")
@@ -493,7 +510,7 @@ describe("a warm executor set", function()
     local e = assert(s:get("w"))
     local before = zygote_pids()
     for _ = 1, 2 do expect(assert(e:run{ argv = { "true" } }).code).to_be(0) end
-    prepared(before)
+    wait_bound(first_copy(zygote_of(before)), d)
     -- another file under the same name (a rename, as an editor saves)
     sh("cd '" .. d .. "/.git' && cp config config.new && mv config.new config")
     local r = assert(e:run{ command = "echo '[lr-written]' >> .git/config && echo written || echo refused" })
