@@ -349,30 +349,16 @@ static int zygote_launch(void *arg, const int *fds, int nfds, pid_t *pid, int *p
 	struct zygote_launch *zl = arg;
 	struct zygote *z = zl->z;
 	struct lr_sbx_zygote_req req = { LR_SBX_ZYGOTE_MAGIC, (uint32_t)nfds, zl->tag };
-	struct iovec iov = { &req, sizeof req };
-	union {
-		char buf[CMSG_SPACE(6 * sizeof(int))];
-		struct cmsghdr align;
-	} u;
 	if (nfds < 5 || nfds > 6) {
 		lr_err_set(err, "zygote: %d fds for a run", nfds);
 		return -EINVAL;
 	}
-	memset(&u, 0, sizeof u);
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			     .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int)) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
-	memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
+	int rc = lr_sbx_send_fds(z->req, &req, sizeof req, fds, nfds, 0);
+	if (rc) {
+		lr_err_set(err, "zygote: cannot send the run: %s", rc == -EIO ? "short" : strerror(-rc));
+		return rc;
+	}
 	ssize_t n;
-	while ((n = sendmsg(z->req, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
-	}
-	if (n != (ssize_t)sizeof req) {
-		lr_err_set(err, "zygote: cannot send the run: %s", n < 0 ? strerror(errno) : "short");
-		return n < 0 ? -errno : -EIO;
-	}
 	/* it answers at once; one that does not within ZYGOTE_ANSWER_MS is given up */
 	struct pollfd pf = { .fd = z->req, .events = POLLIN };
 	while ((n = poll(&pf, 1, ZYGOTE_ANSWER_MS)) < 0 && errno == EINTR) {
@@ -392,7 +378,7 @@ static int zygote_launch(void *arg, const int *fds, int nfds, pid_t *pid, int *p
 	while ((n = recvmsg(z->req, &rh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
 	}
 	int got = -1;
-	for (c = n > 0 ? CMSG_FIRSTHDR(&rh) : NULL; c; c = CMSG_NXTHDR(&rh, c))
+	for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&rh) : NULL; c; c = CMSG_NXTHDR(&rh, c))
 		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
 		    c->cmsg_len == CMSG_LEN(sizeof(int)))
 			memcpy(&got, CMSG_DATA(c), sizeof got);

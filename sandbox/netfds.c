@@ -60,6 +60,33 @@ static int bind_loopback(int type, uint16_t port)
 	return s;
 }
 
+int lr_sbx_send_fds(int sock, const void *buf, size_t len, const int *fds, int n, int flags)
+{
+	struct iovec iov = { (void *)buf, len };
+	union {
+		char buf[CMSG_SPACE(8 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	if (n < 0 || n > 8)
+		return -EINVAL;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (n) {
+		memset(&u, 0, sizeof u);
+		mh.msg_control = u.buf;
+		mh.msg_controllen = CMSG_SPACE((size_t)n * sizeof(int));
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, (size_t)n * sizeof(int));
+	}
+	ssize_t r;
+	do
+		r = sendmsg(sock, &mh, MSG_NOSIGNAL | flags);
+	while (r < 0 && errno == EINTR);
+	return r == (ssize_t)len ? 0 : r < 0 ? -errno : -EIO;
+}
+
 int lr_sbx_make_listeners(uint16_t proxy_port, uint16_t dns_port, int control_fd)
 {
 	int rc = lo_up();
@@ -75,26 +102,8 @@ int lr_sbx_make_listeners(uint16_t proxy_port, uint16_t dns_port, int control_fd
 	}
 
 	char byte = 'L';
-	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
-	union {
-		struct cmsghdr h;
-		char buf[CMSG_SPACE(2 * sizeof(int))];
-	} ctl;
-	memset(&ctl, 0, sizeof ctl);
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
-			      .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(2 * sizeof(int));
 	int fds[2] = { tcp, udp };
-	memcpy(CMSG_DATA(c), fds, sizeof fds);
-
-	ssize_t n;
-	do
-		n = sendmsg(control_fd, &msg, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	rc = n == 1 ? 0 : n < 0 ? -errno : -EIO;
+	rc = lr_sbx_send_fds(control_fd, &byte, 1, fds, 2, 0);
 	close(tcp);
 	close(udp);
 	return rc;

@@ -553,6 +553,12 @@ int lr_sbx_make_listeners(uint16_t proxy_port, uint16_t dns_port, int control_fd
  * them to lr_egress_open in host/egress.h).
  */
 int lr_sbx_recv_listeners(int control_fd, int *tcp, int *udp);
+/*
+ * One message of len bytes on the UNIX socket sock with fds[0..n-1] as
+ * SCM_RIGHTS (n at most 8; 0: none), MSG_NOSIGNAL and flags added, retried
+ * on EINTR: 0, or -errno (-EIO when it went out short).
+ */
+int lr_sbx_send_fds(int sock, const void *buf, size_t len, const int *fds, int n, int flags);
 
 /* ---- the spec of one run (sandbox/build.c) ---- */
 

@@ -104,30 +104,7 @@ static void on_chld(int sig)
 
 static int send_msg(int sock, const struct lr_sbx_zygote_msg *m, int fd)
 {
-	struct iovec iov = { (void *)m, sizeof *m };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (fd >= 0) {
-		memset(&u, 0, sizeof u);
-		mh.msg_control = u.buf;
-		mh.msg_controllen = sizeof u.buf;
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof fd);
-	}
-	for (;;) {
-		ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-		if (n == (ssize_t)sizeof *m)
-			return 0;
-		if (n < 0 && errno == EINTR)
-			continue;
-		return n < 0 ? -errno : -EIO;
-	}
+	return lr_sbx_send_fds(sock, m, sizeof *m, &fd, fd >= 0, 0);
 }
 
 /* The run's spec from its sealed memfd, decoded: 0, or -1 (the copy's helper will say why). */
@@ -182,27 +159,11 @@ static int sources_unchanged(const struct standby *sb)
 	return same;
 }
 
+/* A run's fds to a prepared copy's helper or reaper: 0, or -errno (never waits). */
 static int send_fds(int sock, const int *fds, int n)
 {
 	struct lr__sbx_standby_msg m = { LR__SBX_STANDBY_MAGIC, (uint32_t)n };
-	struct iovec iov = { &m, sizeof m };
-	union {
-		char buf[CMSG_SPACE(4 * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	memset(&u, 0, sizeof u);
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			     .msg_controllen = CMSG_SPACE((size_t)n * sizeof(int)) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
-	memcpy(CMSG_DATA(c), fds, (size_t)n * sizeof(int));
-	ssize_t r;
-	do
-		r = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-	while (r < 0 && errno == EINTR);
-	return r == (ssize_t)sizeof m ? 0 : -1;
+	return lr_sbx_send_fds(sock, &m, sizeof m, fds, n, MSG_DONTWAIT);
 }
 
 /*
