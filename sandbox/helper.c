@@ -117,33 +117,64 @@ static void die(int e, const char *fmt, ...)
 
 /* ---- the spec on fd 3 ---- */
 
-static char *read_spec(size_t *len)
+char *lr__sbx_read_sealed(int fd, size_t *len, int *err, const char **why)
 {
 	const int need = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
 	struct stat st;
-	if (fstat(LR_SBX_FD_SPEC, &st) < 0)
-		die(errno, "spec on fd 3");
-	int seals = fcntl(LR_SBX_FD_SPEC, F_GET_SEALS);
-	if (seals < 0)
-		die(errno, "spec on fd 3 is not a sealed memfd");
-	if ((seals & need) != need)
-		die(0, "spec on fd 3 is not sealed against every change");
-	if (!S_ISREG(st.st_mode) || st.st_size > LR_SBX_SPEC_MAX)
-		die(0, "spec on fd 3 is not a file of at most %d bytes", LR_SBX_SPEC_MAX);
+	*err = 0;
+	if (fstat(fd, &st) < 0) {
+		*err = errno;
+		*why = "spec on fd 3";
+		return NULL;
+	}
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0) {
+		*err = errno;
+		*why = "spec on fd 3 is not a sealed memfd";
+		return NULL;
+	}
+	if ((seals & need) != need) {
+		*why = "spec on fd 3 is not sealed against every change";
+		return NULL;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size > LR_SBX_SPEC_MAX) {
+		static char size_why[64]; /* the helper and the zygote are single-threaded */
+		snprintf(size_why, sizeof size_why, "spec on fd 3 is not a file of at most %d bytes",
+			 LR_SBX_SPEC_MAX);
+		*why = size_why;
+		return NULL;
+	}
 	size_t n = (size_t)st.st_size, off = 0;
 	char *buf = malloc(n + 1);
-	if (!buf)
-		die(ENOMEM, "spec");
+	if (!buf) {
+		*err = ENOMEM;
+		*why = "spec";
+		return NULL;
+	}
 	while (off < n) {
-		ssize_t r = pread(LR_SBX_FD_SPEC, buf + off, n - off, (off_t)off);
+		ssize_t r = pread(fd, buf + off, n - off, (off_t)off);
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r <= 0)
-			die(r < 0 ? errno : EIO, "reading the spec");
+		if (r <= 0) {
+			*err = r < 0 ? errno : EIO;
+			*why = "reading the spec";
+			free(buf);
+			return NULL;
+		}
 		off += (size_t)r;
 	}
-	close(LR_SBX_FD_SPEC);
 	*len = n;
+	return buf;
+}
+
+static char *read_spec(size_t *len)
+{
+	int e;
+	const char *why;
+	char *buf = lr__sbx_read_sealed(LR_SBX_FD_SPEC, len, &e, &why);
+	if (!buf)
+		die(e, "%s", why);
+	close(LR_SBX_FD_SPEC);
 	return buf;
 }
 

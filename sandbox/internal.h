@@ -61,6 +61,14 @@ struct lr__sbx_ident {
 	uint64_t dev, ino;
 	uint64_t ddev, dino;
 };
+/*
+ * helper.c: the spec from fd, which must be a sealed memfd (sealed against
+ * every change) of at most LR_SBX_SPEC_MAX bytes, read whole without moving
+ * its offset: a malloc'd buffer and *len, or NULL with *err (an errno, or 0)
+ * and *why. The helper and the copies it runs in read it so; the zygote reads
+ * a request's spec so, to tell whether a prepared copy can take it.
+ */
+char *lr__sbx_read_sealed(int fd, size_t *len, int *err, const char **why);
 /* The fds of a received message's SCM_RIGHTS, at most max kept (the rest closed): how many. */
 struct msghdr;
 int lr__sbx_take_fds(struct msghdr *mh, int *fds, int max);
@@ -88,14 +96,6 @@ int lr__sbx_same_view(const struct lr_sbx_spec *a, const struct lr_sbx_spec *b);
 __attribute__((noreturn)) void lr__sbx_standby_main(struct lr_sbx_spec *s,
 						    const struct lr__sbx_ident *want, int hsock,
 						    int rsock, pid_t zygote);
-
-/*
- * probe.c: the user's own runtime directory (root: /run/luarig; others:
- * $XDG_RUNTIME_DIR/luarig or /tmp/luarig-UID), made if missing, opened
- * without following links and returned only when it is a directory of the
- * euid's with no group or other bits: an fd the caller closes, or -1.
- */
-int lr__sbx_runtime_dir(void);
 
 /*
  * probe.c: the user's own runtime directory (root: /run/luarig; others:

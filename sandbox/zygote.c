@@ -110,18 +110,12 @@ static int send_msg(int sock, const struct lr_sbx_zygote_msg *m, int fd)
 /* The run's spec from its sealed memfd, decoded: 0, or -1 (the copy's helper will say why). */
 static int read_run_spec(int fd, struct lr_sbx_spec *out)
 {
-	const int need = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
-	struct stat st;
-	int seals = fcntl(fd, F_GET_SEALS);
-	if (fstat(fd, &st) < 0 || seals < 0 || (seals & need) != need || !S_ISREG(st.st_mode) ||
-	    st.st_size > LR_SBX_SPEC_MAX)
+	size_t n;
+	int e;
+	const char *why;
+	char *buf = lr__sbx_read_sealed(fd, &n, &e, &why);
+	if (!buf)
 		return -1;
-	size_t n = (size_t)st.st_size;
-	char *buf = malloc(n + 1);
-	if (!buf || pread(fd, buf, n, 0) != (ssize_t)n) {
-		free(buf);
-		return -1;
-	}
 	struct lr_err err = { "" };
 	int rc = lr_sbx_spec_decode(buf, n, out, &err) ? -1 : 0;
 	free(buf);
