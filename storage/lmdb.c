@@ -27,32 +27,52 @@
  * a single job commits its job on its own thread, sparing the hand-off to
  * the writer and back; only one batch is ever being committed (busy).
  *
- * Durable in one sync, not two (docs/decisions/0008-log-ahead-of-the-meta-sync.md).
- * A durable LMDB commit is two ordered syncs: the data pages, then the
- * meta page that points at them. The environment is opened
- * MDB_NOMETASYNC: a commit syncs its data pages and the metas of earlier
- * commits (they lie in the same map range) and leaves its own meta
- * unsynced, which keeps the file consistent and loses at most the last
- * commit on a power loss. What that commit wrote is made durable by the
- * log instead: a group made only of appends, kv puts and epoch bumps that
- * fits in WAL_SLOT bytes is written, outcome by outcome, to one of the
- * two slots of this process's log file (root/wal/<pid>.<ns>.log, OFD-
- * locked while it lives) and fdatasync'ed by the syncer thread while the
- * writer commits; the group is acknowledged once both are done. Slots
- * alternate: the slot a group overwrites held the group before last,
- * whose meta the last commit's sync made durable. Any other group (a
- * delete, a blob, a larger group) is committed and then synced with
- * mdb_env_sync(force), data then meta, as LMDB does by itself.
+ * Durable by one sync of a log; LMDB synced at checkpoints
+ * (docs/decisions/0009-lmdb-checkpoints.md). The environment is opened
+ * MDB_NOSYNC: a commit writes its pages and its meta into the map and
+ * syncs nothing. A group made only of appends, kv puts and epoch bumps
+ * that fits in WAL_SLOT bytes is written, outcome by outcome, to this
+ * process's log (root/wal/<pid>.<ns>.log, OFD-locked while it lives), after
+ * the groups before it, and fdatasync'ed by the syncer thread while the
+ * writer commits; the group is acknowledged once both are done. Any other
+ * group (a delete, a blob, a larger group) is committed and then
+ * checkpointed before it is acknowledged.
+ *
+ * A checkpoint pins the last commit (a read transaction held on it, so
+ * that LMDB reuses none of its pages until the next checkpoint; nothing is
+ * ever read through it, so the map may be remapped under it), syncs the
+ * map, and records the commit's txnid and meta page (read back from the
+ * file, checked against LMDB's layout) in root/wal/checkpoint, two slots
+ * with a CRC, under that file's lock: every process writing to the root
+ * records there. Only then does the previous pin go and the log start
+ * again from 0. One runs after CKPT_GROUPS logged groups (on the writer,
+ * after the acknowledgements), when the log is full, before a non-logged
+ * group is acknowledged, after a recovery, at open unless this boot's
+ * record is the current commit, and at a clean close (which then removes
+ * the log). So the recorded checkpoint's tree is always whole on disk:
+ * synced, and its pages pinned by whoever recorded it (or by an older pin
+ * of another process) until a later one is recorded.
+ *
+ * What a power loss may leave: the checkpoint's tree, any subset of the
+ * pages written after it, and meta pages that may point at pages the disk
+ * never got. So after a reboot (the record's boot id is not this boot's),
+ * the first open, before LMDB reads the file, writes the recorded meta
+ * over both meta pages (meta_restore): LMDB starts from the checkpoint.
  *
  * Recovery, at open (one process at a time, under root/wal/recover.lock;
  * other opens of the root wait for it): a log whose lock is free belongs
  * to a dead process.
  * If it was written in this boot (boot_id), the page cache survived and
- * LMDB holds every commit: the log is removed. After a reboot, each valid
- * slot (CRC32C) whose transaction id is above LMDB's last durable one is
- * replayed in id order, each write only where it still fits (a record at
- * tip + 1, a revision at the current one + 1, a higher epoch); the result
- * is synced and the log removed. A clean close syncs LMDB and removes it.
+ * LMDB holds every commit: a checkpoint makes them durable, then the log
+ * is removed. After a reboot, each whole group (CRC32C) in a row with
+ * growing transaction ids whose id is above the checkpoint's is replayed
+ * in id order, each write only where it still fits (a record at tip + 1, a
+ * revision at the current one + 1, a higher epoch); then a checkpoint and
+ * the log removed. A log of the previous format (two slots, LMDB's data
+ * synced at every commit) is replayed above LMDB's meta as found.
+ *
+ * Without a boot id a reboot cannot be told from a crash: LMDB is then
+ * opened to sync every commit itself (data, then meta), with no log.
  *
  * MDB_WRITEMAP: dirty pages live in the file mapping, not on the heap, so
  * a 64 MiB blob is streamed from its fd straight into the map. The file is
@@ -116,20 +136,37 @@
 #define READ_CHUNK_BYTES ((size_t)1 << 20)
 #define READ_CHUNK_RECS 512
 #define FD_CHUNK ((size_t)8 << 20)
-#define WAL_SLOT ((size_t)1 << 20) /* a logged group's bytes at most (two slots a log) */
+#define WAL_SLOT ((size_t)1 << 20) /* a logged group's bytes at most */
+#define WAL_BYTES ((size_t)2 << 20) /* a log's size: the groups since its last checkpoint */
+#define WAL_ALIGN ((size_t)4096)    /* each group starts on its own page of the log */
+#define CKPT_GROUPS 64              /* logged groups between two checkpoints, at most */
+#define CKPT_SLOT 512               /* root/wal/checkpoint: two slots of this size */
+#define META_AT 16      /* LMDB's MDB_meta in a meta page, after the page header (0.9, format 1) */
+#define META_LEN 136    /* sizeof(MDB_meta) */
+#define META_TXNID 128  /* mm_txnid in MDB_meta */
+#define META_MAGIC 0xBEEFC0DEu
 #define WAL_HDR 72
 #define WAL_ENT 15
 #define BOOT_LEN 40
 #define WRITE_AHEAD ((size_t)4 << 20) /* the map's bytes past LMDB's last page kept written */
 
 /*
- * A log slot: magic[8] "LRWAL1\n", crc32c[4] of bytes 12..end, len[4] of
- * the entries, boot[40] (the boot id, NUL-padded), txnid[8], count[4],
+ * A logged group: magic[8] "LRWAL2\n", crc32c[4] of bytes 12..end, len[4]
+ * of the entries, boot[40] (the boot id, NUL-padded), txnid[8], count[4],
  * zero[4], then count entries: kind[1] (J_APPEND, J_KVPUT, J_EPOCH),
  * name_len[2], value[8] (seq, revision or epoch), data_len[4], name, data.
- * Integers big-endian.
+ * Integers big-endian. Groups follow each other from offset 0, each on a
+ * WAL_ALIGN boundary, with growing transaction ids; a checkpoint starts
+ * the log again at 0. A log of the previous format ("LRWAL1\n": two slots
+ * of WAL_SLOT bytes, LMDB's data synced at every commit) is still read.
+ *
+ * A checkpoint slot: magic[8] "LRCKPT1", crc32c[4] of bytes 12..CKPT_SLOT,
+ * psize[4], boot[40], txnid[8], meta[META_LEN] (LMDB's meta as it was
+ * synced); zeros to CKPT_SLOT. The slot with the higher txnid holds.
  */
-static const char wal_magic[8] = "LRWAL1\n";
+static const char wal_magic[8] = "LRWAL2\n";
+static const char wal1_magic[8] = "LRWAL1\n";
+static const char ckpt_magic[8] = "LRCKPT1";
 
 enum { DB_REC, DB_TIP, DB_KV, DB_BLOB, DB_EPOCH, DB_N };
 static const char *const db_names[DB_N] = { "ledger", "tip", "kv", "blob", "epoch" };
@@ -175,7 +212,7 @@ struct core {
 	MDB_env *env;
 	MDB_dbi dbi[DB_N];
 	int no_sync;
-	int lazy_meta; /* MDB_NOMETASYNC: the log or mdb_env_sync makes a commit durable */
+	int deferred;  /* MDB_NOSYNC: the log makes a commit durable, a checkpoint syncs LMDB */
 	size_t max_batch;
 	size_t ahead;  /* the map is written up to here (past LMDB's last page; busy's holder's) */
 	int ahead_off; /* writing ahead is unsupported here or failed: not tried again */
@@ -184,11 +221,17 @@ struct core {
 	int wal_fd, wal_dead;
 	char *wal_path;
 	unsigned char *wal_buf;
-	int wal_slot;
+	off_t wal_off;       /* where the next group goes */
+	unsigned wal_groups; /* groups logged since the last checkpoint */
+	/* the last checkpoint: recorded in root/wal/checkpoint, its pages pinned */
+	MDB_txn *pin;        /* a read transaction on it: LMDB never reuses its pages */
+	uint64_t ckpt_txnid;
+	int ckpt_fd;         /* root/wal/checkpoint, -1 until opened */
 	/* the syncer: writes and fdatasyncs a slot while the writer commits */
 	sem_t s_go, s_done; /* a slot posted; its write and sync done (one of each a group) */
 	int s_stop, s_started;
 	size_t s_len; /* set before s_go is posted */
+	off_t s_off;
 	int s_rc;     /* set before s_done is posted */
 	pthread_t syncer;
 	pthread_rwlock_t resize;
@@ -200,6 +243,7 @@ struct core {
 	pthread_mutex_t commit_mu; /* held by whoever commits: the log and ahead state are its */
 	size_t last_n; /* jobs in the last batch committed (a caller commits its own only after 1) */
 	int ahead_due; /* a caller's commit found map_ahead due: the writer does it */
+	int ckpt_due;  /* CKPT_GROUPS groups were logged: the writer checkpoints */
 	int stopping;
 	pthread_t writer;
 };
@@ -959,9 +1003,7 @@ static void *syncer_main(void *arg)
 			;
 		if (c->s_stop)
 			break;
-		size_t len = c->s_len;
-		off_t off = (off_t)c->wal_slot * (off_t)WAL_SLOT;
-		int rc = pwrite_full(c->wal_fd, c->wal_buf, len, off);
+		int rc = pwrite_full(c->wal_fd, c->wal_buf, c->s_len, c->s_off);
 		if (rc == 0 && fdatasync(c->wal_fd) < 0)
 			rc = -errno;
 		c->s_rc = rc;
@@ -1011,12 +1053,12 @@ static int wal_open(struct core *c)
 		return -1;
 	}
 	/*
-	 * Both slots written in full now, so that a slot's fdatasync is its
-	 * data and a flush: no size or extent change to write with it. Then
-	 * the new name and the folder's, durable before anything relies on the log.
+	 * Written in full now, so that a group's fdatasync is its data and a
+	 * flush: no size or extent change to write with it. Then the new name
+	 * and the folder's, durable before anything relies on the log.
 	 */
 	path[n] = 0;
-	if (zero_range(fd, 0, (off_t)(2 * WAL_SLOT)) || fdatasync(fd) || sync_dir(path) ||
+	if (zero_range(fd, 0, (off_t)WAL_BYTES) || fdatasync(fd) || sync_dir(path) ||
 	    sync_dir(c->root) ||
 	    pthread_create(&c->syncer, NULL, syncer_main, c) != 0) {
 		unlink(c->wal_path);
@@ -1072,6 +1114,7 @@ static size_t wal_build(struct core *c, MDB_txn *t, struct job **jobs, size_t n)
 static void wal_post(struct core *c, size_t len)
 {
 	c->s_len = len;
+	c->s_off = c->wal_off;
 	sem_post(&c->s_go);
 }
 
@@ -1082,13 +1125,246 @@ static int wal_wait(struct core *c)
 	return c->s_rc;
 }
 
-/* The commit of a logged slot failed: the slot must not be replayed. */
+/* The commit of a logged group failed: it must not be replayed (the next one goes there). */
 static void wal_void(struct core *c)
 {
 	unsigned char zero[WAL_HDR] = { 0 };
-	if (pwrite_full(c->wal_fd, zero, sizeof zero, (off_t)c->wal_slot * (off_t)WAL_SLOT) ||
-	    fdatasync(c->wal_fd) < 0)
-		c->wal_dead = 1; /* no more logging: every later commit is synced twice */
+	if (pwrite_full(c->wal_fd, zero, sizeof zero, c->wal_off) || fdatasync(c->wal_fd) < 0)
+		c->wal_dead = 1; /* no more logging: every later commit is a checkpoint */
+}
+
+/* ---- checkpoints (see the header comment) ---- */
+
+struct ckpt {
+	uint64_t txnid;
+	uint32_t psize;
+	char boot[BOOT_LEN];
+	unsigned char meta[META_LEN];
+};
+
+/* The valid slot of fd with the higher txnid: 0, 1 when there is none. which: its index. */
+static int ckpt_read(int fd, struct ckpt *out, int *which)
+{
+	int found = 1;
+	for (int i = 0; i < 2; i++) {
+		unsigned char b[CKPT_SLOT];
+		if (pread(fd, b, sizeof b, (off_t)i * CKPT_SLOT) != (ssize_t)sizeof b ||
+		    memcmp(b, ckpt_magic, 8) != 0 || lr_crc32c(0, b + 12, CKPT_SLOT - 12) != be32_get(b + 8))
+			continue;
+		uint64_t txnid = be64_get(b + 56);
+		if (found == 0 && txnid <= out->txnid)
+			continue;
+		out->txnid = txnid;
+		out->psize = be32_get(b + 12);
+		memcpy(out->boot, b + 16, BOOT_LEN);
+		memcpy(out->meta, b + 64, META_LEN);
+		if (which)
+			*which = i;
+		found = 0;
+	}
+	return found;
+}
+
+/* Opens root/wal/checkpoint, creating it (both slots written, synced, and its name). */
+static int ckpt_open(struct core *c)
+{
+	if (c->ckpt_fd >= 0)
+		return 0;
+	char path[4096];
+	if ((size_t)snprintf(path, sizeof path, "%s/wal", c->root) >= sizeof path - 16 ||
+	    (mkdir(path, 0700) < 0 && errno != EEXIST))
+		return -EIO;
+	size_t n = strlen(path);
+	snprintf(path + n, sizeof path - n, "/checkpoint");
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	while (fcntl(fd, F_OFD_SETLKW, &fl) < 0) {
+		if (errno != EINTR) {
+			close(fd);
+			return -EIO;
+		}
+	}
+	struct stat st;
+	int rc = fstat(fd, &st) < 0 ? -errno : 0;
+	if (rc == 0 && st.st_size < (off_t)(2 * CKPT_SLOT)) {
+		path[n] = 0;
+		if (zero_range(fd, 0, (off_t)(2 * CKPT_SLOT)) || fdatasync(fd) < 0 || sync_dir(path) ||
+		    sync_dir(c->root))
+			rc = -EIO;
+	}
+	fl.l_type = F_UNLCK;
+	fcntl(fd, F_OFD_SETLK, &fl);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	c->ckpt_fd = fd;
+	return 0;
+}
+
+/*
+ * Records a checkpoint at txnid, synced, in the slot that does not hold
+ * the latest, under the file's lock (other processes record theirs).
+ * Nothing to do when a later one (or this one, in this boot) is there.
+ */
+static int ckpt_write(struct core *c, uint64_t txnid, const unsigned char *meta, uint32_t psize)
+{
+	int rc = ckpt_open(c);
+	if (rc)
+		return rc;
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	while (fcntl(c->ckpt_fd, F_OFD_SETLKW, &fl) < 0) {
+		if (errno != EINTR)
+			return -EIO;
+	}
+	struct ckpt cur;
+	int which = 1;
+	int none = ckpt_read(c->ckpt_fd, &cur, &which);
+	if (!none && (cur.txnid > txnid ||
+		      (cur.txnid == txnid && memcmp(cur.boot, c->boot, BOOT_LEN) == 0))) {
+		c->ckpt_txnid = cur.txnid;
+	} else {
+		unsigned char b[CKPT_SLOT] = { 0 };
+		memcpy(b, ckpt_magic, 8);
+		be32_put(b + 12, psize);
+		memcpy(b + 16, c->boot, BOOT_LEN);
+		be64_put(b + 56, txnid);
+		memcpy(b + 64, meta, META_LEN);
+		be32_put(b + 8, lr_crc32c(0, b + 12, CKPT_SLOT - 12));
+		int slot = none ? 0 : which ^ 1;
+		rc = pwrite_full(c->ckpt_fd, b, sizeof b, (off_t)slot * CKPT_SLOT);
+		if (rc == 0 && fdatasync(c->ckpt_fd) < 0)
+			rc = -errno;
+		if (rc == 0)
+			c->ckpt_txnid = txnid;
+	}
+	fl.l_type = F_UNLCK;
+	fcntl(c->ckpt_fd, F_OFD_SETLK, &fl);
+	return rc;
+}
+
+/*
+ * A checkpoint: pins the last commit (a read transaction on it, so that
+ * LMDB never reuses its pages), syncs the map, records the commit and its
+ * meta page in root/wal/checkpoint, then lets the previous pin go and
+ * starts the log again. The committer's (commit_mu), outside a write
+ * transaction. The meta page is read back from the map and checked
+ * against LMDB's layout (magic, txnid): a different layout is an error.
+ */
+static int checkpoint(struct core *c, struct lr_err *e)
+{
+	for (int tries = 0;; tries++) {
+		MDB_txn *pin;
+		pthread_rwlock_rdlock(&c->resize);
+		int rc = mdb_txn_begin(c->env, NULL, MDB_RDONLY, &pin);
+		if (rc == MDB_MAP_RESIZED) {
+			pthread_rwlock_unlock(&c->resize);
+			if ((rc = adopt_map(c, e)) != 0)
+				return rc;
+			continue;
+		}
+		if (rc) {
+			pthread_rwlock_unlock(&c->resize);
+			return lm_fail(rc, e, "checkpointing", c->root);
+		}
+		uint64_t txnid = (uint64_t)mdb_txn_id(pin);
+		MDB_stat st;
+		unsigned char meta[META_LEN];
+		uint32_t magic = 0;
+		uint64_t at = 0;
+		int fd;
+		rc = mdb_env_sync(c->env, 1);
+		/* the file and LMDB's shared map are one page cache */
+		if (rc == 0 && mdb_env_stat(c->env, &st) == 0 && mdb_env_get_fd(c->env, &fd) == 0 &&
+		    pread(fd, meta, META_LEN, (off_t)(txnid & 1) * st.ms_psize + META_AT) == META_LEN) {
+			memcpy(&magic, meta, 4);
+			memcpy(&at, meta + META_TXNID, 8);
+		}
+		pthread_rwlock_unlock(&c->resize);
+		if (rc) {
+			mdb_txn_abort(pin);
+			return lm_fail(rc, e, "syncing", c->root);
+		}
+		if (magic != META_MAGIC || at != txnid) {
+			mdb_txn_abort(pin);
+			if (magic == META_MAGIC && at > txnid && tries < 8)
+				continue; /* other processes committed twice since the pin: again */
+			lr_err_set(e, "storage: checkpointing '%s': LMDB's meta page is not as expected",
+				   c->root);
+			return LR_ECORRUPT;
+		}
+		if ((rc = ckpt_write(c, txnid, meta, st.ms_psize)) != 0) {
+			mdb_txn_abort(pin);
+			lr_err_set(e, "storage: recording a checkpoint of '%s': %s", c->root, strerror(-rc));
+			return rc;
+		}
+		if (c->pin)
+			mdb_txn_abort(c->pin);
+		c->pin = pin;
+		c->wal_off = 0;
+		c->wal_groups = 0;
+		return 0;
+	}
+}
+
+/*
+ * After a reboot, puts the meta of the last checkpoint back in both meta
+ * pages of data.mdb, before LMDB opens it: a meta page written after the
+ * checkpoint may have reached the disk ahead of the pages it points at.
+ * The checkpoint's pages were pinned until a later checkpoint was
+ * recorded, so its tree is whole; the logs replay what followed it.
+ */
+static int meta_restore(struct core *c, struct lr_err *e)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/wal/checkpoint", c->root);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	struct ckpt k;
+	int none = ckpt_read(fd, &k, NULL);
+	close(fd);
+	if (none || memcmp(k.boot, c->boot, BOOT_LEN) == 0)
+		return 0; /* this boot: the page cache is the file */
+	snprintf(path, sizeof path, "%s/data.mdb", c->root);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		lr_err_set(e, "storage: '%s' has a checkpoint but no data.mdb", c->root);
+		return LR_ECORRUPT;
+	}
+	/*
+	 * The file the checkpoint was taken of has both metas at its txnid or
+	 * after (the sync wrote txnid - 1 and txnid; later commits only move
+	 * them on). Metas before it: data.mdb was put back from elsewhere
+	 * (a copy), and is left as it is.
+	 */
+	int rc = 0;
+	uint64_t txn[2] = { 0, 0 };
+	for (int p = 0; p < 2 && rc == 0; p++) {
+		unsigned char m[META_LEN];
+		uint32_t magic = 0;
+		off_t at = (off_t)p * (off_t)k.psize + META_AT;
+		if (k.psize < 512 || pread(fd, m, META_LEN, at) != META_LEN)
+			rc = LR_ECORRUPT;
+		memcpy(&magic, m, 4);
+		memcpy(&txn[p], m + META_TXNID, 8);
+		if (rc == 0 && magic != META_MAGIC)
+			rc = LR_ECORRUPT;
+	}
+	uint64_t lo = txn[0] < txn[1] ? txn[0] : txn[1], hi = txn[0] ^ txn[1] ^ lo;
+	int fits = hi >= k.txnid && lo + 1 >= k.txnid;
+	for (int p = 0; p < 2 && rc == 0 && fits; p++)
+		if (pwrite_full(fd, k.meta, META_LEN, (off_t)p * (off_t)k.psize + META_AT) != 0)
+			rc = -EIO;
+	if (rc == 0 && fits && fsync(fd) < 0)
+		rc = -EIO;
+	close(fd);
+	if (rc)
+		lr_err_set(e, "storage: restoring the checkpoint of '%s' after a reboot: %s", c->root,
+			   rc == LR_ECORRUPT ? "its meta pages are not LMDB's" : strerror(EIO));
+	return rc;
 }
 
 static size_t job_bytes(const struct job *j)
@@ -1110,6 +1386,10 @@ static size_t run_batch(struct core *c, struct job **jobs, size_t n)
 			jobs[i]->rc = 0;
 			jobs[i]->err.msg[0] = 0;
 		}
+		/* a full log: the checkpoint first, which starts it again */
+		if (c->deferred && c->wal_fd >= 0 && !c->wal_dead &&
+		    (size_t)c->wal_off + WAL_SLOT > WAL_BYTES && (rc = checkpoint(c, &e)) != 0)
+			goto fail;
 		pthread_rwlock_rdlock(&c->resize);
 		MDB_txn *t;
 		rc = mdb_txn_begin(c->env, NULL, 0, &t);
@@ -1128,7 +1408,7 @@ static size_t run_batch(struct core *c, struct job **jobs, size_t n)
 		for (i = 0; i < n && rc == 0; i++)
 			rc = apply(c, t, jobs[i]);
 		size_t slot = 0;
-		if (rc == 0 && c->lazy_meta && wal_open(c) == 0 &&
+		if (rc == 0 && c->deferred && wal_open(c) == 0 &&
 		    (slot = wal_build(c, t, jobs, n)) != 0)
 			wal_post(c, slot); /* written and synced while LMDB commits */
 		if (rc == 0)
@@ -1139,19 +1419,19 @@ static size_t run_batch(struct core *c, struct job **jobs, size_t n)
 		if (slot) {
 			int wrc = wal_wait(c);
 			if (rc == 0 && wrc == 0) {
-				c->wal_slot ^= 1; /* the next group keeps this one */
+				c->wal_off += (off_t)((slot + WAL_ALIGN - 1) / WAL_ALIGN * WAL_ALIGN);
+				c->wal_groups++;
 				return n;
 			}
 			if (rc == 0)
-				c->wal_dead = 1; /* the log failed: LMDB's own sync below, from now on */
+				c->wal_dead = 1; /* the log failed: a checkpoint below, from now on */
 			else
 				wal_void(c);
 		}
-		if (rc == 0 && c->lazy_meta) {
-			/* not logged: the meta is synced after the data, as LMDB does */
-			if ((rc = mdb_env_sync(c->env, 1)) == 0)
+		if (rc == 0 && c->deferred) {
+			/* not logged: durable by a checkpoint (LMDB synced, then recorded) */
+			if ((rc = checkpoint(c, &e)) == 0)
 				return n;
-			rc = lm_fail(rc, &e, "syncing", c->root);
 			goto fail;
 		}
 		if (rc == 0)
@@ -1221,12 +1501,13 @@ static void *writer_main(void *arg)
 	struct core *c = arg;
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
-		while (c->busy || (!c->head && !c->ahead_due && !c->stopping))
+		while (c->busy || (!c->head && !c->ahead_due && !c->ckpt_due && !c->stopping))
 			pthread_cond_wait(&c->wake, &c->mu);
-		if (!c->head && (c->stopping || !c->ahead_due))
+		if (!c->head && (c->stopping || (!c->ahead_due && !c->ckpt_due)))
 			break;
 		c->busy = 1;
 		c->ahead_due = 0;
+		c->ckpt_due = 0;
 		size_t n = 0, bytes = 0;
 		while (c->head && n < c->max_batch && (n == 0 || bytes < BATCH_BYTES)) {
 			struct job *j = c->head;
@@ -1245,6 +1526,10 @@ static void *writer_main(void *arg)
 			done += k;
 		}
 		map_ahead_idle(c); /* acknowledged: the next batch may wait for it, none before */
+		if (c->deferred && c->wal_groups >= CKPT_GROUPS) {
+			struct lr_err e;
+			checkpoint(c, &e); /* failing, the next batch checkpoints when the log is full */
+		}
 		pthread_mutex_unlock(&c->commit_mu);
 		pthread_mutex_lock(&c->mu);
 		c->busy = 0;
@@ -1286,12 +1571,14 @@ static int submit(struct core *c, struct job *j, struct lr_err *e)
 		pthread_mutex_lock(&c->commit_mu);
 		run_batch(c, one, 1); /* one job: never split, always settled */
 		int due = ahead_wanted(c);
+		int ckpt = c->deferred && c->wal_groups >= CKPT_GROUPS;
 		pthread_mutex_unlock(&c->commit_mu);
 		pthread_mutex_lock(&c->mu);
 		c->busy = 0;
 		c->last_n = 1;
 		c->ahead_due |= due;
-		if (c->head || c->ahead_due)
+		c->ckpt_due |= ckpt;
+		if (c->head || c->ahead_due || c->ckpt_due)
 			pthread_cond_signal(&c->wake);
 		pthread_mutex_unlock(&c->mu);
 	} else {
@@ -1987,33 +2274,53 @@ static int wal_rec_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* A valid slot of fd after the last durable transaction, or NULL. */
-static unsigned char *wal_read_slot(struct core *c, int fd, int slot, uint64_t durable,
-				    size_t *len, uint64_t *txnid)
+/*
+ * The group at off of fd, whole (its CRC holds), written in another boot:
+ * 0 with *out (malloc'd) and its length and txnid; 1 when there is none
+ * there (torn, voided, never written, or of this boot: the page cache kept
+ * every commit of this boot); -ENOMEM.
+ */
+static int wal_read_at(struct core *c, int fd, off_t off, const char *magic,
+		       unsigned char **out, size_t *len, uint64_t *txnid)
 {
 	unsigned char h[WAL_HDR];
-	off_t off = (off_t)slot * (off_t)WAL_SLOT;
-	if (pread(fd, h, sizeof h, off) != (ssize_t)sizeof h || memcmp(h, wal_magic, 8) != 0)
-		return NULL;
+	if (pread(fd, h, sizeof h, off) != (ssize_t)sizeof h || memcmp(h, magic, 8) != 0)
+		return 1;
 	size_t n = be32_get(h + 12);
 	if (n > WAL_SLOT - WAL_HDR)
-		return NULL;
-	if (c->boot[0] && memcmp(h + 16, c->boot, BOOT_LEN) == 0)
-		return NULL; /* this boot: the page cache kept every commit */
-	*txnid = be64_get(h + 56);
-	if (*txnid <= durable)
-		return NULL;
+		return 1;
+	if (memcmp(h + 16, c->boot, BOOT_LEN) == 0)
+		return 1;
 	unsigned char *b = malloc(WAL_HDR + n);
 	if (!b)
-		return NULL;
+		return -ENOMEM;
 	memcpy(b, h, WAL_HDR);
 	if (pread(fd, b + WAL_HDR, n, off + WAL_HDR) != (ssize_t)n ||
 	    lr_crc32c(0, b + 12, WAL_HDR + n - 12) != be32_get(h + 8)) {
 		free(b); /* torn: its group was never acknowledged */
-		return NULL;
+		return 1;
 	}
+	*out = b;
 	*len = WAL_HDR + n;
-	return b;
+	*txnid = be64_get(h + 56);
+	return 0;
+}
+
+static int wal_rec_add(struct wal_rec **recs, size_t *nrec, size_t *cap, unsigned char *b,
+		       size_t len, uint64_t txnid)
+{
+	if (*nrec == *cap) {
+		size_t ncap = *cap ? *cap * 2 : 8;
+		struct wal_rec *nr = realloc(*recs, ncap * sizeof **recs);
+		if (!nr) {
+			free(b);
+			return -ENOMEM;
+		}
+		*recs = nr;
+		*cap = ncap;
+	}
+	(*recs)[(*nrec)++] = (struct wal_rec){ txnid, b, len };
+	return 0;
 }
 
 /* Replays one slot's writes where they still fit; an LMDB code stops the replay. */
@@ -2065,8 +2372,9 @@ static int wal_replay(struct core *c, MDB_txn *t, const unsigned char *b, size_t
 
 /*
  * The logs under root/wal whose lock is free: their owner died. Replays
- * what a reboot lost (see the header comment), syncs, removes them.
- * durable: LMDB's last transaction id as found at open.
+ * what a reboot lost (see the header comment), checkpoints, removes them.
+ * durable: LMDB's last transaction id as found at open (after a reboot,
+ * the checkpoint's). The caller holds root/wal/recover.lock.
  */
 static int wal_recover(struct core *c, uint64_t durable, struct lr_err *e)
 {
@@ -2076,17 +2384,6 @@ static int wal_recover(struct core *c, uint64_t durable, struct lr_err *e)
 	DIR *d = opendir(dir);
 	if (!d)
 		return 0;
-	/*
-	 * One recovery at a time, and no open of this root goes on before the
-	 * one in progress is done: a writer must not fence a ledger (append at
-	 * its tip) before the record the log holds for that tip is back.
-	 */
-	char lpath[4200];
-	snprintf(lpath, sizeof lpath, "%s/recover.lock", dir);
-	int lfd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	struct flock lfl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
-	while (lfd >= 0 && fcntl(lfd, F_OFD_SETLKW, &lfl) < 0 && errno == EINTR)
-		;
 	struct wal_rec *recs = NULL;
 	size_t nrec = 0, cap = 0, nfiles = 0, total = 0;
 	char **paths = NULL;
@@ -2120,25 +2417,46 @@ static int wal_recover(struct core *c, uint64_t durable, struct lr_err *e)
 			break;
 		}
 		fds[nfiles++] = fd;
-		for (int s = 0; s < 2 && rc == 0; s++) {
+		char magic[8] = { 0 };
+		if (pread(fd, magic, 8, 0) != 8)
+			continue;
+		if (memcmp(magic, wal1_magic, 8) == 0) {
+			/* the previous format: two slots, each a group after the last durable one */
+			for (int s = 0; s < 2 && rc == 0; s++) {
+				unsigned char *b;
+				size_t len;
+				uint64_t txnid;
+				int r = wal_read_at(c, fd, (off_t)s * (off_t)WAL_SLOT, wal1_magic, &b, &len,
+						    &txnid);
+				if (r < 0)
+					rc = r;
+				else if (r == 0 && txnid <= durable)
+					free(b);
+				else if (r == 0 && (rc = wal_rec_add(&recs, &nrec, &cap, b, len, txnid)) == 0)
+					total += len;
+			}
+			continue;
+		}
+		/* groups in a row, txnids growing, up to the first that is not one of them */
+		uint64_t prev = 0;
+		for (off_t off = 0; rc == 0 && off + WAL_HDR <= st.st_size;) {
+			unsigned char *b;
 			size_t len;
 			uint64_t txnid;
-			unsigned char *b = wal_read_slot(c, fd, s, durable, &len, &txnid);
-			if (!b)
-				continue;
-			if (nrec == cap) {
-				size_t ncap = cap ? cap * 2 : 8;
-				struct wal_rec *nr = realloc(recs, ncap * sizeof *recs);
-				if (!nr) {
-					free(b);
-					rc = -ENOMEM;
-					break;
-				}
-				recs = nr;
-				cap = ncap;
+			int r = wal_read_at(c, fd, off, wal_magic, &b, &len, &txnid);
+			if (r < 0)
+				rc = r;
+			if (r || txnid <= prev) {
+				if (r == 0)
+					free(b); /* a group of before the last checkpoint */
+				break;
 			}
-			recs[nrec++] = (struct wal_rec){ txnid, b, len };
-			total += len;
+			prev = txnid;
+			off += (off_t)((len + WAL_ALIGN - 1) / WAL_ALIGN * WAL_ALIGN);
+			if (txnid <= durable)
+				free(b);
+			else if ((rc = wal_rec_add(&recs, &nrec, &cap, b, len, txnid)) == 0)
+				total += len;
 		}
 	}
 	closedir(d);
@@ -2161,11 +2479,14 @@ static int wal_recover(struct core *c, uint64_t durable, struct lr_err *e)
 			break;
 		}
 	}
-	/* A dead writer's last commit may have an unsynced meta, even in this boot. */
-	if (rc == 0 && nfiles)
-		rc = mdb_env_sync(c->env, 1);
 	if (rc > 0 || (rc < 0 && rc >= MDB_KEYEXIST && rc <= MDB_LAST_ERRCODE))
 		rc = lm_fail(rc, e, "recovering the logs of", c->root);
+	/*
+	 * A dead writer's commits are not synced, even in this boot: durable
+	 * and recorded before the logs that hold them go.
+	 */
+	if (rc == 0 && nfiles)
+		rc = checkpoint(c, e);
 	for (size_t i = 0; i < nrec; i++)
 		free(recs[i].buf);
 	free(recs);
@@ -2177,8 +2498,6 @@ static int wal_recover(struct core *c, uint64_t durable, struct lr_err *e)
 	}
 	free(paths);
 	free(fds);
-	if (lfd >= 0)
-		close(lfd); /* drops the lock */
 	return rc;
 }
 
@@ -2207,6 +2526,10 @@ static void read_boot_id(struct core *c, const char *given)
 
 static void core_free(struct core *c)
 {
+	if (c->pin)
+		mdb_txn_abort(c->pin);
+	if (c->ckpt_fd >= 0)
+		close(c->ckpt_fd);
 	if (c->env)
 		mdb_env_close(c->env);
 	pthread_rwlock_destroy(&c->resize);
@@ -2235,12 +2558,17 @@ static void core_close(struct core *c)
 		sem_post(&c->s_go);
 		pthread_join(c->syncer, NULL);
 	}
-	if (c->wal_fd >= 0) {
-		/* the last commit's meta, then the log is no longer needed */
-		if (mdb_env_sync(c->env, 1) == 0)
+	if (c->deferred) {
+		/* the last commits synced and recorded, then the log is no longer needed */
+		struct lr_err e;
+		MDB_envinfo info;
+		int done = c->pin && mdb_env_info(c->env, &info) == 0 &&
+			   (uint64_t)info.me_last_txnid == c->ckpt_txnid;
+		if ((done || checkpoint(c, &e) == 0) && c->wal_fd >= 0)
 			unlink(c->wal_path);
-		close(c->wal_fd);
 	}
+	if (c->wal_fd >= 0)
+		close(c->wal_fd);
 	core_free(c);
 }
 
@@ -2276,9 +2604,11 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 	c->ino = st->st_ino;
 	c->refs = 1;
 	c->no_sync = o->no_sync;
-	c->lazy_meta = !o->no_sync;
 	c->wal_fd = -1;
+	c->ckpt_fd = -1;
 	read_boot_id(c, o->boot_id);
+	/* without a boot id a reboot cannot be told from a crash: LMDB syncs each commit */
+	c->deferred = !o->no_sync && c->boot[0];
 	sem_init(&c->s_go, 0, 0);
 	sem_init(&c->s_done, 0, 0);
 	c->max_batch = o->max_batch > 0 ? (size_t)o->max_batch : 1024;
@@ -2288,9 +2618,9 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 	pthread_mutex_init(&c->commit_mu, NULL);
 	pthread_cond_init(&c->wake, NULL);
 	size_t map = o->initial_map ? o->initial_map : DEFAULT_MAP;
-	unsigned flags = MDB_NOTLS | MDB_WRITEMAP | (o->no_sync ? MDB_NOSYNC : MDB_NOMETASYNC);
+	unsigned flags = MDB_NOTLS | MDB_WRITEMAP | (o->no_sync || c->deferred ? MDB_NOSYNC : 0);
 	MDB_txn *t = NULL;
-	int rc;
+	int rc, lfd = -1;
 	if (!c->batch) {
 		lr_err_set(e, "storage: out of memory");
 		rc = -ENOMEM;
@@ -2303,6 +2633,24 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 	    (rc = mdb_env_set_maxreaders(c->env, 1024)) != 0 ||
 	    (rc = mdb_env_set_mapsize(c->env, map)) != 0)
 		goto lmfail;
+	if (c->deferred) {
+		/*
+		 * One recovery at a time, and no open of this root goes on before
+		 * the one in progress is done: a writer must not fence a ledger
+		 * (append at its tip) before the record the log holds for that tip
+		 * is back, nor commit before the checkpoint it builds on is recorded.
+		 */
+		char lpath[4200];
+		snprintf(lpath, sizeof lpath, "%s/wal", o->root);
+		mkdir(lpath, 0700);
+		snprintf(lpath, sizeof lpath, "%s/wal/recover.lock", o->root);
+		lfd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		struct flock lfl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+		while (lfd >= 0 && fcntl(lfd, F_OFD_SETLKW, &lfl) < 0 && errno == EINTR)
+			;
+		if ((rc = meta_restore(c, e)) != 0)
+			goto fail;
+	}
 	if ((rc = mdb_env_open(c->env, o->root, flags, 0600)) != 0)
 		goto lmfail;
 	/* Reader slots of processes that died inside a read pin old pages. */
@@ -2337,13 +2685,38 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 			goto lmfail;
 	rc = mdb_txn_commit(t);
 	t = NULL;
-	if (rc == 0 && c->lazy_meta && mdb_env_info(c->env, &info) == 0 &&
+	if (rc == 0 && !c->no_sync && !c->deferred && mdb_env_info(c->env, &info) == 0 &&
 	    (uint64_t)info.me_last_txnid != durable)
 		rc = mdb_env_sync(c->env, 1); /* the databases were created: durably */
 	if (rc)
 		goto lmfail;
-	if (c->lazy_meta && (rc = wal_recover(c, durable, e)) != 0)
-		goto fail;
+	if (c->deferred) {
+		if ((rc = wal_recover(c, durable, e)) != 0)
+			goto fail;
+		/*
+		 * The pin on the last checkpoint: taken on the current commit when
+		 * that is the one recorded in this boot, else a checkpoint now.
+		 */
+		char kpath[4200];
+		snprintf(kpath, sizeof kpath, "%s/wal/checkpoint", o->root);
+		int kfd = open(kpath, O_RDONLY | O_CLOEXEC);
+		struct ckpt k;
+		int have = kfd >= 0 && ckpt_read(kfd, &k, NULL) == 0 &&
+			   memcmp(k.boot, c->boot, BOOT_LEN) == 0;
+		if (kfd >= 0)
+			close(kfd);
+		if (!c->pin && have && mdb_txn_begin(c->env, NULL, MDB_RDONLY, &c->pin) == 0 &&
+		    (uint64_t)mdb_txn_id(c->pin) != k.txnid) {
+			mdb_txn_abort(c->pin);
+			c->pin = NULL;
+		}
+		if (c->pin && have)
+			c->ckpt_txnid = k.txnid;
+		else if (!c->pin && (rc = checkpoint(c, e)) != 0)
+			goto fail;
+		close(lfd);
+		lfd = -1;
+	}
 	if ((rc = pthread_create(&c->writer, NULL, writer_main, c)) != 0) {
 		lr_err_set(e, "storage: cannot start the writer of '%s': %s", o->root, strerror(rc));
 		rc = -rc;
@@ -2356,6 +2729,8 @@ lmfail:
 fail:
 	if (t)
 		mdb_txn_abort(t);
+	if (lfd >= 0)
+		close(lfd);
 	core_free(c);
 	return rc;
 }

@@ -189,28 +189,65 @@ static int copy_file(const char *from, const char *to)
 	return in < 0 || out < 0 || n < 0 ? -1 : 0;
 }
 
+/* Copies the two meta pages (the first two pages) of from over those of to. */
+static int splice_metas(const char *from, const char *to)
+{
+	static char b[2 * 65536];
+	size_t n = 2 * (size_t)sysconf(_SC_PAGESIZE);
+	int in = open(from, O_RDONLY | O_CLOEXEC), out = open(to, O_WRONLY | O_CLOEXEC);
+	int rc = in < 0 || out < 0 || n > sizeof b || pread(in, b, n, 0) != (ssize_t)n ||
+		 pwrite(out, b, n, 0) != (ssize_t)n;
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	return rc ? -1 : 0;
+}
+
 /*
- * Child: four durable appends, a copy of data.mdb as it stands (what the
- * disk holds if the power goes now: the metas of the last commits are not
- * synced, so the disk may hold less), then a fifth append and a kv put,
- * and an exit without closing: the log stays behind.
+ * Child: durable writes after the open (a checkpoint: everything before
+ * it synced), then a "disk" made of data.mdb as a power loss may leave it,
+ * and an exit without closing: the log stays behind. The writes: five
+ * appends to pl/a (a hundred with "laps": the log fills, is checkpointed
+ * and starts again) and a kv put of pl/k. The disk, by mode:
+ *   copy   data.mdb as it stood before the fifth append (the page cache then)
+ *   metas  data.mdb as it stood at the checkpoint, with the meta pages of
+ *          the end: the kernel wrote the metas back and none of the pages
+ *          they point at
+ *   reuse  first 40 rewrites of 8 kv values of 1.5 KiB (each commit frees
+ *          the pages of the one before), then the writes; the disk is the
+ *          end's data.mdb, every page written back, the metas too
+ *   laps   as reuse, without the rewrites
  */
-static int poweroff_main(const char *root)
+static int poweroff_main(const char *root, const char *mode)
 {
 	struct lr_store *s;
 	struct lr_err e;
-	char from[600], to[600];
+	char data[600], disk[600];
+	snprintf(data, sizeof data, "%s/data.mdb", root);
+	snprintf(disk, sizeof disk, "%s/disk.mdb", root);
 	if (lm_open_root(root, 0, 0, &s, &e))
 		return 1;
-	for (int i = 0; i < 5; i++) {
+	if (strcmp(mode, "metas") == 0 && copy_file(data, disk))
+		return 1;
+	if (strcmp(mode, "reuse") == 0) {
+		char v[1536];
+		for (int i = 0; i < 40; i++) {
+			char key[32];
+			memset(v, 'a' + i, sizeof v);
+			snprintf(key, sizeof key, "pl/r%d", i % 8);
+			if (lr_store_kv_put(s, key, (uint64_t)(i / 8), v, sizeof v, NULL, &e)) {
+				fprintf(stderr, "poweroff: %s\n", e.msg);
+				return 1;
+			}
+		}
+	}
+	int n = strcmp(mode, "laps") == 0 ? 100 : 5;
+	for (int i = 0; i < n; i++) {
 		char buf[32];
 		int len = snprintf(buf, sizeof buf, "rec.%d", i + 1);
-		if (i == 4) {
-			snprintf(from, sizeof from, "%s/data.mdb", root);
-			snprintf(to, sizeof to, "%s/disk.mdb", root);
-			if (copy_file(from, to))
-				return 1;
-		}
+		if (i == 4 && strcmp(mode, "copy") == 0 && copy_file(data, disk))
+			return 1;
 		if (lr_store_append(s, "pl/a", (uint64_t)i, buf, (size_t)len, &e)) {
 			fprintf(stderr, "poweroff: %s\n", e.msg);
 			return 1;
@@ -220,6 +257,10 @@ static int poweroff_main(const char *root)
 		fprintf(stderr, "poweroff: %s\n", e.msg);
 		return 1;
 	}
+	if (strcmp(mode, "metas") == 0 && splice_metas(data, disk))
+		return 1;
+	if ((strcmp(mode, "reuse") == 0 || strcmp(mode, "laps") == 0) && copy_file(data, disk))
+		return 1;
 	printf("ok\n");
 	fflush(stdout);
 	_exit(0);
@@ -243,10 +284,10 @@ static int find_log(const char *root, char *out, size_t cap)
 	return n == 1 ? 0 : -1;
 }
 
-/* Runs the poweroff child on root and puts its "disk" in place of data.mdb. */
-static void power_loss(const char *root)
+/* Runs the poweroff child on root and puts its "disk" (by mode) in place of data.mdb. */
+static void power_loss(const char *root, const char *mode)
 {
-	const char *argv[] = { "store_lmdb_test", "poweroff", root, NULL };
+	const char *argv[] = { "store_lmdb_test", "poweroff", root, mode, NULL };
 	int pid, fd = spawn_self(argv, &pid);
 	CHECK(fd >= 0);
 	char buf[8] = { 0 };
@@ -276,7 +317,7 @@ TEST(power_loss_replays_the_log)
 {
 	char root[512], log[1024];
 	new_root(root, sizeof root);
-	power_loss(root);
+	power_loss(root, "copy");
 	CHECK_EQ_INT(find_log(root, log, sizeof log), 0);
 	CHECK_EQ_INT(log_full_size(root), 0); /* zeros past each slot's group: still read right */
 	struct lr_store *s;
@@ -307,13 +348,13 @@ TEST(power_loss_skips_a_torn_slot)
 {
 	char root[512], log[1024];
 	new_root(root, sizeof root);
-	power_loss(root);
+	power_loss(root, "copy");
 	CHECK_EQ_INT(find_log(root, log, sizeof log), 0);
-	/* groups alternate slots from 0: the kv put, the sixth group, is in slot 1 */
+	/* a group a page from 0: the kv put, the sixth group, is at 5 pages */
 	int fd = open(log, O_RDWR | O_CLOEXEC);
 	CHECK(fd >= 0);
 	unsigned char b;
-	off_t at = ((off_t)1 << 20) + 72 + 16;
+	off_t at = 5 * 4096 + 72 + 16;
 	CHECK_EQ_INT((int)pread(fd, &b, 1, at), 1);
 	b ^= 0xff;
 	CHECK_EQ_INT((int)pwrite(fd, &b, 1, at), 1);
@@ -324,6 +365,143 @@ TEST(power_loss_skips_a_torn_slot)
 	CHECK_EQ_INT(conf_tip(s, "pl/a"), 5);
 	struct lr_bytes v = { 0 };
 	CHECK_EQ_INT(lr_store_kv_get(s, "pl/k", &v, NULL, &e), LR_ENOTFOUND);
+	lr_store_close(s);
+}
+
+/* The five appends and the kv put of the poweroff child are all there. */
+static void check_poweroff_writes(struct lr_store *s, int n)
+{
+	struct lr_err e;
+	CHECK_EQ_INT(conf_tip(s, "pl/a"), n);
+	struct conf_recs r = { 0 };
+	uint64_t from = n > 64 ? (uint64_t)n - 63 : 1; /* conf_recs keeps 64 */
+	CHECK_EQ_INT(lr_store_read(s, "pl/a", from, 0, conf_collect, &r, &e), 0);
+	CHECK_EQ_INT((int)r.n, n - (int)from + 1);
+	char want[32];
+	snprintf(want, sizeof want, "rec.%d", n);
+	CHECK(r.n >= 1 && strcmp(r.data[r.n - 1], want) == 0);
+	CHECK_EQ_INT((int)r.last, n);
+	struct lr_bytes v = { 0 };
+	uint64_t rev = 0;
+	CHECK_EQ_INT(lr_store_kv_get(s, "pl/k", &v, &rev, &e), 0);
+	CHECK_EQ_INT((int)rev, 1);
+	CHECK(v.len == 2 && memcmp(v.data, "v1", 2) == 0);
+	free(v.data);
+}
+
+/*
+ * A power loss after the kernel wrote the meta pages of the last commits
+ * back but not the pages they point at: opened after the reboot, LMDB
+ * starts from the checkpoint's meta (put back from root/wal/checkpoint),
+ * not from a meta pointing at pages the disk never got, and the log
+ * replays the rest.
+ */
+TEST(power_loss_with_meta_pages_ahead_of_their_data)
+{
+	char root[512];
+	new_root(root, sizeof root);
+	power_loss(root, "metas");
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(open_after_reboot(root, &s, &e), 0);
+	if (s) {
+		check_poweroff_writes(s, 5);
+		lr_store_close(s);
+	}
+}
+
+/*
+ * A power loss after commits that freed and rewrote pages, every page
+ * written back: the checkpoint's tree is whole (its pages were pinned, so
+ * no commit after it reused them), and the log replays the rewrites.
+ */
+TEST(power_loss_after_pages_were_rewritten)
+{
+	char root[512];
+	new_root(root, sizeof root);
+	power_loss(root, "reuse");
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(open_after_reboot(root, &s, &e), 0);
+	if (!s)
+		return;
+	check_poweroff_writes(s, 5);
+	for (int k = 0; k < 8; k++) {
+		char key[32];
+		snprintf(key, sizeof key, "pl/r%d", k);
+		struct lr_bytes v = { 0 };
+		uint64_t rev = 0;
+		CHECK_EQ_INT(lr_store_kv_get(s, key, &v, &rev, &e), 0);
+		CHECK_EQ_INT((int)rev, 5);
+		CHECK(v.len == 1536 && ((unsigned char *)v.data)[0] == 'a' + 32 + k &&
+		      ((unsigned char *)v.data)[1535] == 'a' + 32 + k);
+		free(v.data);
+	}
+	lr_store_close(s);
+}
+
+/* A hundred groups: the log was checkpointed and started again; the rest is replayed. */
+TEST(power_loss_after_the_log_started_again)
+{
+	char root[512];
+	new_root(root, sizeof root);
+	power_loss(root, "laps");
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(open_after_reboot(root, &s, &e), 0);
+	if (s) {
+		check_poweroff_writes(s, 100);
+		lr_store_close(s);
+	}
+}
+
+/*
+ * data.mdb put back from a copy older than the last checkpoint, then
+ * opened after a reboot: its metas are before the checkpoint's, so the
+ * checkpoint's meta is not written over them; the copy opens as it was.
+ */
+TEST(older_copy_of_data_is_not_given_the_checkpoint)
+{
+	char root[512], data[600], copy[600];
+	new_root(root, sizeof root);
+	snprintf(data, sizeof data, "%s/data.mdb", root);
+	snprintf(copy, sizeof copy, "%s/copy.mdb", root);
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(lm_open_root(root, 0, 0, &s, &e), 0);
+	CHECK_EQ_INT(lr_store_append(s, "cp/a", 0, "one", 3, &e), 0);
+	lr_store_close(s);
+	CHECK_EQ_INT(copy_file(data, copy), 0);
+	CHECK_EQ_INT(lm_open_root(root, 0, 0, &s, &e), 0);
+	for (int i = 1; i < 4; i++)
+		CHECK_EQ_INT(lr_store_append(s, "cp/a", (uint64_t)i, "more", 4, &e), 0);
+	lr_store_close(s);
+	CHECK_EQ_INT(rename(copy, data), 0);
+	CHECK_EQ_INT(open_after_reboot(root, &s, &e), 0);
+	if (s) {
+		CHECK_EQ_INT(conf_tip(s, "cp/a"), 1);
+		CHECK_EQ_INT(lr_store_append(s, "cp/a", 1, "two", 3, &e), 0);
+		lr_store_close(s);
+	}
+}
+
+/* With no boot id, LMDB syncs every commit itself: no log, no checkpoint record. */
+TEST(no_boot_id_no_log)
+{
+	char root[512], log[1024], path[600];
+	new_root(root, sizeof root);
+	struct lr_lmdb_opts o = { root, 0, 0, 0, "" };
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(lr_store_lmdb_open(&o, &s, &e), 0);
+	CHECK_EQ_INT(lr_store_append(s, "nb/a", 0, "x", 1, &e), 0);
+	CHECK_EQ_INT(lr_store_kv_put(s, "nb/k", 0, "v", 1, NULL, &e), 0);
+	CHECK(find_log(root, log, sizeof log) < 0);
+	snprintf(path, sizeof path, "%s/wal/checkpoint", root);
+	CHECK(access(path, F_OK) != 0);
+	lr_store_close(s);
+	CHECK_EQ_INT(lr_store_lmdb_open(&o, &s, &e), 0);
+	CHECK_EQ_INT(conf_tip(s, "nb/a"), 1);
 	lr_store_close(s);
 }
 
@@ -339,7 +517,7 @@ TEST(log_removed_on_close_and_after_a_kill)
 	CHECK_EQ_INT(find_log(root, log, sizeof log), 0);
 	lr_store_close(s);
 	CHECK(find_log(root, log, sizeof log) < 0);
-	power_loss(root); /* a kill: but this boot goes on, the page cache has it all */
+	power_loss(root, "copy"); /* a kill: but this boot goes on, the page cache has it all */
 	CHECK_EQ_INT(find_log(root, log, sizeof log), 0);
 	CHECK_EQ_INT(lm_open_root(root, 0, 0, &s, &e), 0);
 	CHECK(find_log(root, log, sizeof log) < 0);
@@ -821,8 +999,8 @@ int main(int argc, char **argv)
 		return appender_main(argv[2], argv[3], atoi(argv[4]));
 	if (argc == 3 && strcmp(argv[1], "grower") == 0)
 		return grower_main(argv[2]);
-	if (argc == 3 && strcmp(argv[1], "poweroff") == 0)
-		return poweroff_main(argv[2]);
+	if (argc == 4 && strcmp(argv[1], "poweroff") == 0)
+		return poweroff_main(argv[2], argv[3]);
 	if (argc == 5 && strcmp(argv[1], "filler") == 0)
 		return filler_main(argv[2], argv[3], (unsigned)atoi(argv[4]));
 	small = getenv("ASAN_OPTIONS") != NULL;
@@ -848,6 +1026,11 @@ int main(int argc, char **argv)
 	RUN(zeroed_pages_are_detected);
 	RUN(power_loss_replays_the_log);
 	RUN(power_loss_skips_a_torn_slot);
+	RUN(power_loss_with_meta_pages_ahead_of_their_data);
+	RUN(power_loss_after_pages_were_rewritten);
+	RUN(power_loss_after_the_log_started_again);
+	RUN(older_copy_of_data_is_not_given_the_checkpoint);
+	RUN(no_boot_id_no_log);
 	RUN(log_removed_on_close_and_after_a_kill);
 	RUN(written_ahead_map_survives_growth_and_a_kill);
 	rm_rf(base);
