@@ -87,14 +87,16 @@
  * WRITE_AHEAD bytes past LMDB's last page written with zeros (only where
  * FIEMAP reports a hole or an unwritten extent, inside a write transaction
  * so that no other process's writer is using them, synced), at open and
- * after an acknowledged batch has used half of them; the log is created
- * with both its slots written in full.
+ * after an acknowledged batch has used half of them; a log is created
+ * written in full.
  *
  * The map grows when full: the writer aborts, takes the resize lock
  * exclusively (readers hold it shared for the life of each read
  * transaction, and the writer for its write transaction), doubles the map
  * and retries the batch. MDB_MAP_RESIZED (another process grew it) is
- * adopted the same way with mdb_env_set_mapsize(env, 0).
+ * adopted the same way, at the file's size (every map is reserved in the
+ * file first, so the file is never smaller than any process's map; a map
+ * set smaller would truncate it under the others).
  *
  * LMDB forbids opening one environment twice in a process (closing either
  * drops the process's fcntl locks on lock.mdb), so handles on the same
@@ -227,6 +229,7 @@ struct core {
 	MDB_txn *pin;        /* a read transaction on it: LMDB never reuses its pages */
 	uint64_t ckpt_txnid;
 	int ckpt_fd;         /* root/wal/checkpoint, -1 until opened */
+	int map_fd;          /* data.mdb, locked (OFD) by whoever sets a map size */
 	/* the syncer: writes and fdatasyncs a slot while the writer commits */
 	sem_t s_go, s_done; /* a slot posted; its write and sync done (one of each a group) */
 	int s_stop, s_started;
@@ -470,15 +473,48 @@ static int back_map(struct core *c, size_t size)
 	return -rc;
 }
 
-/* Grows the map to hold at least need more bytes; no transaction of ours is open. */
+/*
+ * data.mdb's size: at least every process's map (each one reserves the
+ * file to its map's size before it maps it), 0 when unknown.
+ */
+static size_t file_size(struct core *c)
+{
+	struct stat st;
+	if (c->map_fd < 0 || fstat(c->map_fd, &st) < 0 || st.st_size < 0)
+		return 0;
+	return (size_t)st.st_size;
+}
+
+/*
+ * Every process sets its map's size under this lock (F_WRLCK) or after it
+ * (F_UNLCK): with MDB_WRITEMAP, LMDB truncates data.mdb to the size it is
+ * given, so reading the file's size and setting a map at least that large
+ * must not interleave with another process's growth.
+ */
+static void map_lock(struct core *c, short type)
+{
+	struct flock fl = { .l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1 };
+	while (c->map_fd >= 0 && fcntl(c->map_fd, F_OFD_SETLKW, &fl) < 0 && errno == EINTR)
+		;
+}
+
+/*
+ * Grows the map to hold at least need more bytes; no transaction of ours
+ * is open. Never below the file's size: with MDB_WRITEMAP, LMDB truncates
+ * the file to the map's size, and a smaller map would cut off pages
+ * another process, whose map has grown further, is writing (SIGBUS).
+ */
 static int grow_map(struct core *c, size_t need, struct lr_err *e)
 {
 	pthread_rwlock_wrlock(&c->resize);
+	map_lock(c, F_WRLCK);
 	MDB_envinfo info;
 	mdb_env_info(c->env, &info);
-	size_t cur = info.me_mapsize, size = cur * 2;
+	size_t cur = info.me_mapsize, size = cur * 2, fsz = file_size(c);
 	while (size < cur + need + (cur >> 3) && size < MAX_MAP)
 		size *= 2;
+	if (size < fsz)
+		size = fsz;
 	int rc = 0;
 	if (size > MAX_MAP) {
 		lr_err_set(e, "storage: the map of '%s' cannot grow past %zu bytes", c->root,
@@ -490,15 +526,22 @@ static int grow_map(struct core *c, size_t need, struct lr_err *e)
 	} else if ((rc = mdb_env_set_mapsize(c->env, size)) != 0) {
 		rc = lm_fail(rc, e, "growing the map of", c->root);
 	}
+	map_lock(c, F_UNLCK);
 	pthread_rwlock_unlock(&c->resize);
 	return rc;
 }
 
-/* Another process grew the map: adopt its size. */
+/*
+ * Another process grew the map: adopt its size, which the file's size
+ * holds (the meta page's may be a smaller map's, written by a process that
+ * had not grown yet, and LMDB would truncate the file to it).
+ */
 static int adopt_map(struct core *c, struct lr_err *e)
 {
 	pthread_rwlock_wrlock(&c->resize);
-	int rc = mdb_env_set_mapsize(c->env, 0);
+	map_lock(c, F_WRLCK);
+	int rc = mdb_env_set_mapsize(c->env, file_size(c));
+	map_lock(c, F_UNLCK);
 	pthread_rwlock_unlock(&c->resize);
 	return rc ? lm_fail(rc, e, "adopting the map size of", c->root) : 0;
 }
@@ -2530,6 +2573,8 @@ static void core_free(struct core *c)
 		mdb_txn_abort(c->pin);
 	if (c->ckpt_fd >= 0)
 		close(c->ckpt_fd);
+	if (c->map_fd >= 0)
+		close(c->map_fd);
 	if (c->env)
 		mdb_env_close(c->env);
 	pthread_rwlock_destroy(&c->resize);
@@ -2606,6 +2651,7 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 	c->no_sync = o->no_sync;
 	c->wal_fd = -1;
 	c->ckpt_fd = -1;
+	c->map_fd = -1;
 	read_boot_id(c, o->boot_id);
 	/* without a boot id a reboot cannot be told from a crash: LMDB syncs each commit */
 	c->deferred = !o->no_sync && c->boot[0];
@@ -2629,10 +2675,6 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 	if ((rc = mdb_env_create(&c->env)) != 0)
 		goto lmfail;
 	mdb_env_set_assert(c->env, on_assert);
-	if ((rc = mdb_env_set_maxdbs(c->env, DB_N + 2)) != 0 ||
-	    (rc = mdb_env_set_maxreaders(c->env, 1024)) != 0 ||
-	    (rc = mdb_env_set_mapsize(c->env, map)) != 0)
-		goto lmfail;
 	if (c->deferred) {
 		/*
 		 * One recovery at a time, and no open of this root goes on before
@@ -2651,6 +2693,24 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 		if ((rc = meta_restore(c, e)) != 0)
 			goto fail;
 	}
+	/*
+	 * After the recovery lock (an open holding it may grow the map). Not
+	 * below the file: LMDB truncates data.mdb to the map it opens with
+	 * (MDB_WRITEMAP), which would cut off the pages of a process whose map
+	 * has grown past ours.
+	 */
+	char dpath[4200];
+	struct stat dst;
+	snprintf(dpath, sizeof dpath, "%s/data.mdb", o->root);
+	c->map_fd = open(dpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	map_lock(c, F_WRLCK); /* to the end of the open's map sizing, below */
+	if (c->map_fd >= 0 && fstat(c->map_fd, &dst) == 0 && dst.st_size > 0 &&
+	    (size_t)dst.st_size > map)
+		map = (size_t)dst.st_size;
+	if ((rc = mdb_env_set_maxdbs(c->env, DB_N + 2)) != 0 ||
+	    (rc = mdb_env_set_maxreaders(c->env, 1024)) != 0 ||
+	    (rc = mdb_env_set_mapsize(c->env, map)) != 0)
+		goto lmfail;
 	if ((rc = mdb_env_open(c->env, o->root, flags, 0600)) != 0)
 		goto lmfail;
 	/* Reader slots of processes that died inside a read pin old pages. */
@@ -2665,6 +2725,7 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 	    (rc = mdb_env_set_mapsize(c->env, (size_t)fst.st_size)) != 0)
 		goto lmfail;
 	mdb_env_info(c->env, &info);
+	map_lock(c, F_UNLCK);
 	uint64_t durable = (uint64_t)info.me_last_txnid; /* what a reboot kept, after one */
 	if ((rc = back_map(c, info.me_mapsize)) != 0) {
 		lr_err_set(e, "storage: reserving %zu bytes for '%s': %s", info.me_mapsize,
@@ -2675,7 +2736,9 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 		rc = mdb_txn_begin(c->env, NULL, 0, &t);
 		if (rc != MDB_MAP_RESIZED)
 			break;
-		mdb_env_set_mapsize(c->env, 0);
+		map_lock(c, F_WRLCK);
+		mdb_env_set_mapsize(c->env, file_size(c));
+		map_lock(c, F_UNLCK);
 	}
 	if (rc)
 		goto lmfail;

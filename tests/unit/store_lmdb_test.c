@@ -138,6 +138,17 @@ static int grower_main(const char *root)
 	return 0;
 }
 
+/* Child: opens root with a 1 MiB map and closes it. */
+static int opener_main(const char *root)
+{
+	struct lr_store *s;
+	struct lr_err e;
+	if (lm_open_root(root, 0, (size_t)1 << 20, &s, &e))
+		return 1;
+	lr_store_close(s);
+	return 0;
+}
+
 static void new_root(char *out, size_t cap);
 static int log_full_size(const char *root);
 
@@ -821,6 +832,43 @@ TEST(map_resized_by_another_process)
 	lr_store_close(s);
 }
 
+/*
+ * A process opening the root with a map smaller than another's grown one
+ * does not cut the file down to it (LMDB truncates data.mdb to the map it
+ * is given): the grown map's pages stay in the file, and writes into them
+ * go on (they would fault with SIGBUS past the end).
+ */
+TEST(smaller_map_opened_beside_does_not_truncate)
+{
+	char root[512], data[600];
+	new_root(root, sizeof root);
+	snprintf(data, sizeof data, "%s/data.mdb", root);
+	struct lr_store *s;
+	struct lr_err e;
+	CHECK_EQ_INT(lm_open_root(root, 0, (size_t)1 << 20, &s, &e), 0);
+	size_t big = (size_t)6 << 20;
+	unsigned char *p = malloc(big);
+	conf_fill(p, big, 7);
+	CHECK_EQ_INT(lr_store_append(s, "grown", 0, p, big, &e), 0);
+	struct stat before, after;
+	CHECK_EQ_INT(stat(data, &before), 0);
+	int pid;
+	const char *argv[] = { "store_lmdb_test", "opener", root, NULL };
+	int fd = spawn_self(argv, &pid);
+	int status = 0;
+	waitpid(pid, &status, 0);
+	close(fd);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK_EQ_INT(stat(data, &after), 0);
+	CHECK(after.st_size >= before.st_size);
+	if (after.st_size >= before.st_size) {
+		conf_fill(p, (size_t)1 << 20, 8);
+		CHECK_EQ_INT(lr_store_append(s, "grown", 1, p, (size_t)1 << 20, &e), 0);
+	}
+	free(p);
+	lr_store_close(s);
+}
+
 /* close() flushes what is queued: every async append is acknowledged and kept. */
 static int acked;
 static pthread_mutex_t acked_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -999,6 +1047,8 @@ int main(int argc, char **argv)
 		return appender_main(argv[2], argv[3], atoi(argv[4]));
 	if (argc == 3 && strcmp(argv[1], "grower") == 0)
 		return grower_main(argv[2]);
+	if (argc == 3 && strcmp(argv[1], "opener") == 0)
+		return opener_main(argv[2]);
 	if (argc == 4 && strcmp(argv[1], "poweroff") == 0)
 		return poweroff_main(argv[2], argv[3]);
 	if (argc == 5 && strcmp(argv[1], "filler") == 0)
@@ -1020,6 +1070,7 @@ int main(int argc, char **argv)
 	RUN(two_processes_one_root);
 	RUN(map_grows_64mib_record);
 	RUN(map_resized_by_another_process);
+	RUN(smaller_map_opened_beside_does_not_truncate);
 	RUN(close_flushes_queue);
 	RUN(corrupt_tip_entry_is_named);
 	RUN(garbage_data_file);
