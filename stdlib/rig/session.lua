@@ -295,7 +295,7 @@ function Session:wait_idle(timeout)
   while true do
     local f = fault_message(self)
     if f then return nil, f, "faulted" end
-    if self.busy == 0 then
+    if self.busy == 0 and self.settling == 0 then
       local t = self.turn_trouble
       if not t then return true end
       self.turn_trouble = nil

@@ -205,7 +205,7 @@ M.cap_result = cap_result
 local function new_session(r, csess)
   local S = setmetatable({
     id = csess.id, rig = r, core = csess, epoch = csess:epoch(), counter = 0,
-    loops = {}, loop_order = {}, busy = 0, open_gates = {}, gate_order = {}, open_inputs = {},
+    loops = {}, loop_order = {}, busy = 0, settling = 0, open_gates = {}, gate_order = {}, open_inputs = {},
     idle_cond = core.cond(), usage_sum = new_usage(), want_ephemeral = 0,
     subs = setmetatable({}, { __mode = "k" }), closed = false,
     -- where input without { loop = … } goes: a handoff moves it (rig.handoff)

@@ -908,12 +908,19 @@ local function drive(S, inst)
   emit(S, "LoopIdle", { loop_id = inst.id }, false)
   if S.busy == 0 then
     -- waited: wait_idle returns once the turn's events are durable; a failed
-    -- append (this one or an unwaited one before it) faults the session
+    -- append (this one or an unwaited one before it) faults the session.
+    -- Until then the session is settling: busy is 0 already, and a
+    -- wait_idle called now (a subscriber that saw the terminal) waits for
+    -- this append too, not only for busy. Cleared however the emit ends.
+    S.settling = S.settling + 1
+    local _ <close> = setmetatable({}, { __close = function()
+      S.settling = S.settling - 1
+      S.idle_cond:signal()
+    end })
     if not emit(S, "SessionIdle", {}) and S.core:faulted() then
       S.faulted_msg = S.core:faulted()
       catalog(S, { state = "failed" })
     end
-    S.idle_cond:signal()
   end
 end
 

@@ -276,6 +276,8 @@ describe("s:resume() after SIGKILL", function()
     end
     sub:close()
     expect(last.type).to_be("TurnDone")
+    -- LoopIdle and SessionIdle follow the terminal: the journal is whole once idle
+    expect(s:wait_idle(20)).to_be(true)
     local evs = events(store, id)
     local res = of_type(evs, "GateResolved", tip)
     expect(res[1].gate_id).to_be(old)
