@@ -2716,14 +2716,8 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 	/* Reader slots of processes that died inside a read pin old pages. */
 	int dead;
 	mdb_reader_check(c->env, &dead);
-	/* Another process may have grown the map past our initial size. */
-	int fd;
-	struct stat fst;
+	/* the map was set to the file's size at least, above, under the lock */
 	MDB_envinfo info;
-	if (mdb_env_get_fd(c->env, &fd) == 0 && fstat(fd, &fst) == 0 &&
-	    mdb_env_info(c->env, &info) == 0 && (size_t)fst.st_size > info.me_mapsize &&
-	    (rc = mdb_env_set_mapsize(c->env, (size_t)fst.st_size)) != 0)
-		goto lmfail;
 	mdb_env_info(c->env, &info);
 	map_lock(c, F_UNLCK);
 	uint64_t durable = (uint64_t)info.me_last_txnid; /* what a reboot kept, after one */
