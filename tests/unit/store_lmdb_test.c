@@ -319,6 +319,18 @@ static int open_after_reboot(const char *root, struct lr_store **s, struct lr_er
 	return lr_store_lmdb_open(&o, s, e);
 }
 
+/* A new root through a power loss of the given mode, opened after the reboot (NULL: failed). */
+static struct lr_store *reopen_after_power_loss(const char *mode)
+{
+	char root[512];
+	new_root(root, sizeof root);
+	power_loss(root, mode);
+	struct lr_store *s = NULL;
+	struct lr_err e;
+	CHECK_EQ_INT(open_after_reboot(root, &s, &e), 0);
+	return s;
+}
+
 /*
  * A power loss after acknowledged appends whose meta page was never
  * synced: opened after the reboot, the store has every acknowledged write
@@ -409,12 +421,7 @@ static void check_poweroff_writes(struct lr_store *s, int n)
  */
 TEST(power_loss_with_meta_pages_ahead_of_their_data)
 {
-	char root[512];
-	new_root(root, sizeof root);
-	power_loss(root, "metas");
-	struct lr_store *s;
-	struct lr_err e;
-	CHECK_EQ_INT(open_after_reboot(root, &s, &e), 0);
+	struct lr_store *s = reopen_after_power_loss("metas");
 	if (s) {
 		check_poweroff_writes(s, 5);
 		lr_store_close(s);
@@ -428,12 +435,8 @@ TEST(power_loss_with_meta_pages_ahead_of_their_data)
  */
 TEST(power_loss_after_pages_were_rewritten)
 {
-	char root[512];
-	new_root(root, sizeof root);
-	power_loss(root, "reuse");
-	struct lr_store *s;
+	struct lr_store *s = reopen_after_power_loss("reuse");
 	struct lr_err e;
-	CHECK_EQ_INT(open_after_reboot(root, &s, &e), 0);
 	if (!s)
 		return;
 	check_poweroff_writes(s, 5);
@@ -454,12 +457,7 @@ TEST(power_loss_after_pages_were_rewritten)
 /* A hundred groups: the log was checkpointed and started again; the rest is replayed. */
 TEST(power_loss_after_the_log_started_again)
 {
-	char root[512];
-	new_root(root, sizeof root);
-	power_loss(root, "laps");
-	struct lr_store *s;
-	struct lr_err e;
-	CHECK_EQ_INT(open_after_reboot(root, &s, &e), 0);
+	struct lr_store *s = reopen_after_power_loss("laps");
 	if (s) {
 		check_poweroff_writes(s, 100);
 		lr_store_close(s);
