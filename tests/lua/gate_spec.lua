@@ -3,12 +3,18 @@ local core = require "rig.core"
 
 local dir = os.getenv("TMPDIR") or "/tmp"
 local n = 0
+local made = {}
 local function scratch()
   n = n + 1
   local d = string.format("%s/luarig-gate-%d-%d-%d", dir, math.floor(rig.time()), math.random(1e9), n)
   assert(os.execute("mkdir -p '" .. d .. "' && chmod 700 '" .. d .. "'"))
+  made[#made + 1] = d
   return d
 end
+-- the scratch directories go with the run, whatever its cases did
+after_all(function()
+  for _, d in ipairs(made) do assert(os.execute("rm -rf '" .. d .. "'")) end
+end)
 local function write(path, text, mode)
   local f = assert(io.open(path, "w"))
   f:write(text)

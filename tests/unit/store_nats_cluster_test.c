@@ -10,6 +10,7 @@
  * "holder") for the lease holder process.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <time.h>
@@ -191,6 +192,46 @@ static void node_kill(int i, int sig)
 	}
 }
 
+/*
+ * SIGSTOP, then waits until every thread of pid is stopped: kill() returns
+ * before the group stop has reached a thread busy on the other core, and a
+ * follower that answers in that window acknowledges what the case needs
+ * unacknowledged. Returns 0, or -1 when a thread still runs after 10 s.
+ */
+static int stop_node(pid_t pid)
+{
+	if (kill(pid, SIGSTOP))
+		return -1;
+	char dir[64];
+	snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+	for (int t = 0; t < 10000; t++) {
+		DIR *d = opendir(dir);
+		if (!d)
+			return -1;
+		int running = 0;
+		struct dirent *de;
+		while (!running && (de = readdir(d))) {
+			if (de->d_name[0] == '.')
+				continue;
+			char path[384], buf[512];
+			snprintf(path, sizeof path, "%s/%s/stat", dir, de->d_name);
+			FILE *f = fopen(path, "r");
+			if (!f)
+				continue; /* a thread that exited */
+			size_t n = fread(buf, 1, sizeof buf - 1, f);
+			fclose(f);
+			buf[n] = 0;
+			const char *st = strrchr(buf, ')');
+			running = !st || (st[2] != 'T' && st[2] != 't');
+		}
+		closedir(d);
+		if (!running)
+			return 0;
+		usleep(1000);
+	}
+	return -1;
+}
+
 /* The node whose log last says it became the leader of stream, or -1. */
 static int leader_of(const char *stream)
 {
@@ -261,7 +302,7 @@ TEST(an_ambiguous_append_sent_again_is_stored_once)
 	}
 	for (int i = 0; i < NODES; i++)
 		if (i != lead)
-			kill(nodes[i].pid, SIGSTOP);
+			CHECK_EQ_INT(stop_node(nodes[i].pid), 0);
 	int rc = lr_store_append_definitely(at_leader, "l", 1, "two", 3, &e);
 	for (int i = 0; i < NODES; i++)
 		if (i != lead)
@@ -362,7 +403,7 @@ TEST(an_append_out_when_its_node_dies_is_sent_again_at_once)
 		return;
 	}
 	long before = unread_at(nodes[v].port);
-	kill(nodes[v].pid, SIGSTOP);
+	CHECK_EQ_INT(stop_node(nodes[v].pid), 0);
 	struct inflight a = { s, -1, { "" } };
 	pthread_t t;
 	CHECK_EQ_INT(pthread_create(&t, NULL, append_two, &a), 0);
