@@ -11,6 +11,28 @@
 local file = assert(arg[1], "usage: luarig tests/lua/runner.lua SPEC.lua")
 
 local cases, prefix, teardown = {}, {}, {}
+
+-- Every os.tmpname() of the run is removed (with whatever a case made of
+-- it: a directory, a store) once the cases and teardowns are done, so a
+-- spec leaves nothing in /tmp; a case that needs a path kept past its run
+-- has no way to, by design.
+local tmpnames, real_tmpname = {}, os.tmpname
+os.tmpname = function()
+  local p = real_tmpname()
+  tmpnames[#tmpnames + 1] = p
+  return p
+end
+local function remove_tmpnames()
+  for i = 1, #tmpnames, 64 do
+    local args = {}
+    for j = i, math.min(i + 63, #tmpnames) do
+      local p = tmpnames[j]
+      -- mkstemp's names: /tmp/lua_ and six letters or digits, nothing to quote
+      if p:match("^/[%w/_.-]+$") then args[#args + 1] = "'" .. p .. "'" end
+    end
+    if #args > 0 then os.execute("rm -rf -- " .. table.concat(args, " ")) end
+  end
+end
 local env = setmetatable({}, { __index = _G })
 local SKIP = {}
 
@@ -104,5 +126,6 @@ for i = #teardown, 1, -1 do
     failed = failed + 1
   end
 end
+remove_tmpnames()
 print(string.format("# %d cases, %d failed", #cases, failed))
 os.exit(failed == 0 and 0 or 1)
