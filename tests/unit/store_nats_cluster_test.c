@@ -10,7 +10,7 @@
  * "holder") for the lease holder process.
  */
 #include <arpa/inet.h>
-#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <time.h>
@@ -193,43 +193,21 @@ static void node_kill(int i, int sig)
 }
 
 /*
- * SIGSTOP, then waits until every thread of pid is stopped: kill() returns
- * before the group stop has reached a thread busy on the other core, and a
- * follower that answers in that window acknowledges what the case needs
- * unacknowledged. Returns 0, or -1 when a thread still runs after 10 s.
+ * SIGSTOP, then waits for the stop to be reported (the node is our child):
+ * kill() returns before the group stop has reached a thread busy on the
+ * other core, and a follower that answers in that window acknowledges what
+ * the case needs unacknowledged. The report comes once every thread is
+ * stopped. Returns 0, or -1 when the node died instead.
  */
 static int stop_node(pid_t pid)
 {
 	if (kill(pid, SIGSTOP))
 		return -1;
-	char dir[64];
-	snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
-	for (int t = 0; t < 10000; t++) {
-		DIR *d = opendir(dir);
-		if (!d)
-			return -1;
-		int running = 0;
-		struct dirent *de;
-		while (!running && (de = readdir(d))) {
-			if (de->d_name[0] == '.')
-				continue;
-			char path[384], buf[512];
-			snprintf(path, sizeof path, "%s/%s/stat", dir, de->d_name);
-			FILE *f = fopen(path, "r");
-			if (!f)
-				continue; /* a thread that exited */
-			size_t n = fread(buf, 1, sizeof buf - 1, f);
-			fclose(f);
-			buf[n] = 0;
-			const char *st = strrchr(buf, ')');
-			running = !st || (st[2] != 'T' && st[2] != 't');
-		}
-		closedir(d);
-		if (!running)
-			return 0;
-		usleep(1000);
-	}
-	return -1;
+	int st;
+	pid_t r;
+	while ((r = waitpid(pid, &st, WUNTRACED)) < 0 && errno == EINTR)
+		;
+	return r == pid && WIFSTOPPED(st) ? 0 : -1;
 }
 
 /* The node whose log last says it became the leader of stream, or -1. */
