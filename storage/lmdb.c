@@ -2700,13 +2700,11 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 	 * has grown past ours.
 	 */
 	char dpath[4200];
-	struct stat dst;
 	snprintf(dpath, sizeof dpath, "%s/data.mdb", o->root);
 	c->map_fd = open(dpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	map_lock(c, F_WRLCK); /* to the end of the open's map sizing, below */
-	if (c->map_fd >= 0 && fstat(c->map_fd, &dst) == 0 && dst.st_size > 0 &&
-	    (size_t)dst.st_size > map)
-		map = (size_t)dst.st_size;
+	if (file_size(c) > map)
+		map = file_size(c);
 	if ((rc = mdb_env_set_maxdbs(c->env, DB_N + 2)) != 0 ||
 	    (rc = mdb_env_set_maxreaders(c->env, 1024)) != 0 ||
 	    (rc = mdb_env_set_mapsize(c->env, map)) != 0)
@@ -2730,9 +2728,8 @@ static int core_open(const struct lr_lmdb_opts *o, const struct stat *st, struct
 		rc = mdb_txn_begin(c->env, NULL, 0, &t);
 		if (rc != MDB_MAP_RESIZED)
 			break;
-		map_lock(c, F_WRLCK);
-		mdb_env_set_mapsize(c->env, file_size(c));
-		map_lock(c, F_UNLCK);
+		if ((rc = adopt_map(c, e)) != 0)
+			goto fail;
 	}
 	if (rc)
 		goto lmfail;
