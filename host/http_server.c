@@ -110,6 +110,7 @@ struct lr_httpd_req {
 	void (*on_close)(struct lr_httpd_req *r, void *arg);
 	void (*on_drain)(struct lr_httpd_req *r, void *arg);
 	void *arg;
+	int send_fd; /* the socket, from lr_httpd_req_send_begin to _end */
 	char remote[INET6_ADDRSTRLEN + 16];
 	unsigned dispatched : 1, closed : 1, started : 1, finished : 1, freed : 1, aborting : 1,
 		head : 1, chunked : 1, no_body : 1;
@@ -908,6 +909,15 @@ int lr_httpd_req_write(struct lr_httpd_req *r, const void *p, size_t n)
  */
 int lr_httpd_req_send(struct lr_httpd_req *r)
 {
+	int rc = lr_httpd_req_send_begin(r);
+	if (rc != 1)
+		return rc;
+	lr_httpd_req_send_write(r);
+	return lr_httpd_req_send_end(r);
+}
+
+int lr_httpd_req_send_begin(struct lr_httpd_req *r)
+{
 	int rc = req_check_open(r);
 	if (rc || !r->started || r->finished || r->no_body)
 		return lr_httpd_req_write(r, NULL, 0);
@@ -918,9 +928,20 @@ int lr_httpd_req_send(struct lr_httpd_req *r)
 		return lr_httpd_req_write(r, NULL, 0);
 	if (frame_chunk(r) != 0)
 		return -ENOMEM;
+	r->send_fd = bufferevent_getfd(bev);
+	return 1;
+}
+
+void lr_httpd_req_send_write(struct lr_httpd_req *r)
+{
 	/* An error leaves the bytes queued: the bufferevent's own write meets it and closes. */
-	evbuffer_write(r->chunk, bufferevent_getfd(bev));
-	if (evbuffer_get_length(r->chunk) != 0 && bufferevent_write_buffer(bev, r->chunk) != 0) {
+	evbuffer_write(r->chunk, r->send_fd);
+}
+
+int lr_httpd_req_send_end(struct lr_httpd_req *r)
+{
+	if (evbuffer_get_length(r->chunk) != 0 &&
+	    bufferevent_write_buffer(r->conn->bev, r->chunk) != 0) {
 		evbuffer_drain(r->chunk, evbuffer_get_length(r->chunk));
 		return -ENOMEM;
 	}

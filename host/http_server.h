@@ -109,6 +109,17 @@ int lr_httpd_req_append_lines(struct lr_httpd_req *r, const char *prefix, const 
  * the socket when nothing is queued (the rest queued as usual).
  */
 int lr_httpd_req_send(struct lr_httpd_req *r);
+/*
+ * lr_httpd_req_send in three parts, so that the sends of a fan-out can run
+ * on more than one thread (lr_loop_share). begin, on the loop thread:
+ * 1 when the chunk is framed and goes straight to the socket, and then
+ * write (on any thread, touching only r's staged bytes and its socket) and
+ * end (on the loop thread, before anything else touches r or the loop runs)
+ * must follow; otherwise what lr_httpd_req_send returns, the send done.
+ */
+int lr_httpd_req_send_begin(struct lr_httpd_req *r);
+void lr_httpd_req_send_write(struct lr_httpd_req *r);
+int lr_httpd_req_send_end(struct lr_httpd_req *r);
 int lr_httpd_req_finish(struct lr_httpd_req *r);
 /* Drops the connection at once (no on_close: the caller knows). */
 void lr_httpd_req_abort(struct lr_httpd_req *r);

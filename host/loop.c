@@ -9,12 +9,32 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #define POOL_THREADS 4
+
+/*
+ * lr_loop_share's one job for a worker. state: OPEN while the worker may
+ * still join in, IN once it has, DONE when it has left; CLOSED when the
+ * loop thread finished first and the worker must not join (the job may sit
+ * in the pool's queue behind other work: it returns at once when run).
+ */
+enum { SHARE_OPEN, SHARE_IN, SHARE_DONE, SHARE_CLOSED };
+struct share {
+	struct lr_work w; /* first: the job's address is the share's */
+	_Atomic size_t next;
+	size_t n;
+	void (*fn)(size_t i, void *arg);
+	void *arg;
+	_Atomic int state;
+	int submitted; /* the job is the pool's until its done() (loop thread only) */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+};
 
 struct lr_loop {
 	struct event_base *base;
@@ -37,6 +57,7 @@ struct lr_loop {
 	pthread_t threads[POOL_THREADS];
 	int efd;
 	struct event *efdev;
+	struct share share;
 };
 
 struct sig_slot {
@@ -128,6 +149,8 @@ int lr_loop_new(struct lr_loop **out)
 	pthread_mutex_init(&loop->mu, NULL);
 	pthread_cond_init(&loop->cv, NULL);
 	pthread_cond_init(&loop->idle, NULL);
+	pthread_mutex_init(&loop->share.mu, NULL);
+	pthread_cond_init(&loop->share.cv, NULL);
 	loop->jobs_tail = &loop->jobs;
 	loop->dones_tail = &loop->dones;
 	/* The completion eventfd exists from the start, so any thread may post to it. */
@@ -199,6 +222,8 @@ void lr_loop_free(struct lr_loop *loop)
 	pthread_mutex_destroy(&loop->mu);
 	pthread_cond_destroy(&loop->cv);
 	pthread_cond_destroy(&loop->idle);
+	pthread_mutex_destroy(&loop->share.mu);
+	pthread_cond_destroy(&loop->share.cv);
 	free(loop);
 }
 
@@ -466,4 +491,61 @@ int lr_pool_submit(struct lr_loop *loop, struct lr_work *w)
 	pthread_cond_signal(&loop->cv);
 	pthread_mutex_unlock(&loop->mu);
 	return 0;
+}
+
+/* The calls of a share not taken yet, on whichever thread asks. */
+static void share_run(struct share *sh)
+{
+	size_t i;
+	while ((i = atomic_fetch_add(&sh->next, 1)) < sh->n)
+		sh->fn(i, sh->arg);
+}
+
+static void share_work(struct lr_work *w)
+{
+	struct share *sh = (struct share *)w;
+	int open = SHARE_OPEN;
+	if (!atomic_compare_exchange_strong(&sh->state, &open, SHARE_IN))
+		return; /* the loop thread finished without it */
+	share_run(sh);
+	pthread_mutex_lock(&sh->mu);
+	atomic_store(&sh->state, SHARE_DONE);
+	pthread_cond_signal(&sh->cv);
+	pthread_mutex_unlock(&sh->mu);
+}
+
+static void share_done(struct lr_work *w)
+{
+	((struct share *)w)->submitted = 0;
+}
+
+void lr_loop_share(struct lr_loop *loop, size_t n, void (*fn)(size_t i, void *arg), void *arg)
+{
+	struct share *sh = &loop->share;
+	if (n < 2 || sh->submitted) {
+		/* one call, or the last share's job is still the pool's: alone */
+		for (size_t i = 0; i < n; i++)
+			fn(i, arg);
+		return;
+	}
+	sh->fn = fn;
+	sh->arg = arg;
+	sh->n = n;
+	atomic_store(&sh->next, 0);
+	atomic_store(&sh->state, SHARE_OPEN);
+	sh->w.work = share_work;
+	sh->w.done = share_done;
+	sh->submitted = 1;
+	if (lr_pool_submit(loop, &sh->w) != 0)
+		sh->submitted = 0;
+	share_run(sh);
+	int open = SHARE_OPEN;
+	if (!sh->submitted ||
+	    atomic_compare_exchange_strong(&sh->state, &open, SHARE_CLOSED))
+		return;
+	/* The worker joined in: it is finishing its last call. */
+	pthread_mutex_lock(&sh->mu);
+	while (atomic_load(&sh->state) != SHARE_DONE)
+		pthread_cond_wait(&sh->cv, &sh->mu);
+	pthread_mutex_unlock(&sh->mu);
 }

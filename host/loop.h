@@ -113,4 +113,16 @@ int lr_pool_submit(struct lr_loop *loop, struct lr_work *w);
  */
 void lr_loop_post(struct lr_loop *loop, struct lr_work *w);
 
+/*
+ * Runs fn(i, arg) for every i in [0, n), on the calling loop thread and, at
+ * the same time, on one worker of the pool when one takes it up, each call
+ * once; returns when every call has returned. For a batch of independent
+ * system calls the loop would otherwise make one after another (a fan-out's
+ * sends: host/session_pipe.c). fn must touch nothing another call touches
+ * and nothing of the loop's (no timers, events or callbacks): only what
+ * item i owns. When the pool is busy the loop thread runs every call
+ * itself, so the call never waits on a queue.
+ */
+void lr_loop_share(struct lr_loop *loop, size_t n, void (*fn)(size_t i, void *arg), void *arg);
+
 #endif

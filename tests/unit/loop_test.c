@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct lr_loop *loop;
@@ -229,6 +230,130 @@ TEST(post_from_a_foreign_thread)
 	lr_loop_free(loop);
 }
 
+/*
+ * lr_loop_share: every index is called exactly once, the worker really
+ * takes part, and a busy pool never makes the loop thread wait.
+ */
+static struct {
+	_Atomic int *calls;
+	atomic_int off_main;   /* calls made on another thread */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int wait_for_worker;   /* the loop thread's calls wait until a worker's has begun */
+} sh = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+
+static void share_fn(size_t i, void *arg)
+{
+	CHECK(arg == &sh);
+	atomic_fetch_add(&sh.calls[i], 1);
+	if (!pthread_equal(pthread_self(), main_thread)) {
+		pthread_mutex_lock(&sh.mu);
+		atomic_fetch_add(&sh.off_main, 1);
+		pthread_cond_broadcast(&sh.cv);
+		pthread_mutex_unlock(&sh.mu);
+		return;
+	}
+	if (!sh.wait_for_worker)
+		return;
+	/* the worker was handed its job before the loop thread's first call:
+	 * it comes (bounded, so a broken share fails instead of hanging) */
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 30;
+	pthread_mutex_lock(&sh.mu);
+	while (atomic_load(&sh.off_main) == 0 &&
+	       pthread_cond_timedwait(&sh.cv, &sh.mu, &until) == 0)
+		;
+	pthread_mutex_unlock(&sh.mu);
+}
+
+static int share_once(size_t n)
+{
+	sh.calls = calloc(n ? n : 1, sizeof *sh.calls);
+	atomic_store(&sh.off_main, 0);
+	lr_loop_share(loop, n, share_fn, &sh);
+	int once = 0;
+	for (size_t i = 0; i < n; i++)
+		once += atomic_load(&sh.calls[i]) == 1;
+	free(sh.calls);
+	return once;
+}
+
+TEST(share_calls_every_index_once_and_a_worker_joins)
+{
+	new_loop();
+	main_thread = pthread_self();
+	static const size_t ns[] = { 0, 1, 2, 3, 64, 1000, 100000 };
+	for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+		sh.wait_for_worker = 0;
+		CHECK_EQ_INT(share_once(ns[k]), (int)ns[k]);
+		/* the worker's job comes back to the loop as a completion */
+		for (int i = 0; i < 1000 && lr_loop_refs(loop) > 0; i++)
+			lr_loop_once(loop, 0);
+		CHECK_EQ_INT(lr_loop_refs(loop), 0);
+	}
+	sh.wait_for_worker = 1;
+	CHECK_EQ_INT(share_once(16), 16);
+	CHECK(atomic_load(&sh.off_main) > 0);
+	lr_loop_free(loop);
+}
+
+/* Pool jobs that hold every worker until released. */
+static pthread_mutex_t block_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t block_cv = PTHREAD_COND_INITIALIZER;
+static int block_released, block_in;
+
+static void block_work(struct lr_work *w)
+{
+	(void)w;
+	pthread_mutex_lock(&block_mu);
+	block_in++;
+	pthread_cond_broadcast(&block_cv);
+	while (!block_released)
+		pthread_cond_wait(&block_cv, &block_mu);
+	pthread_mutex_unlock(&block_mu);
+}
+
+static void block_done(struct lr_work *w)
+{
+	(void)w;
+}
+
+TEST(share_runs_alone_while_the_pool_is_busy)
+{
+	new_loop();
+	main_thread = pthread_self();
+	enum { W = 8 }; /* at least the pool's threads: every worker is held */
+	struct lr_work blocks[W];
+	block_released = block_in = 0;
+	for (int i = 0; i < W; i++) {
+		blocks[i] = (struct lr_work){ .work = block_work, .done = block_done };
+		CHECK(lr_pool_submit(loop, &blocks[i]) == 0);
+	}
+	pthread_mutex_lock(&block_mu);
+	while (block_in == 0) /* the pool's threads exist and are busy */
+		pthread_cond_wait(&block_cv, &block_mu);
+	pthread_mutex_unlock(&block_mu);
+	sh.wait_for_worker = 0;
+	/* no worker is free: the loop thread makes every call and returns */
+	CHECK_EQ_INT(share_once(500), 500);
+	CHECK_EQ_INT(atomic_load(&sh.off_main), 0);
+	/* the job of that share is still queued: the next one runs alone too */
+	CHECK_EQ_INT(share_once(500), 500);
+	CHECK_EQ_INT(atomic_load(&sh.off_main), 0);
+	pthread_mutex_lock(&block_mu);
+	block_released = 1;
+	pthread_cond_broadcast(&block_cv);
+	pthread_mutex_unlock(&block_mu);
+	CHECK(lr_loop_run(loop) == 0); /* the held jobs and the share's job complete */
+	CHECK_EQ_INT(lr_loop_refs(loop), 0);
+	/* and the worker helps again once its job is back */
+	sh.wait_for_worker = 1;
+	CHECK_EQ_INT(share_once(16), 16);
+	CHECK(atomic_load(&sh.off_main) > 0);
+	lr_loop_free(loop);
+}
+
 /* Signals: the async hook runs in the handler, the callback on the loop. */
 static atomic_int hook_calls;
 static int sig_seen;
@@ -328,6 +453,8 @@ int main(void)
 	RUN(watch_reads_a_pipe);
 	RUN(pool_runs_work_off_the_loop_thread);
 	RUN(post_from_a_foreign_thread);
+	RUN(share_calls_every_index_once_and_a_worker_joins);
+	RUN(share_runs_alone_while_the_pool_is_busy);
 	RUN(signals_reach_the_loop);
 	RUN(stop_ends_the_run);
 	RUN(buffers_respect_their_cap);

@@ -16,6 +16,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,6 +378,191 @@ TEST(free_stops_without_done)
 	teardown(&F);
 }
 
+/*
+ * A fan-out large enough for a round's sends to be shared with a worker of
+ * the pool (SHARE_MIN, session_pipe.c): every client gets every frame, in
+ * order, once, and a client gone before the burst ends its pipe (GONE)
+ * while the others' sends go on.
+ */
+enum { FAN = 150 };
+static struct {
+	struct lr_httpd_req *req[FAN];
+	int nreq;
+	struct lr_session_sub *sub[FAN];
+	struct lr_session_pipe *pipe[FAN];
+	int fd[FAN];
+	char *in[FAN];
+	size_t len[FAN];
+	int done[FAN], why[FAN];
+} fan;
+
+static void fan_request(struct lr_httpd_req *r, void *arg)
+{
+	(void)arg;
+	if (fan.nreq < FAN)
+		fan.req[fan.nreq++] = r;
+}
+
+static void fan_sub(void *arg)
+{
+	lr_session_pipe_notify(fan.pipe[(intptr_t)arg]);
+}
+
+static void fan_close(struct lr_httpd_req *r, void *arg)
+{
+	(void)r;
+	lr_session_pipe_notify(fan.pipe[(intptr_t)arg]);
+}
+
+static void fan_done(void *arg, int why)
+{
+	intptr_t i = (intptr_t)arg;
+	fan.done[i]++;
+	fan.why[i] = why;
+}
+
+/* Reads every client's socket; 1 once each live one holds want bytes of body. */
+static int fan_pull(size_t want, int gone)
+{
+	int all = 1;
+	for (int i = 0; i < FAN; i++) {
+		if (i == gone)
+			continue;
+		for (;;) {
+			char buf[4096];
+			ssize_t k = recv(fan.fd[i], buf, sizeof buf, MSG_DONTWAIT);
+			if (k <= 0)
+				break;
+			fan.in[i] = realloc(fan.in[i], fan.len[i] + (size_t)k + 1);
+			memcpy(fan.in[i] + fan.len[i], buf, (size_t)k);
+			fan.len[i] += (size_t)k;
+			fan.in[i][fan.len[i]] = '\0';
+		}
+		char *body = fan.in[i] ? strstr(fan.in[i], "\r\n\r\n") : NULL;
+		if (!body || strlen(body + 4) < want)
+			all = 0;
+	}
+	return all;
+}
+
+/* One loop round without blocking, then a short wait for bytes at any client. */
+static void fan_round(struct fix *f)
+{
+	lr_loop_once(f->loop, 1);
+	struct pollfd pfd[FAN];
+	for (int i = 0; i < FAN; i++)
+		pfd[i] = (struct pollfd){ .fd = fan.fd[i], .events = POLLIN };
+	(void)poll(pfd, FAN, 5);
+}
+
+TEST(a_fan_out_to_many_clients_delivers_every_frame_to_each)
+{
+	struct fix *f = &F;
+	memset(f, 0, sizeof *f);
+	memset(&fan, 0, sizeof fan);
+	for (int i = 0; i < FAN; i++)
+		fan.fd[i] = -1;
+	struct lr_err e;
+	CHECK(lr_loop_new(&f->loop) == 0 && lr_store_memory_open(&f->store, &e) == 0);
+	struct lr_session_open o;
+	memset(&o, 0, sizeof o);
+	o.loop = f->loop;
+	o.store = f->store;
+	o.done = opened;
+	CHECK(lr_session_open(&o) == 0);
+	lr_loop_run(f->loop);
+	CHECK(o.rc == 0);
+	f->s = o.session;
+	struct lr_httpd_config cfg = { .host = "127.0.0.1", .max_body = 1024, .max_headers = 8192,
+				       .on_request = fan_request };
+	CHECK(lr_httpd_open(f->loop, &cfg, &f->h) == 0);
+	for (int i = 0; i < FAN; i++) {
+		fan.fd[i] = connect_to(lr_httpd_port(f->h));
+		CHECK(fan.fd[i] >= 0);
+		const char *get = "GET /events HTTP/1.1\r\nHost: t\r\n\r\n";
+		CHECK(send(fan.fd[i], get, strlen(get), 0) == (ssize_t)strlen(get));
+		lr_loop_once(f->loop, 1); /* accept as they come: the backlog is short */
+	}
+	for (int i = 0; i < 4000 && fan.nreq < FAN; i++)
+		fan_round(f);
+	CHECK_EQ_INT(fan.nreq, FAN);
+	for (intptr_t i = 0; i < FAN; i++) {
+		lr_httpd_req_set_callbacks(fan.req[i], fan_close, NULL, (void *)i);
+		lr_httpd_req_add_header(fan.req[i], "Content-Type", "text/event-stream");
+		CHECK(lr_httpd_req_start(fan.req[i], 200) == 0);
+		struct lr_session_filter flt = { .all_loops = 1, .ephemeral = 1, .buffer = 64 };
+		CHECK(lr_session_subscribe(f->s, &flt, fan_sub, (void *)i, &fan.sub[i]) == 0);
+		struct lr_session_pipe_config c = { .done = fan_done, .arg = (void *)i };
+		CHECK(lr_session_pipe_new(f->loop, fan.sub[i], fan.req[i], &c, &fan.pipe[i]) == 0);
+	}
+	/* the response heads go out; then one client leaves */
+	for (int i = 0; i < 200 && !fan_pull(0, -1); i++)
+		fan_round(f);
+	int gone = FAN / 2;
+	close(fan.fd[gone]);
+	uint64_t t0 = tip(f);
+	emit(f, "{\"type\":\"A\"}", 1);
+	emit(f, "{\"type\":\"tick\"}", 0);
+	emit(f, "{\"type\":\"B\"}", 1);
+	char want[512];
+	int n = snprintf(want, sizeof want,
+			 "event: enduring\nid: %" PRIu64 "\ndata: {\"type\":\"A\"}\n\n"
+			 "event: ephemeral\ndata: {\"type\":\"tick\"}\n\n"
+			 "event: enduring\nid: %" PRIu64 "\ndata: {\"type\":\"B\"}\n\n",
+			 t0 + 1, t0 + 2);
+	/* chunked: each chunk's size line and CRLF around the frames */
+	int ok = 0;
+	for (int i = 0; i < 4000 && !(ok = fan_pull((size_t)n, gone)); i++)
+		fan_round(f);
+	CHECK(ok);
+	int exact = 0;
+	for (int i = 0; i < FAN; i++) {
+		if (i == gone)
+			continue;
+		/* the body without its chunk framing is exactly the three frames */
+		char *b = strstr(fan.in[i], "\r\n\r\n") + 4, body[1024];
+		size_t bl = 0;
+		while (*b) {
+			char *end;
+			unsigned long sz = strtoul(b, &end, 16);
+			if (end == b || strncmp(end, "\r\n", 2) != 0 || sz + bl >= sizeof body)
+				break;
+			memcpy(body + bl, end + 2, sz);
+			bl += sz;
+			b = end + 2 + sz + 2;
+		}
+		body[bl] = '\0';
+		exact += strcmp(body, want) == 0;
+	}
+	CHECK_EQ_INT(exact, FAN - 1);
+	/* the gone client's pipe ends, once, GONE; no other pipe ends */
+	for (int i = 0; i < 4000 && !fan.done[gone]; i++) {
+		if (i % 50 == 49)
+			emit(f, "{\"type\":\"more\"}", 1);
+		fan_round(f);
+	}
+	CHECK_EQ_INT(fan.done[gone], 1);
+	CHECK_EQ_INT(fan.why[gone], LR_SPIPE_GONE);
+	int others = 0;
+	for (int i = 0; i < FAN; i++)
+		others += i != gone && fan.done[i];
+	CHECK_EQ_INT(others, 0);
+	for (int i = 0; i < FAN; i++) {
+		lr_session_pipe_free(fan.pipe[i]);
+		lr_session_sub_free(fan.sub[i]);
+		lr_httpd_req_free(fan.req[i]);
+		if (i != gone)
+			close(fan.fd[i]);
+		free(fan.in[i]);
+	}
+	lr_httpd_close(f->h);
+	lr_session_free(f->s, NULL, NULL);
+	for (int i = 0; i < 100 && lr_loop_once(f->loop, 1) > 0; i++)
+		;
+	lr_store_close(f->store);
+	lr_loop_free(f->loop);
+}
+
 int main(void)
 {
 	RUN(frames_are_exact);
@@ -386,5 +572,6 @@ int main(void)
 	RUN(an_ended_subscription_ends_the_pipe);
 	RUN(a_client_too_slow_overflows_and_last_says_where_to_catch_up);
 	RUN(free_stops_without_done);
+	RUN(a_fan_out_to_many_clients_delivers_every_frame_to_each);
 	return test_summary();
 }
