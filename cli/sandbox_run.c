@@ -276,6 +276,9 @@ int lr_sandbox_run_cli(int argc, char **argv)
 	}
 out:
 	lr_exec_free(c.x);
+	/* a helper whose reaper told the end (nothing of the run is left) is not
+	   waited for while its exit tears the namespaces down */
+	lr_proc_leave_told(c.loop);
 	lr_executor_set_free(set);
 	lr_proc_reap_all(c.loop);
 	lr_loop_free(c.loop);

@@ -202,6 +202,10 @@ struct lr_exec {
 	int allow_any;
 	struct lr_exec_after *after; /* the check after the run, once it is over */
 	uint64_t tag;                /* the zygote's name for this run (0: not through it) */
+	/* a helper this set spawned itself: its reaper tells the end here (--end-fd), or -1 */
+	int end_fd;
+	struct lr_watch end_watch;
+	int end_watching;
 };
 
 static uint64_t next_exec_id;
@@ -618,13 +622,20 @@ int lr_executor_get(struct lr_executor_set *s, const char *key, struct lr_execut
 /* ---- launching ---- */
 
 static char *const helper_argv[] = { "luarig", "__sandbox-helper", NULL };
+/* the same, with the run's end told on the fd after the others (sandbox.h, --end-fd) */
+static char *const helper_argv_end[2][4] = {
+	{ "luarig", "__sandbox-helper", "--end-fd=5", NULL },
+	{ "luarig", "__sandbox-helper", "--end-fd=6", NULL },
+};
 
 /* lr_proc_opts.fork_main: the helper in a copy of the host (lr_executor_set_fork_helper). */
 static int helper_fork_main(void *arg)
 {
-	(void)arg;
-	char *argv[] = { "luarig", "__sandbox-helper", NULL };
-	return lr_sbx_helper_main(2, argv);
+	char *const *argv = arg ? arg : helper_argv;
+	int argc = 0;
+	while (argv[argc])
+		argc++;
+	return lr_sbx_helper_main(argc, (char **)argv);
 }
 
 void lr_executor_set_fork_helper(struct lr_executor_set *s, int on)
@@ -1024,6 +1035,40 @@ static int capture_finish(struct capture *c, struct lr_buf *out)
 	return truncated;
 }
 
+static void end_stop(struct lr_exec *x)
+{
+	if (x->end_watching) {
+		lr_watch_stop(&x->end_watch);
+		lr_watch_release(&x->end_watch);
+		x->end_watching = 0;
+	}
+	if (x->end_fd >= 0)
+		close(x->end_fd);
+	x->end_fd = -1;
+}
+
+/*
+ * The reaper's word that nothing of the run is left (struct lr_sbx_end):
+ * the run is over now, while the helper's exit still tears its namespaces
+ * down. EOF or anything else: the helper's exit tells, as without it.
+ */
+static void end_ready(struct lr_watch *w, int events, void *arg)
+{
+	(void)w;
+	(void)events;
+	struct lr_exec *x = arg;
+	struct lr_sbx_end e;
+	ssize_t n;
+	while ((n = read(x->end_fd, &e, sizeof e)) < 0 && errno == EINTR) {
+	}
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return;
+	end_stop(x);
+	if (n == (ssize_t)sizeof e && e.magic == LR_SBX_END_MAGIC && e.code >= 0 && e.code <= 255 &&
+	    x->proc)
+		lr_proc_exit_told(x->proc, e.code << 8);
+}
+
 static void exec_unlink(struct lr_exec *x)
 {
 	if (!x->set)
@@ -1277,6 +1322,7 @@ static void exec_event(struct lr_proc *p, int events, void *arg)
 		return;
 	x->finished = 1;
 	ctl_stop(x);
+	end_stop(x);
 	lr_egress_close(x->egress);
 	x->egress = NULL;
 	exec_after(x);
@@ -1318,6 +1364,7 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 	x->done = done;
 	x->arg = arg;
 	x->ctl_fd = -1;
+	x->end_fd = -1;
 	x->inherit = r->inherit_stdio;
 	x->res.code = -1;
 	lr_buf_init(&x->res.moved, 64u << 10);
@@ -1359,12 +1406,37 @@ int lr_executor_run(struct lr_executor *e, const struct lr_exec_request *r,
 	if (s->nstarted++ && !s->zygote && !s->zygote_failed && zygote_start(s) != 0)
 		s->zygote_failed = 1;
 	struct zygote_launch zl = { s->zygote, 0 };
+	int end[2] = { -1, -1 }, fds[4];
 	if (s->zygote) {
 		zl.tag = x->tag = ++s->zygote->next_tag;
 		l.proc.launch = zygote_launch;
 		l.proc.launch_arg = &zl;
+	} else if (!l.unconfined && pipe2(end, O_CLOEXEC) == 0) {
+		/* the reaper tells the end on the fd after the others (a failed pipe: the exit tells) */
+		memcpy(fds, l.fds, sizeof l.fds);
+		fds[l.proc.n_extra] = end[1];
+		l.proc.argv = helper_argv_end[l.proc.n_extra == 3];
+		l.proc.fork_arg = (void *)l.proc.argv;
+		l.proc.extra_fds = fds;
+		l.proc.n_extra++;
 	}
 	rc = lr_proc_spawn(s->loop, &l.proc, &x->proc, &perr);
+	if (end[1] >= 0)
+		close(end[1]); /* the helper has its own */
+	if (!rc && end[0] >= 0) {
+		x->end_fd = end[0];
+		end[0] = -1;
+		fcntl(x->end_fd, F_SETFL, fcntl(x->end_fd, F_GETFL) | O_NONBLOCK);
+		if (lr_watch_init(s->loop, &x->end_watch, x->end_fd, end_ready, x) == 0) {
+			x->end_watching = 1;
+			if (lr_watch_start(&x->end_watch, LR_READ) != 0)
+				end_stop(x); /* the exit tells */
+		} else {
+			end_stop(x);
+		}
+	}
+	if (end[0] >= 0)
+		close(end[0]);
 	if (rc && s->zygote) {
 		/* a zygote that cannot start runs is given up: this run and the next exec */
 		zygote_lost(s);
@@ -1424,6 +1496,7 @@ void lr_exec_free(struct lr_exec *x)
 		return;
 	exec_unlink(x);
 	ctl_stop(x);
+	end_stop(x);
 	lr_egress_close(x->egress);
 	x->egress = NULL;
 	for (size_t i = 0; i < x->nallow; i++)

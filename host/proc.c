@@ -67,6 +67,7 @@ struct lr_proc {
 	struct lr_timer timer;
 	int has_timer;
 	int remote;   /* started by lr_proc_opts.launch: not our child, never reaped here */
+	int told;     /* lr_proc_exit_told: its end was told before its exit */
 	int lost;     /* remote, and its parent cannot tell its end: the pidfd does */
 	int life;     /* our copy of the child's lifeline (lr_proc_opts.lifeline_fd), or -1 */
 	int has_life; /* spawned with one: never signalled to end, only the lifeline closed */
@@ -862,6 +863,29 @@ int lr_proc_kill(struct lr_proc *p, int signo)
 	return 0;
 }
 
+static void set_status(struct lr_proc *p, int st)
+{
+	p->exited = 1;
+	if (WIFEXITED(st)) {
+		p->code = WEXITSTATUS(st);
+		p->signo = 0;
+	} else {
+		p->code = -1;
+		p->signo = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+	}
+}
+
+void lr_proc_exit_told(struct lr_proc *p, int st)
+{
+	if (p->remote || p->exited)
+		return;
+	set_status(p, st);
+	p->told = 1;
+	/* the pidfd is read again only to reap, once closed (on_pidfd's orphan branch) */
+	lr_watch_stop(&p->pidw);
+	emit(p, LR_PROC_EV_EXIT);
+}
+
 void lr_proc_remote_exit(struct lr_proc *p, int st)
 {
 	if (!p->remote || p->exited || p->lost)
@@ -871,14 +895,7 @@ void lr_proc_remote_exit(struct lr_proc *p, int st)
 		lr_watch_start(&p->pidw, LR_READ);
 		return;
 	}
-	p->exited = 1;
-	if (WIFEXITED(st)) {
-		p->code = WEXITSTATUS(st);
-		p->signo = 0;
-	} else {
-		p->code = -1;
-		p->signo = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
-	}
+	set_status(p, st);
 	emit(p, LR_PROC_EV_EXIT);
 }
 
@@ -989,6 +1006,19 @@ void lr_proc_close(struct lr_proc *p)
 		orphans->oprev = p;
 	orphans = p;
 	lr_watch_start(&p->pidw, LR_READ);
+}
+
+void lr_proc_leave_told(struct lr_loop *loop)
+{
+	for (struct lr_proc *p = orphans, *next; p; p = next) {
+		next = p->onext;
+		if (p->loop != loop || !p->told)
+			continue;
+		if (!reap(p, 0)) {
+			/* still ending: the process that inherits it at our exit reaps it */
+		}
+		orphan_free(p);
+	}
 }
 
 void lr_proc_reap_all(struct lr_loop *loop)

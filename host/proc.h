@@ -172,6 +172,16 @@ void lr_proc_consume(struct lr_proc *p, int stream, size_t n);
 void lr_proc_remote_exit(struct lr_proc *p, int st);
 
 /*
+ * Our own child told how it ends (wait status st) before its exit, as the
+ * sandbox helper's reaper does once nothing of the run is left: the proc
+ * counts as exited with st from now on (LR_PROC_EV_EXIT, the timeout
+ * stopped), although the process may still be ending. It is still reaped,
+ * in lr_proc_close or after it (lr_proc_reap_all), and its real exit adds
+ * no event. Nothing after an exit, a remote child or lr_proc_close.
+ */
+void lr_proc_exit_told(struct lr_proc *p, int st);
+
+/*
  * Ends a child: if it has not exited, SIGKILL to its group; after exit,
  * SIGKILL to what is left of the group (the zombie still pins the id).
  * Then reaps it, right away or, if it is not dead yet, from the loop in the
@@ -181,5 +191,12 @@ void lr_proc_close(struct lr_proc *p);
 /* Reaps, waiting if need be, every child of loop that lr_proc_close left
  * to the background: call before lr_loop_free. */
 void lr_proc_reap_all(struct lr_loop *loop);
+/*
+ * For a host about to exit: every child of loop that lr_proc_close left to
+ * the background after its end was told (lr_proc_exit_told) is reaped if it
+ * is gone and otherwise left to end by itself, unwaited (whoever inherits
+ * it at our exit reaps it). Other children stay for lr_proc_reap_all.
+ */
+void lr_proc_leave_told(struct lr_loop *loop);
 
 #endif

@@ -1099,7 +1099,7 @@ static int start_target(struct lr_sbx_spec *s, scmp_filter_ctx filter)
  */
 __attribute__((noreturn))
 static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter, int alive_fd,
-		       const sigset_t *mask)
+		       const sigset_t *mask, int end_fd)
 {
 	close(LR_SBX_FD_LIFELINE); /* the helper watches it */
 	reaper_setup(s, alive_fd, mask, 1);
@@ -1111,7 +1111,15 @@ static void run_reaper(struct lr_sbx_spec *s, scmp_filter_ctx filter, int alive_
 			die(-rc, "cannot make the proxy listeners on fd %d", LR_SBX_FD_CONTROL);
 		close(LR_SBX_FD_CONTROL);
 	}
-	_exit(start_target(s, filter));
+	int code = start_target(s, filter);
+	/* nothing of the run is left: its end is told before the exits tear the namespaces down */
+	if (end_fd >= 0) {
+		struct lr_sbx_end e = { LR_SBX_END_MAGIC, code };
+		if (write(end_fd, &e, sizeof e) != (ssize_t)sizeof e) {
+			/* the host learns it from the helper's exit */
+		}
+	}
+	_exit(code);
 }
 
 /* ---- the helper's wait and the lifeline ---- */
@@ -1202,6 +1210,22 @@ static int helper_wait(pid_t child, int tier_a, const sigset_t *waitmask)
 	return code < 0 ? LR_SBX_EXIT_SETUP : code;
 }
 
+/* --end-fd=N: the next fd after the others, the write end of a pipe; close-on-exec from here. */
+static int end_fd_check(const char *v)
+{
+	char *end;
+	long n = strtol(v, &end, 10);
+	if (*end || end == v || n <= LR_SBX_FD_LIFELINE || n > LR_SBX_FD_CONTROL + 1)
+		die(0, "--end-fd wants %d or %d, not '%s'", LR_SBX_FD_CONTROL, LR_SBX_FD_CONTROL + 1, v);
+	struct stat st;
+	int fl = fcntl((int)n, F_GETFL);
+	if (fstat((int)n, &st) < 0 || fl < 0 || !S_ISFIFO(st.st_mode) || (fl & O_ACCMODE) != O_WRONLY)
+		die(0, "the end on fd %ld is not the write end of a pipe", n);
+	if (fcntl((int)n, F_SETFD, FD_CLOEXEC) < 0)
+		die(errno, "the end on fd %ld", n);
+	return (int)n;
+}
+
 int lr_sbx_helper_main(int argc, char **argv)
 {
 	/* a host that closed the run also closed our stderr: a message must not kill us
@@ -1209,8 +1233,13 @@ int lr_sbx_helper_main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (argc == 3 && strcmp(argv[2], "--zygote") == 0)
 		lr_sbx_zygote_main();
+	int end_fd = -1;
+	if (argc == 3 && strncmp(argv[2], "--end-fd=", 9) == 0) {
+		end_fd = end_fd_check(argv[2] + 9);
+		argc = 2;
+	}
 	if (argc != 2)
-		die(0, "usage: luarig __sandbox-helper (with the spec on fd 3)");
+		die(0, "usage: luarig __sandbox-helper [--end-fd=N] (with the spec on fd 3)");
 	size_t len;
 	char *buf = read_spec(&len);
 	check_lifeline();
@@ -1251,6 +1280,10 @@ int lr_sbx_helper_main(int argc, char **argv)
 	int alive[2] = { -1, -1 };
 	if (tier_a && pipe2(alive, O_CLOEXEC) < 0)
 		die(errno, "pipe");
+	if (!tier_a && end_fd >= 0) { /* told by this process's exit, nothing earlier */
+		close(end_fd);
+		end_fd = -1;
+	}
 	pid_t self = getpid();
 	pid_t child = fork();
 	if (child < 0)
@@ -1258,12 +1291,22 @@ int lr_sbx_helper_main(int argc, char **argv)
 	if (child == 0) {
 		if (tier_a) {
 			close(alive[1]);
-			run_reaper(&s, filter, alive[0], &old);
+			run_reaper(&s, filter, alive[0], &old, end_fd);
 		}
 		exec_target(&s, filter, self);
 	}
-	if (tier_a)
+	if (tier_a) {
 		close(alive[0]); /* alive[1] stays open as long as this process lives */
+		/*
+		 * The reaper holds the run's end and its stdio; this process only
+		 * waits from here on and says nothing more, so its copies go: a
+		 * captured output ends (EOF) with the reaper, not with this exit.
+		 */
+		if (end_fd >= 0)
+			close(end_fd);
+		for (int fd = 0; fd <= 2; fd++)
+			close(fd);
+	}
 	g_target = child;
 	/*
 	 * _exit, not return: in tier A this process shares the view's mount

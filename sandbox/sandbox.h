@@ -283,6 +283,21 @@ int lr_sbx_seal(const char *buf, size_t len);
  * control socket.
  */
 enum { LR_SBX_FD_SPEC = 3, LR_SBX_FD_LIFELINE = 4, LR_SBX_FD_CONTROL = 5 };
+/*
+ * "luarig __sandbox-helper --end-fd=N": fd N, the next after the others (5,
+ * or 6 after the control socket), is the write end of a pipe, and in tier A
+ * the reaper writes one struct lr_sbx_end there as soon as the target and
+ * everything else in the run's pid namespace are gone: code is the status
+ * the helper will exit with, told before the helper's exit tears the
+ * namespaces down (a millisecond or more). Nothing is written when the run
+ * ends any other way (a failed set-up, the helper killed): the helper's exit
+ * tells. The target never holds the fd. Tier B and unconfined runs close it.
+ */
+#define LR_SBX_END_MAGIC 0x6c726531u /* "lre1" */
+struct lr_sbx_end {
+	uint32_t magic;
+	int32_t code;
+};
 /* the exit status of a helper that could not set up confinement */
 #define LR_SBX_EXIT_SETUP 126
 /*

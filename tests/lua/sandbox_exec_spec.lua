@@ -125,6 +125,46 @@ describe("rig.sandbox executors", function()
     expect(rig.now() - t0).at_most(2.5)
   end)
 
+  -- A helper's exit tears its namespaces down (a millisecond or more): the
+  -- reaper tells the run's end first, once its pid namespace is empty
+  -- (--end-fd, sandbox/sandbox.h). Here the helper is stopped, so it cannot
+  -- exit: the run must still return, output and code complete.
+  it("returns a run once its sandbox is empty, before its helper has exited", function()
+    local s <close> = assert(sandbox.executors(trusted(), { scratch_root = scratch() }))
+    local e = assert(s:get("end")) -- a set's first run: its helper is this process's child
+    local fifo, ready = ws .. "/end-fifo", ws .. "/end-ready"
+    sh("rm -f '" .. fifo .. "' '" .. ready .. "'; mkfifo '" .. fifo .. "'")
+    local t = rig.spawn(function()
+      return e:run{ command = "echo before; touch end-ready; read x < end-fifo; echo after; exit 7" }
+    end)
+    local deadline = rig.now() + 10
+    repeat rig.sleep(0.05) until exists(ready) or rig.now() > deadline
+    expect(exists(ready)).to_be(true)
+    local r = assert(process.run{ argv = { "pgrep", "-P", tostring(my_pid()), "-f", "__sandbox-helper --end-fd" } })
+    local helper = r.stdout:match("%d+")
+    expect(helper).to_be_truthy()
+    assert(process.run{ argv = { "kill", "-STOP", helper } })
+    local let_go -- a guard, so that a run that waits for the helper fails instead of hanging
+    local guard = rig.spawn(function()
+      rig.sleep(10)
+      let_go = true
+      process.run{ argv = { "kill", "-CONT", helper } }
+      return true
+    end)
+    sh("echo x > '" .. fifo .. "'")
+    local res = assert(t:wait())
+    local f = io.open("/proc/" .. helper .. "/stat")
+    local state = f and f:read("a"):match("%) (%a)")
+    if f then f:close() end
+    guard:cancel()
+    assert(process.run{ argv = { "kill", "-CONT", helper } })
+    expect(let_go).to_be_nil()
+    expect(state).to_be("T") -- still there, stopped: the end came before its exit
+    expect(res.code).to_be(7)
+    expect(res.stdout).to_be("before\nafter\n")
+    sh("rm -f '" .. fifo .. "' '" .. ready .. "'")
+  end)
+
   it("gives each key its own HOME and TMPDIR, memoized", function()
     local a, b = assert(set:get("a")), assert(set:get("b"))
     expect(set:get("a")).to_be(a)

@@ -678,7 +678,7 @@ for how in cli script; do
 	holds $hl; c=$?
 	d=1
 	if [ -n "$hp" ] && [ -n "$rp" ] && ! holds "$hp" && ! holds "$rp"; then
-		tr '\0' ' ' <"/proc/$hp/cmdline" | grep -q "^luarig __sandbox-helper *$" && d=0
+		tr '\0' ' ' <"/proc/$hp/cmdline" | grep -Eq "^luarig __sandbox-helper( --end-fd=[56])? *$" && d=0
 	fi
 	kill "$hl" 2>/dev/null
 	wait "$hl" 2>/dev/null

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static struct lr_loop *loop;
@@ -292,6 +293,88 @@ TEST(lifeline_ends_the_child_instead_of_a_signal)
 	lr_proc_close(p);
 }
 
+/*
+ * An end told before the exit (lr_proc_exit_told, the sandbox helper's
+ * reaper): the proc is exited with the told status at once, its real exit
+ * later adds no event and does not change it, and the child is still
+ * reaped. lr_proc_leave_told then drops a told child that is still ending
+ * without waiting for it; lr_proc_reap_all still waits for any other.
+ */
+static int exit_events;
+
+static void count_exit(struct lr_proc *p, int events, void *arg)
+{
+	(void)p;
+	(void)arg;
+	if (events & LR_PROC_EV_EXIT)
+		exit_events++;
+}
+
+TEST(an_end_told_before_the_exit)
+{
+	/* the child runs until its stdin closes, then exits 3 */
+	char *argv[] = { "sh", "-c", "cat >/dev/null; exit 3", NULL };
+	struct lr_proc_opts o = opts(argv);
+	o.stdio[0] = LR_PROC_PIPE;
+	o.on_event = count_exit;
+	struct lr_proc *p;
+	struct lr_err err = { "" };
+	exit_events = 0;
+	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, &err), 0);
+	pid_t pid = lr_proc_pid(p);
+	CHECK(!exited(p));
+	lr_proc_exit_told(p, 7 << 8);
+	int code = -1, signo = -1;
+	CHECK_EQ_INT(lr_proc_status(p, &code, &signo), 1);
+	CHECK_EQ_INT(code, 7);
+	CHECK_EQ_INT(signo, 0);
+	CHECK_EQ_INT(exit_events, 1);
+	CHECK(alive(pid)); /* told, still running */
+	lr_proc_exit_told(p, 9 << 8); /* once only */
+	lr_proc_close_stdin(p);
+	CHECK(dead_within(pid, 10));
+	for (int i = 0; i < 20; i++)
+		lr_loop_once(loop, 1);
+	CHECK_EQ_INT(exit_events, 1); /* the real exit (3) adds nothing */
+	lr_proc_status(p, &code, &signo);
+	CHECK_EQ_INT(code, 7);
+	lr_proc_close(p);
+	lr_proc_reap_all(loop);
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d", (int)pid);
+	CHECK(access(path, F_OK) != 0); /* reaped: not even a zombie */
+
+	/*
+	 * Told, then closed while it still runs: closing a lifeline child only
+	 * closes the proc's copy of the write end, and this test holds another,
+	 * so the child goes on; leave_told must not wait for it (reap_all would
+	 * wait for ever). Then the test's copy goes, the child ends, and it is
+	 * the test's to reap: nothing reaped it meanwhile.
+	 */
+	char *hold[] = { "sh", "-c", "cat <&3 >/dev/null; exit 0", NULL };
+	int lp[2];
+	CHECK_EQ_INT(pipe2(lp, O_CLOEXEC), 0);
+	int w = fcntl(lp[1], F_DUPFD_CLOEXEC, 3);
+	o = opts(hold);
+	o.extra_fds = &lp[0];
+	o.n_extra = 1;
+	o.lifeline_fd = w;
+	CHECK_EQ_INT(lr_proc_spawn(loop, &o, &p, &err), 0);
+	close(lp[0]);
+	close(w);
+	pid = lr_proc_pid(p);
+	lr_proc_exit_told(p, 0);
+	lr_proc_close(p);
+	CHECK(alive(pid));
+	lr_proc_leave_told(loop);
+	lr_proc_reap_all(loop); /* returns: nothing of the loop's is left to wait for */
+	CHECK(alive(pid));
+	close(lp[1]); /* the last write end: EOF, the child exits 0 */
+	int st = -1;
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 TEST(drop_mode_truncates_but_drains)
 {
 	char *argv[] = { "head", "-c", "500000", "/dev/zero", NULL };
@@ -459,6 +542,7 @@ int main(void)
 	RUN(timeout_kills_group);
 	RUN(close_kills_running_group_and_reaps);
 	RUN(lifeline_ends_the_child_instead_of_a_signal);
+	RUN(an_end_told_before_the_exit);
 	RUN(drop_mode_truncates_but_drains);
 	RUN(pause_mode_applies_backpressure);
 	RUN(extra_fds_file_and_fd_stdio);

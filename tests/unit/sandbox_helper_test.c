@@ -1210,6 +1210,132 @@ static void remove_dirs(void)
 		fprintf(stderr, "cleanup failed\n");
 }
 
+/* Starts the helper with --end-fd=5 (fd 5 = end_w) when end_w >= 0, or with argv as given. */
+static int start_end(const struct lr_sbx_spec *s, char *const argv[], int end_w, struct run *r)
+{
+	char *buf;
+	size_t len;
+	if (lr_sbx_spec_encode(s, &buf, &len))
+		return -1;
+	int spec = lr_sbx_seal(buf, len);
+	free(buf);
+	char tmpl[] = "/tmp/sbxout.XXXXXX";
+	int o = mkstemp(tmpl);
+	unlink(tmpl);
+	int lp[2] = { -1, -1 };
+	if (spec < 0 || o < 0 || pipe2(lp, O_CLOEXEC) < 0)
+		return -1;
+	pid_t pid = fork();
+	if (pid == 0) {
+		int a = fcntl(spec, F_DUPFD_CLOEXEC, 10), l = fcntl(lp[0], F_DUPFD_CLOEXEC, 10);
+		int e = end_w >= 0 ? fcntl(end_w, F_DUPFD_CLOEXEC, 10) : -1;
+		int w = fcntl(o, F_DUPFD_CLOEXEC, 10);
+		if (a < 0 || l < 0 || w < 0 || dup2(a, LR_SBX_FD_SPEC) < 0 ||
+		    dup2(l, LR_SBX_FD_LIFELINE) < 0 || (e >= 0 && dup2(e, 5) < 0))
+			_exit(99);
+		dup2(w, 1);
+		dup2(w, 2);
+		execv(argv[0], argv);
+		_exit(98);
+	}
+	close(spec);
+	close(lp[0]);
+	*r = (struct run){ pid, o, lp[1] };
+	return pid < 0 ? -1 : 0;
+}
+
+/* The state letter of /proc/PID/stat ('T' stopped, 'Z' zombie), or 0. */
+static char proc_state(pid_t pid)
+{
+	char p[64], comm[64];
+	char st = 0;
+	snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(p, "r");
+	if (f && fscanf(f, "%*d (%63[^)]) %c", comm, &st) != 2)
+		st = 0;
+	if (f)
+		fclose(f);
+	return st;
+}
+
+/* Opens path for writing once a reader has it open (the target started), within 20 s. */
+static int open_when_read(const char *path)
+{
+	for (int i = 0; i < 2000; i++) {
+		int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+		if (fd >= 0 || errno != ENXIO)
+			return fd;
+		usleep(10000);
+	}
+	return -1;
+}
+
+/*
+ * --end-fd (sandbox.h): in tier A the reaper writes the run's end on fd 5
+ * as soon as the namespace is empty, so it arrives while the helper, which
+ * exits after the reaper, is still there (stopped here, so it cannot have
+ * exited); the target never holds the fd. Tier B closes it: EOF, no word.
+ * A wrong fd is refused before anything runs.
+ */
+TEST(end_told_before_the_helper_exits)
+{
+	char fifo[128];
+	snprintf(fifo, sizeof fifo, "%s/end-fifo", ws);
+	char *argv[] = { (char *)luarig, "__sandbox-helper", "--end-fd=5", NULL };
+	for (int tier = 0; tier < 2; tier++) {
+		unlink(fifo);
+		CHECK_EQ_INT(mkfifo(fifo, 0600), 0);
+		struct specb b;
+		spec_sh(&b, tier ? LR_TIER_B : LR_TIER_A,
+			"[ -e /proc/self/fd/5 ] && exit 9; read x < %s; exit 7", fifo);
+		int ep[2];
+		CHECK_EQ_INT(pipe2(ep, O_CLOEXEC), 0);
+		struct run r;
+		CHECK_EQ_INT(start_end(&b.s, argv, ep[1], &r), 0);
+		close(ep[1]);
+		int w = open_when_read(fifo);
+		CHECK(w >= 0);
+		CHECK_EQ_INT(kill(r.pid, SIGSTOP), 0);
+		CHECK(w >= 0 && write(w, "x\n", 2) == 2);
+		if (w >= 0)
+			close(w);
+		struct pollfd pf = { ep[0], POLLIN, 0 };
+		CHECK_EQ_INT(poll(&pf, 1, 20000), 1);
+		struct lr_sbx_end e = { 0, -1 };
+		ssize_t n = read(ep[0], &e, sizeof e);
+		if (tier == 0) {
+			CHECK_EQ_INT((int)n, (int)sizeof e);
+			CHECK(e.magic == LR_SBX_END_MAGIC);
+			CHECK_EQ_INT(e.code, 7);
+			CHECK_EQ_INT(proc_state(r.pid), 'T'); /* told while the helper had not exited */
+		}
+		kill(r.pid, SIGCONT);
+		if (tier == 1) {
+			/* tier B: closed by the helper, nothing said; the exit tells */
+			CHECK_EQ_INT((int)n, 0);
+		}
+		CHECK_EQ_INT(finish_within(&r), 7);
+		close(ep[0]);
+	}
+	unlink(fifo);
+	/* a wrong fd: refused, nothing runs */
+	struct specb b;
+	spec_sh(&b, LR_TIER_A, "echo ran > %s/marker", ws);
+	struct run r;
+	CHECK_EQ_INT(start_end(&b.s, argv, -1, &r), 0); /* fd 5 not open */
+	CHECK_EQ_INT(finish_within(&r), 126);
+	CHECK(strstr(out, "the end on fd 5 is not the write end of a pipe") != NULL);
+	char *bad[] = { (char *)luarig, "__sandbox-helper", "--end-fd=9", NULL };
+	int ep[2];
+	CHECK_EQ_INT(pipe2(ep, O_CLOEXEC), 0);
+	CHECK_EQ_INT(start_end(&b.s, bad, ep[1], &r), 0);
+	CHECK_EQ_INT(finish_within(&r), 126);
+	CHECK(strstr(out, "--end-fd wants 5 or 6") != NULL);
+	close(ep[0]);
+	close(ep[1]);
+	CHECK(!exists2(ws, "marker"));
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 3 && strcmp(argv[1], "--probe") == 0)
@@ -1233,6 +1359,7 @@ int main(int argc, char **argv)
 	RUN(no_capabilities);
 	RUN(no_survivor);
 	RUN(lifeline);
+	RUN(end_told_before_the_helper_exits);
 	RUN(fork_race_tier_b);
 	RUN(bad_spec_never_runs);
 	RUN(protected_paths_readonly);
