@@ -325,6 +325,14 @@ static void probe_cgroup(struct lr_sbx_caps *c)
 	snprintf(dir, sizeof dir, "%s%.200s", mnt, strcmp(self, "/") == 0 ? "" : self);
 	snprintf(path, sizeof path, "%s/cgroup.controllers", dir);
 	read_small(path, ctl, sizeof ctl);
+	/* a child's controllers are among its parent's: without both here, no child can have them */
+	if (!has_word(ctl, "memory") || !has_word(ctl, "pids")) {
+		snprintf(c->cgroup_note, sizeof c->cgroup_note,
+			 "%s at %s (controllers: %.40s); a child of %.50s gets no memory and pids "
+			 "controllers, so no cgroup limits",
+			 layout, mnt, ctl[0] ? ctl : "none", dir);
+		return;
+	}
 	snprintf(probe, sizeof probe, "%s/luarig-probe-%ld", dir, (long)getpid());
 	if (mkdir(probe, 0755) != 0) {
 		snprintf(c->cgroup_note, sizeof c->cgroup_note,
