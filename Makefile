@@ -39,7 +39,7 @@ CFLAGS_ALL = $(BASE_CFLAGS) $(CFLAGS)
 # Every .c under these folders is part of the library; lua/main.c is the executable.
 LIB_SRC := $(wildcard util/*.c storage/*.c sandbox/*.c host/*.c cli/*.c lua/*.c)
 LIB_SRC := $(filter-out lua/main.c,$(LIB_SRC))
-LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(BUILD)/gen/stdlib.o
+LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(BUILD)/gen/stdlib.o $(BUILD)/gen/seccomp_bpf.o
 # (and the web console's files, served by rig.serve: docs/design/serve.md)
 STDLIB := $(sort $(wildcard stdlib/*.lua stdlib/*/*.lua stdlib/*/*/*.lua \
 	stdlib/rig/console/*.html stdlib/rig/console/*.js stdlib/rig/console/*.css))
@@ -70,6 +70,18 @@ $(BUILD)/gen/stdlib.c: $(BUILD)/embed $(STDLIB)
 
 $(BUILD)/gen/stdlib.o: $(BUILD)/gen/stdlib.c
 	$(CC) $(filter-out -Wmissing-prototypes,$(CFLAGS_ALL)) -Wno-missing-variable-declarations -c $< -o $@
+
+# The seccomp programs, compiled once at build time (tools/seccompgen.c).
+SECCOMPGEN_OBJ := $(BUILD)/sandbox/seccomp.o $(BUILD)/util/lazy.o $(BUILD)/util/err.o
+$(BUILD)/seccompgen: tools/seccompgen.c $(SECCOMPGEN_OBJ) $(HEADERS)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(SECCOMPGEN_OBJ) $(LDFLAGS) -ldl -lpthread
+
+$(BUILD)/gen/seccomp_bpf.c: $(BUILD)/seccompgen
+	@mkdir -p $(dir $@)
+	$(BUILD)/seccompgen $@
+
+$(BUILD)/gen/seccomp_bpf.o: $(BUILD)/gen/seccomp_bpf.c
+	$(CC) $(CFLAGS_ALL) -I. -c $< -o $@
 
 $(BUILD)/libluarig.a: $(LIB_OBJ)
 	@rm -f $@
@@ -160,7 +172,11 @@ build/fuzz/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
 
-build/fuzz/libluarig.a: $(patsubst %.c,build/fuzz/obj/%.o,$(LIB_SRC) build/gen/stdlib.c)
+build/fuzz/obj/build/gen/seccomp_bpf.o: build/gen/seccomp_bpf.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -I. -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+
+build/fuzz/libluarig.a: $(patsubst %.c,build/fuzz/obj/%.o,$(LIB_SRC) build/gen/stdlib.c build/gen/seccomp_bpf.c)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -169,6 +185,7 @@ build/fuzz/%: tests/fuzz/%.c build/fuzz/libluarig.a
 	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -o $@ $< build/fuzz/libluarig.a $(LDLIBS)
 
 build/gen/stdlib.c: build/embed $(STDLIB)
+build/gen/seccomp_bpf.c: build/seccompgen
 
 # Installing like a Unix tool: PREFIX, DESTDIR (a staging root) and the
 # three directories, each overridable; the completion goes where Debian's

@@ -146,5 +146,18 @@ int lr__seccomp_build(int inet_ok, scmp_filter_ctx *out, const char **why);
  * the process. Any thread. 0, or -errno / LR_EUNAVAILABLE with *why.
  */
 int lr__seccomp_bpf(int inet_ok, const unsigned char **prog, size_t *len, const char **why);
+/*
+ * The same programs compiled when luarig was built (tools/seccompgen.c
+ * writes them into build/gen/seccomp_bpf.c), for the architecture it was
+ * built for: lr__seccomp_bpf hands them out without opening libseccomp.
+ * len 0: none was made (no libseccomp at build time); then it compiles.
+ */
+struct lr__seccomp_baked {
+	const unsigned char *prog[2]; /* [inet_ok] */
+	size_t len[2];
+};
+extern const struct lr__seccomp_baked lr__seccomp_baked;
+/* A fresh compile with libseccomp, nothing kept or baked used (the caller frees *prog). */
+int lr__seccomp_compile(int inet_ok, unsigned char **prog, size_t *len, const char **why);
 
 #endif

@@ -1,8 +1,9 @@
 /*
  * seccomp.c — the one symbol table of libseccomp (internal.h), opened on
- * first use by the probe and the host (which compiles the filter of every
- * spec, once per process) and, for a spec that carries no filter, by the
- * helper (before its view hides /usr); and the filter itself.
+ * first use by the probe, by the build tool that compiles the filter into
+ * luarig (tools/seccompgen.c), by a host built without that (once per
+ * process) and, for a spec that carries no filter, by the helper (before
+ * its view hides /usr); and the filter itself.
  */
 #include "internal.h"
 
@@ -199,10 +200,12 @@ int lr__seccomp_build(int inet_ok, scmp_filter_ctx *out, const char **why)
 }
 
 /*
- * The compiled programs, one per inet_ok, made on first use and kept for
- * the life of the process: a filter depends on nothing but inet_ok and the
- * architecture, so every run of every executor loads the same bytes, and
- * neither the host nor the helper builds it again.
+ * The compiled programs, one per inet_ok: a filter depends on nothing but
+ * inet_ok and the architecture, so every run of every executor loads the
+ * same bytes, and neither the host nor the helper builds it again. They
+ * were compiled when luarig was built (lr__seccomp_baked); only a build
+ * that had no libseccomp compiles them here, on first use, and keeps them
+ * for the life of the process.
  */
 static pthread_mutex_t bpf_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char *bpf_prog[2];
@@ -242,22 +245,34 @@ static int export_bpf(scmp_filter_ctx ctx, unsigned char **out, size_t *len)
 	return 0;
 }
 
+int lr__seccomp_compile(int inet_ok, unsigned char **prog, size_t *len, const char **why)
+{
+	scmp_filter_ctx ctx = NULL;
+	*prog = NULL;
+	*len = 0;
+	int rc = lr__seccomp_build(inet_ok ? 1 : 0, &ctx, why);
+	if (!rc) {
+		rc = export_bpf(ctx, prog, len);
+		if (rc)
+			*why = "exporting the filter";
+		lr__scmp.release(ctx);
+	}
+	return rc;
+}
+
 int lr__seccomp_bpf(int inet_ok, const unsigned char **prog, size_t *len, const char **why)
 {
 	int k = inet_ok ? 1 : 0, rc = 0;
 	*prog = NULL;
 	*len = 0;
-	pthread_mutex_lock(&bpf_lock);
-	if (!bpf_prog[k]) {
-		scmp_filter_ctx ctx = NULL;
-		rc = lr__seccomp_build(k, &ctx, why);
-		if (!rc) {
-			rc = export_bpf(ctx, &bpf_prog[k], &bpf_len[k]);
-			if (rc)
-				*why = "exporting the filter";
-			lr__scmp.release(ctx);
-		}
+	if (lr__seccomp_baked.len[k]) { /* compiled at build time: the same bytes */
+		*prog = lr__seccomp_baked.prog[k];
+		*len = lr__seccomp_baked.len[k];
+		return 0;
 	}
+	pthread_mutex_lock(&bpf_lock);
+	if (!bpf_prog[k])
+		rc = lr__seccomp_compile(k, &bpf_prog[k], &bpf_len[k], why);
 	if (!rc) {
 		*prog = bpf_prog[k];
 		*len = bpf_len[k];
