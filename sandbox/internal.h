@@ -141,9 +141,10 @@ int lr__seccomp_open(const char **why);
  */
 int lr__seccomp_build(int inet_ok, scmp_filter_ctx *out, const char **why);
 /*
- * The same filter compiled to a BPF program (struct sock_filter[]), made
- * once per process and inet_ok and kept: *prog is borrowed for the life of
- * the process. Any thread. 0, or -errno / LR_EUNAVAILABLE with *why.
+ * The same filter as a BPF program (struct sock_filter[]): the one built
+ * into luarig (lr__seccomp_baked), or, in a build without it, compiled once
+ * per process and inet_ok and kept. *prog is borrowed for the life of the
+ * process. Any thread. 0, or -errno / LR_EUNAVAILABLE with *why.
  */
 int lr__seccomp_bpf(int inet_ok, const unsigned char **prog, size_t *len, const char **why);
 /*
