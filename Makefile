@@ -24,7 +24,19 @@ WARN := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
 OPT ?= -O2 -g
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) \
 	$(shell $(PKG_CONFIG) --cflags $(PKGS) $(LAZY_PKGS) 2>/dev/null)
-LDLIBS := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -llua5.4-cjson -ldl -lpthread -lm
+# libevent, jansson and LMDB are linked in from their archives (Debian's -dev
+# packages ship them): three shared objects fewer for the dynamic loader to
+# map at every start. Lua stays shared, so that a C module a rig requires
+# finds the same Lua. STATIC_DEPS=0 links all of them shared.
+STATIC_DEPS ?= 1
+DYN_LIBS := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -llua5.4-cjson -ldl -lpthread -lm
+ifeq ($(STATIC_DEPS),1)
+LDLIBS := $(shell $(PKG_CONFIG) --libs lua5.4 2>/dev/null) \
+	-Wl,-Bstatic $(shell $(PKG_CONFIG) --libs libevent jansson lmdb 2>/dev/null) -Wl,-Bdynamic \
+	-llua5.4-cjson -ldl -lpthread -lm
+else
+LDLIBS := $(DYN_LIBS)
+endif
 
 ifeq ($(SAN),1)
 BASE_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -109,12 +121,14 @@ test-build: $(BUILD)/luarig $(UNIT_BIN) $(FUZZ_REPLAY)
 # The allocation-failure mode (tests/torture/README.md): luarig's own objects
 # linked with the allocation functions wrapped by tests/torture/shim.c, so
 # that LUARIG_TORTURE=N fails the Nth allocation. Sanitizer builds only (the
-# point is ASan watching the failure paths); never installed.
+# point is ASan watching the failure paths); never installed. Linked with the
+# shared libraries, so that the wrap counts luarig's allocations, not those
+# inside libevent, jansson and LMDB.
 comma := ,
 TORTURE_WRAP := $(addprefix -Wl$(comma)--wrap=,malloc calloc realloc strdup strndup \
 	asprintf vasprintf realpath lr_loop_run)
 $(BUILD)/luarig-torture: $(BUILD)/lua/main.o $(BUILD)/tests/torture/shim.o $(BUILD)/libluarig.a
-	$(CC) $(LDFLAGS) $(TORTURE_WRAP) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) $(TORTURE_WRAP) -o $@ $^ $(DYN_LIBS)
 
 # Every N over each case of tests/torture/cases.txt, under ASan (part of make check).
 torture:
